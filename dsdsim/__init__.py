@@ -1,0 +1,50 @@
+"""dsdsim: analytical roofline simulator and K-policy designer for (dynamic) speculative decoding.
+
+Public API (imported lazily so ``import dsdsim`` stays fast and never pulls in torch or matplotlib):
+
+    load_model, load_hardware, model_names, hardware_names   specs and the catalog
+    Deployment, parse_drafter, DrafterSpec                   how the model is served and drafted
+    simulate_step, step_time_grid                            the cost model (vectorised over B, K, c)
+    parse_acceptance, Acceptance                             acceptance models
+    predict                                                  the K* table per batch size
+    plan                                                     capacity planning
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "load_model": "dsdsim.specs.catalog",
+    "load_hardware": "dsdsim.specs.catalog",
+    "model_names": "dsdsim.specs.catalog",
+    "hardware_names": "dsdsim.specs.catalog",
+    "ModelSpec": "dsdsim.specs.model",
+    "HardwareSpec": "dsdsim.specs.hardware",
+    "Deployment": "dsdsim.specs.deployment",
+    "DrafterSpec": "dsdsim.specs.drafter",
+    "parse_drafter": "dsdsim.specs.drafter",
+    "simulate_step": "dsdsim.cost.step",
+    "step_time_grid": "dsdsim.cost.step",
+    "Acceptance": "dsdsim.policy.acceptance",
+    "parse_acceptance": "dsdsim.policy.acceptance",
+    "predict": "dsdsim.policy.predict",
+    "Prediction": "dsdsim.policy.predict",
+    "plan": "dsdsim.plan",
+    "DsdsimError": "dsdsim.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dsdsim' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -1,0 +1,3 @@
+from dsdsim.cli import main
+
+main()

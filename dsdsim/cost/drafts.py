@@ -1,0 +1,138 @@
+"""Draft-step operators for every drafter kind.
+
+A model-based drafter runs K sequential passes per step: the first over the q = K + 1 tokens the target just
+verified (their hidden states / tokens are the draft's new input), the other K - 1 over one token per
+sequence. Each pass ends in the drafter's lm_head and a sampling kernel for B rows. These fixed per-pass
+costs (launches, sampling, the draft/verify hand-off) dominate at small batch and are modelled explicitly.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from dsdsim.cost import ops
+from dsdsim.cost.layers import PassContext, head_ops, layer_ops, pass_ops
+from dsdsim.cost.ops import OpCost
+from dsdsim.errors import DsdsimError
+from dsdsim.specs.drafter import DrafterKind, DrafterSpec
+from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec
+
+
+def eagle_layer(target: ModelSpec, drafter: DrafterSpec) -> Layer:
+    """The EAGLE head's decoder layer: full attention with the target's heads, a dense SwiGLU.
+
+    FFN width: the override, else the target's dense width, else (MoE-only targets) its active FFN width
+    top_k*I_e + shared — an assumption for heads whose configs are not published.
+    """
+    first = target.layers[0].attention
+    heads = first.num_heads
+    kv = first.num_kv_heads if first.kind is not AttentionKind.mla else heads
+    head_dim = first.v_head_dim if first.kind is AttentionKind.mla else first.head_dim
+    width = drafter.intermediate_size
+    if width is None:
+        dense = [layer.ffn for layer in target.layers if layer.ffn.kind is FFNKind.dense]
+        if dense:
+            width = dense[0].intermediate_size
+        else:
+            moe = target.moe_ffn
+            width = moe.top_k * moe.expert_intermediate_size + moe.num_shared_experts * moe.shared_intermediate_size
+    attn = Attention(kind=AttentionKind.full, num_heads=heads, num_kv_heads=kv, head_dim=head_dim)
+    return Layer(attention=attn, ffn=FFN(kind=FFNKind.dense, intermediate_size=width))
+
+
+def _passes(first: list[OpCost], rest: list[OpCost], k) -> list[OpCost]:
+    """First pass once when K >= 1, the single-token pass K - 1 times."""
+    k = np.asarray(k, dtype=float)
+    return ([o.renamed("pass1.").times(np.minimum(k, 1.0)) for o in first]
+            + [o.renamed("passN.").times(np.maximum(k - 1.0, 0.0)) for o in rest])
+
+
+def draft_ops(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, batch, k, context,
+              draft_model: ModelSpec | None = None, draft_pc: PassContext | None = None) -> list[OpCost]:
+    """All operators of the draft phase of one step (zero-count when K = 0)."""
+    b = np.asarray(batch, dtype=float)
+    k = np.asarray(k, dtype=float)
+    q_first = k + 1.0
+    h = target.hidden_size
+    kind = drafter.kind
+    if kind is DrafterKind.ngram:
+        seconds = (drafter.host_s_per_step + drafter.host_s_per_sequence * b) * (k > 0)
+        return [ops.host("ngram_lookup", seconds)]
+    if kind is DrafterKind.medusa:
+        # K heads on the target's last hidden state, one pass: ResBlock (h->h, bias) + own lm_head (h->V) each
+        g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
+        vocab = -(-target.vocab_size // pc.tp)
+        return [ops.gemm("medusa.resblock", b, h, h, bias=True, **g).times(k),
+                ops.elementwise("medusa.act", b, h, reads=2, writes=1, act_dtype=pc.act_dtype).times(k),
+                ops.gemm("medusa.lm_head", b, h, vocab, out_bytes_per_element=4.0, **g).times(k),
+                ops.sampling("medusa.sampling", b, target.vocab_size, 1.0).times(k)]
+    if kind is DrafterKind.draft_model:
+        if draft_model is None:
+            raise DsdsimError("draft-model drafter needs its model spec (draft-model:MODEL)")
+        dpc = draft_pc or pc
+        first = pass_ops(draft_model, dpc, b, q_first, context, head_rows=b)
+        rest = pass_ops(draft_model, dpc, b, 1.0, context + q_first, head_rows=b)
+        return _passes(first, rest, k)
+    if kind is DrafterKind.self_spec:
+        first = pass_ops(target, pc, b, q_first, context, head_rows=b, kv_budget=drafter.kv_budget)
+        rest = pass_ops(target, pc, b, 1.0, context + q_first, head_rows=b, kv_budget=drafter.kv_budget)
+        return _passes(first, rest, k)
+    if kind is DrafterKind.mtp:
+        if not target.mtp_layers:
+            raise DsdsimError(f"{target.name} has no MTP module (num_nextn_predict_layers = 0); "
+                              "choose eagle3, eagle or draft-model:MODEL")
+        return _passes(_mtp_pass(target, pc, b, q_first, context), _mtp_pass(target, pc, b, 1.0, context + q_first), k)
+    if kind in (DrafterKind.eagle, DrafterKind.eagle3):
+        return _passes(_eagle_pass(target, drafter, pc, b, q_first, context, first=True),
+                       _eagle_pass(target, drafter, pc, b, 1.0, context + q_first, first=False), k)
+    raise DsdsimError(f"drafter kind {kind.value} has no cost model")
+
+
+def _mtp_pass(target: ModelSpec, pc: PassContext, b, q, context) -> list[OpCost]:
+    """DeepSeek MTP: enorm/hnorm, eh_proj (2h -> h), one full layer (MLA + MoE), shared head (full vocab)."""
+    h = target.hidden_size
+    tokens = b * np.asarray(q, dtype=float)
+    g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
+    out = [ops.embedding("mtp.embed", tokens, h, pc.w_dtype, pc.act_dtype),
+           ops.elementwise("mtp.enorm_hnorm", tokens, 2 * h, reads=1, writes=1, act_dtype=pc.act_dtype),
+           ops.gemm("mtp.eh_proj", tokens, 2 * h, h, **g)]
+    out += [o.renamed("mtp.") for o in layer_ops(target.mtp_layer, h, b, q, context, pc)]
+    out += head_ops(h, target.vocab_size, b, pc, 1.0, prefix="mtp.")
+    return out
+
+
+def _eagle_pass(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, b, q, context, first: bool):
+    """EAGLE: fc(2h->h, bias) then the layer, target lm_head (full V).
+    EAGLE-3: fc(3h->h) on fused low/mid/high features in the first pass only, a layer whose q/k/v read 2h
+    (embedding ++ hidden), an own lm_head over draft_vocab_size."""
+    h = target.hidden_size
+    tokens = b * np.asarray(q, dtype=float)
+    g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
+    layer = eagle_layer(target, drafter)
+    out = [ops.embedding("eagle.embed", tokens, h, pc.w_dtype, pc.act_dtype)]
+    if drafter.kind is DrafterKind.eagle3:
+        if first:
+            out.append(ops.gemm("eagle3.fc", tokens, 3 * h, h, **g))
+        out += [o.renamed("eagle3.") for o in layer_ops(layer, h, b, q, context, pc, qkv_in=2 * h)]
+        out += head_ops(h, drafter.draft_vocab_size, b, pc, 1.0, prefix="eagle3.")
+        return out
+    out.append(ops.gemm("eagle.fc", tokens, 2 * h, h, bias=True, **g))
+    out += [o.renamed("eagle.") for o in layer_ops(layer, h, b, q, context, pc)]
+    out += head_ops(h, target.vocab_size, b, pc, 1.0, prefix="eagle.")
+    return out
+
+
+def drafter_weight_params(target: ModelSpec, drafter: DrafterSpec, draft_model: ModelSpec | None) -> int:
+    """Extra weights the drafter keeps in memory (elements): head weights, a draft model, nothing for MTP/ngram."""
+    h = target.hidden_size
+    kind = drafter.kind
+    if kind is DrafterKind.draft_model and draft_model is not None:
+        return draft_model.params_total
+    if kind is DrafterKind.eagle:
+        return 2 * h * h + h + eagle_layer(target, drafter).params(h)
+    if kind is DrafterKind.eagle3:
+        return 3 * h * h + eagle_layer(target, drafter).params(h) + 2 * h * h + h * drafter.draft_vocab_size
+    if kind is DrafterKind.medusa:
+        return drafter.max_k * (h * h + h + h * target.vocab_size)
+    if kind is DrafterKind.mtp:
+        return target.params_mtp
+    return 0

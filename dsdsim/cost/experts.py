@@ -1,0 +1,84 @@
+"""Expected distinct experts a step touches — the MoE term that makes verify cost grow with tokens.
+
+Notation: E routed experts, k experts per token, B sequences each with q tokens in the step (N = B*q).
+
+* Independent uniform routing: E * (1 - (1 - k/E)^N).
+* Measured popularity p_e (P(token picks e), sum_e p_e = k): sum_e 1 - (1 - p_e)^N.
+* Temporal overlap o: a token keeps o*k of the previous token's experts (same sequence) and draws the other
+  (1-o)*k afresh from the E - o*k it does not hold. One sequence's q tokens then leave expert e untouched with
+  probability (1 - p_e) * (1 - (1-o) p_e E / (E - o k))^(q-1); sequences are independent, so the batch leaves
+  it untouched with that probability to the power B. o = 0 recovers the independent formulas exactly.
+* Expert parallelism: experts are split contiguously over ep ranks; the step waits for the busiest rank.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+
+def _p_untouched_per_expert(num_experts: int, top_k: int, q, overlap: float,
+                            popularity: Optional[np.ndarray]) -> np.ndarray:
+    """P(expert e untouched by one sequence's q tokens); shape (E,) + broadcast(q)."""
+    E, k = num_experts, top_k
+    p = np.full(E, k / E) if popularity is None else np.asarray(popularity, dtype=float)
+    p = p.reshape((E,) + (1,) * np.ndim(q))
+    q = np.asarray(q, dtype=float)
+    fresh = np.clip((1.0 - overlap) * p * E / (E - overlap * k), 0.0, 1.0)
+    return (1.0 - p) * (1.0 - fresh) ** (q - 1.0)
+
+
+def check_popularity(popularity: Sequence[float], num_experts: int, top_k: int) -> np.ndarray:
+    """Validate a per-expert popularity vector; rescale so it sums to top_k."""
+    p = np.asarray(popularity, dtype=float)
+    if p.shape != (num_experts,):
+        raise ValueError(f"expert popularity has {p.size} entries; the model has {num_experts} routed experts")
+    if np.any(~np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
+        raise ValueError("expert popularity must be non-negative numbers with a positive sum")
+    p = p * (top_k / p.sum())
+    if np.any(p > 1.0 + 1e-9):
+        raise ValueError("expert popularity implies an expert chosen with probability > 1; check the vector")
+    return np.minimum(p, 1.0)
+
+
+def experts_touched(num_experts: int, top_k: int, batch, q, overlap: float = 0.0,
+                    popularity: Optional[np.ndarray] = None) -> np.ndarray:
+    """Expected distinct routed experts hit by B sequences x q tokens (one MoE layer)."""
+    if not 0.0 <= overlap < 1.0:
+        raise ValueError(f"expert_overlap must be in [0, 1), got {overlap}")
+    untouched_seq = _p_untouched_per_expert(num_experts, top_k, q, overlap, popularity)
+    b = np.asarray(batch, dtype=float)
+    return np.sum(1.0 - untouched_seq ** b, axis=0)
+
+
+def experts_touched_busiest_rank(num_experts: int, top_k: int, batch, q, ep: int, overlap: float = 0.0,
+                                 popularity: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+    """(experts touched on the busiest of ep ranks, that rank's share of token->expert assignments).
+
+    Uniform routing: each rank's count is Binomial(E/ep, P(touched)); the expected maximum of ep such
+    counts is sum_x 1 - F(x-1)^ep. With a popularity vector, ranks hold contiguous expert blocks and the
+    busiest block (largest expected load) sets both figures.
+    """
+    if ep == 1:
+        return experts_touched(num_experts, top_k, batch, q, overlap, popularity), np.ones_like(
+            np.asarray(batch, dtype=float) * np.asarray(q, dtype=float))
+    if num_experts % ep:
+        raise ValueError(f"ep {ep} does not divide the {num_experts} routed experts")
+    per_rank = num_experts // ep
+    untouched_seq = _p_untouched_per_expert(num_experts, top_k, q, overlap, popularity)
+    b = np.asarray(batch, dtype=float)
+    p_touched = 1.0 - untouched_seq ** b                                   # (E, ...)
+    if popularity is None:
+        pt = p_touched[0]
+        from scipy.special import bdtr  # binomial CDF; imported here to keep `import dsdsim` light
+
+        x = np.arange(1, per_rank + 1).reshape((-1,) + (1,) * pt.ndim)
+        cdf_below = bdtr(x - 1, per_rank, pt)                   # P(count <= x-1)
+        touched = np.sum(1.0 - cdf_below ** ep, axis=0)
+        share = np.full_like(touched, 1.0 / ep)
+        return touched, share
+    blocks = p_touched.reshape((ep, per_rank) + p_touched.shape[1:]).sum(axis=1)
+    load = np.asarray(popularity, dtype=float).reshape(ep, per_rank).sum(axis=1)
+    busiest = int(np.argmax(load))
+    share = np.full(blocks.shape[1:], load[busiest] / load.sum())
+    return blocks[busiest], share

@@ -1,0 +1,207 @@
+"""One cost primitive per operator kind. Each returns an OpCost: FLOPs and bytes split by kind.
+
+Shapes broadcast: any argument may be a numpy array (batch sizes, draft lengths, contexts), so one call
+evaluates a whole grid. FLOPs count multiply and add separately (a GEMM m x k @ k x n costs 2*m*k*n).
+Bytes are DRAM traffic per GPU: weights, activations in/out, KV cache read/write; communication bytes are
+what one rank sends over the scale-up link.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+import numpy as np
+
+from dsdsim.units import DType
+
+ArrayLike = "float | np.ndarray"
+
+
+class OpKind(str, Enum):
+    gemm = "gemm"
+    attention = "attention"
+    moe_experts = "moe_experts"
+    router = "router"
+    elementwise = "elementwise"
+    embedding = "embedding"
+    logits = "logits"           # sampling / rejection sampling over the vocabulary
+    all_reduce = "all_reduce"
+    all_to_all = "all_to_all"
+    gather = "gather"
+    host = "host"               # CPU-side work (n-gram lookup, scheduling)
+
+
+class Bound(str, Enum):
+    compute = "compute"
+    memory = "memory"
+    communication = "communication"
+    overhead = "overhead"
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """Cost of ONE occurrence of an operator; ``count`` occurrences per step (layers x passes)."""
+
+    name: str
+    kind: OpKind
+    dtype: DType = DType.bf16                  # whose peak FLOP/s the op runs at (GEMMs: the weight format;
+                                               # the hardware falls back to bf16 where it has no such peak)
+    flops: np.ndarray | float = 0.0            # useful FLOPs
+    flops_padded: np.ndarray | float = 0.0     # FLOPs the kernel executes after padding m to the tile
+    weight_bytes: np.ndarray | float = 0.0
+    act_in_bytes: np.ndarray | float = 0.0
+    act_out_bytes: np.ndarray | float = 0.0
+    kv_read_bytes: np.ndarray | float = 0.0
+    kv_write_bytes: np.ndarray | float = 0.0
+    comm_bytes: np.ndarray | float = 0.0       # bytes this rank sends
+    comm_group: int = 1                        # ranks taking part in the collective
+    host_s: np.ndarray | float = 0.0
+    launches: np.ndarray | float = 1           # kernels per occurrence
+    count: np.ndarray | float = 1              # occurrences per step
+    experts_touched: np.ndarray | float | None = None  # MoE only: distinct routed experts read (this rank)
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def bytes(self) -> np.ndarray | float:
+        """DRAM bytes moved by one occurrence (communication excluded)."""
+        return self.weight_bytes + self.act_in_bytes + self.act_out_bytes + self.kv_read_bytes + self.kv_write_bytes
+
+    def times(self, count) -> "OpCost":
+        return replace(self, count=self.count * count)
+
+    def renamed(self, prefix: str) -> "OpCost":
+        return replace(self, name=f"{prefix}{self.name}")
+
+
+def _pad(m, tile: int):
+    """m rounded up to a multiple of the kernel's M tile (tile 1 = no padding)."""
+    return np.ceil(np.asarray(m, dtype=float) / tile) * tile if tile > 1 else np.asarray(m, dtype=float)
+
+
+def gemm(name: str, m, k: int, n: int, w_dtype: DType, act_dtype: DType, tile_m: int = 1,
+         bias: bool = False, out_bytes_per_element: float | None = None) -> OpCost:
+    """Y[m, n] = X[m, k] @ W[k, n] (+ b). Weights are read once; X read, Y written."""
+    a = act_dtype.bytes_per_element
+    out = a if out_bytes_per_element is None else out_bytes_per_element
+    m = np.asarray(m, dtype=float)
+    weights = k * n * w_dtype.bytes_per_element + (n * a if bias else 0.0)
+    return OpCost(
+        name=name, kind=OpKind.gemm, dtype=w_dtype,
+        flops=2.0 * m * k * n, flops_padded=2.0 * _pad(m, tile_m) * k * n,
+        weight_bytes=weights, act_in_bytes=m * k * a, act_out_bytes=m * n * out,
+        extra={"shape": {"m": m, "k": k, "n": n}},
+    )
+
+
+def attention(name: str, batch, q, context, num_heads: int, qk_dim: int, v_dim: int,
+              kv_elements_per_token: int, kv_dtype: DType, act_dtype: DType) -> OpCost:
+    """Scores and weighted values for q new tokens per sequence against context + q keys.
+
+    FLOPs = 2*B*q*n_q*(d_qk + d_v)*(c + q)  (= 4*B*q*n_q*d*(c + q) when d_qk = d_v).
+    KV: each sequence's cache is read ONCE for all its q queries (why verify amortises KV reads),
+    and the q new tokens' K/V are written. MLA: qk_dim = kv_lora + rope, v_dim = kv_lora (absorbed).
+    """
+    a = act_dtype.bytes_per_element
+    kvb = kv_dtype.bytes_per_element
+    b = np.asarray(batch, dtype=float)
+    q = np.asarray(q, dtype=float)
+    c = np.asarray(context, dtype=float)
+    flops = 2.0 * b * q * num_heads * (qk_dim + v_dim) * (c + q)
+    return OpCost(
+        name=name, kind=OpKind.attention, dtype=act_dtype, flops=flops, flops_padded=flops,
+        act_in_bytes=b * q * num_heads * qk_dim * a, act_out_bytes=b * q * num_heads * v_dim * a,
+        kv_read_bytes=b * c * kv_elements_per_token * kvb, kv_write_bytes=b * q * kv_elements_per_token * kvb,
+        extra={"shape": {"batch": b, "q": q, "context": c, "heads": num_heads, "qk_dim": qk_dim, "v_dim": v_dim,
+                         "kv_elements_per_token": kv_elements_per_token}},
+    )
+
+
+def moe_experts(name: str, tokens, top_k: int, hidden: int, expert_width: int, experts_touched,
+                token_share, w_dtype: DType, act_dtype: DType, tile_m: int = 1, bias: bool = False) -> OpCost:
+    """Routed SwiGLU experts as one grouped GEMM (gate_up then down).
+
+    FLOPs = 2 * (tokens*top_k*share) * 3*h*I_e on this rank; weight bytes = experts_touched * 3*h*I_e.
+    ``token_share`` is the fraction of all token->expert assignments this rank computes (1/ep if balanced).
+    Padding: each touched expert's rows are padded to the M tile.
+    """
+    a = act_dtype.bytes_per_element
+    assignments = np.asarray(tokens, dtype=float) * top_k * token_share      # (token, expert) pairs here
+    touched = np.maximum(np.asarray(experts_touched, dtype=float), 1e-12)
+    per_expert_m = assignments / touched
+    padded = touched * _pad(per_expert_m, tile_m)
+    per_row_flops = 2.0 * 3 * hidden * expert_width
+    per_expert_w = 3 * hidden * expert_width * w_dtype.bytes_per_element
+    if bias:
+        per_expert_w += (2 * expert_width + hidden) * a
+    return OpCost(
+        name=name, kind=OpKind.moe_experts, dtype=w_dtype,
+        flops=assignments * per_row_flops, flops_padded=padded * per_row_flops,
+        weight_bytes=np.asarray(experts_touched, dtype=float) * per_expert_w,
+        # gather the routed rows in, write gate_up out and read it back, scatter the results out
+        act_in_bytes=assignments * (hidden + 2 * expert_width) * a,
+        act_out_bytes=assignments * (hidden + 2 * expert_width) * a,
+        launches=2, experts_touched=experts_touched,
+        extra={"shape": {"tokens": np.asarray(tokens, dtype=float), "top_k": top_k, "hidden": hidden,
+                         "width": expert_width, "experts_touched": experts_touched, "token_share": token_share}},
+    )
+
+
+def elementwise(name: str, rows, width: int, reads: float, writes: float, act_dtype: DType,
+                flops_per_element: float = 1.0, weight_elements: int = 0) -> OpCost:
+    """Norms, residual adds, rotary, activations: `reads`/`writes` vectors of `width` per row."""
+    a = act_dtype.bytes_per_element
+    rows = np.asarray(rows, dtype=float)
+    f = rows * width * flops_per_element
+    return OpCost(name=name, kind=OpKind.elementwise, dtype=act_dtype, flops=f, flops_padded=f,
+                  weight_bytes=weight_elements * a, act_in_bytes=rows * width * reads * a,
+                  act_out_bytes=rows * width * writes * a,
+                  extra={"shape": {"rows": rows, "width": width, "reads": reads, "writes": writes}})
+
+
+def embedding(name: str, tokens, hidden: int, w_dtype: DType, act_dtype: DType) -> OpCost:
+    """Gather one row of the table per token."""
+    t = np.asarray(tokens, dtype=float)
+    return OpCost(name=name, kind=OpKind.embedding, dtype=act_dtype,
+                  weight_bytes=t * hidden * w_dtype.bytes_per_element,
+                  act_out_bytes=t * hidden * act_dtype.bytes_per_element)
+
+
+def sampling(name: str, rows, vocab: int, passes: float) -> OpCost:
+    """fp32 logits over the vocabulary read `passes` times and probabilities written once per row.
+
+    Sampling reads the logits (softmax, top-p) and writes probabilities; rejection sampling reads target and
+    draft probabilities. At large B*q these N*V*4-byte sweeps are not small.
+    """
+    rows = np.asarray(rows, dtype=float)
+    sweep = rows * vocab * 4.0
+    f = rows * vocab * 5.0 * passes
+    return OpCost(name=name, kind=OpKind.logits, dtype=DType.fp32, flops=f, flops_padded=f,
+                  act_in_bytes=sweep * passes, act_out_bytes=sweep, launches=np.maximum(1.0, np.round(np.asarray(passes, dtype=float))))
+
+
+def all_reduce(name: str, rows, width: int, act_dtype: DType, group: int) -> OpCost:
+    """Ring all-reduce of rows x width activations across `group` ranks; a rank sends 2(n-1)/n of the buffer."""
+    payload = np.asarray(rows, dtype=float) * width * act_dtype.bytes_per_element
+    sent = 2.0 * (group - 1) / group * payload if group > 1 else 0.0 * payload
+    return OpCost(name=name, kind=OpKind.all_reduce, dtype=act_dtype, comm_bytes=sent, comm_group=group,
+                  act_in_bytes=payload, act_out_bytes=payload)
+
+
+def all_to_all(name: str, assignments, hidden: int, act_dtype: DType, group: int) -> OpCost:
+    """Expert-parallel dispatch or combine: a rank sends the (n-1)/n of its token-expert rows that live elsewhere."""
+    rows_here = np.asarray(assignments, dtype=float) / group
+    sent = rows_here * hidden * act_dtype.bytes_per_element * (group - 1) / group
+    return OpCost(name=name, kind=OpKind.all_to_all, dtype=act_dtype, comm_bytes=sent, comm_group=group)
+
+
+def gather(name: str, rows, width: int, bytes_per_element: float, group: int) -> OpCost:
+    """All-gather of a vocab-parallel logits shard: a rank sends its rows x width/n slice to n-1 peers."""
+    shard = np.asarray(rows, dtype=float) * width * bytes_per_element
+    return OpCost(name=name, kind=OpKind.gather, dtype=DType.fp32, comm_bytes=shard * (group - 1) / group,
+                  comm_group=group)
+
+
+def host(name: str, seconds) -> OpCost:
+    """CPU-side work with no device traffic (n-gram lookup, per-step bookkeeping)."""
+    return OpCost(name=name, kind=OpKind.host, host_s=np.asarray(seconds, dtype=float), launches=0)
+

@@ -1,0 +1,28 @@
+"""The one error type users see: a single line naming the problem and how to fix it.
+
+The CLI prints ``DsdsimError`` messages without a traceback and exits with code 2.
+"""
+from __future__ import annotations
+
+
+class DsdsimError(ValueError):
+    """Bad input: a malformed spec, an unknown name, an out-of-range argument."""
+
+
+class SpecError(DsdsimError):
+    """A hardware, model or drafter spec that cannot be used."""
+
+
+def pydantic_one_line(exc, where: str) -> str:
+    """Condense a pydantic ValidationError into one line: 'where: field.path: message'."""
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__") or "(top level)"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field (check spelling; extra fields are not allowed)"
+        elif err.get("type") == "missing":
+            msg = "required field is missing"
+        parts.append(f"{loc}: {msg}")
+    more = "" if len(exc.errors()) <= 3 else f" (+{len(exc.errors()) - 3} more)"
+    return f"{where}: " + "; ".join(parts) + more

@@ -1,0 +1,1 @@
+"""dsdsim.export."""

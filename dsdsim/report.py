@@ -1,0 +1,99 @@
+"""Plain-data views of results (dicts/rows for JSON, tables, CSV). No printing here."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from dsdsim.cost.step import PassCost, StepCost
+from dsdsim.specs.hardware import HardwareSpec
+from dsdsim.specs.model import ModelSpec
+from dsdsim.units import DType
+
+
+def _scalar(x) -> float:
+    a = np.asarray(x, dtype=float)
+    return float(a.reshape(-1)[0]) if a.size else 0.0
+
+
+def model_summary(m: ModelSpec) -> dict:
+    moe = m.moe_ffn
+    return {
+        "name": m.name, "family": m.family, "params_total": m.params_total, "params_active": m.params_active,
+        "params_mtp": m.params_mtp, "kv_bytes_per_token": m.kv_bytes_per_token(DType.bf16),
+        "num_layers": m.num_layers, "hidden_size": m.hidden_size, "vocab_size": m.vocab_size,
+        "attention": m.attention_pattern(), "moe_layers": m.num_moe_layers,
+        "num_experts": moe.num_experts if moe else None, "experts_per_token": moe.top_k if moe else None,
+        "shared_experts": moe.num_shared_experts if moe else None, "mtp_layers": m.mtp_layers,
+        "tie_word_embeddings": m.tie_word_embeddings, "default_dtype": m.default_dtype.value,
+        "source": m.source,
+    }
+
+
+def hardware_summary(hw: HardwareSpec) -> dict:
+    return {
+        "name": hw.name, "description": hw.description, "vendor": hw.vendor,
+        "memory_bytes": hw.memory_capacity, "memory_bandwidth_bytes_per_s": hw.bandwidth,
+        "peak_flops_per_s": {d.value: f.value for d, f in hw.peak_flops_per_s.items()},
+        "ridge_point_flop_per_byte": {d.value: hw.ridge_point(d) for d in hw.peak_flops_per_s},
+        "last_level_cache_bytes": hw.last_level_cache_bytes.value,
+        "link_bandwidth_bytes_per_s": hw.link_bandwidth_bytes_per_s.value, "link_latency_s": hw.link_latency_s.value,
+        "gpus_per_node": int(hw.gpus_per_node.value),
+        "efficiency": {k: getattr(hw.efficiency, k).value for k in ("compute", "memory", "collective")},
+        "launch_overhead_s": hw.launch_overhead_s.value, "step_overhead_s": hw.step_overhead_s.value,
+        "gemm_tile_m": int(hw.gemm_tile_m.value),
+        "sources": {"memory_bandwidth": hw.memory_bandwidth_bytes_per_s.source,
+                    "bf16": hw.peak_flops_per_s[DType.bf16].source if DType.bf16 in hw.peak_flops_per_s else None},
+        "measured": hw.measured.model_dump() if hw.measured else None,
+    }
+
+
+def pass_rows(p: PassCost, step_time: float) -> list[dict]:
+    """One row per operator (scalar step): name, count, FLOPs, bytes, intensity, time, bound, share."""
+    rows = []
+    for t in p.op_times:
+        count = _scalar(t.op.count)
+        if count == 0:
+            continue
+        flops = _scalar(t.op.flops) * count
+        nbytes = _scalar(t.op.bytes) * count
+        time_s = _scalar(t.time_s)
+        rows.append({
+            "name": t.op.name, "kind": t.op.kind.value, "count": count, "flops": flops, "bytes": nbytes,
+            "comm_bytes": _scalar(t.op.comm_bytes) * count,
+            "intensity_flop_per_byte": flops / nbytes if nbytes else None, "time_s": time_s,
+            "bound": t.bound_at().value, "share": time_s / step_time if step_time else 0.0,
+        })
+    return rows
+
+
+def explain_dict(step: StepCost) -> dict:
+    total = _scalar(step.step_time_s)
+
+    def phase(p: PassCost) -> dict:
+        return {"ops": pass_rows(p, total),
+                "totals": {"flops": _scalar(p.flops), "bytes": _scalar(p.bytes), "time_s": _scalar(p.time_s)}}
+
+    touched: Optional[float] = None if step.experts_touched is None else _scalar(step.experts_touched)
+    moe = step.model.moe_ffn
+    mem = step.memory
+    return {
+        "model": step.model.name, "hardware": step.hardware.name,
+        "deployment": _deployment_dict(step),
+        "drafter": step.drafter.label if step.drafter else None,
+        "batch_size": int(_scalar(step.batch)), "k": int(_scalar(step.k)), "context": int(_scalar(step.context)),
+        "verify": phase(step.verify), "draft": phase(step.draft),
+        "overhead_s": _scalar(step.overhead_s), "step_time_s": total,
+        "experts_touched": touched, "num_experts": moe.num_experts if moe else None,
+        "memory": {"used_bytes": _scalar(mem.used_bytes), "capacity_bytes": mem.capacity_bytes,
+                   "weights_bytes": mem.weights_bytes, "kv_bytes": _scalar(mem.kv_bytes),
+                   "activation_bytes": _scalar(mem.activation_bytes), "draft_bytes": _scalar(mem.draft_bytes),
+                   "feasible": bool(np.asarray(mem.feasible).reshape(-1)[0])},
+    }
+
+
+def _deployment_dict(step: StepCost) -> dict:
+    d = step.deployment
+    return {"tp": d.tp, "ep": d.ep, "dtype": d.weight_dtype(step.model).value,
+            "expert_dtype": d.routed_expert_dtype(step.model).value, "kv_dtype": d.kv_dtype.value,
+            "cuda_graphs": d.cuda_graphs, "expert_overlap": d.expert_overlap}

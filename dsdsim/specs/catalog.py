@@ -1,0 +1,145 @@
+"""Names -> spec files. Shipped specs, plus user folders (``--specs-dir`` or ``DSDSIM_SPECS_DIRS``).
+
+Lookup is explicit: a name is an exact file stem, or a path. An unknown name fails with one line that lists
+the closest known names.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Optional
+
+from dsdsim.errors import SpecError
+from dsdsim.specs.hardware import HardwareSpec, hardware_from_dict
+from dsdsim.specs.io import read_structured
+from dsdsim.specs.model import ModelSpec
+
+ENV_SPECS_DIRS = "DSDSIM_SPECS_DIRS"
+_HW_SUFFIXES = (".yaml", ".yml", ".json")
+_MODEL_SUFFIXES = (".json",)
+_user_dirs: list[Path] = []
+
+
+def shipped_dir(kind: str) -> Path:
+    """``hw_specs`` or ``model_specs``: inside the installed package, or at the source checkout's root."""
+    here = Path(__file__).resolve().parent.parent  # dsdsim/
+    installed = here / kind
+    return installed if installed.is_dir() else here.parent / kind
+
+
+def add_specs_dir(path: str | Path) -> None:
+    """Search this folder (and its hw_specs/, model_specs/ subfolders) before the shipped specs."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise SpecError(f"specs folder {p} does not exist; pass an existing folder to --specs-dir")
+    if p not in _user_dirs:
+        _user_dirs.insert(0, p)
+    _index.cache_clear()
+
+
+def _search_dirs(kind: str) -> list[Path]:
+    dirs: list[Path] = []
+    env = [Path(d).expanduser() for d in os.environ.get(ENV_SPECS_DIRS, "").split(os.pathsep) if d]
+    for base in [*_user_dirs, *env]:
+        dirs += [base / kind, base]
+    dirs.append(shipped_dir(kind))
+    return [d for d in dirs if d.is_dir()]
+
+
+@lru_cache(maxsize=8)
+def _index(kind: str, env_value: str) -> dict[str, Path]:
+    suffixes = _HW_SUFFIXES if kind == "hw_specs" else _MODEL_SUFFIXES
+    found: dict[str, Path] = {}
+    for d in _search_dirs(kind):
+        for f in sorted(d.iterdir()):
+            if f.suffix.lower() in suffixes and f.is_file() and f.stem not in found:
+                if d.name not in ("hw_specs", "model_specs") and not _looks_like(kind, f):
+                    continue
+                found[f.stem] = f
+    return found
+
+
+def _looks_like(kind: str, path: Path) -> bool:
+    """In a mixed user folder, tell model configs (have model_type) from hardware specs."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="ignore")
+    except OSError:
+        return False
+    is_model = '"model_type"' in text
+    return is_model if kind == "model_specs" else not is_model
+
+
+def _names(kind: str) -> dict[str, Path]:
+    return _index(kind, os.environ.get(ENV_SPECS_DIRS, ""))
+
+
+def hardware_names() -> list[str]:
+    return sorted(_names("hw_specs"))
+
+
+def model_names() -> list[str]:
+    return sorted(_names("model_specs"))
+
+
+def _resolve(kind: str, name_or_path: str, what: str) -> Path:
+    listing = "models" if kind == "model_specs" else "hardware"
+    text = str(name_or_path).strip()
+    if not text:
+        raise SpecError(f"empty {what} name; run `dsdsim list {listing}` to see the known names")
+    known = _names(kind)
+    if text in known:
+        return known[text]
+    p = Path(text).expanduser()
+    looks_like_path = os.sep in text or p.suffix.lower() in (".json", ".yaml", ".yml")
+    if looks_like_path:
+        if p.is_file():
+            return p
+        raise SpecError(f"{what} spec file {text} does not exist")
+    close = difflib.get_close_matches(text.lower(), list(known), n=4, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise SpecError(f"unknown {what} {text!r}{hint} (run `dsdsim list {listing}`, or pass a path to a spec file)")
+
+
+@lru_cache(maxsize=128)
+def _load_hardware_file(path: Path) -> HardwareSpec:
+    return hardware_from_dict(read_structured(path), where=path.name)
+
+
+@lru_cache(maxsize=128)
+def _load_model_file(path: Path, name: str) -> ModelSpec:
+    from dsdsim.specs.hf_config import model_from_hf_config
+
+    data = read_structured(path)
+    meta = data.get("_dsdsim", {}) if isinstance(data, dict) else {}
+    source = meta.get("source", "") if isinstance(meta, dict) else ""
+    if isinstance(source, list):
+        source = " ; ".join(map(str, source))
+    return model_from_hf_config(data, name=name, source=str(source))
+
+
+def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
+    """A shipped or user hardware spec by name (``h100-sxm``), or by path to a YAML/JSON file."""
+    if isinstance(name_or_path, HardwareSpec):
+        return name_or_path
+    return _load_hardware_file(_resolve("hw_specs", str(name_or_path), "hardware").resolve())
+
+
+def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
+    """A shipped or user model by name (``llama-3.1-8b``), or by path to a Hugging Face config.json."""
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    path = _resolve("model_specs", str(name_or_path), "model").resolve()
+    name = path.parent.name if path.name == "config.json" else path.stem
+    return _load_model_file(path, name)
+
+
+def iter_models(names: Optional[Iterable[str]] = None) -> Iterable[ModelSpec]:
+    for n in names or model_names():
+        yield load_model(n)
+
+
+def iter_hardware(names: Optional[Iterable[str]] = None) -> Iterable[HardwareSpec]:
+    for n in names or hardware_names():
+        yield load_hardware(n)

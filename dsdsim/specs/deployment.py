@@ -1,0 +1,63 @@
+"""How a model is served: parallelism, number formats, CUDA graphs, memory headroom, routing statistics."""
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dsdsim.errors import DsdsimError
+from dsdsim.specs.model import AttentionKind, ModelSpec
+from dsdsim.units import DType
+
+
+class Deployment(BaseModel):
+    """One serving replica on ``tp`` GPUs. Experts are split over ``ep`` groups inside those GPUs (ep | tp)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    tp: int = Field(default=1, ge=1, le=1024)
+    ep: int = Field(default=1, ge=1, le=1024)
+    dtype: Optional[DType] = None           # weights; None = the checkpoint's format
+    expert_dtype: Optional[DType] = None    # routed experts; None = the checkpoint's format, else dtype
+    kv_dtype: DType = DType.bf16
+    act_dtype: DType = DType.bf16
+    cuda_graphs: bool = True
+    memory_utilization: float = Field(default=0.9, gt=0, le=1)   # vLLM gpu_memory_utilization default
+    expert_overlap: float = Field(default=0.0, ge=0, lt=1)       # share of a token's experts kept by the next
+    expert_popularity: Optional[tuple[float, ...]] = None        # P(token picks expert e), any scale
+
+    def weight_dtype(self, model: ModelSpec) -> DType:
+        return self.dtype or model.default_dtype
+
+    def routed_expert_dtype(self, model: ModelSpec) -> DType:
+        if self.expert_dtype is not None:
+            return self.expert_dtype
+        if self.dtype is not None:
+            return self.dtype
+        return model.default_expert_dtype or model.default_dtype
+
+    def check(self, model: ModelSpec) -> "Deployment":
+        """Refuse parallelism the model cannot be split by, with a one-line reason."""
+        tp, ep = self.tp, self.ep
+        for layer in model.layers:
+            heads = layer.attention.num_heads
+            if heads % tp:
+                raise DsdsimError(f"tp {tp} does not divide {model.name}'s {heads} attention heads; "
+                                  f"choose a tp that divides {heads}")
+            kv = layer.attention.num_kv_heads
+            if layer.attention.kind is not AttentionKind.mla and kv % tp and tp % kv:
+                raise DsdsimError(f"tp {tp} and {model.name}'s {kv} KV heads do not divide one another")
+        if ep > 1:
+            moe = model.moe_ffn
+            if moe is None:
+                raise DsdsimError(f"{model.name} is dense; expert parallelism needs an MoE model (use --ep 1)")
+            if moe.num_experts % ep:
+                raise DsdsimError(f"ep {ep} does not divide {model.name}'s {moe.num_experts} experts")
+            if tp % ep:
+                raise DsdsimError(f"ep {ep} must divide tp {tp}: dsdsim places expert groups inside the tp GPUs")
+        if self.expert_popularity is not None:
+            moe = model.moe_ffn
+            if moe is None or len(self.expert_popularity) != moe.num_experts:
+                n = 0 if moe is None else moe.num_experts
+                raise DsdsimError(f"expert popularity has {len(self.expert_popularity)} entries; "
+                                  f"{model.name} has {n} routed experts")
+        return self

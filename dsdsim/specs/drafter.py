@@ -1,0 +1,100 @@
+"""Drafter specs: what proposes the K draft tokens, and what it costs beyond FLOPs and bytes.
+
+Command-line forms: ``eagle3``, ``eagle``, ``mtp``, ``medusa``, ``ngram``, ``draft-model:MODEL``,
+``self-spec:KV_BUDGET``.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dsdsim.errors import DsdsimError
+
+MAX_K = 16
+
+
+class DrafterKind(str, Enum):
+    draft_model = "draft-model"   # a separate small model: K sequential passes
+    eagle = "eagle"               # EAGLE-1/2 head: fc(2h->h) + one decoder layer, drafts with the TARGET lm_head
+    eagle3 = "eagle3"             # EAGLE-3 head: fc(3h->h) on fused features, 2h-input layer, reduced vocabulary
+    mtp = "mtp"                   # the model's own next-n prediction module(s): a full layer, MoE included
+    medusa = "medusa"             # K heads (ResBlock + own lm_head) in one pass
+    ngram = "ngram"               # prompt lookup: no device work, a host-side cost
+    self_spec = "self-spec"       # the target itself with a sparse KV budget
+
+
+class DrafterSpec(BaseModel):
+    """A drafter and its fixed costs. Defaults are stated assumptions, overridable per field."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: DrafterKind
+    model: Optional[str] = None               # draft-model: the draft model's name or config path
+    draft_vocab_size: int = Field(default=32000, gt=0)   # eagle3 (SafeAILab EAGLE-3 heads use 32000)
+    kv_budget: Optional[int] = Field(default=None, gt=0)  # self-spec: KV tokens the draft attends to
+    intermediate_size: Optional[int] = Field(default=None, gt=0)  # eagle/eagle3 head FFN width override
+    max_k: int = Field(default=MAX_K, ge=1, le=64)
+    # Fixed per-step cost of handing over between draft and verify (input preparation, the extra sync).
+    # Assumption, not a measurement: about 25 kernel-launch gaps of a graphed engine; calibrate replaces it.
+    handoff_s: float = Field(default=50e-6, ge=0)
+    # n-gram lookup on the host (assumption; vLLM runs a numba KMP over the context per request).
+    host_s_per_step: float = Field(default=20e-6, ge=0)
+    host_s_per_sequence: float = Field(default=2e-6, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "DrafterSpec":
+        if self.kind is DrafterKind.draft_model and not self.model:
+            raise ValueError("draft-model needs a model: write draft-model:MODEL (e.g. draft-model:llama-3.2-1b)")
+        if self.kind is DrafterKind.self_spec and self.kv_budget is None:
+            raise ValueError("self-spec needs a KV budget: write self-spec:KV_BUDGET (e.g. self-spec:512)")
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.kind is DrafterKind.draft_model:
+            return f"draft-model:{self.model}"
+        if self.kind is DrafterKind.self_spec:
+            return f"self-spec:{self.kv_budget}"
+        return self.kind.value
+
+
+# Medusa: the paper evaluates up to 5 heads (Cai et al. 2024, arXiv 2401.10774); K cannot exceed the heads.
+_KIND_MAX_K = {DrafterKind.medusa: 5}
+
+
+def parse_drafter(text: str) -> DrafterSpec:
+    """'eagle3' | 'eagle' | 'mtp' | 'medusa' | 'ngram' | 'draft-model:MODEL' | 'self-spec:KV_BUDGET'."""
+    raw = text.strip()
+    head, _, arg = raw.partition(":")
+    head = head.strip().lower().replace("_", "-")
+    aliases = {"eagle-3": "eagle3", "draft": "draft-model", "draftmodel": "draft-model", "self-speculation":
+               "self-spec", "selfspec": "self-spec", "prompt-lookup": "ngram", "n-gram": "ngram"}
+    head = aliases.get(head, head)
+    try:
+        kind = DrafterKind(head)
+    except ValueError:
+        forms = "eagle3, eagle, mtp, medusa, ngram, draft-model:MODEL, self-spec:KV_BUDGET"
+        raise DsdsimError(f"unknown drafter {raw!r}; use one of: {forms}") from None
+    kwargs: dict = {"kind": kind, "max_k": _KIND_MAX_K.get(kind, MAX_K)}
+    if kind is DrafterKind.draft_model:
+        if not arg.strip():
+            raise DsdsimError("draft-model needs a model: write draft-model:MODEL (e.g. draft-model:llama-3.2-1b)")
+        kwargs["model"] = arg.strip()
+    elif kind is DrafterKind.self_spec:
+        try:
+            budget = int(arg)
+        except ValueError:
+            raise DsdsimError(f"self-spec needs a whole-number KV budget: write self-spec:512, got {raw!r}") from None
+        if budget <= 0:
+            raise DsdsimError(f"self-spec KV budget must be > 0 tokens, got {budget}")
+        kwargs["kv_budget"] = budget
+    elif arg.strip():
+        if kind is DrafterKind.eagle3:
+            try:
+                kwargs["draft_vocab_size"] = int(arg)
+            except ValueError:
+                raise DsdsimError(f"eagle3 takes an optional draft vocabulary size (eagle3:32000), got {raw!r}") from None
+        else:
+            raise DsdsimError(f"drafter {kind.value} takes no argument, got {raw!r}")
+    return DrafterSpec(**kwargs)

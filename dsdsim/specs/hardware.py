@@ -1,0 +1,210 @@
+"""Hardware specs: frozen, validated, every figure with a source and a verification flag.
+
+Files live in ``hw_specs/`` (one YAML per accelerator). All figures are SI: bytes, bytes/s, FLOP/s, seconds.
+Peaks are DENSE (no 2:4 sparsity); a file whose peaks look sparse is refused.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dsdsim.errors import SpecError, pydantic_one_line
+from dsdsim.units import DType
+
+
+class Verified(str, Enum):
+    vendor = "vendor"          # vendor document or verbatim copy of a vendor table
+    secondary = "secondary"    # reputable secondary source citing the vendor
+    derived = "derived"        # arithmetic on other figures (sparse/2, per-GPU share, ...)
+    unverified = "unverified"  # placeholder or conflicting sources
+    measured = "measured"      # measured by `dsdsim probe` or fitted by `dsdsim calibrate`
+
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class Figure(BaseModel):
+    """One number with where it came from."""
+
+    model_config = _FROZEN
+    value: float = Field(ge=0)
+    source: str = Field(min_length=1)
+    verified: Verified
+    note: Optional[str] = None
+
+
+class Efficiency(BaseModel):
+    """Achievable fractions of peak, before calibration."""
+
+    model_config = _FROZEN
+    compute: Figure
+    memory: Figure
+    collective: Figure
+
+    @model_validator(mode="after")
+    def _fractions(self) -> "Efficiency":
+        for name in ("compute", "memory", "collective"):
+            v = getattr(self, name).value
+            if not 0.01 <= v <= 1.2:
+                raise ValueError(f"efficiency.{name} = {v} is not a fraction of peak; use a value in (0, 1.2]")
+        return self
+
+
+class Measurement(BaseModel):
+    """Provenance of a measured spec (written by `dsdsim probe` / `dsdsim calibrate`)."""
+
+    model_config = _FROZEN
+    date: str
+    device_name: str
+    torch_version: Optional[str] = None
+    method: Optional[str] = None
+
+
+# Plausibility ranges catch unit mistakes (GB/s where bytes/s is expected) and sparse peaks.
+_BANDWIDTH_RANGE = (1e9, 1e14)         # bytes/s: a laptop CPU (~1e10) .. far beyond any HBM stack
+_MEMORY_RANGE = (1e8, 1e13)            # bytes
+_MAX_DENSE_PEAK = {                     # FLOP/s; the largest DENSE figure of any shipped part x 1.5
+    DType.fp32: 3e14, DType.tf32: 2e15, DType.bf16: 4e15, DType.fp16: 4e15,
+    DType.fp8: 8e15, DType.int8: 8e15, DType.fp4: 2.4e16,
+}
+_MAX_BF16_RIDGE = 700.0                # FLOP/byte: dense parts sit at 100-560; sparse figures push past this
+
+
+class HardwareSpec(BaseModel):
+    """One accelerator. Scale-up link bandwidth is per GPU, one direction."""
+
+    model_config = _FROZEN
+    name: str = Field(min_length=1)
+    description: str = ""
+    vendor: str = ""
+    memory_bytes: Figure
+    memory_bandwidth_bytes_per_s: Figure
+    peak_flops_per_s: dict[DType, Figure]
+    last_level_cache_bytes: Figure
+    link_bandwidth_bytes_per_s: Figure
+    link_latency_s: Figure
+    gpus_per_node: Figure
+    efficiency: Efficiency
+    launch_overhead_s: Figure
+    eager_launch_overhead_s: Figure
+    step_overhead_s: Figure
+    gemm_tile_m: Figure
+    measured: Optional[Measurement] = None
+
+    @field_validator("memory_bandwidth_bytes_per_s")
+    @classmethod
+    def _bandwidth_units(cls, f: Figure) -> Figure:
+        lo, hi = _BANDWIDTH_RANGE
+        if not lo <= f.value <= hi:
+            raise ValueError(
+                f"{f.value:g} bytes/s is outside {lo:g}..{hi:g}; write bandwidth in bytes/s (3.35 TB/s -> 3.35e+12)")
+        return f
+
+    @field_validator("memory_bytes")
+    @classmethod
+    def _memory_units(cls, f: Figure) -> Figure:
+        lo, hi = _MEMORY_RANGE
+        if not lo <= f.value <= hi:
+            raise ValueError(f"{f.value:g} bytes is outside {lo:g}..{hi:g}; write capacity in bytes (80 GB -> 80.0e+9)")
+        return f
+
+    @field_validator("link_bandwidth_bytes_per_s")
+    @classmethod
+    def _link_units(cls, f: Figure) -> Figure:
+        if not 1e8 <= f.value <= 1e13:
+            raise ValueError(f"{f.value:g} bytes/s is implausible for a link; write it in bytes/s, one direction")
+        return f
+
+    @field_validator("gemm_tile_m", "gpus_per_node")
+    @classmethod
+    def _positive_int(cls, f: Figure) -> Figure:
+        if f.value < 1 or f.value != int(f.value):
+            raise ValueError(f"{f.value:g} must be a positive whole number")
+        return f
+
+    @model_validator(mode="after")
+    def _dense_peaks(self) -> "HardwareSpec":
+        if not self.peak_flops_per_s:
+            raise ValueError("peak_flops_per_s is empty; give at least one dtype's dense peak (e.g. bf16)")
+        for dtype, fig in self.peak_flops_per_s.items():
+            limit = _MAX_DENSE_PEAK.get(dtype, 2.4e16)
+            if fig.value <= 0:
+                raise ValueError(f"peak_flops_per_s.{dtype.value} must be > 0 (omit dtypes the part lacks)")
+            if fig.value > limit:
+                raise ValueError(
+                    f"peak_flops_per_s.{dtype.value} = {fig.value:g} FLOP/s looks sparse or mis-scaled; "
+                    f"store DENSE FLOP/s (sparse / 2), below {limit:g}")
+        bf16 = self.peak_flops_per_s.get(DType.bf16)
+        if bf16 is not None:
+            ridge = bf16.value / self.memory_bandwidth_bytes_per_s.value
+            if ridge > _MAX_BF16_RIDGE:
+                raise ValueError(
+                    f"bf16 ridge point {ridge:.0f} FLOP/byte is implausible for a dense peak "
+                    f"(dense parts: 100-560); is the bf16 peak a sparse figure, or the bandwidth too low?")
+            fp8 = self.peak_flops_per_s.get(DType.fp8)
+            if fp8 is not None and fp8.value > 2.05 * bf16.value:
+                raise ValueError("peak_flops_per_s.fp8 is more than 2x bf16: it looks like a sparse figure")
+        return self
+
+    # --- convenient plain-number views (SI) -------------------------------------------------
+    @property
+    def memory_capacity(self) -> float:
+        return self.memory_bytes.value
+
+    @property
+    def bandwidth(self) -> float:
+        return self.memory_bandwidth_bytes_per_s.value
+
+    def peak(self, dtype: DType) -> float:
+        """Dense peak FLOP/s for GEMMs in ``dtype``; falls back to bf16 (weight-only quantization dequantizes)."""
+        key = dtype.peak_key
+        if key in self.peak_flops_per_s:
+            return self.peak_flops_per_s[key].value
+        for fallback in (DType.bf16, DType.fp16, DType.fp32):
+            if fallback in self.peak_flops_per_s:
+                return self.peak_flops_per_s[fallback].value
+        return max(f.value for f in self.peak_flops_per_s.values())
+
+    def ridge_point(self, dtype: DType) -> float:
+        """Arithmetic intensity (FLOP/byte) where compute and memory time are equal, at datasheet peaks."""
+        return self.peak(dtype) / self.bandwidth
+
+    def with_efficiency(self, **values: float) -> "HardwareSpec":
+        """A copy with some efficiencies/overheads replaced (used by calibration and --efficiency overrides).
+
+        Keys: compute, memory, collective (fractions), launch_overhead_s, eager_launch_overhead_s, step_overhead_s.
+        """
+        eff = self.efficiency.model_dump()
+        top = {}
+        for key, v in values.items():
+            fig = {"value": float(v), "source": "override", "verified": Verified.measured}
+            if key in ("compute", "memory", "collective"):
+                eff[key] = fig
+            elif key in ("launch_overhead_s", "eager_launch_overhead_s", "step_overhead_s"):
+                top[key] = fig
+            else:
+                raise SpecError(f"unknown efficiency key {key!r}; use compute, memory, collective or an *_overhead_s")
+        data = self.model_dump()
+        data["efficiency"] = eff
+        data.update(top)
+        return HardwareSpec.model_validate(data)
+
+
+def hardware_from_dict(data: object, where: str = "hardware spec") -> HardwareSpec:
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected a mapping of fields at the top level, got {type(data).__name__}")
+    try:
+        return HardwareSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(pydantic_one_line(exc, where)) from None
+
+
+def load_hardware(path: str | Path) -> HardwareSpec:
+    """Load a hardware spec from a YAML or JSON file."""
+    from dsdsim.specs.io import read_structured
+
+    path = Path(path)
+    return hardware_from_dict(read_structured(path), where=str(path.name))

@@ -1,0 +1,319 @@
+"""Hugging Face config.json -> ModelSpec.
+
+Reads configs as published on the Hub. Each family maps its own field names onto the typed layers of
+``dsdsim.specs.model``. A feature the cost model cannot represent (linear attention, an unknown layer type)
+is refused with one line naming the field — never silently approximated.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from dsdsim.errors import SpecError, pydantic_one_line
+from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec, NormKind
+from dsdsim.units import DType
+
+SUPPORTED_FAMILIES = (
+    "llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mixtral", "phimoe", "deepseek_v2",
+    "deepseek_v3", "kimi_k2", "gpt_oss", "llama4", "llama4_text", "cohere", "cohere2", "gemma3", "gemma3_text",
+    "glm4_moe",
+)
+# transformers' per-class default for tie_word_embeddings (PretrainedConfig's own default is True).
+_TIE_DEFAULT = {"cohere": True, "cohere2": True, "gemma3_text": True}
+_WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+_LAYER_TYPE_KIND = {
+    "full_attention": AttentionKind.full, "attention": AttentionKind.full, "global": AttentionKind.full,
+    "sliding_attention": AttentionKind.sliding, "sliding": AttentionKind.sliding, "local": AttentionKind.sliding,
+    "chunked_attention": AttentionKind.chunked,
+}
+
+
+class _Cfg:
+    """Typed access to a config dict with one-line errors naming the field."""
+
+    def __init__(self, data: dict, family: str, where: str):
+        self.data, self.family, self.where = data, family, where
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = self.data.get(key)
+        return default if v is None else v
+
+    def int(self, key: str, default: Any = ..., minimum: int = 1) -> int:
+        v = self.data.get(key)
+        if v is None:
+            if default is ...:
+                raise SpecError(f"{self.where}: required field {key!r} is missing (model_type {self.family})")
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+            raise SpecError(f"{self.where}: field {key!r} must be a whole number, got {v!r}")
+        if v < minimum:
+            raise SpecError(f"{self.where}: field {key!r} must be >= {minimum}, got {v}")
+        return int(v)
+
+    def bool(self, key: str, default: bool = False) -> bool:
+        v = self.data.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise SpecError(f"{self.where}: field {key!r} must be true or false, got {v!r}")
+        return v
+
+    def refuse(self, key: str, why: str) -> SpecError:
+        return SpecError(f"{self.where}: field {key!r}: {why}; dsdsim cannot model this (model_type {self.family})")
+
+
+def model_from_hf_config(config: object, name: str, source: str = "") -> ModelSpec:
+    """Build a ModelSpec from a parsed config.json (a dict)."""
+    where = name or "config.json"
+    if not isinstance(config, dict):
+        raise SpecError(f"{where}: a config.json must be a JSON object, got {type(config).__name__}")
+    family = config.get("model_type")
+    if not isinstance(family, str):
+        raise SpecError(f"{where}: required field 'model_type' is missing; is this a Hugging Face config.json?")
+    outer = config
+    if family in _WRAPPERS and isinstance(config.get("text_config"), dict):
+        config = {**config["text_config"]}
+        config.setdefault("model_type", _WRAPPERS[family])
+        family = config["model_type"]
+        for key in ("tie_word_embeddings",):
+            if key not in config and key in outer:
+                config[key] = outer[key]
+    if family not in SUPPORTED_FAMILIES:
+        raise SpecError(
+            f"{where}: unknown model_type {family!r}; supported: {', '.join(SUPPORTED_FAMILIES)}")
+    cfg = _Cfg(config, family, where)
+    build = _FAMILY_BUILDERS.get(family, _build_standard)
+    layers, mtp_layers, mtp_layer = build(cfg)
+    dtype, expert_dtype = _checkpoint_dtypes(outer, cfg)
+    try:
+        return ModelSpec(
+            name=name, family=family, hidden_size=cfg.int("hidden_size"), vocab_size=cfg.int("vocab_size"),
+            tie_word_embeddings=cfg.bool("tie_word_embeddings", _TIE_DEFAULT.get(family, False)),
+            lm_head_bias=cfg.bool("lm_head_bias", False), layers=tuple(layers), mtp_layers=mtp_layers,
+            mtp_layer=mtp_layer, max_position_embeddings=cfg.get("max_position_embeddings"),
+            default_dtype=dtype, default_expert_dtype=expert_dtype, source=source,
+        )
+    except ValidationError as exc:
+        raise SpecError(pydantic_one_line(exc, where)) from None
+
+
+# --- pieces shared by the families ------------------------------------------------------------------
+
+
+def _num_layers(cfg: _Cfg) -> int:
+    return cfg.int("num_hidden_layers")
+
+
+def _head_dim(cfg: _Cfg) -> int:
+    heads = cfg.int("num_attention_heads")
+    if cfg.has("head_dim"):
+        return cfg.int("head_dim")
+    hidden = cfg.int("hidden_size")
+    if hidden % heads:
+        raise SpecError(f"{cfg.where}: hidden_size {hidden} is not divisible by num_attention_heads {heads}; "
+                        "add 'head_dim'")
+    return hidden // heads
+
+
+def _attention_kinds(cfg: _Cfg, n_layers: int) -> list[tuple[AttentionKind, int | None]]:
+    """Per-layer (kind, window) from layer_types, sliding_window_pattern, no_rope_layers or sliding_window."""
+    window = cfg.get("sliding_window")
+    if cfg.has("layer_types"):
+        types = cfg.get("layer_types")
+        if not isinstance(types, list) or len(types) != n_layers:
+            raise SpecError(f"{cfg.where}: field 'layer_types' must list one type per layer ({n_layers})")
+        out = []
+        for t in types:
+            kind = _LAYER_TYPE_KIND.get(t)
+            if kind is None:
+                raise cfg.refuse("layer_types", f"layer type {t!r} is not full/sliding/chunked attention")
+            size = None
+            if kind is AttentionKind.sliding:
+                size = window
+                if size is None:
+                    raise SpecError(f"{cfg.where}: layer_types has sliding layers but 'sliding_window' is missing")
+            elif kind is AttentionKind.chunked:
+                size = cfg.int("attention_chunk_size")
+            out.append((kind, int(size) if size else None))
+        return out
+    pattern = cfg.get("sliding_window_pattern")
+    if pattern is not None and window is not None:
+        p = cfg.int("sliding_window_pattern")
+        return [(AttentionKind.full, None) if (i + 1) % p == 0 else (AttentionKind.sliding, int(window))
+                for i in range(n_layers)]
+    if cfg.family == "llama4_text" and cfg.has("attention_chunk_size"):
+        chunk = cfg.int("attention_chunk_size")
+        no_rope = cfg.get("no_rope_layers")
+        if not no_rope:
+            interval = cfg.int("no_rope_layer_interval", 4)
+            no_rope = [int((i + 1) % interval != 0) for i in range(n_layers)]
+        if len(no_rope) != n_layers:
+            raise SpecError(f"{cfg.where}: field 'no_rope_layers' must have one entry per layer ({n_layers})")
+        # transformers Llama4: 1 = RoPE layer (chunked attention), 0 = NoPE layer (global attention)
+        return [(AttentionKind.chunked, chunk) if r else (AttentionKind.full, None) for r in no_rope]
+    uses_window = window is not None and cfg.bool("use_sliding_window", True)
+    if cfg.family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not cfg.bool("use_sliding_window", False):
+        uses_window = False
+    if uses_window:
+        return [(AttentionKind.sliding, cfg.int("sliding_window"))] * n_layers
+    return [(AttentionKind.full, None)] * n_layers
+
+
+def _gqa(cfg: _Cfg, kind: AttentionKind, window: int | None) -> Attention:
+    heads = cfg.int("num_attention_heads")
+    fam = cfg.family
+    bias = cfg.bool("attention_bias", False)
+    qkv_bias = bias or fam in ("qwen2", "qwen2_moe") or (fam == "qwen2" and cfg.bool("qkv_bias", True))
+    o_bias = bias and fam not in ("glm4_moe", "qwen2", "qwen2_moe")
+    qk_norm = fam in ("qwen3", "qwen3_moe", "gemma3_text") or cfg.bool("use_qk_norm", False)
+    if fam == "llama4_text":
+        qk_norm = False  # Llama-4 qk norm is a parameter-free L2 norm
+    return Attention(
+        kind=kind, num_heads=heads, num_kv_heads=cfg.int("num_key_value_heads", heads), head_dim=_head_dim(cfg),
+        window=window, qkv_bias=qkv_bias, o_bias=o_bias, qk_norm=qk_norm, sinks=fam == "gpt_oss",
+    )
+
+
+def _dense(cfg: _Cfg, key: str = "intermediate_size") -> FFN:
+    return FFN(kind=FFNKind.dense, intermediate_size=cfg.int(key), bias=cfg.bool("mlp_bias", False))
+
+
+def _norm_layout(cfg: _Cfg) -> dict:
+    fam = cfg.family
+    if fam in ("cohere", "cohere2"):
+        return {"norm": NormKind.layer, "norms": 1, "norm_bias": False}  # parallel attention + MLP block
+    if fam == "phimoe":
+        return {"norm": NormKind.layer, "norms": 2, "norm_bias": True}
+    if fam == "gemma3_text":
+        return {"norm": NormKind.rms, "norms": 4, "norm_bias": False}
+    return {"norm": NormKind.rms, "norms": 2, "norm_bias": False}
+
+
+def _moe_layer_set(cfg: _Cfg, n_layers: int) -> set[int]:
+    fam = cfg.family
+    if fam in ("mixtral", "phimoe", "gpt_oss"):
+        return set(range(n_layers))
+    if fam in ("qwen2_moe", "qwen3_moe"):
+        if cfg.int("num_experts", 0, minimum=0) == 0:
+            return set()
+        step = cfg.int("decoder_sparse_step", 1)
+        skip = set(cfg.get("mlp_only_layers", []))
+        return {i for i in range(n_layers) if i not in skip and (i + 1) % step == 0}
+    if fam == "llama4_text":
+        if cfg.has("moe_layers"):
+            return set(cfg.get("moe_layers"))
+        step = cfg.int("interleave_moe_layer_step", 1)
+        return set(range(step - 1, n_layers, step))
+    if fam in ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe"):
+        if cfg.int("n_routed_experts", 0, minimum=0) == 0:
+            return set()
+        first = cfg.int("first_k_dense_replace", 0, minimum=0)
+        freq = cfg.int("moe_layer_freq", 1)
+        return {i for i in range(first, n_layers) if i % freq == 0}
+    return set()
+
+
+def _moe(cfg: _Cfg) -> FFN:
+    fam = cfg.family
+    if fam in ("mixtral", "phimoe"):
+        return FFN(kind=FFNKind.moe, num_experts=cfg.int("num_local_experts"), top_k=cfg.int("num_experts_per_tok"),
+                   expert_intermediate_size=cfg.int("intermediate_size"))
+    if fam == "gpt_oss":
+        k = cfg.int("num_experts_per_tok") if cfg.has("num_experts_per_tok") else cfg.int("experts_per_token")
+        return FFN(kind=FFNKind.moe, num_experts=cfg.int("num_local_experts"), top_k=k,
+                   expert_intermediate_size=cfg.int("intermediate_size"), bias=True, router_bias=True)
+    if fam in ("qwen2_moe", "qwen3_moe"):
+        shared = cfg.int("shared_expert_intermediate_size", 0, minimum=0)
+        return FFN(kind=FFNKind.moe, num_experts=cfg.int("num_experts"), top_k=cfg.int("num_experts_per_tok"),
+                   expert_intermediate_size=cfg.int("moe_intermediate_size"), num_shared_experts=1 if shared else 0,
+                   shared_intermediate_size=shared, shared_gate=bool(shared))
+    if fam == "llama4_text":
+        return FFN(kind=FFNKind.moe, num_experts=cfg.int("num_local_experts"), top_k=cfg.int("num_experts_per_tok"),
+                   expert_intermediate_size=cfg.int("intermediate_size"), num_shared_experts=1,
+                   shared_intermediate_size=cfg.int("intermediate_size"))
+    # DeepSeek-V2/V3, Kimi-K2, GLM-4.5: shared experts have the routed width each
+    width = cfg.int("moe_intermediate_size")
+    n_shared = cfg.int("n_shared_experts", 0, minimum=0)
+    return FFN(kind=FFNKind.moe, num_experts=cfg.int("n_routed_experts"), top_k=cfg.int("num_experts_per_tok"),
+               expert_intermediate_size=width, num_shared_experts=n_shared, shared_intermediate_size=width,
+               router_bias=fam in ("deepseek_v3", "kimi_k2", "glm4_moe"))
+
+
+def _ffns(cfg: _Cfg, n_layers: int) -> list[FFN]:
+    moe_layers = _moe_layer_set(cfg, n_layers)
+    dense_key = "intermediate_size_mlp" if cfg.family == "llama4_text" else "intermediate_size"
+    dense = _dense(cfg, dense_key) if len(moe_layers) < n_layers else None
+    moe = _moe(cfg) if moe_layers else None
+    return [moe if i in moe_layers else dense for i in range(n_layers)]
+
+
+def _refuse_unrepresentable(cfg: _Cfg) -> None:
+    for key in ("linear_num_key_heads", "linear_conv_kernel_dim", "full_attention_interval", "ssm_cfg",
+                "mamba_d_state", "attn_layer_period"):
+        if cfg.has(key):
+            raise cfg.refuse(key, "linear-attention / state-space layers")
+
+
+def _build_standard(cfg: _Cfg):
+    _refuse_unrepresentable(cfg)
+    n = _num_layers(cfg)
+    kinds = _attention_kinds(cfg, n)
+    ffns = _ffns(cfg, n)
+    norm = _norm_layout(cfg)
+    try:
+        layers = [Layer(attention=_gqa(cfg, kind, window), ffn=ffn, **norm) for (kind, window), ffn in zip(kinds, ffns)]
+    except ValidationError as exc:
+        raise SpecError(pydantic_one_line(exc, cfg.where)) from None
+    return layers, 0, None
+
+
+def _build_deepseek(cfg: _Cfg):
+    """MLA attention (deepseek_v2/v3, kimi_k2) plus dense-first MoE and optional MTP modules."""
+    _refuse_unrepresentable(cfg)
+    n = _num_layers(cfg)
+    heads = cfg.int("num_attention_heads")
+    nope, rope = cfg.int("qk_nope_head_dim"), cfg.int("qk_rope_head_dim")
+    q_lora = cfg.get("q_lora_rank")
+    try:
+        attn = Attention(
+            kind=AttentionKind.mla, num_heads=heads, num_kv_heads=cfg.int("num_key_value_heads", heads),
+            head_dim=nope + rope, q_lora_rank=cfg.int("q_lora_rank") if q_lora else None,
+            kv_lora_rank=cfg.int("kv_lora_rank"), qk_nope_head_dim=nope, qk_rope_head_dim=rope,
+            v_head_dim=cfg.int("v_head_dim"),
+        )
+        layers = [Layer(attention=attn, ffn=ffn) for ffn in _ffns(cfg, n)]
+    except ValidationError as exc:
+        raise SpecError(pydantic_one_line(exc, cfg.where)) from None
+    return layers, *_mtp(cfg, layers)
+
+
+def _build_glm4_moe(cfg: _Cfg):
+    layers, _, _ = _build_standard(cfg)
+    return layers, *_mtp(cfg, layers)
+
+
+def _mtp(cfg: _Cfg, layers: list[Layer]):
+    count = cfg.int("num_nextn_predict_layers", 0, minimum=0)
+    return (count, layers[-1]) if count else (0, None)
+
+
+_FAMILY_BUILDERS: dict[str, Callable] = {
+    "deepseek_v2": _build_deepseek, "deepseek_v3": _build_deepseek, "kimi_k2": _build_deepseek,
+    "glm4_moe": _build_glm4_moe,
+}
+
+
+def _checkpoint_dtypes(outer: dict, cfg: _Cfg) -> tuple[DType, DType | None]:
+    """The published checkpoint's weight format: quantization_config first, then torch_dtype."""
+    quant = outer.get("quantization_config") or cfg.get("quantization_config") or {}
+    method = str(quant.get("quant_method", "")).lower() if isinstance(quant, dict) else ""
+    if method == "mxfp4":
+        return DType.bf16, DType.mxfp4       # gpt-oss: MXFP4 experts, bf16 elsewhere
+    if method == "fp8" or (method and "fp8" in str(quant).lower()):
+        return DType.fp8, None
+    torch_dtype = str(outer.get("torch_dtype") or cfg.get("torch_dtype") or outer.get("dtype") or "bfloat16")
+    return (DType.fp16 if "float16" == torch_dtype else DType.bf16), None

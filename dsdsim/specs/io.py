@@ -1,0 +1,39 @@
+"""Reading spec files (YAML or JSON) with one-line errors."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dsdsim.errors import SpecError
+
+
+def read_structured(path: Path) -> object:
+    """Parse a .yaml/.yml/.json file; any read or syntax problem becomes a one-line SpecError."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path}: is a directory, expected a spec file") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file (binary content); expected YAML or JSON") from None
+    if not text.strip():
+        raise SpecError(f"{path}: file is empty; expected YAML or JSON")
+    if path.suffix.lower() == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise SpecError(f"{path}: malformed YAML{at}: {problem}") from None

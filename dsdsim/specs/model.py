@@ -1,0 +1,281 @@
+"""Typed, frozen model specs: per-layer attention and FFN kinds, and the parameter counts derived from them.
+
+A ModelSpec is what the cost model reads; ``dsdsim.specs.hf_config`` builds one from a Hugging Face config.json.
+Sizes are element counts; bytes appear only once a dtype is chosen.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dsdsim.units import DType
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class AttentionKind(str, Enum):
+    full = "full"          # every query attends to the whole context (GQA/MHA)
+    sliding = "sliding"    # attends to the last `window` tokens
+    chunked = "chunked"    # attends within fixed chunks of `window` tokens (Llama-4 iRoPE)
+    mla = "mla"            # multi-head latent attention (DeepSeek), absorbed weights, latent KV cache
+
+
+class FFNKind(str, Enum):
+    dense = "dense"        # SwiGLU: gate, up (h -> I) and down (I -> h)
+    moe = "moe"            # router + routed SwiGLU experts (+ shared experts)
+
+
+class NormKind(str, Enum):
+    rms = "rms"
+    layer = "layer"        # LayerNorm (Cohere: no bias; PhiMoE: with bias)
+
+
+class Attention(BaseModel):
+    model_config = _FROZEN
+    kind: AttentionKind
+    num_heads: int = Field(gt=0)               # n_q
+    num_kv_heads: int = Field(gt=0)            # n_kv (MLA: equals n_q nominally; the cache is the latent)
+    head_dim: int = Field(gt=0)                # d (MLA: qk_nope + qk_rope, the query/key width per head)
+    window: Optional[int] = Field(default=None, gt=0)  # sliding window or chunk size, tokens
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False
+    sinks: bool = False                        # gpt-oss learned attention sinks: one scalar per head
+    # MLA only
+    q_lora_rank: Optional[int] = None          # None: plain q projection h -> n_q*(nope+rope)
+    kv_lora_rank: Optional[int] = None
+    qk_nope_head_dim: Optional[int] = None
+    qk_rope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "Attention":
+        if self.kind in (AttentionKind.sliding, AttentionKind.chunked) and self.window is None:
+            raise ValueError(f"{self.kind.value} attention needs a window size")
+        if self.kind is AttentionKind.mla:
+            for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, f) is None:
+                    raise ValueError(f"MLA attention needs {f}")
+        elif self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
+        return self
+
+    @property
+    def q_width(self) -> int:
+        """Elements of q per token: n_q * d (NOT hidden size; several models differ)."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def o_width(self) -> int:
+        """Input width of the output projection: n_q * d_v."""
+        return self.num_heads * (self.v_head_dim if self.kind is AttentionKind.mla else self.head_dim)
+
+    @property
+    def kv_elements_per_token(self) -> int:
+        """Cached elements per token per layer: 2*n_kv*d, or the MLA latent kv_lora_rank + qk_rope_head_dim."""
+        if self.kind is AttentionKind.mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
+    def params(self, hidden: int) -> int:
+        h = hidden
+        if self.kind is AttentionKind.mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            if self.q_lora_rank:
+                q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * self.num_heads * qk
+            else:
+                q = h * self.num_heads * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+            kv += self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv + self.o_width * h
+        n = h * self.q_width + 2 * h * self.num_kv_heads * self.head_dim + self.o_width * h
+        if self.qkv_bias:
+            n += self.q_width + 2 * self.num_kv_heads * self.head_dim
+        if self.o_bias:
+            n += h
+        if self.qk_norm:
+            n += 2 * self.head_dim
+        if self.sinks:
+            n += self.num_heads
+        return n
+
+
+class FFN(BaseModel):
+    model_config = _FROZEN
+    kind: FFNKind
+    intermediate_size: int = Field(default=0, ge=0)      # dense SwiGLU width I
+    num_experts: int = Field(default=0, ge=0)            # E routed experts
+    top_k: int = Field(default=0, ge=0)                  # experts per token
+    expert_intermediate_size: int = Field(default=0, ge=0)   # I_e
+    num_shared_experts: int = Field(default=0, ge=0)
+    shared_intermediate_size: int = Field(default=0, ge=0)   # width of EACH shared expert
+    shared_gate: bool = False                            # Qwen2-MoE style sigmoid gate h -> 1 on the shared expert
+    bias: bool = False                                   # biases on expert/MLP linears (gpt-oss)
+    router_bias: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> "FFN":
+        if self.kind is FFNKind.dense and self.intermediate_size <= 0:
+            raise ValueError("a dense FFN needs intermediate_size > 0")
+        if self.kind is FFNKind.moe:
+            if self.num_experts <= 0 or self.expert_intermediate_size <= 0:
+                raise ValueError("an MoE FFN needs num_experts > 0 and expert_intermediate_size > 0")
+            if not 0 < self.top_k <= self.num_experts:
+                raise ValueError(f"top_k {self.top_k} must be in 1..num_experts ({self.num_experts})")
+        return self
+
+    def _swiglu(self, h: int, width: int) -> int:
+        return 3 * h * width + ((2 * width + h) if self.bias else 0)
+
+    def params(self, hidden: int) -> int:
+        h = hidden
+        if self.kind is FFNKind.dense:
+            return self._swiglu(h, self.intermediate_size)
+        return self._router(h) + self.num_experts * self._swiglu(h, self.expert_intermediate_size) + self._shared(h)
+
+    def active_params(self, hidden: int) -> int:
+        h = hidden
+        if self.kind is FFNKind.dense:
+            return self._swiglu(h, self.intermediate_size)
+        return self._router(h) + self.top_k * self._swiglu(h, self.expert_intermediate_size) + self._shared(h)
+
+    def _router(self, h: int) -> int:
+        return h * self.num_experts + (self.num_experts if self.router_bias else 0)
+
+    def _shared(self, h: int) -> int:
+        n = self.num_shared_experts * self._swiglu(h, self.shared_intermediate_size)
+        return n + (h if self.shared_gate and self.num_shared_experts else 0)
+
+
+class Layer(BaseModel):
+    model_config = _FROZEN
+    attention: Attention
+    ffn: FFN
+    norm: NormKind = NormKind.rms
+    norms: int = Field(default=2, ge=0)         # norm vectors per layer (Gemma 3: 4; Cohere parallel block: 1)
+    norm_bias: bool = False
+
+    def params(self, hidden: int) -> int:
+        return self.attention.params(hidden) + self.ffn.params(hidden) + self._norm_params(hidden)
+
+    def active_params(self, hidden: int) -> int:
+        return self.attention.params(hidden) + self.ffn.active_params(hidden) + self._norm_params(hidden)
+
+    def _norm_params(self, hidden: int) -> int:
+        return self.norms * hidden * (2 if self.norm_bias else 1)
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer, layer by layer."""
+
+    model_config = _FROZEN
+    name: str
+    family: str                                  # the config's model_type
+    hidden_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    tie_word_embeddings: bool = False
+    lm_head_bias: bool = False
+    layers: tuple[Layer, ...]
+    mtp_layers: int = Field(default=0, ge=0)     # DeepSeek-style next-n prediction modules
+    mtp_layer: Optional[Layer] = None            # the transformer layer inside each MTP module
+    max_position_embeddings: Optional[int] = None
+    default_dtype: DType = DType.bf16            # the checkpoint's weight dtype (quantization_config / torch_dtype)
+    default_expert_dtype: Optional[DType] = None  # routed-expert weights when they differ (gpt-oss: MXFP4)
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelSpec":
+        if not self.layers:
+            raise ValueError("a model needs at least one layer")
+        if self.mtp_layers and self.mtp_layer is None:
+            raise ValueError("mtp_layers > 0 needs mtp_layer")
+        return self
+
+    # --- structure -------------------------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def is_moe(self) -> bool:
+        return any(layer.ffn.kind is FFNKind.moe for layer in self.layers)
+
+    def layer_groups(self) -> list[tuple[Layer, int]]:
+        """Identical layers grouped with their counts, in first-appearance order (cost is per group)."""
+        groups: list[list] = []
+        for layer in self.layers:
+            for g in groups:
+                if g[0] == layer:
+                    g[1] += 1
+                    break
+            else:
+                groups.append([layer, 1])
+        return [(g[0], g[1]) for g in groups]
+
+    @property
+    def moe_ffn(self) -> Optional[FFN]:
+        for layer in self.layers:
+            if layer.ffn.kind is FFNKind.moe:
+                return layer.ffn
+        return None
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(layer.ffn.kind is FFNKind.moe for layer in self.layers)
+
+    def attention_pattern(self) -> str:
+        """Short human summary, e.g. 'full', 'mla', '52 sliding-1024 + 10 full'."""
+        counts: dict[str, int] = {}
+        for layer in self.layers:
+            a = layer.attention
+            key = a.kind.value if a.window is None else f"{a.kind.value}-{a.window}"
+            counts[key] = counts.get(key, 0) + 1
+        if len(counts) == 1:
+            return next(iter(counts))
+        return " + ".join(f"{n} {k}" for k, n in counts.items())
+
+    # --- parameter counts (elements) -------------------------------------------------------------
+    @property
+    def params_embedding(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def params_lm_head(self) -> int:
+        if self.tie_word_embeddings:
+            return 0
+        return self.vocab_size * self.hidden_size + (self.vocab_size if self.lm_head_bias else 0)
+
+    @property
+    def params_final_norm(self) -> int:
+        norm = self.layers[-1]
+        return self.hidden_size * (2 if norm.norm_bias else 1)
+
+    @property
+    def params_mtp(self) -> int:
+        """Next-n modules: enorm, hnorm, eh_proj (2h -> h), a full layer, a head norm (embedding/head shared)."""
+        if not self.mtp_layers:
+            return 0
+        h = self.hidden_size
+        per = 2 * h + 2 * h * h + self.mtp_layer.params(h) + h
+        return self.mtp_layers * per
+
+    @property
+    def params_total(self) -> int:
+        """All weights except MTP modules; tied embeddings counted once."""
+        body = sum(layer.params(self.hidden_size) for layer in self.layers)
+        return self.params_embedding + body + self.params_final_norm + self.params_lm_head
+
+    @property
+    def params_active(self) -> int:
+        """Weights one token touches, embedding and lm_head included (the lm_head once if tied)."""
+        body = sum(layer.active_params(self.hidden_size) for layer in self.layers)
+        return self.params_embedding + body + self.params_final_norm + self.params_lm_head
+
+    def kv_bytes_per_token(self, kv_dtype: DType = DType.bf16) -> float:
+        """KV-cache bytes one token adds across all layers (ignoring window caps; see cost.memory for those)."""
+        return sum(layer.attention.kv_elements_per_token for layer in self.layers) * kv_dtype.bytes_per_element
+
+    def weight_bytes(self, dtype: DType = DType.bf16) -> float:
+        return self.params_total * dtype.bytes_per_element
