@@ -40,7 +40,7 @@ SPECS_DIR_HELP = "Extra folder of your own specs (YAML hardware files, config.js
 
 
 @app.callback()
-def _root(specs_dir: Optional[List[Path]] = typer.Option(None, "--specs-dir", help=SPECS_DIR_HELP)) -> None:
+def _root(specs_dir: Optional[List[Path]] = typer.Option(None, "--specs-dir", metavar="DIR", help=SPECS_DIR_HELP)) -> None:
     from dsdsim.specs.catalog import add_specs_dir
 
     for d in specs_dir or []:
@@ -212,9 +212,9 @@ def _kv_table(title: str, data: dict) -> None:
 # --- explain ------------------------------------------------------------------------------------------
 
 
-DEFAULT_MODEL = "llama-3.1-8b"
-DEFAULT_HARDWARE = "h100-sxm"
-DEFAULT_DRAFTER = "eagle3"
+from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_FIXED_K, DEFAULT_HARDWARE,  # noqa: E402
+                             DEFAULT_MAX_K, DEFAULT_MODEL)
+from dsdsim.export.prediction import PredictFormat  # noqa: E402
 
 
 def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: str, expert_overlap: float,
@@ -310,6 +310,233 @@ def _print_explain(data: dict) -> None:
     con.print(f"memory per GPU: {format_si(mem['used_bytes'], 'B')} of {format_si(mem['capacity_bytes'], 'B')} usable "
               f"(weights {format_si(mem['weights_bytes'], 'B')}, KV {format_si(mem['kv_bytes'], 'B')}) — "
               + ("fits" if mem["feasible"] else "[red]DOES NOT FIT[/red]"))
+
+
+# --- predict ------------------------------------------------------------------------------------------
+
+ACCEPTANCE_HELP = ("Acceptance: a constant (0.8), conditional per-position alphas (0.8,0.7,0.6), a mean acceptance "
+                   "length measured at K (al=2.79@3), beta:MEAN:CONCENTRATION for spread across requests, or a file "
+                   "(vLLM Prometheus metrics text, or per-request metrics JSON). Default: the per-position rates in "
+                   "vLLM's DSD test data (an example, not your drafter).")
+
+
+@app.command()
+def predict(
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Target model name or config.json path"),
+    hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", "-g", help="Accelerator name or spec path"),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel GPUs"),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel groups inside the tp GPUs (must divide tp)"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Weight format (default: the checkpoint's)"),
+    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV-cache format"),
+    drafter: str = typer.Option(DEFAULT_DRAFTER, "--drafter", "-d",
+                                help="eagle3 | eagle | mtp | medusa | ngram | draft-model:MODEL | self-spec:KV_BUDGET"),
+    acceptance: Optional[str] = typer.Option(None, "--acceptance", "-a", help=ACCEPTANCE_HELP),
+    acceptance_band: Optional[float] = typer.Option(
+        None, "--acceptance-band", help="+/- change of every alpha: adds a robust K choice and its regret"),
+    expert_overlap: float = typer.Option(0.0, "--expert-overlap",
+                                         help="MoE: share of a token's experts reused by the next token of the same "
+                                              "sequence (e.g. 0.38 reported for a 128-expert top-8 model)"),
+    context: int = typer.Option(DEFAULT_CONTEXT, "--context", "-c", help="Tokens in each sequence's KV cache"),
+    batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", "-b",
+                                              help="List (1,2,4,8) or range (1-1024, 1-256:8); default 1-1024"),
+    max_k: int = typer.Option(DEFAULT_MAX_K, "--max-k", help="Largest K considered"),
+    fixed_k: int = typer.Option(DEFAULT_FIXED_K, "--fixed-k", help="The static K to compare against"),
+    max_distinct_k: Optional[int] = typer.Option(
+        None, "--max-distinct-k", help="At most this many distinct K in the table (each is a CUDA-graph capture)"),
+    eager: bool = typer.Option(False, "--eager", help="No CUDA graphs: eager per-kernel launch cost"),
+    memory_utilization: float = typer.Option(0.9, "--memory-utilization", help="Usable share of GPU memory"),
+    fmt: PredictFormat = typer.Option(PredictFormat.table, "--format", "-f",
+                                      help="table | json | csv | vllm | vllm-batch-stats | sglang | trtllm"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw goodput vs batch and K* vs batch (PNG)"),
+) -> None:
+    """Best number of draft tokens K at every batch size, as a table an engine accepts.
+
+    \b
+    Examples:
+      dsdsim predict
+      dsdsim predict -m llama-3.1-70b -g h100-sxm --tp 8 -a 0.8,0.7,0.6 --format vllm
+      dsdsim predict -m qwen3-30b-a3b -g h200-sxm --expert-overlap 0.38 --max-distinct-k 3 --plot k.png
+    """
+    from dsdsim.export.prediction import prediction_dict, render
+    from dsdsim.policy.predict import predict as run_predict
+
+    check_writable(output)
+    check_writable(plot)
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise DsdsimError(f"--plot writes PNG; give a file name ending in .png (got {plot})")
+    dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, memory_utilization)
+    p = run_predict(model, hardware, dep, drafter, acceptance, context, batch_sizes, max_k, fixed_k, max_distinct_k,
+                    acceptance_band)
+    text = None if fmt is PredictFormat.table else render(p, fmt)
+    if plot is not None:
+        from dsdsim.plot import PredictionDisplay, save_png
+
+        save_png(PredictionDisplay.from_prediction(p).plot(), plot)
+        typer.echo(f"wrote {plot}", err=True)
+    if text is not None:
+        return emit(text, output)
+    if output is not None:
+        return emit(_prediction_text(prediction_dict(p), p), output)
+    _print_prediction(p)
+
+
+def _display_batches(p) -> list[int]:
+    b = [int(x) for x in p.batch_sizes]
+    if len(b) <= 24:
+        return b
+    keep = {b[0], b[-1]} | {x for x in b if x & (x - 1) == 0}
+    keep |= {start for start, _, _ in p.ranges() if start in set(b)}
+    return sorted(keep)
+
+
+def _print_prediction(p) -> None:
+    from rich.table import Table
+
+    from dsdsim.export.prediction import prediction_dict
+
+    con = _console()
+    d = prediction_dict(p)
+    dep = d["deployment"]
+    con.print(f"[bold]{d['model']}[/bold] on [bold]{d['hardware']}[/bold] (tp {dep['tp']}, ep {dep['ep']}, "
+              f"{dep['dtype']} weights, {dep['kv_dtype']} KV), drafter [bold]{d['drafter']}[/bold], context "
+              f"{d['context']}")
+    con.print(f"acceptance: {d['acceptance']['description']}")
+    rows = {r["batch_size"]: r for r in d["rows"]}
+    t = Table(title=f"Best K per batch size (rows shown: {len(_display_batches(p))} of {len(rows)})")
+    for col in ("batch", "K*", "tau", "step ms", "ITL ms", "tokens/s", "vs K=0", f"vs K={p.fixed_k}", "fits"):
+        t.add_column(col, justify="right")
+
+    def f(x, spec):
+        return "-" if x is None else format(x, spec)
+
+    for b in _display_batches(p):
+        r = rows[b]
+        t.add_row(str(b), f(r["k"], "d"), f(r["tau"], ".2f"), f(r["step_ms"], ".2f"), f(r["itl_ms"], ".2f"),
+                  f(r["tokens_per_s"], ",.0f"), f(r["speedup_vs_vanilla"], ".2f") + ("x" if r["k"] is not None and
+                  r["speedup_vs_vanilla"] is not None else ""),
+                  f(r["speedup_vs_fixed_k"], ".2f") + ("x" if r["speedup_vs_fixed_k"] is not None else ""),
+                  "yes" if r["feasible"] else "[red]no[/red]")
+    con.print(t)
+    ranges = d["table"]["ranges"]
+    con.print("K table (vLLM num_speculative_tokens_per_batch_size): " + json.dumps(ranges))
+    if p.table.mean_goodput_loss:
+        con.print(f"compressed to {len(d['table']['distinct_k'])} distinct K: mean goodput given up "
+                  f"{100 * p.table.mean_goodput_loss:.2f}%, worst batch {100 * p.table.max_goodput_loss:.2f}%")
+    if "robust" in d:
+        r = d["robust"]
+        con.print(f"robust K over acceptance band {r['band'][0]} .. {r['band'][1]}: worst regret at the low edge "
+                  f"{100 * (r['regret_low_edge_max'] or 0):.1f}%, high edge {100 * (r['regret_high_edge_max'] or 0):.1f}%")
+    for note in d["notes"]:
+        con.print(f"note: {note}")
+    con.print("Paste into vLLM: dsdsim predict ... --format vllm   (also sglang, trtllm, json, csv)")
+
+
+def _prediction_text(d: dict, p) -> str:
+    lines = [f"# {d['model']} on {d['hardware']}, drafter {d['drafter']}, context {d['context']}",
+             f"# acceptance: {d['acceptance']['description']}",
+             "batch\tK\ttau\tstep_ms\titl_ms\ttokens_per_s\tspeedup_vs_vanilla\tspeedup_vs_fixed_k\tfeasible"]
+    for r in d["rows"]:
+        lines.append("\t".join(str(r[k]) for k in ("batch_size", "k", "tau", "step_ms", "itl_ms", "tokens_per_s",
+                                                   "speedup_vs_vanilla", "speedup_vs_fixed_k", "feasible")))
+    return "\n".join(lines)
+
+
+@plot_app.command("roofline")
+def plot_roofline(
+    output: Path = typer.Option(..., "--output", "-o", help="PNG file to write"),
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Target model"),
+    hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", "-g", help="Accelerator"),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel GPUs"),
+    drafter: str = typer.Option(DEFAULT_DRAFTER, "--drafter", "-d", help="Drafter (its ops are drawn as triangles)"),
+    batch: int = typer.Option(8, "--batch", "-b", help="Batch size"),
+    k: int = typer.Option(3, "--k", "-k", help="Draft tokens"),
+    context: int = typer.Option(1024, "--context", "-c", help="Context length"),
+) -> None:
+    """The hardware roofline with the verify (and draft) step's operators placed on it."""
+    from dsdsim.cost.step import simulate_step
+    from dsdsim.plot import RooflineDisplay, save_png
+
+    check_writable(output)
+    if output.suffix.lower() != ".png":
+        raise DsdsimError(f"--output must end in .png (got {output})")
+    if batch < 1 or k < 0 or context < 0:
+        raise DsdsimError("--batch must be >= 1, --k >= 0 and --context >= 0")
+    dep = deployment_from_options(tp, 1, None, "bf16", 0.0)
+    step = simulate_step(model, hardware, dep, drafter if k > 0 else None, batch, k, context)
+    save_png(RooflineDisplay.from_step(step).plot(), output)
+    typer.echo(f"wrote {output}", err=True)
+
+
+# --- plan ---------------------------------------------------------------------------------------------
+
+
+class PlanFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+@app.command()
+def plan(
+    model: str = typer.Option(..., "--model", "-m", help="Target model name or config.json path"),
+    candidates: str = typer.Option(..., "--candidates", "-g",
+                                   help="Comma list of HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8,h200-sxm:tp4"),
+    itl_slo_ms: float = typer.Option(..., "--itl-slo-ms", help="Per-sequence inter-token latency target (ms)"),
+    context: int = typer.Option(DEFAULT_CONTEXT, "--context", "-c", help="Tokens in each sequence's KV cache"),
+    drafter: str = typer.Option(DEFAULT_DRAFTER, "--drafter", "-d", help="Drafter for the DSD columns"),
+    acceptance: Optional[str] = typer.Option(None, "--acceptance", "-a", help=ACCEPTANCE_HELP),
+    target_tokens_per_s: Optional[float] = typer.Option(None, "--target-tokens-per-s",
+                                                        help="Aggregate output rate to size the fleet for"),
+    price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour",
+                                                       help="Your price per GPU-hour (no prices are shipped)"),
+    batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", "-b", help="Batch sizes searched; default 1-1024"),
+    max_k: int = typer.Option(DEFAULT_MAX_K, "--max-k", help="Largest K considered"),
+    fmt: PlanFormat = typer.Option(PlanFormat.table, "--format", "-f", help="table | json | csv"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout"),
+) -> None:
+    """Capacity planning: per candidate GPU and parallelism, the largest batch meeting an ITL SLO with and
+    without dynamic speculation, tokens/s per GPU, GPUs for a target rate and cost per million tokens.
+
+    \b
+    Example:
+      dsdsim plan -m llama-3.1-70b -g h100-sxm:tp4,h100-sxm:tp8,h200-sxm:tp4 --itl-slo-ms 30 \
+          --target-tokens-per-s 50000 --price-per-gpu-hour 2.5
+    """
+    from dataclasses import asdict
+
+    from dsdsim.plan import plan_rows
+
+    check_writable(output)
+    rows = plan_rows(model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, context=context,
+                     drafter=drafter, acceptance=acceptance, target_tokens_per_s=target_tokens_per_s,
+                     price_per_gpu_hour=price_per_gpu_hour, batch_sizes=batch_sizes, max_k=max_k)
+    recs = [asdict(r) for r in rows]
+    if fmt is PlanFormat.json:
+        return emit(to_json({"model": model, "itl_slo_ms": itl_slo_ms, "context": context, "drafter": drafter,
+                             "candidates": recs}), output)
+    if fmt is PlanFormat.csv:
+        from dsdsim.export.engines import table_csv
+
+        return emit(table_csv(recs), output)
+    if output is not None:
+        raise DsdsimError("--output with the table format is not supported; add --format json or csv")
+    from rich.table import Table
+
+    def f(x, spec=",.0f"):
+        return "-" if x is None else format(x, spec)
+
+    t = Table(title=f"{model}: ITL SLO {itl_slo_ms:g} ms, context {context}, drafter {drafter}")
+    for col in ("candidate", "GPUs", "max B (K=0)", "tok/s/GPU (K=0)", "max B (DSD)", "K", "tok/s/GPU (DSD)",
+                "gain", "GPUs needed", "$/M tok (DSD)", "note"):
+        t.add_column(col, justify="left" if col in ("candidate", "note") else "right")
+    for r in rows:
+        t.add_row(f"{r.hardware}:tp{r.tp}" + (f":ep{r.ep}" if r.ep > 1 else ""), str(r.gpus),
+                  f(r.max_batch_vanilla, "d"), f(r.tokens_per_s_per_gpu_vanilla), f(r.max_batch_dsd, "d"),
+                  f(r.k_at_max_batch, "d"), f(r.tokens_per_s_per_gpu_dsd), f(r.dsd_gain, ".2f"),
+                  f(r.gpus_needed_dsd, "d"), f(r.cost_per_million_tokens_dsd, ".3f"),
+                  r.reason if not r.feasible else "")
+    _console().print(t)
 
 
 # --- entry point ------------------------------------------------------------------------------------

@@ -63,7 +63,7 @@ def draft_ops(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, batch, k
         vocab = -(-target.vocab_size // pc.tp)
         return [ops.gemm("medusa.resblock", b, h, h, bias=True, **g).times(k),
                 ops.elementwise("medusa.act", b, h, reads=2, writes=1, act_dtype=pc.act_dtype).times(k),
-                ops.gemm("medusa.lm_head", b, h, vocab, out_bytes_per_element=4.0, **g).times(k),
+                ops.gemm("medusa.lm_head", b, h, vocab, **g).times(k),
                 ops.sampling("medusa.sampling", b, target.vocab_size, 1.0).times(k)]
     if kind is DrafterKind.draft_model:
         if draft_model is None:

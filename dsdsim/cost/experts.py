@@ -17,15 +17,22 @@ from typing import Optional, Sequence
 import numpy as np
 
 
-def _p_untouched_per_expert(num_experts: int, top_k: int, q, overlap: float,
-                            popularity: Optional[np.ndarray]) -> np.ndarray:
-    """P(expert e untouched by one sequence's q tokens); shape (E,) + broadcast(q)."""
+def _p_untouched_per_expert(num_experts: int, top_k: int, q, overlap: float, p: np.ndarray) -> np.ndarray:
+    """P(an expert of popularity p_e is untouched by one sequence's q tokens); shape p.shape + q.shape."""
     E, k = num_experts, top_k
-    p = np.full(E, k / E) if popularity is None else np.asarray(popularity, dtype=float)
-    p = p.reshape((E,) + (1,) * np.ndim(q))
+    p = np.asarray(p, dtype=float).reshape((-1,) + (1,) * np.ndim(q))
     q = np.asarray(q, dtype=float)
     fresh = np.clip((1.0 - overlap) * p * E / (E - overlap * k), 0.0, 1.0)
     return (1.0 - p) * (1.0 - fresh) ** (q - 1.0)
+
+
+def _distinct_popularity(num_experts: int, top_k: int, popularity: Optional[np.ndarray]):
+    """(distinct p_e values, how many experts share each): experts with equal p_e have equal P(touched), so the
+    sum over E experts is a sum over the few distinct values (uniform routing: one value, E experts)."""
+    if popularity is None:
+        return np.array([top_k / num_experts]), np.array([float(num_experts)])
+    values, counts = np.unique(np.asarray(popularity, dtype=float), return_counts=True)
+    return values, counts.astype(float)
 
 
 def check_popularity(popularity: Sequence[float], num_experts: int, top_k: int) -> np.ndarray:
@@ -46,9 +53,11 @@ def experts_touched(num_experts: int, top_k: int, batch, q, overlap: float = 0.0
     """Expected distinct routed experts hit by B sequences x q tokens (one MoE layer)."""
     if not 0.0 <= overlap < 1.0:
         raise ValueError(f"expert_overlap must be in [0, 1), got {overlap}")
-    untouched_seq = _p_untouched_per_expert(num_experts, top_k, q, overlap, popularity)
-    b = np.asarray(batch, dtype=float)
-    return np.sum(1.0 - untouched_seq ** b, axis=0)
+    b, q = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(q, dtype=float))  # expert axis goes first
+    p, multiplicity = _distinct_popularity(num_experts, top_k, popularity)
+    untouched_seq = _p_untouched_per_expert(num_experts, top_k, q, overlap, p)          # (distinct p, ...)
+    weights = multiplicity.reshape((-1,) + (1,) * b.ndim)
+    return np.sum(weights * (1.0 - untouched_seq ** b), axis=0)
 
 
 def experts_touched_busiest_rank(num_experts: int, top_k: int, batch, q, ep: int, overlap: float = 0.0,
@@ -65,11 +74,9 @@ def experts_touched_busiest_rank(num_experts: int, top_k: int, batch, q, ep: int
     if num_experts % ep:
         raise ValueError(f"ep {ep} does not divide the {num_experts} routed experts")
     per_rank = num_experts // ep
-    untouched_seq = _p_untouched_per_expert(num_experts, top_k, q, overlap, popularity)
-    b = np.asarray(batch, dtype=float)
-    p_touched = 1.0 - untouched_seq ** b                                   # (E, ...)
+    b, q = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(q, dtype=float))  # expert axis goes first
     if popularity is None:
-        pt = p_touched[0]
+        pt = 1.0 - _p_untouched_per_expert(num_experts, top_k, q, overlap, np.array([top_k / num_experts]))[0] ** b
         from scipy.special import bdtr  # binomial CDF; imported here to keep `import dsdsim` light
 
         x = np.arange(1, per_rank + 1).reshape((-1,) + (1,) * pt.ndim)
@@ -77,6 +84,7 @@ def experts_touched_busiest_rank(num_experts: int, top_k: int, batch, q, ep: int
         touched = np.sum(1.0 - cdf_below ** ep, axis=0)
         share = np.full_like(touched, 1.0 / ep)
         return touched, share
+    p_touched = 1.0 - _p_untouched_per_expert(num_experts, top_k, q, overlap, popularity) ** b   # (E, ...)
     blocks = p_touched.reshape((ep, per_rank) + p_touched.shape[1:]).sum(axis=1)
     load = np.asarray(popularity, dtype=float).reshape(ep, per_rank).sum(axis=1)
     busiest = int(np.argmax(load))

@@ -176,15 +176,17 @@ def layer_ops(layer: Layer, hidden: int, batch, q, context, pc: PassContext, *,
 
 
 def head_ops(hidden: int, vocab: int, rows, pc: PassContext, sampling_passes, prefix: str = "") -> list[OpCost]:
-    """Final norm, vocab-parallel lm_head writing fp32 logits, the logits gather under TP, and sampling."""
+    """Final norm, vocab-parallel lm_head (logits in the activation dtype, as vLLM computes them), the logits
+    gather under TP, and sampling, which upcasts to fp32 and sweeps N x V x 4 bytes per pass."""
+    a = pc.act_dtype.bytes_per_element
     out = [
         ops.elementwise(f"{prefix}final_norm", rows, hidden, reads=2, writes=1, act_dtype=pc.act_dtype,
                         flops_per_element=4),
         ops.gemm(f"{prefix}lm_head", rows, hidden, _split(vocab, pc.tp), w_dtype=pc.w_dtype, act_dtype=pc.act_dtype,
-                 tile_m=pc.tile_m, out_bytes_per_element=4.0),
+                 tile_m=pc.tile_m),
     ]
     if pc.tp > 1:
-        out.append(ops.gather(f"{prefix}logits_gather", rows, vocab, 4.0, pc.tp))
+        out.append(ops.gather(f"{prefix}logits_gather", rows, vocab, a, pc.tp))
     out.append(ops.sampling(f"{prefix}sampling", rows, vocab, sampling_passes))
     return out
 

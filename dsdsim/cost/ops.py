@@ -64,7 +64,11 @@ class OpCost:
     @property
     def bytes(self) -> np.ndarray | float:
         """DRAM bytes moved by one occurrence (communication excluded)."""
-        return self.weight_bytes + self.act_in_bytes + self.act_out_bytes + self.kv_read_bytes + self.kv_write_bytes
+        total = self.weight_bytes
+        for part in (self.act_in_bytes, self.act_out_bytes, self.kv_read_bytes, self.kv_write_bytes):
+            if not (np.ndim(part) == 0 and part == 0):    # adding an exact scalar zero changes nothing: skip it
+                total = total + part
+        return total
 
     def times(self, count) -> "OpCost":
         return replace(self, count=self.count * count)
@@ -74,8 +78,11 @@ class OpCost:
 
 
 def _pad(m, tile: int):
-    """m rounded up to a multiple of the kernel's M tile (tile 1 = no padding)."""
-    return np.ceil(np.asarray(m, dtype=float) / tile) * tile if tile > 1 else np.asarray(m, dtype=float)
+    """Rows a GEMM kernel computes: at least one M tile (a decode/verify GEMM with m=4 still runs a 64-row
+    tile on Hopper). Above one tile, libraries choose among tile shapes, so finer quantisation is not modelled
+    (it would make cost jump non-monotonically with m). m = 0 (an absent op) stays 0."""
+    m = np.asarray(m, dtype=float)
+    return np.where(m > 0, np.maximum(m, tile), 0.0) if tile > 1 else m
 
 
 def gemm(name: str, m, k: int, n: int, w_dtype: DType, act_dtype: DType, tile_m: int = 1,
@@ -87,8 +94,9 @@ def gemm(name: str, m, k: int, n: int, w_dtype: DType, act_dtype: DType, tile_m:
     weights = k * n * w_dtype.bytes_per_element + (n * a if bias else 0.0)
     return OpCost(
         name=name, kind=OpKind.gemm, dtype=w_dtype,
-        flops=2.0 * m * k * n, flops_padded=2.0 * _pad(m, tile_m) * k * n,
-        weight_bytes=weights, act_in_bytes=m * k * a, act_out_bytes=m * n * out,
+        # scalar factors first, one multiply over the (possibly large) m grid each
+        flops=m * (2.0 * k * n), flops_padded=_pad(m, tile_m) * (2.0 * k * n),
+        weight_bytes=weights, act_in_bytes=m * (k * a), act_out_bytes=m * (n * out),
         extra={"shape": {"m": m, "k": k, "n": n}},
     )
 

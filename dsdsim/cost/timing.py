@@ -19,14 +19,34 @@ _BOUNDS = (Bound.compute, Bound.memory, Bound.communication, Bound.overhead)
 
 @dataclass(frozen=True)
 class OpTime:
-    """Seconds per step spent on one operator (all its occurrences), split by what bounds it."""
+    """Seconds per step spent on one operator (all its occurrences), split by what bounds it.
+
+    The split is kept per occurrence (``*_per``) and scaled by ``count`` only when asked for: a grid sweep
+    needs ``time_s`` alone.
+    """
 
     op: OpCost
-    compute_s: np.ndarray
-    memory_s: np.ndarray
-    comm_s: np.ndarray
-    overhead_s: np.ndarray
+    compute_per: np.ndarray
+    memory_per: np.ndarray
+    comm_per: np.ndarray
+    overhead_per: np.ndarray
     time_s: np.ndarray
+
+    @property
+    def compute_s(self) -> np.ndarray:
+        return self.compute_per * self.op.count
+
+    @property
+    def memory_s(self) -> np.ndarray:
+        return self.memory_per * self.op.count
+
+    @property
+    def comm_s(self) -> np.ndarray:
+        return self.comm_per * self.op.count
+
+    @property
+    def overhead_s(self) -> np.ndarray:
+        return self.overhead_per * self.op.count
 
     @property
     def bound(self) -> np.ndarray:
@@ -53,13 +73,19 @@ def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs: bool = True) -> OpTime:
         comm = hw.link_latency_s.value + np.asarray(op.comm_bytes, dtype=float) / link
         memory = np.zeros(())  # the collective's own buffer traffic hides under the link time
     overhead = op.launches * launch_overhead(hw, cuda_graphs) + np.asarray(op.host_s, dtype=float)
-    per = np.maximum(compute, memory) + comm + overhead
-    return OpTime(op=op, compute_s=compute * count, memory_s=memory * count, comm_s=comm * count,
-                  overhead_s=overhead * count, time_s=per * count)
+    per = np.maximum(compute, memory) + (comm + overhead)   # fixed terms are usually scalars: one grid add
+    return OpTime(op=op, compute_per=compute, memory_per=memory, comm_per=comm, overhead_per=overhead,
+                  time_s=per * count)
 
 
 def total_time(op_times: list[OpTime]) -> np.ndarray:
-    out = np.zeros(())
+    """Sum of operator times. Operators are summed within each array shape first (most do not depend on the
+    context axis), then the few partial sums are broadcast together: the same sum, far fewer full-grid adds."""
+    by_shape: dict[tuple, np.ndarray] = {}
     for t in op_times:
-        out = out + t.time_s
+        a = np.asarray(t.time_s, dtype=float)
+        by_shape[a.shape] = by_shape[a.shape] + a if a.shape in by_shape else a
+    out = np.zeros(())
+    for part in by_shape.values():
+        out = out + part
     return out

@@ -48,7 +48,8 @@ class _Cfg:
             if default is ...:
                 raise SpecError(f"{self.where}: required field {key!r} is missing (model_type {self.family})")
             return default
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")) \
+                or v != int(v):
             raise SpecError(f"{self.where}: field {key!r} must be a whole number, got {v!r}")
         if v < minimum:
             raise SpecError(f"{self.where}: field {key!r} must be >= {minimum}, got {v}")
@@ -87,7 +88,10 @@ def model_from_hf_config(config: object, name: str, source: str = "") -> ModelSp
             f"{where}: unknown model_type {family!r}; supported: {', '.join(SUPPORTED_FAMILIES)}")
     cfg = _Cfg(config, family, where)
     build = _FAMILY_BUILDERS.get(family, _build_standard)
-    layers, mtp_layers, mtp_layer = build(cfg)
+    try:
+        layers, mtp_layers, mtp_layer = build(cfg)
+    except ValidationError as exc:
+        raise SpecError(pydantic_one_line(exc, where)) from None
     dtype, expert_dtype = _checkpoint_dtypes(outer, cfg)
     try:
         return ModelSpec(

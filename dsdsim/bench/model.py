@@ -1,0 +1,270 @@
+"""A small torch decoder built from a ModelSpec: the real layer stack that step points and the spec loop run.
+
+Supported: full / sliding GQA attention with RoPE (and Qwen3's q/k norms), dense SwiGLU, MoE (router, top-k
+routing, grouped expert loop, shared experts), RMSNorm, a batched KV cache with per-sequence lengths (a
+rollback is a length update), and the EAGLE-3 head's draft layer (q/k/v over 2h = embedding ++ hidden). MLA
+is not built here (step points are skipped for MLA models; its operators are still timed one by one).
+Weights are random (seeded); nothing is loaded.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dsdsim.specs.model import AttentionKind, FFNKind, Layer, ModelSpec
+
+
+class UnsupportedSpec(ValueError):
+    """The spec uses a layer kind this torch decoder does not build (MLA)."""
+
+
+@dataclass
+class KVCache:
+    """Per-layer K and V, laid out (B, T, kv_heads, d); ``lengths[b]`` tokens of sequence b are valid."""
+
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+    lengths: torch.Tensor          # (B,) long, on the cache's device
+
+    @classmethod
+    def empty(cls, layers: list["DecoderLayer"], batch: int, max_len: int, dtype, device) -> "KVCache":
+        ks, vs = [], []
+        for layer in layers:
+            a = layer.attn
+            ks.append(torch.zeros(batch, max_len, a.kv_heads, a.head_dim, dtype=dtype, device=device))
+            vs.append(torch.zeros(batch, max_len, a.kv_heads, a.head_dim, dtype=dtype, device=device))
+        return cls(ks, vs, torch.zeros(batch, dtype=torch.long, device=device))
+
+    def fill_random(self, length: int, generator: Optional[torch.Generator] = None) -> None:
+        """Pretend every sequence already holds ``length`` cached tokens (random K/V; for timing only)."""
+        for t in (*self.k, *self.v):
+            t[:, :length].copy_(torch.randn(t[:, :length].shape, generator=generator).to(t.dtype))
+        self.lengths.fill_(length)
+
+
+def _rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding of x (B, q, heads, d) at integer positions (B, q)."""
+    d = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+    ang = positions.to(torch.float32).unsqueeze(-1) * inv                     # (B, q, d/2)
+    cos = torch.cat((ang.cos(), ang.cos()), -1).unsqueeze(2).to(x.dtype)     # (B, q, 1, d)
+    sin = torch.cat((ang.sin(), ang.sin()), -1).unsqueeze(2).to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, width: int, dtype, device):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width, dtype=dtype, device=device))
+
+    def forward(self, x):
+        return F.rms_norm(x, (x.shape[-1],), self.weight, 1e-6)
+
+
+class Attention(nn.Module):
+    def __init__(self, layer: Layer, hidden: int, dtype, device, qkv_in: Optional[int] = None, theta: float = 1e4):
+        super().__init__()
+        a = layer.attention
+        if a.kind is AttentionKind.mla:
+            raise UnsupportedSpec("MLA attention has no torch step module here")
+        self.heads, self.kv_heads, self.head_dim = a.num_heads, a.num_kv_heads, a.head_dim
+        self.window = a.window if a.kind in (AttentionKind.sliding, AttentionKind.chunked) else None
+        self.theta = theta
+        kin = qkv_in or hidden
+        out = (self.heads + 2 * self.kv_heads) * self.head_dim
+        self.qkv = nn.Linear(kin, out, bias=a.qkv_bias, dtype=dtype, device=device)
+        self.o = nn.Linear(self.heads * self.head_dim, hidden, bias=a.o_bias, dtype=dtype, device=device)
+        self.q_norm = RMSNorm(self.head_dim, dtype, device) if a.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, dtype, device) if a.qk_norm else None
+
+    def forward(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
+                uniform: Optional[int]) -> torch.Tensor:
+        """x (B, q, kin); writes the q new K/V at lengths + i; attends causally over the cache."""
+        b, q, _ = x.shape
+        d = self.head_dim
+        qkv = self.qkv(x)
+        qh, kh, vh = qkv.split([self.heads * d, self.kv_heads * d, self.kv_heads * d], dim=-1)
+        qh = qh.view(b, q, self.heads, d)
+        kh = kh.view(b, q, self.kv_heads, d)
+        vh = vh.view(b, q, self.kv_heads, d)
+        if self.q_norm is not None:
+            qh, kh = self.q_norm(qh), self.k_norm(kh)
+        pos = lengths.unsqueeze(1) + torch.arange(q, device=x.device)              # (B, q)
+        qh, kh = _rope(qh, pos, self.theta), _rope(kh, pos, self.theta)
+        if uniform is not None:                                                    # every sequence at one length
+            k_cache[:, uniform:uniform + q] = kh
+            v_cache[:, uniform:uniform + q] = vh
+            total = uniform + q
+            keys, vals = k_cache[:, :total].transpose(1, 2), v_cache[:, :total].transpose(1, 2)
+            mask = None
+            if q > 1:
+                from torch.nn.attention.bias import causal_lower_right
+
+                mask = causal_lower_right(q, total)
+            if self.window is not None and total > self.window:
+                mask = _window_mask(pos, total, self.window, x.device)
+        else:
+            rows = torch.arange(b, device=x.device).unsqueeze(1)
+            k_cache[rows, pos] = kh
+            v_cache[rows, pos] = vh
+            total = int(lengths.max()) + q
+            keys, vals = k_cache[:, :total].transpose(1, 2), v_cache[:, :total].transpose(1, 2)
+            mask = _window_mask(pos, total, self.window, x.device)
+        out = F.scaled_dot_product_attention(qh.transpose(1, 2), keys, vals, attn_mask=mask,
+                                             enable_gqa=self.kv_heads != self.heads)       # (B, H, q, d)
+        return self.o(out.transpose(1, 2).reshape(b, q, self.heads * d))
+
+
+def _window_mask(pos: torch.Tensor, total: int, window: Optional[int], device) -> torch.Tensor:
+    """(B, 1, q, total) boolean: key j visible to the query at position p when p - window < j <= p."""
+    keys = torch.arange(total, device=device).view(1, 1, 1, total)
+    p = pos.unsqueeze(1).unsqueeze(-1)                                              # (B, 1, q, 1)
+    ok = keys <= p
+    if window is not None:
+        ok = ok & (keys > p - window)
+    return ok
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, hidden: int, width: int, bias: bool, dtype, device):
+        super().__init__()
+        self.gate_up = nn.Linear(hidden, 2 * width, bias=bias, dtype=dtype, device=device)
+        self.down = nn.Linear(width, hidden, bias=bias, dtype=dtype, device=device)
+
+    def forward(self, x):
+        g, u = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(g) * u)
+
+
+class MoE(nn.Module):
+    """Router + top-k routed SwiGLU experts (grouped loop over the touched experts) + shared experts."""
+
+    def __init__(self, ffn, hidden: int, dtype, device):
+        super().__init__()
+        self.top_k, self.experts = ffn.top_k, ffn.num_experts
+        w = ffn.expert_intermediate_size
+        self.router = nn.Linear(hidden, ffn.num_experts, bias=ffn.router_bias, dtype=dtype, device=device)
+        self.w13 = nn.Parameter(torch.randn(ffn.num_experts, 2 * w, hidden, dtype=dtype, device=device) * hidden ** -0.5)
+        self.w2 = nn.Parameter(torch.randn(ffn.num_experts, hidden, w, dtype=dtype, device=device) * w ** -0.5)
+        self.shared = (SwiGLU(hidden, ffn.num_shared_experts * ffn.shared_intermediate_size, ffn.bias, dtype, device)
+                       if ffn.num_shared_experts else None)
+        self.last_touched = 0
+
+    def forward(self, x):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        top = torch.topk(self.router(x2).float(), self.top_k, dim=-1)
+        weights = torch.softmax(top.values, dim=-1).to(x.dtype).flatten()
+        flat = top.indices.flatten()
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=self.experts).tolist()            # host sync: the group sizes
+        token_of = order // self.top_k
+        xs = x2.index_select(0, token_of)
+        out = torch.empty_like(xs)
+        start, touched = 0, 0
+        for e, n in enumerate(counts):
+            if n == 0:
+                continue
+            touched += 1
+            g, u = F.linear(xs[start:start + n], self.w13[e]).chunk(2, dim=-1)
+            out[start:start + n] = F.linear(F.silu(g) * u, self.w2[e])
+            start += n
+        self.last_touched = touched
+        y = torch.zeros_like(x2).index_add_(0, token_of, out * weights[order].unsqueeze(1))
+        if self.shared is not None:
+            y = y + self.shared(x2)
+        return y.view(shape)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, layer: Layer, hidden: int, dtype, device, qkv_in: Optional[int] = None):
+        super().__init__()
+        self.input_norm = RMSNorm(hidden, dtype, device)
+        self.attn = Attention(layer, hidden, dtype, device, qkv_in=qkv_in)
+        self.post_norm = RMSNorm(hidden, dtype, device)
+        ffn = layer.ffn
+        if ffn.kind is FFNKind.dense:
+            self.ffn = SwiGLU(hidden, ffn.intermediate_size, ffn.bias, dtype, device)
+        else:
+            self.ffn = MoE(ffn, hidden, dtype, device)
+        self.qkv_in = qkv_in
+
+    def forward(self, x, k_cache, v_cache, lengths, uniform, extra_in: Optional[torch.Tensor] = None):
+        """extra_in: the EAGLE-3 layer's second input (token embeddings), concatenated before q/k/v."""
+        h = self.input_norm(x)
+        if extra_in is not None:
+            h = torch.cat((extra_in, h), dim=-1)
+        x = x + self.attn(h, k_cache, v_cache, lengths, uniform)
+        return x + self.ffn(self.post_norm(x))
+
+
+class TorchDecoder(nn.Module):
+    """Embedding, the spec's layers (optionally only the first ``num_layers``), final norm, lm_head."""
+
+    def __init__(self, spec: ModelSpec, dtype=torch.float32, device="cpu", num_layers: Optional[int] = None,
+                 seed: int = 0, logit_scale: float = 1.0):
+        super().__init__()
+        torch.manual_seed(seed)
+        h = spec.hidden_size
+        self.spec = spec
+        layers = spec.layers[: num_layers or spec.num_layers]
+        self.embed = nn.Embedding(spec.vocab_size, h, dtype=dtype, device=device)
+        self.layers = nn.ModuleList(DecoderLayer(layer, h, dtype, device) for layer in layers)
+        self.norm = RMSNorm(h, dtype, device)
+        self.lm_head = nn.Linear(h, spec.vocab_size, bias=False, dtype=dtype, device=device)
+        with torch.no_grad():
+            self.lm_head.weight.mul_(logit_scale)
+        self.dtype, self.device = dtype, device
+
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        return KVCache.empty(list(self.layers), batch, max_len, self.dtype, self.device)
+
+    def hidden(self, tokens: torch.Tensor, cache: KVCache, uniform: Optional[int] = None) -> torch.Tensor:
+        """tokens (B, q) at positions cache.lengths + i -> final hidden (B, q, h). Does not advance lengths."""
+        x = self.embed(tokens)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cache.k[i], cache.v[i], cache.lengths, uniform)
+        return self.norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()
+
+
+class Eagle3Head(nn.Module):
+    """EAGLE-3 draft head: fc(3h -> h) on fused target features (first pass), one layer whose q/k/v read
+    2h (token embedding ++ hidden), final norm, lm_head over a reduced draft vocabulary."""
+
+    def __init__(self, layer: Layer, hidden: int, draft_vocab: int, dtype, device, embed_rows: int = 32768):
+        super().__init__()
+        self.fc = nn.Linear(3 * hidden, hidden, bias=False, dtype=dtype, device=device)
+        self.embed = nn.Embedding(embed_rows, hidden, dtype=dtype, device=device)
+        self.layer = DecoderLayer(layer, hidden, dtype, device, qkv_in=2 * hidden)
+        self.norm = RMSNorm(hidden, dtype, device)
+        self.lm_head = nn.Linear(hidden, draft_vocab, bias=False, dtype=dtype, device=device)
+        self.dtype, self.device = dtype, device
+
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        return KVCache.empty([self.layer], batch, max_len, self.dtype, self.device)
+
+    def step(self, tokens: torch.Tensor, features: torch.Tensor, cache: KVCache, uniform: Optional[int],
+             first: bool) -> torch.Tensor:
+        """One draft pass: tokens (B, q), features (B, q, 3h) if first else (B, q, h). Returns next-token
+        ids (B,) from the last position (greedy over the draft vocabulary)."""
+        x = self.fc(features) if first else features
+        x = self.layer(x, cache.k[0], cache.v[0], cache.lengths, uniform, extra_in=self.embed(tokens))
+        logits = self.lm_head(self.norm(x[:, -1])).float()
+        return torch.argmax(torch.softmax(logits, dim=-1), dim=-1)
+
+
+def param_count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def default_theta(spec: ModelSpec) -> float:
+    return 1e4 if spec.max_position_embeddings is None else max(1e4, math.sqrt(spec.max_position_embeddings) * 100)

@@ -1,0 +1,376 @@
+"""Torch implementations of the cost model's operator kinds, built from an OpCost's own shape.
+
+``build_bench(op, ...)`` returns an OpBench (a function, a maker of rotated input sets, and the bytes of one
+set) that runs the operator the OpCost describes, in the dtypes it names:
+
+    gemm         x[m, k] @ W[n, k]^T (F.linear), weights in the op's dtype; fp32 output when the op writes
+                 4-byte elements (the lm_head's logits); per-head weight stacks (MLA absorption) as a bmm
+    attention    new K/V written into a cache of `context` tokens, then scaled_dot_product_attention of q new
+                 tokens per sequence over context + q keys (GQA without expanding the KV heads, bottom-right
+                 causal mask when q > 1); MLA in the latent space with explicit matmuls
+    elementwise  by name: residual add + RMSNorm, SiLU-and-mul, rotary, else RMSNorm
+    moe_experts  random top-k routing of `tokens` over the model's experts, then a grouped loop over the
+                 touched experts (gather, gate_up, SiLU-mul, down, weighted scatter-add)
+    router       as gemm
+    logits       softmax (+ the rejection sampler's residual max(0, p - q)) and argmax over fp32 logits
+    embedding    a row gather
+Communication and host kinds have no single-device kernel: ``build_bench`` returns None for them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dsdsim.bench.timing import random_tensor, torch_dtype
+from dsdsim.cost.ops import OpCost, OpKind
+from dsdsim.units import DType
+
+_SKIPPED = (OpKind.all_reduce, OpKind.all_to_all, OpKind.gather, OpKind.host)
+
+
+@dataclass
+class OpBench:
+    """One runnable operator: ``fn(*make_inputs(i))`` runs it once on input set i."""
+
+    name: str
+    kind: OpKind
+    fn: Callable
+    make_inputs: Callable[[int], tuple]
+    bytes_per_set: float
+    shape: dict = field(default_factory=dict)
+
+
+class TensorPool:
+    """Random tensors shared by the benches of one run, keyed by (role, shape, dtype, set index).
+
+    Weights of one shape are made once and reused by every grid point that needs them (the grid varies
+    batch, q and context, not the weights), which keeps a validation run's set-up time small."""
+
+    def __init__(self, device: str, seed: int = 0):
+        self.device = device
+        self._gen = torch.Generator().manual_seed(seed)
+        self._store: dict[tuple, torch.Tensor] = {}
+
+    def get(self, role: str, shape: tuple[int, ...], dtype: torch.dtype, index: int = 0, scale: float = 1.0):
+        key = (role, tuple(int(s) for s in shape), dtype, index)
+        t = self._store.get(key)
+        if t is None:
+            t = random_tensor(key[1], dtype, self.device, self._gen, scale)
+            self._store[key] = t
+        return t
+
+    def fresh(self, shape: tuple[int, ...], dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor:
+        return random_tensor(tuple(int(s) for s in shape), dtype, self.device, self._gen, scale)
+
+    @property
+    def generator(self) -> torch.Generator:
+        return self._gen
+
+    def clear(self) -> None:
+        self._store.clear()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self._store.values())
+
+
+def _i(x) -> int:
+    return int(round(float(np.asarray(x))))
+
+
+def runnable_dtype(dtype: DType, fallback: DType) -> torch.dtype:
+    try:
+        return torch_dtype(dtype)
+    except ValueError:
+        return torch_dtype(fallback)
+
+
+def build_bench(op: OpCost, pool: TensorPool, act_dtype: DType, *, num_experts: Optional[int] = None,
+                vocab: Optional[int] = None, hidden: Optional[int] = None) -> Optional[OpBench]:
+    """A torch bench of ``op`` (count ignored: one occurrence). Hints give what the OpCost does not carry:
+    num_experts (moe_experts), vocab (logits), hidden (embedding). None for communication / host kinds."""
+    if op.kind in _SKIPPED:
+        return None
+    act = torch_dtype(act_dtype)
+    if op.kind in (OpKind.gemm, OpKind.router):
+        return _gemm(op, pool, act)
+    if op.kind is OpKind.attention:
+        return _attention(op, pool, act)
+    if op.kind is OpKind.elementwise:
+        return _elementwise(op, pool, act)
+    if op.kind is OpKind.moe_experts:
+        if num_experts is None:
+            raise ValueError(f"{op.name}: moe_experts needs num_experts to route tokens")
+        return _moe(op, pool, act, num_experts)
+    if op.kind is OpKind.logits:
+        if vocab is None:
+            raise ValueError(f"{op.name}: sampling needs the vocabulary size")
+        return _sampling(op, pool, vocab)
+    if op.kind is OpKind.embedding:
+        if hidden is None:
+            raise ValueError(f"{op.name}: embedding needs the hidden size")
+        return _embedding(op, pool, act, hidden)
+    return None
+
+
+# --- GEMM -------------------------------------------------------------------------------------------------
+
+
+def _gemm(op: OpCost, pool: TensorPool, act: torch.dtype) -> OpBench:
+    s = op.extra["shape"]
+    m, k, n = _i(s["m"]), _i(s["k"]), _i(s["n"])
+    wdt = runnable_dtype(op.dtype, DType.bf16) if op.dtype.bytes_per_element >= 2 else act
+    wb = op.dtype.bytes_per_element
+    groups = max(1, int(round(float(op.weight_bytes) / (k * n * wb)))) if op.weight_bytes else 1
+    fp32_out = float(np.asarray(op.act_out_bytes)) >= 0.99 * m * n * 4.0 and act.itemsize < 4
+    shape = {"m": m, "k": k, "n": n, "groups": groups}
+    if groups > 1 and m % groups == 0:
+        rows = m // groups
+
+        def make(i: int):
+            return (pool.get("x", (groups, rows, k), act, i), pool.get(f"w:{op.name}", (groups, k, n), wdt, i))
+
+        fn = torch.bmm
+        per_set = groups * (rows * k * act.itemsize + k * n * wdt.itemsize)
+    else:
+        def make(i: int):
+            return (pool.get("x", (m, k), act, i), pool.get("w", (n, k), wdt, i, scale=k ** -0.5))
+
+        if fp32_out:
+            def fn(x, w):
+                return F.linear(x, w).float()
+        else:
+            fn = F.linear if wdt == act else (lambda x, w: F.linear(x, w.to(act)))
+        per_set = m * k * act.itemsize + k * n * wdt.itemsize
+    return OpBench(op.name, op.kind, fn, make, per_set, shape)
+
+
+# --- attention --------------------------------------------------------------------------------------------
+
+
+def _attention(op: OpCost, pool: TensorPool, act: torch.dtype) -> OpBench:
+    s = op.extra["shape"]
+    b, q, c = _i(s["batch"]), _i(s["q"]), _i(s["context"])
+    heads, dqk, dv, kvpt = int(s["heads"]), int(s["qk_dim"]), int(s["v_dim"]), int(s["kv_elements_per_token"])
+    total = c + q
+    shape = {"batch": b, "q": q, "context": c, "heads": heads, "qk_dim": dqk, "v_dim": dv,
+             "kv_elements_per_token": kvpt}
+    if kvpt == dqk and dv <= dqk:           # MLA: one latent per token, keys = latent, values = its first dv dims
+        def make(i: int):
+            return (pool.get("q", (b, heads, q, dqk), act, i), pool.get("lat_new", (b, q, dqk), act, i),
+                    pool.get("latent", (b, total, dqk), act, i))
+
+        mask = _lower_right_bool(q, total, pool.device)
+        scale = dqk ** -0.5
+
+        def fn(qt, new, cache):
+            cache[:, c:] = new                                         # write the q new latents
+            scores = torch.matmul(qt, cache.unsqueeze(1).transpose(-1, -2)) * scale   # (B, H, q, c+q)
+            if q > 1:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            p = torch.softmax(scores.float(), dim=-1).to(act)
+            return torch.matmul(p, cache[..., :dv].unsqueeze(1))      # (B, H, q, dv)
+
+        per_set = (b * heads * q * dqk + b * q * dqk + b * total * dqk) * act.itemsize
+        return OpBench(op.name, op.kind, fn, make, per_set, shape)
+    kv_heads = max(1, kvpt // (2 * dqk))
+    shape["kv_heads"] = kv_heads
+
+    def make(i: int):
+        return (pool.get("q", (b, heads, q, dqk), act, i), pool.get("k_new", (b, kv_heads, q, dqk), act, i),
+                pool.get("v_new", (b, kv_heads, q, dv), act, i), pool.get("k_cache", (b, kv_heads, total, dqk), act, i),
+                pool.get("v_cache", (b, kv_heads, total, dv), act, i))
+
+    mask = _lower_right(q, total) if q > 1 else None
+    gqa = kv_heads != heads
+
+    def fn(qt, k_new, v_new, k_cache, v_cache):
+        k_cache[:, :, c:] = k_new                                        # append the q new tokens' K and V
+        v_cache[:, :, c:] = v_new
+        return F.scaled_dot_product_attention(qt, k_cache, v_cache, attn_mask=mask, enable_gqa=gqa)
+
+    per_set = (b * heads * q * dqk + 2 * b * kv_heads * (q + total) * dqk) * act.itemsize
+    return OpBench(op.name, op.kind, fn, make, per_set, shape)
+
+
+def _lower_right(q: int, total: int):
+    """Query i of q attends to keys 0 .. total - q + i (the cache plus the new tokens up to itself)."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    return causal_lower_right(q, total)
+
+
+def _lower_right_bool(q: int, total: int, device) -> torch.Tensor:
+    rows = torch.arange(q, device=device).unsqueeze(1)
+    cols = torch.arange(total, device=device).unsqueeze(0)
+    return cols <= rows + (total - q)
+
+
+# --- elementwise ------------------------------------------------------------------------------------------
+
+
+def _elementwise(op: OpCost, pool: TensorPool, act: torch.dtype) -> OpBench:
+    s = op.extra["shape"]
+    rows, width = _i(s["rows"]), int(s["width"])
+    reads, writes = float(s["reads"]), float(s["writes"])
+    shape = {"rows": rows, "width": width, "reads": reads, "writes": writes}
+    name = op.name.lower()
+    if "rotary" in name:
+        d = 128 if width % 128 == 0 else 64 if width % 64 == 0 else width
+        shape["impl"] = "rotary"
+
+        def make(i: int):
+            return (pool.get("x", (rows, width // d, d), act, i), pool.get("cos", (rows, 1, d), act, 0),
+                    pool.get("sin", (rows, 1, d), act, 0))
+
+        def fn(x, cos, sin):
+            x1, x2 = x.chunk(2, dim=-1)
+            return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+        per_set = rows * width * act.itemsize
+    elif reads >= 2 and writes < 2 and ("act" in name or "mlp" in name or "shared" in name):
+        shape["impl"] = "silu_mul"
+
+        def make(i: int):
+            return (pool.get("gate_up", (rows, 2 * width), act, i),)
+
+        def fn(gu):
+            g, u = gu.chunk(2, dim=-1)
+            return F.silu(g) * u
+
+        per_set = rows * 2 * width * act.itemsize
+    elif reads >= 2:
+        shape["impl"] = "add_rmsnorm" if writes >= 2 else "add_rmsnorm_out"
+        in_place = writes >= 2
+
+        def make(i: int):
+            return (pool.get("x", (rows, width), act, i), pool.get("resid", (rows, width), act, i),
+                    pool.get("norm_w", (width,), act, 0))
+
+        def fn(x, r, w):
+            r2 = r.add_(x) if in_place else r + x
+            return F.rms_norm(r2, (width,), w, 1e-6)
+
+        per_set = 2 * rows * width * act.itemsize
+    else:
+        shape["impl"] = "rmsnorm"
+
+        def make(i: int):
+            return (pool.get("x", (rows, width), act, i), pool.get("norm_w", (width,), act, 0))
+
+        def fn(x, w):
+            return F.rms_norm(x, (width,), w, 1e-6)
+
+        per_set = rows * width * act.itemsize
+    return OpBench(op.name, op.kind, fn, make, per_set, shape)
+
+
+# --- routed experts ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Token -> expert assignments of one batch, grouped by expert (host-side plan of the grouped GEMMs)."""
+
+    order: torch.Tensor        # (tokens*top_k,) assignment indices sorted by expert
+    token_of: torch.Tensor     # (tokens*top_k,) token of each sorted assignment
+    weights: torch.Tensor      # (tokens*top_k, 1) routing weights of the sorted assignments
+    experts: list[int]         # touched experts, ascending
+    counts: list[int]          # assignments per touched expert
+
+
+def random_routing(tokens: int, top_k: int, num_experts: int, device, generator: torch.Generator,
+                   dtype: torch.dtype) -> Routing:
+    """Uniform random top-k routing (each token picks top_k distinct experts), as independent routing assumes."""
+    scores = torch.rand(tokens, num_experts, generator=generator)
+    top = scores.topk(top_k, dim=-1)
+    flat = top.indices.flatten()
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=num_experts)
+    experts = [e for e in range(num_experts) if counts[e] > 0]
+    w = torch.softmax(top.values, dim=-1).flatten()[order].unsqueeze(1)
+    return Routing(order=order.to(device), token_of=(order // top_k).to(device), weights=w.to(device, dtype),
+                   experts=experts, counts=[int(counts[e]) for e in experts])
+
+
+def _moe(op: OpCost, pool: TensorPool, act: torch.dtype, num_experts: int) -> OpBench:
+    s = op.extra["shape"]
+    tokens, top_k, hidden, width = _i(s["tokens"]), int(s["top_k"]), int(s["hidden"]), int(s["width"])
+    wdt = runnable_dtype(op.dtype, DType.bf16) if op.dtype.bytes_per_element >= 2 else act
+    shape = {"tokens": tokens, "top_k": top_k, "hidden": hidden, "width": width, "num_experts": num_experts,
+             "experts_touched_expected": float(np.asarray(s["experts_touched"]))}
+    routings: dict[int, Routing] = {}
+
+    def make(i: int):
+        if i not in routings:
+            routings[i] = random_routing(tokens, top_k, num_experts, pool.device, pool.generator, act)
+        w13 = pool.get("w13", (num_experts, 2 * width, hidden), wdt, i, scale=hidden ** -0.5)
+        w2 = pool.get("w2", (num_experts, hidden, width), wdt, i, scale=width ** -0.5)
+        return pool.get("x", (tokens, hidden), act, i), w13, w2, routings[i]
+
+    def fn(x, w13, w2, r: Routing):
+        xs = x.index_select(0, r.token_of)                       # (A, h) rows grouped by expert
+        out = torch.empty_like(xs)
+        start = 0
+        for e, n in zip(r.experts, r.counts):
+            h = F.linear(xs[start:start + n], w13[e])           # (n, 2I)
+            g, u = h.chunk(2, dim=-1)
+            out[start:start + n] = F.linear(F.silu(g) * u, w2[e])
+            start += n
+        y = torch.zeros_like(x)
+        return y.index_add_(0, r.token_of, out * r.weights)
+
+    per_set = num_experts * 3 * hidden * width * wdt.itemsize + tokens * hidden * act.itemsize
+    return OpBench(op.name, op.kind, fn, make, per_set, shape)
+
+
+def measured_experts_touched(op_bench: OpBench, sets: int) -> float:
+    """Mean distinct experts the bench's routings touched (for comparison with the cost model's expectation)."""
+    vals = [len(op_bench.make_inputs(i)[3].experts) for i in range(sets)]
+    return float(np.mean(vals))
+
+
+# --- sampling and embedding -------------------------------------------------------------------------------
+
+
+def _sampling(op: OpCost, pool: TensorPool, vocab: int) -> OpBench:
+    total = float(np.asarray(op.act_out_bytes)) / 4.0               # rows * vocab fp32 elements
+    passes = float(np.asarray(op.act_in_bytes)) / max(float(np.asarray(op.act_out_bytes)), 1.0)
+    rows = max(1, int(round(total / vocab)))
+    shape = {"rows": rows, "vocab": vocab, "passes": passes}
+    if passes >= 1.5:
+        def make(i: int):
+            return (pool.get("logits", (rows, vocab), torch.float32, i),
+                    pool.get("draft_probs", (rows, vocab), torch.float32, i).abs())
+
+        def fn(logits, q):
+            p = torch.softmax(logits, dim=-1)                        # target probabilities
+            residual = (p - q).clamp_(min=0.0)                      # rejection sampler's max(0, p - q)
+            return torch.argmax(residual, dim=-1)
+    else:
+        def make(i: int):
+            return (pool.get("logits", (rows, vocab), torch.float32, i),)
+
+        def fn(logits):
+            p = torch.softmax(logits, dim=-1)
+            return torch.argmax(p, dim=-1)
+    per_set = rows * vocab * 4.0 * max(passes, 1.0)
+    return OpBench(op.name, op.kind, fn, make, per_set, shape)
+
+
+def _embedding(op: OpCost, pool: TensorPool, act: torch.dtype, hidden: int) -> OpBench:
+    tokens = max(1, int(round(float(np.asarray(op.act_out_bytes)) / (hidden * act.itemsize))))
+    table_rows = 32768                                              # only the gathered rows are read
+    shape = {"tokens": tokens, "hidden": hidden}
+    ids = {}
+
+    def make(i: int):
+        if i not in ids:
+            ids[i] = torch.randint(0, table_rows, (tokens,), generator=pool.generator).to(pool.device)
+        return ids[i], pool.get("embed_table", (table_rows, hidden), act, 0)
+
+    return OpBench(op.name, op.kind, F.embedding, make, tokens * hidden * act.itemsize, shape)

@@ -1,0 +1,188 @@
+"""The one place where dsdsim times torch code on a device.
+
+Protocol (gpt-fast style): build several input sets up front (fresh random values, never zeros), run the
+function untimed `warmup` times, then time `repeats` calls, each on the next input set in rotation so that
+a set's weights and activations have left the caches by the time it comes round again. The device is
+synchronised around every timed call: CUDA events on a GPU (GPU time of the call, launch gap included since
+the stream is idle when the start event is recorded), ``time.perf_counter`` on the CPU. The result is the
+median with the 10th and 90th percentiles.
+
+Nothing here prints; nothing here is imported by the rest of dsdsim (torch is imported only in dsdsim.bench).
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from dsdsim.units import DType
+
+TORCH_DTYPE = {
+    DType.fp32: torch.float32, DType.tf32: torch.float32, DType.bf16: torch.bfloat16, DType.fp16: torch.float16,
+}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call of one timed function."""
+
+    median_s: float
+    p10_s: float
+    p90_s: float
+    repeats: int          # timed calls
+    rotate: int           # input sets cycled through
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median: a rough noise figure of the measurement."""
+        return (self.p90_s - self.p10_s) / self.median_s if self.median_s > 0 else float("nan")
+
+
+def torch_dtype(dtype: DType) -> torch.dtype:
+    """The torch dtype that runs a dsdsim DType (fp8/int/fp4 formats have no plain torch GEMM: refused)."""
+    try:
+        return TORCH_DTYPE[dtype]
+    except KeyError:
+        raise ValueError(f"dtype {dtype.value} has no plain torch kernel to time; run the bench in bf16 or fp32") \
+            from None
+
+
+def synchronize(device: str | torch.device) -> None:
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def last_level_cache_bytes(device: str | torch.device) -> float:
+    """L2 of a GPU, or the largest CPU cache level from sysfs (fallback 32 MiB)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return float(torch.cuda.get_device_properties(dev).L2_cache_size)
+    best = 0.0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in os.listdir(base):
+            try:
+                with open(os.path.join(base, entry, "size")) as fh:
+                    text = fh.read().strip().upper()
+            except OSError:
+                continue
+            scale = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(text[-1:], 1)
+            digits = text.rstrip("KMG")
+            if digits.isdigit():
+                best = max(best, float(digits) * scale)
+    except OSError:
+        pass
+    return best or 32.0 * 1024 ** 2
+
+
+def rotation_sets(bytes_per_set: float, cache_bytes: float, max_sets: int = 16,
+                  max_total_bytes: float = 2e9) -> int:
+    """Input sets to cycle through so the working set is >= 2x the last-level cache, within a memory cap."""
+    if bytes_per_set <= 0:
+        return 1
+    want = math.ceil(2.0 * cache_bytes / bytes_per_set)
+    afford = max(1, int(max_total_bytes // bytes_per_set))
+    return int(max(1, min(want, max_sets, afford)))
+
+
+def random_tensor(shape: Sequence[int], dtype: torch.dtype, device: str | torch.device,
+                  generator: Optional[torch.Generator] = None, scale: float = 1.0) -> torch.Tensor:
+    """Random normal values (never zeros), made fast for large tensors.
+
+    Large tensors tile a 1 Mi-element random block with a random per-tile sign and scale, which keeps the
+    values non-zero and varied (no compression or zero-skipping can flatter a kernel) at copy speed.
+    """
+    numel = int(np.prod(shape)) if len(shape) else 1
+    block = 1 << 20
+    gen_device = "cpu"
+    if numel <= block:
+        t = torch.randn(numel, generator=generator, device=gen_device, dtype=torch.float32) * scale
+        return t.to(device=device, dtype=dtype).view(*shape)
+    base = (torch.randn(block, generator=generator, dtype=torch.float32) * scale).to(device=device, dtype=dtype)
+    tiles = -(-numel // block)
+    factors = (torch.rand(tiles, 1, generator=generator) * 0.5 + 0.75)
+    factors = factors * torch.where(torch.rand(tiles, 1, generator=generator) < 0.5, -1.0, 1.0)
+    out = torch.empty(tiles * block, dtype=dtype, device=device)
+    view = out.view(tiles, block)
+    view.copy_(base.unsqueeze(0).expand(tiles, block))
+    view.mul_(factors.to(device=device, dtype=dtype))
+    return out[:numel].view(*shape)
+
+
+def time_fn(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]], device: str | torch.device = "cpu",
+            warmup: int = 2, repeats: int = 10, rotate: int = 1, budget_s: Optional[float] = None,
+            min_repeats: int = 3) -> Timing:
+    """Median seconds of ``fn(*make_inputs(i))`` over ``repeats`` timed calls, cycling ``rotate`` input sets.
+
+    make_inputs(i) builds input set i once (before any timing). ``budget_s`` stops timing early (after at least
+    ``min_repeats`` calls) once the timed calls have used that many seconds.
+    """
+    dev = torch.device(device)
+    sets = [tuple(make_inputs(i)) for i in range(max(1, rotate))]
+    with torch.inference_mode():
+        for i in range(warmup):
+            fn(*sets[i % len(sets)])
+        synchronize(dev)
+        times: list[float] = []
+        spent = 0.0
+        for i in range(repeats):
+            args = sets[(warmup + i) % len(sets)]
+            t = _time_once(fn, args, dev)
+            times.append(t)
+            spent += t
+            if budget_s is not None and spent > budget_s and len(times) >= min_repeats:
+                break
+    arr = np.asarray(times)
+    return Timing(median_s=float(np.median(arr)), p10_s=float(np.percentile(arr, 10)),
+                  p90_s=float(np.percentile(arr, 90)), repeats=len(times), rotate=len(sets))
+
+
+def _time_once(fn: Callable[..., Any], args: tuple, dev: torch.device) -> float:
+    if dev.type == "cuda":
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(dev)
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3        # ms -> s
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
+def achieved(value_per_s: float, peak_per_s: float) -> float:
+    """Achieved / peak as a ratio (e.g. FLOP/s achieved over the spec's peak FLOP/s)."""
+    return value_per_s / peak_per_s if peak_per_s > 0 else float("nan")
+
+
+def achieved_flops_ratio(flops: float, seconds: float, peak_flops_per_s: float) -> float:
+    return achieved(flops / seconds, peak_flops_per_s) if seconds > 0 else float("nan")
+
+
+def achieved_bandwidth_ratio(bytes_moved: float, seconds: float, peak_bytes_per_s: float) -> float:
+    return achieved(bytes_moved / seconds, peak_bytes_per_s) if seconds > 0 else float("nan")
+
+
+def device_name(device: str | torch.device) -> str:
+    """Marketing name of the GPU, or the CPU's model name from /proc/cpuinfo."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "cpu"

@@ -1,0 +1,348 @@
+"""K tables in the formats inference engines read (reference/engines.md §1.2, §3, §4, §6).
+
+dsdsim's table is a list of ranges ``(start_bs, end_bs, K)``: inclusive, contiguous, sorted, starting at batch
+size 1. K = 0 means plain decoding (no drafts).
+
+How each engine reads a table, and so how each export is checked:
+
+* vLLM ``num_speculative_tokens_per_batch_size`` — list of ``[start, end, K]``; a step function: batch sizes in
+  a gap or past the last range inherit the previous K; every K is clamped to ``num_speculative_tokens``
+  (``vllm/v1/spec_decode/dynamic/utils.py``, mirrored by ``validate_vllm_schedule`` / ``build_vllm_lookup``).
+  The key is the number of requests scheduled in the step, prefills included. DSD is disabled under DP > 1.
+* SGLang ``--speculative-adaptive-config`` — keys are batch-size LOWER bounds (integer strings), each holding
+  ``{"candidate_steps": [...]}``; a batch uses the largest key ≤ its size after padding to a CUDA-graph batch
+  size (``python/sglang/srt/speculative/adaptive_step_router.py``).
+* TensorRT-LLM ``draft_len_schedule`` — keys are batch-size UPPER bounds: a key covers batch sizes above the
+  previous key up to itself; batch sizes above the largest key get 0 (``get_draft_len_for_batch_size``, PR #10860).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from dsdsim.errors import DsdsimError
+
+Ranges = list[tuple[int, int, int]]
+
+
+# ---------------------------------------------------------------------------------------------- dsdsim ranges
+
+
+def validate_ranges(ranges: Iterable[Sequence[int]]) -> Ranges:
+    """Check a dsdsim K table: non-empty, (start, end, K) whole numbers, contiguous from 1, K ≥ 0. Returns tuples."""
+    rows = _as_triples(ranges, "K table")
+    expected_start = 1
+    for start, end, k in rows:
+        if start != expected_start:
+            where = "must start at batch size 1" if expected_start == 1 else f"must start at {expected_start}"
+            raise DsdsimError(f"K table range ({start}, {end}, {k}) {where}; ranges are contiguous, sorted, from 1")
+        if end < start:
+            raise DsdsimError(f"K table range ({start}, {end}, {k}) ends before it starts; "
+                              "write (start, end, K) with start ≤ end")
+        if k < 0:
+            raise DsdsimError(f"K table range ({start}, {end}, {k}) has K < 0; K = 0 already means no speculation")
+        expected_start = end + 1
+    return rows
+
+
+def ranges_from_k_per_batch(batch_sizes: Sequence[int], ks: Sequence[int]) -> Ranges:
+    """Compress K per listed batch size into contiguous ranges covering 1..max(batch_sizes).
+
+    Step semantics, as vLLM's lookup: a batch size not listed takes the K of the nearest listed size below it;
+    sizes below the first listed one take the first K (the first range always starts at 1). Equal neighbours merge.
+    """
+    bs = [_whole(b, "batch size") for b in batch_sizes]
+    kk = [_whole(k, "K") for k in ks]
+    if not bs or len(bs) != len(kk):
+        raise DsdsimError(f"need one K per batch size, got {len(bs)} batch sizes and {len(kk)} K values")
+    if min(bs) < 1:
+        raise DsdsimError(f"batch sizes must be ≥ 1, got {min(bs)}")
+    pairs = sorted(zip(bs, kk))
+    for (b0, k0), (b1, k1) in zip(pairs, pairs[1:]):
+        if b0 == b1:
+            raise DsdsimError(f"batch size {b0} is listed twice (K={k0} and K={k1}); give one K per batch size")
+    out: Ranges = []
+    for i, (b, k) in enumerate(pairs):
+        start = 1 if i == 0 else b
+        end = pairs[i + 1][0] - 1 if i + 1 < len(pairs) else b
+        if out and out[-1][2] == k:
+            out[-1] = (out[-1][0], end, k)
+        else:
+            out.append((start, end, k))
+    return out
+
+
+def expand_ranges(ranges: Iterable[Sequence[int]]) -> list[int]:
+    """K for every batch size 1..end of the table, as a list indexed by batch size (index 0 unused, 0)."""
+    rows = validate_ranges(ranges)
+    out = [0]
+    for start, end, k in rows:
+        out.extend([k] * (end - start + 1))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- vLLM
+
+# dsdsim drafter label → vLLM SpeculativeConfig.method (reference/engines.md §2).
+_VLLM_METHODS = {"eagle3": "eagle3", "eagle": "eagle", "mtp": "mtp", "medusa": "medusa", "ngram": "ngram"}
+# vLLM method names passed through unchanged (SpeculativeMethod literal, reference/engines.md §2).
+_VLLM_NATIVE = {"ngram_gpu", "mlp_speculator", "suffix", "dflash", "dspark", "deepseek_mtp", "qwen3_next_mtp"}
+
+
+def vllm_speculative_config(ranges: Iterable[Sequence[int]], method: str = "eagle3",
+                            max_num_seqs: int | None = None, model: str | None = None) -> dict:
+    """``--speculative-config`` JSON for vLLM dynamic speculative decoding (docs v0.25.0, DSD page).
+
+    ``{"method", ["model",] "num_speculative_tokens": max K (≥ 1), "num_speculative_tokens_per_batch_size":
+    [[s, e, K], ...]}``. ``num_speculative_tokens`` is the startup maximum (buffers, CUDA graphs); the table's K
+    are ≤ it. With ``max_num_seqs`` the table is cut or extended to end exactly there. ``method`` is a dsdsim
+    drafter label (eagle3, eagle, mtp, medusa, ngram, draft-model:MODEL) or a vLLM method name; ``model`` is the
+    draft weights (required by vLLM for eagle/eagle3/medusa/MTP heads that are not in the target checkpoint).
+    """
+    rows = validate_ranges(ranges)
+    if max_num_seqs is not None:
+        rows = _fit_to_max(rows, _whole(max_num_seqs, "max_num_seqs"))
+    vllm_method, draft_model = _vllm_method(method)
+    config: dict = {"method": vllm_method}
+    if draft_model or model:
+        config["model"] = model or draft_model
+    config["num_speculative_tokens"] = max(1, max(k for _, _, k in rows))
+    config["num_speculative_tokens_per_batch_size"] = [[s, e, k] for s, e, k in rows]
+    return config
+
+
+def _vllm_method(method) -> tuple[str, str | None]:
+    label = str(getattr(method, "label", method)).strip()
+    head, _, arg = label.partition(":")
+    head = head.lower()
+    if head in _VLLM_METHODS:
+        return _VLLM_METHODS[head], None
+    if head in ("draft-model", "draft_model"):
+        if not arg.strip():
+            raise DsdsimError("draft-model needs the draft model for vLLM: write draft-model:MODEL")
+        return "draft_model", arg.strip()
+    if head in ("self-spec", "self_spec"):
+        raise DsdsimError("vLLM has no self-speculation method; export this table with table_csv or as JSON instead")
+    if head in _VLLM_NATIVE:
+        return head, None
+    known = ", ".join(sorted(_VLLM_METHODS) + ["draft-model:MODEL"] + sorted(_VLLM_NATIVE))
+    raise DsdsimError(f"no vLLM method for drafter {label!r}; use one of: {known}")
+
+
+def _fit_to_max(rows: Ranges, max_bs: int) -> Ranges:
+    """Drop ranges past ``max_bs`` and make the last range end exactly at it."""
+    if max_bs < 1:
+        raise DsdsimError(f"max_num_seqs must be ≥ 1, got {max_bs}")
+    kept = [r for r in rows if r[0] <= max_bs]
+    start, _, k = kept[-1]
+    return kept[:-1] + [(start, max_bs, k)]
+
+
+def validate_vllm_schedule(schedule) -> Ranges:
+    """Mirror of vLLM ``validate_and_normalize_dynamic_sd_schedule``: returns the schedule sorted by start.
+
+    Rules: a non-empty list; each entry 3 items; batch sizes > 0; start ≤ end; K ≥ 0; sorted by start, the
+    ranges must not overlap; the first range starts at 1. Gaps are allowed (the lookup fills them).
+    """
+    if not isinstance(schedule, (list, tuple)) or not schedule:
+        raise DsdsimError("num_speculative_tokens_per_batch_size must be a non-empty list of [start_bs, end_bs, K]")
+    rows = sorted(_as_triples(schedule, "num_speculative_tokens_per_batch_size"), key=lambda r: r[0])
+    previous_end = 0
+    for start, end, k in rows:
+        if start <= 0 or end <= 0:
+            raise DsdsimError(f"vLLM batch-size range ({start}, {end}) must be positive; batch sizes start at 1")
+        if start > end:
+            raise DsdsimError(f"vLLM batch-size range ({start}, {end}, {k}) has start > end; write [start, end, K]")
+        if k < 0:
+            raise DsdsimError(f"vLLM range ({start}, {end}, {k}) has K < 0; use K = 0 to switch speculation off")
+        if start <= previous_end:
+            raise DsdsimError(f"vLLM batch-size ranges overlap at ({start}, {end}, {k}); "
+                              "ranges must be non-overlapping")
+        previous_end = end
+    if rows[0][0] != 1:
+        raise DsdsimError(f"the first vLLM batch-size range starts at {rows[0][0]}; it must start at 1")
+    return rows
+
+
+def build_vllm_lookup(schedule, max_batch_size: int, num_speculative_tokens: int) -> list[int]:
+    """Mirror of vLLM ``build_dynamic_sd_schedule_lookup``: K for batch sizes 0..max_batch_size.
+
+    Dense list of length max_batch_size + 1, index 0 unused (0). A step function: batch sizes in a gap take the
+    previous range's K, sizes past the last range take the last K, ranges past max_batch_size are ignored; every
+    K is clamped to ``num_speculative_tokens``.
+    """
+    max_bs = _whole(max_batch_size, "max batch size")
+    cap = _whole(num_speculative_tokens, "num_speculative_tokens")
+    if max_bs < 1 or cap < 1:
+        raise DsdsimError(f"max batch size and num_speculative_tokens must be ≥ 1, got {max_bs} and {cap}")
+    rows = validate_vllm_schedule(schedule)
+    lookup = [0] * (max_bs + 1)
+    starts = [s for s, _, _ in rows]
+    for bs in range(1, max_bs + 1):
+        idx = int(np.searchsorted(starts, bs, side="right")) - 1      # last range starting at or before bs
+        lookup[bs] = min(cap, rows[idx][2])
+    return lookup
+
+
+def vllm_batch_stats(batch_sizes: Sequence[int], k_values: Sequence[int], itl_ms_grid,
+                     acceptance_rate_per_pos: Sequence[float], max_num_speculative_tokens: int,
+                     max_num_seqs: int | None = None) -> dict:
+    """``dynamic_speculative_config.json`` of the vLLM DSD PR #32374 design (``DynamicSpeculativeConfig``).
+
+    ``{"is_online": false, "max_num_speculative_tokens": n, "acceptance_rate_per_pos": [p_1..p_n],
+    "batch_stats": {"<bs>": {"<k>": itl_ms}}}``; k = 0 is plain decoding. ``itl_ms_grid`` has shape
+    (len(k_values), len(batch_sizes)) like every (K, B) grid in dsdsim, in milliseconds. "ITL" here is what
+    ``vllm bench serve`` reports under speculation: the time between streamed chunks, one chunk per step, i.e.
+    the STEP time T(B, K), not T / τ. The manager scores k by (1 + Σ_{i<k} a_i) / ITL(bs, k), which is tokens
+    per second only for step time, and the PR's test data rises with k (bs 64: 8.53 ms at k = 0, 17.54 at
+    k = 5). Pass ``step_s * 1e3``. NaN / inf (infeasible) entries are
+    omitted, and a batch size without k = 0 and k = 1 is dropped. The PR's manager interpolates ITL linearly and
+    needs batch size 1 and the server's max batch size present, k = 0 and 1 for every batch size, and every
+    per-position rate in (0, 1); this function enforces those. The rates are UNCONDITIONAL (accepted_per_pos /
+    num_drafts, ``Acceptance.unconditional(n)``), so they must be non-increasing.
+    """
+    bs = [_whole(b, "batch size") for b in batch_sizes]
+    ks = [_whole(k, "k") for k in k_values]
+    grid = np.asarray(itl_ms_grid, dtype=float)
+    if grid.shape != (len(ks), len(bs)):
+        raise DsdsimError(f"ITL grid has shape {grid.shape}; expected (k values, batch sizes) = ({len(ks)}, {len(bs)})")
+    if len(set(bs)) != len(bs) or len(set(ks)) != len(ks) or min(bs, default=0) < 1:
+        raise DsdsimError("batch sizes must be distinct and ≥ 1, and k values distinct")
+    if 0 not in ks or 1 not in ks:
+        raise DsdsimError("the vLLM DSD manager needs k = 0 (plain decoding) and k = 1 for every batch size; add them")
+    n = _whole(max_num_speculative_tokens, "max_num_speculative_tokens")
+    if n < 1 or max(ks) > n:
+        raise DsdsimError(f"max_num_speculative_tokens={n} must be ≥ 1 and ≥ every k (largest k is {max(ks)})")
+    rates = _checked_rates(acceptance_rate_per_pos, n)
+    stats: dict[str, dict[str, float]] = {}
+    for j, b in sorted(enumerate(bs), key=lambda t: t[1]):
+        row = {str(k): float(grid[i, j]) for i, k in sorted(enumerate(ks), key=lambda t: t[1])
+               if math.isfinite(grid[i, j]) and grid[i, j] > 0}
+        if "0" in row and "1" in row:
+            stats[str(b)] = row
+    if "1" not in stats:
+        raise DsdsimError("batch size 1 has no finite ITL at k = 0 and k = 1; the vLLM DSD manager needs batch size 1")
+    if max_num_seqs is not None and str(_whole(max_num_seqs, "max_num_seqs")) not in stats:
+        raise DsdsimError(f"max_num_seqs={max_num_seqs} has no finite ITL at k = 0 and 1 (or was not profiled); the "
+                          "manager needs the server's max batch size: lower max_num_seqs to a feasible batch size")
+    return {"is_online": False, "max_num_speculative_tokens": n, "acceptance_rate_per_pos": rates,
+            "batch_stats": stats}
+
+
+def _checked_rates(rates: Sequence[float], n: int) -> list[float]:
+    values = [float(r) for r in rates]
+    if len(values) < n:
+        raise DsdsimError(f"acceptance_rate_per_pos has {len(values)} positions; the manager needs at least "
+                          f"max_num_speculative_tokens={n} (use Acceptance.unconditional({n}))")
+    for i, r in enumerate(values, start=1):
+        if not (0.0 < r < 1.0):
+            raise DsdsimError(f"acceptance_rate_per_pos[{i - 1}]={r:g} must lie strictly in (0, 1) for the vLLM "
+                              "DSD manager; clip it (e.g. to 1e-3 or 0.999)")
+    for i in range(1, len(values)):
+        if values[i] > values[i - 1]:
+            raise DsdsimError(f"acceptance_rate_per_pos must be non-increasing (unconditional rates); position {i} "
+                              f"has {values[i]:g} > {values[i - 1]:g}; pass Acceptance.unconditional(n), not α")
+    return values
+
+
+# ---------------------------------------------------------------------------------------------- SGLang
+
+
+def sglang_adaptive_config(ranges: Iterable[Sequence[int]]) -> dict[str, dict[str, list[int]]]:
+    """``--speculative-adaptive-config`` JSON for SGLang: ``{"<start_bs>": {"candidate_steps": [K]}, ...}``.
+
+    Keys are each range's lower bound; one candidate per range pins the step count there (K = 0 switches
+    speculation off, newer SGLang). Launch with ``--speculative-adaptive``, ``--speculative-eagle-topk 1``,
+    ``--speculative-num-steps`` = max K and ``--speculative-num-draft-tokens`` = max K + 1 (buffers are sized by
+    the launch). SGLang pads a batch up to the next CUDA-graph batch size before looking up the key, so a batch
+    just below a range start may already use that range's K. EAGLE / EAGLE3 only.
+    """
+    rows = validate_ranges(ranges)
+    return {str(start): {"candidate_steps": [k]} for start, _, k in rows}
+
+
+# ---------------------------------------------------------------------------------------------- TensorRT-LLM
+
+
+def trtllm_draft_len_schedule(ranges: Iterable[Sequence[int]]) -> dict[int, int]:
+    """``draft_len_schedule`` for TensorRT-LLM: ``{upper_bs: draft_len}``.
+
+    A key covers batch sizes above the previous key up to itself; sizes above the largest key get 0. So trailing
+    K = 0 ranges are dropped, and a K = 0 range in the middle is kept as ``{end: 0}``. TensorRT-LLM requires the
+    smallest key's draft length to equal ``max_draft_len`` and none larger (``validate_draft_len_schedule_and_sort``
+    in ``llm_args.py``): a table whose largest K is not at batch size 1 cannot be expressed and raises. Set
+    ``max_draft_len`` to the value at the smallest key. Older TensorRT-LLM releases read keys as lower bounds.
+    """
+    rows = validate_ranges(ranges)
+    while rows and rows[-1][2] == 0:
+        rows = rows[:-1]
+    if not rows:
+        raise DsdsimError("the table never speculates (K = 0 everywhere); serve without speculative decoding")
+    k_max = max(k for _, _, k in rows)
+    if rows[0][2] != k_max:
+        raise DsdsimError(f"TensorRT-LLM needs the largest draft length at the smallest batch sizes "
+                          f"(schedule[first key] == max_draft_len) but this table has K={rows[0][2]} at batch 1 "
+                          f"and K={k_max} later; cap K at {rows[0][2]} or export for vLLM")
+    return {end: k for _, end, k in rows}
+
+
+# ---------------------------------------------------------------------------------------------- CSV
+
+
+def table_csv(rows: Sequence[Mapping[str, object]]) -> str:
+    """Rows of dicts as CSV text; columns in first-seen order, floats to 6 significant digits, None → empty."""
+    if not rows:
+        raise DsdsimError("no rows to write: the table is empty")
+    columns: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in columns:
+                columns.append(str(key))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_cell(row.get(c)) for c in columns])
+    return out.getvalue()
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    if isinstance(value, (float, np.floating)):
+        return format(float(value), ".6g")
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _as_triples(entries, what: str) -> Ranges:
+    if isinstance(entries, (str, bytes, Mapping)):
+        raise DsdsimError(f"{what} must be a list of (start_bs, end_bs, K) entries")
+    rows = []
+    for entry in list(entries):
+        if isinstance(entry, (str, bytes)) or not hasattr(entry, "__len__") or len(entry) != 3:
+            raise DsdsimError(f"{what} entry {entry!r} must have exactly 3 items: (start_bs, end_bs, K)")
+        rows.append(tuple(_whole(v, f"{what} entry {list(entry)!r}", allow_negative=True) for v in entry))
+    if not rows:
+        raise DsdsimError(f"{what} is empty; give at least one (start_bs, end_bs, K) range starting at 1")
+    return rows
+
+
+def _whole(value, what: str, allow_negative: bool = False) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise DsdsimError(f"{what}: expected a whole number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise DsdsimError(f"{what}: expected a whole number, got {value!r}") from None
+    if not (math.isfinite(v) and v == round(v)) or (v < 0 and not allow_negative):
+        raise DsdsimError(f"{what}: expected a whole number{'' if allow_negative else ' ≥ 0'}, got {value!r}")
+    return int(v)

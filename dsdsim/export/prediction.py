@@ -1,0 +1,99 @@
+"""A Prediction in every output format: JSON contract, CSV, and the engine tables."""
+from __future__ import annotations
+
+import json
+import math
+from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dsdsim.policy.predict import Prediction
+
+
+class PredictFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    vllm = "vllm"
+    vllm_batch_stats = "vllm-batch-stats"
+    sglang = "sglang"
+    trtllm = "trtllm"
+
+
+def _num(x):
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
+
+
+def prediction_dict(p: "Prediction") -> dict:
+    """The documented JSON contract (downstream tools and notebooks rely on these keys)."""
+    s = p.setup
+    dep = s.deployment
+    rows = [{k: _num(v) for k, v in r.__dict__.items()} for r in p.rows]
+    step_ms = [[_num(float(p.step_s[i, j] * 1e3)) if p.feasible[i, j] else None for j in range(len(p.batch_sizes))]
+               for i in range(len(p.k_values))]
+    out = {
+        "model": s.model.name, "hardware": s.hardware.name,
+        "deployment": {"tp": dep.tp, "ep": dep.ep, "dtype": dep.weight_dtype(s.model).value,
+                       "expert_dtype": dep.routed_expert_dtype(s.model).value, "kv_dtype": dep.kv_dtype.value,
+                       "cuda_graphs": dep.cuda_graphs, "expert_overlap": dep.expert_overlap},
+        "drafter": s.drafter.label,
+        "acceptance": {"alpha": [float(a) for a in p.acceptance.alpha_at(int(p.k_values.max()))],
+                       "measured_positions": len(p.acceptance.alpha), "source": p.acceptance.source,
+                       "description": p.acceptance.describe(int(p.k_values.max()))},
+        "context": p.context, "fixed_k": p.fixed_k,
+        "rows": rows,
+        "table": {"ranges": [list(r) for r in p.ranges()], "distinct_k": list(p.table.k_set),
+                  "mean_goodput_loss": p.table.mean_goodput_loss, "max_goodput_loss": p.table.max_goodput_loss},
+        "grid": {"k_values": [int(k) for k in p.k_values], "batch_sizes": [int(b) for b in p.batch_sizes],
+                 "tau": [float(t) for t in p.tau], "step_ms": step_ms},
+        "notes": p.notes,
+    }
+    if p.robust is not None:
+        out["robust"] = {"k_per_batch": [int(k) for k in p.robust.k_per_batch],
+                         "band": list(p.robust.band),
+                         "regret_low_edge_max": _num(float(_nanmax(p.robust.regret_low))),
+                         "regret_high_edge_max": _num(float(_nanmax(p.robust.regret_high)))}
+    return out
+
+
+def _nanmax(a):
+    import numpy as np
+
+    a = np.asarray(a, dtype=float)
+    return float(np.nanmax(a)) if np.isfinite(a).any() else float("nan")
+
+
+def prediction_csv(p: "Prediction") -> str:
+    from dsdsim.export.engines import table_csv
+
+    return table_csv([dict(r.__dict__) for r in p.rows])
+
+
+def render(p: "Prediction", fmt: PredictFormat) -> str:
+    """Text for every non-table format."""
+    from dsdsim.export import engines
+
+    if fmt is PredictFormat.json:
+        return json.dumps(prediction_dict(p), indent=2)
+    if fmt is PredictFormat.csv:
+        return prediction_csv(p)
+    max_bs = int(p.batch_sizes.max())
+    ranges = p.ranges()
+    if fmt is PredictFormat.vllm:
+        cfg = engines.vllm_speculative_config(ranges, method=p.setup.drafter.label, max_num_seqs=max_bs)
+        return json.dumps(cfg, indent=2)
+    if fmt is PredictFormat.sglang:
+        return json.dumps(engines.sglang_adaptive_config(ranges), indent=2)
+    if fmt is PredictFormat.trtllm:
+        sched = engines.trtllm_draft_len_schedule(ranges)
+        return json.dumps({"draft_len_schedule": {str(k): v for k, v in sched.items()}}, indent=2)
+    if fmt is PredictFormat.vllm_batch_stats:
+        # vLLM's DSD design scores K by (1 + sum a_i) / ITL with ITL measured by `vllm bench` between streamed
+        # chunks: one chunk per step, so its "ITL" is the step time, not step time / tau.
+        step_ms = [[float(p.step_s[i, j] * 1e3) if p.feasible[i, j] else float("nan")
+                    for j in range(len(p.batch_sizes))] for i in range(len(p.k_values))]
+        rates = [float(r) for r in p.acceptance.unconditional(int(p.k_values.max()))]
+        data = engines.vllm_batch_stats([int(b) for b in p.batch_sizes], [int(k) for k in p.k_values], step_ms,
+                                        rates, int(p.k_values.max()))
+        return json.dumps(data, indent=2)
+    raise ValueError(f"no text renderer for {fmt}")

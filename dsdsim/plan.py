@@ -1,0 +1,185 @@
+"""Capacity planning on top of the K policy: for each candidate (accelerator, parallelism), the largest batch
+that meets a per-sequence inter-token-latency SLO with and without dynamic speculation, tokens/s per GPU,
+GPUs for a target aggregate rate, and cost per million output tokens at a user-supplied GPU-hour price.
+
+Prices are inputs, never shipped as facts.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Optional, Sequence, Union
+
+import numpy as np
+
+from dsdsim.errors import DsdsimError
+from dsdsim.policy.predict import Prediction, predict
+from dsdsim.specs.deployment import Deployment
+
+
+@dataclass(frozen=True)
+class Candidate:
+    hardware: str
+    tp: int = 1
+    ep: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> "Candidate":
+        """'h100-sxm', 'h100-sxm:tp8', 'h200-sxm:tp8:ep8' or 'h200-sxm:8'."""
+        parts = text.strip().split(":")
+        if not parts[0]:
+            raise DsdsimError(f"empty candidate {text!r}; write HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8")
+        tp, ep = 1, 1
+        for p in parts[1:]:
+            key = p.lower()
+            try:
+                if key.startswith("ep"):
+                    ep = int(key[2:])
+                else:
+                    tp = int(key[2:] if key.startswith("tp") else key)
+            except ValueError:
+                raise DsdsimError(f"cannot read candidate {text!r}; write HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8") from None
+        return cls(parts[0], tp, ep)
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    hardware: str
+    tp: int
+    ep: int
+    gpus: int
+    feasible: bool
+    reason: str                         # why infeasible ("" when feasible)
+    max_batch_vanilla: Optional[int]
+    tokens_per_s_vanilla: Optional[float]   # one replica at that batch
+    max_batch_dsd: Optional[int]
+    k_at_max_batch: Optional[int]
+    tokens_per_s_dsd: Optional[float]
+    tokens_per_s_per_gpu_vanilla: Optional[float]
+    tokens_per_s_per_gpu_dsd: Optional[float]
+    dsd_gain: Optional[float]               # DSD tokens/s per GPU over vanilla
+    gpus_needed_vanilla: Optional[int]
+    gpus_needed_dsd: Optional[int]
+    cost_per_million_tokens_vanilla: Optional[float]
+    cost_per_million_tokens_dsd: Optional[float]
+
+
+def _best_under_slo(p: Prediction, slo_s: float, k_rows: np.ndarray) -> tuple[Optional[int], Optional[int], float]:
+    """Largest batch whose ITL meets the SLO using K in k_rows, that batch's K, and the best goodput under SLO."""
+    itl = p.step_s[k_rows] / p.tau[k_rows, None]                          # (K', B)
+    ok = p.feasible[k_rows] & (itl <= slo_s)
+    g = np.where(ok, p.goodput[k_rows], -np.inf)
+    meets = ok.any(axis=0)
+    if not meets.any():
+        return None, None, float("nan")
+    j_last = int(np.nonzero(meets)[0][-1])
+    k_last = int(p.k_values[k_rows][int(np.argmax(g[:, j_last]))])
+    return int(p.batch_sizes[j_last]), k_last, float(np.max(g))
+
+
+def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: float, context: int = 1024,
+              drafter="eagle3", acceptance=None, target_tokens_per_s: Optional[float] = None,
+              price_per_gpu_hour: Optional[Union[float, dict]] = None, batch_sizes=None, max_k: int = 8,
+              dtype=None, kv_dtype=None) -> list[PlanRow]:
+    """One PlanRow per candidate (see module doc). price_per_gpu_hour: one price, or {hardware: price}."""
+    if not itl_slo_ms or itl_slo_ms <= 0:
+        raise DsdsimError(f"the ITL SLO must be > 0 ms, got {itl_slo_ms}")
+    if target_tokens_per_s is not None and target_tokens_per_s <= 0:
+        raise DsdsimError(f"the target rate must be > 0 tokens/s, got {target_tokens_per_s}")
+    if not candidates:
+        raise DsdsimError("no candidates given; e.g. h100-sxm:tp8,h200-sxm:tp4")
+    rows = []
+    for c in candidates:
+        cand = Candidate.parse(c) if isinstance(c, str) else c
+        rows.append(_plan_one(model, cand, itl_slo_ms / 1e3, context, drafter, acceptance, target_tokens_per_s,
+                              _price(price_per_gpu_hour, cand.hardware), batch_sizes, max_k, dtype, kv_dtype))
+    return rows
+
+
+def _price(price, hardware: str) -> Optional[float]:
+    if price is None:
+        return None
+    if isinstance(price, dict):
+        value = price.get(hardware)
+    else:
+        value = float(price)
+    if value is not None and (not math.isfinite(value) or value < 0):
+        raise DsdsimError(f"price per GPU-hour must be >= 0, got {value}")
+    return value
+
+
+def _plan_one(model, cand: Candidate, slo_s, context, drafter, acceptance, target, price, batch_sizes, max_k,
+              dtype, kv_dtype) -> PlanRow:
+    gpus = cand.tp
+    empty = dict(max_batch_vanilla=None, tokens_per_s_vanilla=None, max_batch_dsd=None, k_at_max_batch=None,
+                 tokens_per_s_dsd=None, tokens_per_s_per_gpu_vanilla=None, tokens_per_s_per_gpu_dsd=None,
+                 dsd_gain=None, gpus_needed_vanilla=None, gpus_needed_dsd=None, cost_per_million_tokens_vanilla=None,
+                 cost_per_million_tokens_dsd=None)
+    try:
+        from dsdsim.units import DType
+
+        dep = Deployment(tp=cand.tp, ep=cand.ep, dtype=DType(dtype) if dtype else None,
+                         kv_dtype=DType(kv_dtype) if kv_dtype else DType.bf16)
+        p = predict(model, cand.hardware, dep, drafter, acceptance, context, batch_sizes, max_k=max_k, fixed_k=0)
+    except DsdsimError as exc:
+        if "unknown hardware" in str(exc) or "spec file" in str(exc):
+            raise
+        return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False, str(exc), **empty)
+    if not p.feasible.any():
+        return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False,
+                       f"memory: weights and KV do not fit in {gpus} GPU(s) at context {context}", **empty)
+    all_k = np.arange(len(p.k_values))
+    b_v, _, g_v = _best_under_slo(p, slo_s, np.array([0]))
+    b_d, k_d, g_d = _best_under_slo(p, slo_s, all_k)
+    if b_d is None:
+        fastest = float(np.nanmin(np.where(p.feasible, p.step_s / p.tau[:, None], np.nan))) * 1e3
+        return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False,
+                       f"SLO: fastest ITL is {fastest:.2f} ms at batch 1 (> {slo_s * 1e3:g} ms)", **empty)
+
+    def per_gpu(g):
+        return None if not math.isfinite(g) else g / gpus
+
+    def needed(g):
+        if target is None or not math.isfinite(g):
+            return None
+        return int(math.ceil(target / g)) * gpus
+
+    def cost(g):
+        if price is None or not math.isfinite(g):
+            return None
+        return price * gpus / (g * 3600.0) * 1e6
+
+    return PlanRow(
+        cand.hardware, cand.tp, cand.ep, gpus, True, "",
+        max_batch_vanilla=b_v, tokens_per_s_vanilla=g_v if math.isfinite(g_v) else None,
+        max_batch_dsd=b_d, k_at_max_batch=k_d, tokens_per_s_dsd=g_d,
+        tokens_per_s_per_gpu_vanilla=per_gpu(g_v), tokens_per_s_per_gpu_dsd=per_gpu(g_d),
+        dsd_gain=(g_d / g_v) if math.isfinite(g_v) and g_v > 0 else None,
+        gpus_needed_vanilla=needed(g_v), gpus_needed_dsd=needed(g_d),
+        cost_per_million_tokens_vanilla=cost(g_v), cost_per_million_tokens_dsd=cost(g_d),
+    )
+
+
+def plan(model, candidates, itl_slo_ms: float, **kwargs):
+    """plan_rows(...) as a pandas DataFrame (one row per candidate)."""
+    import pandas as pd
+
+    return pd.DataFrame([asdict(r) for r in plan_rows(model, candidates, itl_slo_ms, **kwargs)])
+
+
+def sensitivity(model, hardware, alphas: Sequence[float], contexts: Sequence[int], deployment=None,
+                drafter="eagle3", batch_sizes=None, max_k: int = 8):
+    """How K* and the DSD speedup move with acceptance (constant alpha) and context: a tidy DataFrame with
+    one row per (alpha, context, batch size)."""
+    import pandas as pd
+
+    from dsdsim.policy.acceptance import constant
+
+    recs = []
+    for a in alphas:
+        for c in contexts:
+            p = predict(model, hardware, deployment, drafter, constant(float(a)), int(c), batch_sizes, max_k=max_k)
+            for r in p.rows:
+                recs.append({"alpha": float(a), "context": int(c), "batch_size": r.batch_size, "k": r.k,
+                             "speedup_vs_vanilla": r.speedup_vs_vanilla, "tokens_per_s": r.tokens_per_s})
+    return pd.DataFrame(recs)

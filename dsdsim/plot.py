@@ -1,0 +1,156 @@
+"""Pictures (matplotlib, imported only when a plot is asked for).
+
+Display objects follow scikit-learn's pattern: ``PredictionDisplay.from_prediction(p).plot(ax=None)`` keeps
+the figure and axes for restyling; ``.save(path)`` writes a PNG.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from dsdsim.errors import DsdsimError
+
+
+def _plt():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise DsdsimError("plotting needs matplotlib: pip install 'dsdsim[plot]'") from None
+    return plt
+
+
+@dataclass
+class PredictionDisplay:
+    """Goodput vs batch size for every K with the dynamic-K envelope, and K* vs batch size."""
+
+    prediction: Any
+    figure_: Any = None
+    axes_: Any = None
+
+    @classmethod
+    def from_prediction(cls, prediction) -> "PredictionDisplay":
+        return cls(prediction)
+
+    def plot(self, axes=None) -> "PredictionDisplay":
+        plt = _plt()
+        p = self.prediction
+        if axes is None:
+            fig, axes = plt.subplots(2, 1, figsize=(8, 8), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
+        else:
+            fig = axes[0].figure
+        ax, ax_k = axes
+        b = p.batch_sizes
+        cmap = plt.get_cmap("viridis", len(p.k_values))
+        for i, k in enumerate(p.k_values):
+            style = dict(lw=1.0, alpha=0.8, color="black" if k == 0 else cmap(i))
+            ax.plot(b, p.goodput[i], label="K=0 (no speculation)" if k == 0 else f"K={k}", **style)
+        chosen = np.array([p.goodput[list(p.k_values).index(k), j] if k >= 0 else np.nan
+                           for j, k in enumerate(p.table.k_per_batch)])
+        ax.plot(b, chosen, color="crimson", lw=2.5, ls="--", label="dynamic K (table)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_ylabel("goodput (tokens/s, whole batch)")
+        s = p.setup
+        ax.set_title(f"{s.model.name} on {s.hardware.name} (tp {s.deployment.tp}), {s.drafter.label}, "
+                     f"context {p.context}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        k_plot = np.where(p.table.k_per_batch >= 0, p.table.k_per_batch, np.nan)
+        ax_k.step(b, k_plot, where="post", color="crimson")
+        ax_k.set_ylabel("K*")
+        ax_k.set_xlabel("batch size")
+        ax_k.set_yticks(range(0, int(p.k_values.max()) + 1))
+        ax_k.grid(True, alpha=0.3)
+        fig.tight_layout()
+        self.figure_, self.axes_ = fig, (ax, ax_k)
+        return self
+
+    def save(self, path: Path) -> Path:
+        if self.figure_ is None:
+            self.plot()
+        self.figure_.savefig(path, dpi=120)
+        return Path(path)
+
+
+@dataclass
+class RooflineDisplay:
+    """The hardware roofline (bf16 and, where present, fp8) with a step's operators placed on it."""
+
+    step: Any
+    figure_: Any = None
+    ax_: Any = None
+
+    @classmethod
+    def from_step(cls, step) -> "RooflineDisplay":
+        return cls(step)
+
+    def plot(self, ax=None) -> "RooflineDisplay":
+        plt = _plt()
+        from dsdsim.units import DType
+
+        st = self.step
+        hw = st.hardware
+        if ax is None:
+            fig, ax = plt.subplots(figsize=(8, 5.5))
+        else:
+            fig = ax.figure
+        bw = hw.bandwidth
+        x = np.logspace(-1, 4, 200)
+        for dtype, ls in ((DType.bf16, "-"), (DType.fp8, "--")):
+            if dtype in hw.peak_flops_per_s:
+                peak = hw.peak(dtype)
+                ax.plot(x, np.minimum(peak, bw * x), ls=ls, color="gray", label=f"roof {dtype.value} (datasheet)")
+        for phase, marker in (("verify", "o"), ("draft", "^")):
+            for t in getattr(st, phase).op_times:
+                count = float(np.asarray(t.op.count).reshape(-1)[0])
+                nbytes = float(np.asarray(t.op.bytes).reshape(-1)[0])
+                time_s = float(np.asarray(t.time_s).reshape(-1)[0]) / max(count, 1e-12)
+                flops = float(np.asarray(t.op.flops).reshape(-1)[0])
+                if count == 0 or nbytes <= 0 or flops <= 0 or time_s <= 0:
+                    continue
+                ax.scatter(flops / nbytes, flops / time_s, marker=marker, s=18, alpha=0.7,
+                           label=None)
+                if time_s * count / float(np.asarray(st.step_time_s).reshape(-1)[0]) > 0.05:
+                    ax.annotate(t.op.name.split(".")[-1], (flops / nbytes, flops / time_s), fontsize=6)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+        ax.set_ylabel("achieved FLOP/s (predicted)")
+        ax.set_title(f"{hw.name}: {st.model.name}, B={int(np.asarray(st.batch).reshape(-1)[0])}, "
+                     f"K={int(np.asarray(st.k).reshape(-1)[0])} (o verify, ^ draft)", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        self.figure_, self.ax_ = fig, ax
+        return self
+
+    def save(self, path: Path) -> Path:
+        if self.figure_ is None:
+            self.plot()
+        self.figure_.savefig(path, dpi=120)
+        return Path(path)
+
+
+def save_png(display, path: Optional[Path]) -> Optional[Path]:
+    """Render to a temporary file and rename, so a failed plot leaves nothing behind."""
+    if path is None:
+        return None
+    import os
+    import tempfile
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=str(path.expanduser().resolve().parent))
+    os.close(fd)
+    try:
+        display.save(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path

@@ -1,0 +1,200 @@
+"""K* per batch size for a deployment: the grid, the table, and the comparisons users came for.
+
+predict() evaluates T(B, K) for every batch size and K in one vectorised call, combines it with the
+acceptance model's tau(K), and picks K*(B) = argmax_K B*tau(K)/T(B, K) over feasible points.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+from dsdsim.cost.step import Setup, resolve, step_time_grid
+from dsdsim.errors import DsdsimError
+from dsdsim.policy.acceptance import Acceptance, DEFAULT_ACCEPTANCE, parse_acceptance
+from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
+from dsdsim.policy.table import CompressedTable, RobustChoice, compress, robust_k
+from dsdsim.specs.deployment import Deployment
+
+from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_FIXED_K, DEFAULT_HARDWARE, DEFAULT_MAX_K,
+                             DEFAULT_MODEL)
+
+MAX_BATCH = 65536
+
+
+@dataclass(frozen=True)
+class Row:
+    batch_size: int
+    k: Optional[int]                 # None where no K fits in memory
+    tau: Optional[float]
+    step_ms: Optional[float]
+    itl_ms: Optional[float]
+    tokens_per_s: Optional[float]
+    speedup_vs_vanilla: Optional[float]
+    speedup_vs_fixed_k: Optional[float]
+    feasible: bool
+
+
+@dataclass(frozen=True)
+class Prediction:
+    setup: Setup
+    acceptance: Acceptance
+    context: int
+    batch_sizes: np.ndarray          # (B,)
+    k_values: np.ndarray             # (K,)
+    step_s: np.ndarray               # (K, B)
+    feasible: np.ndarray             # (K, B)
+    tau: np.ndarray                  # (K,)
+    goodput: np.ndarray              # (K, B) tokens/s, NaN where infeasible
+    k_best: np.ndarray               # (B,) -1 where infeasible
+    fixed_k: int
+    table: CompressedTable           # after --max-distinct-k (equals k_best when unlimited)
+    robust: Optional[RobustChoice] = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> list[Row]:
+        out = []
+        kv = list(self.k_values)
+        i0 = kv.index(0)
+        i_fix = kv.index(self.fixed_k) if self.fixed_k in kv else None
+        for j, b in enumerate(self.batch_sizes):
+            k = int(self.table.k_per_batch[j])
+            if k < 0:
+                out.append(Row(int(b), None, None, None, None, None, None, None, False))
+                continue
+            i = kv.index(k)
+            g = self.goodput[i, j]
+            g0 = self.goodput[i0, j]
+            gf = self.goodput[i_fix, j] if i_fix is not None else np.nan
+            out.append(Row(
+                batch_size=int(b), k=k, tau=float(self.tau[i]), step_ms=float(self.step_s[i, j] * 1e3),
+                itl_ms=float(inter_token_latency(self.tau[i], self.step_s[i, j]) * 1e3), tokens_per_s=float(g),
+                speedup_vs_vanilla=float(g / g0) if np.isfinite(g0) else None,
+                speedup_vs_fixed_k=float(g / gf) if np.isfinite(gf) else None, feasible=True))
+        return out
+
+    def ranges(self, last_end: Optional[int] = None) -> list[tuple[int, int, int]]:
+        """The table as contiguous (start, end, K) batch ranges from 1 (vLLM's shape)."""
+        from dsdsim.export.engines import ranges_from_k_per_batch
+
+        ks = _fill_infeasible(self.table.k_per_batch)
+        ranges = ranges_from_k_per_batch([int(b) for b in self.batch_sizes], [int(k) for k in ks])
+        if last_end is not None and ranges and last_end > ranges[-1][1]:
+            ranges[-1] = (ranges[-1][0], int(last_end), ranges[-1][2])
+        return ranges
+
+
+def _fill_infeasible(ks: np.ndarray) -> np.ndarray:
+    """Batch sizes that do not fit take the K of the last feasible one (an engine never reaches them)."""
+    out = np.array(ks, dtype=int)
+    last = next((int(k) for k in out if k >= 0), 0)
+    for i, k in enumerate(out):
+        if k < 0:
+            out[i] = last
+        else:
+            last = int(k)
+    return out
+
+
+def parse_batch_sizes(text: str | Sequence[int] | None) -> np.ndarray:
+    """'1-1024', '1,2,4,8', '1-64:8' (step) or a list; whole numbers in 1..65536, sorted, unique."""
+    if text is None:
+        return np.arange(1, 1025)
+    if not isinstance(text, str):
+        values = list(text)
+    else:
+        values = []
+        for part in text.replace(" ", "").split(","):
+            if not part:
+                continue
+            try:
+                if "-" in part:
+                    lo_hi, _, step = part.partition(":")
+                    lo, hi = lo_hi.split("-", 1)
+                    lo_i, hi_i, st = int(lo), int(hi), int(step or 1)
+                    if hi_i < lo_i or st < 1:
+                        raise ValueError
+                    values += list(range(lo_i, hi_i + 1, st))
+                else:
+                    values.append(int(part))
+            except ValueError:
+                raise DsdsimError(f"cannot read batch sizes {text!r}; write a list (1,2,4,8) or a range (1-1024)") from None
+    if not values:
+        raise DsdsimError("no batch sizes given; write a list (1,2,4,8) or a range (1-1024)")
+    arr = np.unique(np.asarray(values))
+    if arr.dtype.kind not in "iu" or arr.min() < 1:
+        raise DsdsimError(f"batch sizes must be whole numbers >= 1 (got {arr.min()})")
+    if arr.max() > MAX_BATCH:
+        raise DsdsimError(f"batch size {arr.max()} is absurd; the largest accepted is {MAX_BATCH}")
+    return arr.astype(int)
+
+
+def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional[Deployment] = None,
+            drafter=DEFAULT_DRAFTER, acceptance: Acceptance | str | float | None = None,
+            context: int = DEFAULT_CONTEXT, batch_sizes=None, max_k: int = DEFAULT_MAX_K,
+            fixed_k: int = DEFAULT_FIXED_K, max_distinct_k: Optional[int] = None,
+            acceptance_band: Optional[float] = None) -> Prediction:
+    """Best K per batch size. acceptance: an Acceptance, a parse_acceptance string, or a constant alpha.
+
+    acceptance_band: +/- absolute change of every alpha; adds a robust K choice and the regret at the edges.
+    """
+    acc = _acceptance(acceptance)
+    setup = resolve(model, hardware, deployment, drafter)
+    if setup.drafter is None:
+        raise DsdsimError("predict needs a drafter (e.g. eagle3)")
+    if max_k < 1:
+        raise DsdsimError(f"--max-k must be >= 1, got {max_k}")
+    if max_k > setup.drafter.max_k:
+        raise DsdsimError(f"--max-k {max_k} is beyond the {setup.drafter.label} drafter's limit of "
+                          f"{setup.drafter.max_k}; lower --max-k")
+    if not 0 <= fixed_k <= max_k:
+        raise DsdsimError(f"--fixed-k must be in 0..--max-k ({max_k}), got {fixed_k}")
+    if context < 0:
+        raise DsdsimError(f"--context must be >= 0 tokens, got {context}")
+    b = parse_batch_sizes(batch_sizes)
+    ks = np.arange(0, max_k + 1)
+    step, feas = step_time_grid(setup.model, setup.hardware, setup.deployment, setup.drafter, b, ks, [context],
+                                setup=setup)
+    step_kb, feas_kb = step[:, :, 0].T, feas[:, :, 0].T                  # (K, B)
+    tau = np.asarray(acc.tau(ks), dtype=float)
+    g = goodput(b[None, :], tau[:, None], step_kb, feas_kb)
+    k_best = best_k(g, ks)
+    table = compress(g, ks, max_distinct_k) if max_distinct_k is not None else CompressedTable(
+        k_best, tuple(sorted({int(k) for k in k_best if k >= 0})), 0.0, 0.0)
+    robust = None
+    if acceptance_band:
+        if not 0 < acceptance_band < 1:
+            raise DsdsimError(f"--acceptance-band must be in (0, 1), got {acceptance_band}")
+        scenarios = [acc.shifted(-acceptance_band), acc, acc.shifted(+acceptance_band)]
+        gs = [goodput(b[None, :], np.asarray(s.tau(ks))[:, None], step_kb, feas_kb) for s in scenarios]
+        robust = robust_k(gs, ks, (f"alpha - {acceptance_band:g}", f"alpha + {acceptance_band:g}"))
+    notes = []
+    extra = acc.extrapolated_positions(max_k)
+    if extra:
+        notes.append(f"acceptance: {acc.describe(max_k)}")
+    if not feas_kb.any(axis=0).all():
+        first_bad = int(b[~feas_kb.any(axis=0)][0])
+        notes.append(f"batch sizes from {first_bad} do not fit in memory at context {context} (marked infeasible)")
+    return Prediction(setup, acc, int(context), b, ks, step_kb, feas_kb, tau, g, k_best, int(fixed_k), table,
+                      robust, notes)
+
+
+def _acceptance(a) -> Acceptance:
+    from dsdsim.policy.acceptance import constant
+
+    if a is None:
+        return DEFAULT_ACCEPTANCE
+    if isinstance(a, Acceptance):
+        return a
+    if isinstance(a, (int, float)):
+        return constant(float(a))
+    return parse_acceptance(str(a))
+
+
+def predict_context_grid(contexts: Sequence[int], **kwargs) -> list[Prediction]:
+    """The optional context axis: one prediction per context length (a table over batch x context)."""
+    if not contexts:
+        raise DsdsimError("no context lengths given")
+    return [predict(context=int(c), **kwargs) for c in contexts]

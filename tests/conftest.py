@@ -1,0 +1,53 @@
+"""Shared test helpers: the repository root, the CLI run in-process, a catalog reset between tests."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_HW = sorted(p.stem for p in (REPO_ROOT / "hw_specs").glob("*.yaml"))
+SHIPPED_MODELS = sorted(p.stem for p in (REPO_ROOT / "model_specs").glob("*.json"))
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run `dsdsim ARGV` in-process; returns (exit_code, stdout, stderr)."""
+    from dsdsim.cli import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            main([str(a) for a in argv])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def run_subprocess(*args: str, env_extra: dict | None = None, cwd: Path | None = None,
+                   timeout: float = 60) -> subprocess.CompletedProcess:
+    """`python ARGS` in a fresh interpreter that imports dsdsim from this checkout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                          cwd=str(cwd or REPO_ROOT), timeout=timeout)
+
+
+@pytest.fixture
+def clean_catalog(monkeypatch):
+    """User spec folders added during a test (--specs-dir, DSDSIM_SPECS_DIRS) do not leak into other tests."""
+    from dsdsim.specs import catalog
+
+    monkeypatch.setattr(catalog, "_user_dirs", [])
+    monkeypatch.delenv(catalog.ENV_SPECS_DIRS, raising=False)
+    catalog._index.cache_clear()
+    yield catalog
+    catalog._index.cache_clear()

@@ -1,0 +1,348 @@
+"""Bad input at every entry point ends the same way: exit code 2, ONE non-empty line on stderr naming the
+problem (``dsdsim: error: ...``), no traceback, and no output file left behind (not even a temporary one).
+
+Most cases run the CLI in-process (``dsdsim.cli.main(argv)``, SystemExit caught, stderr captured by capsys);
+a few go through ``python -m dsdsim`` in a subprocess to pin the real entry point. Each row names a fragment
+the message must contain, so a case cannot pass by failing for an unrelated reason.
+
+Spec files (hardware YAML, model config.json, vLLM metrics) are written per test into tmp_path; the table
+refers to them as ``{name}`` placeholders.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsdsim.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = (ROOT / "hw_specs" / "h200-sxm.yaml").read_text()
+LLAMA8B = json.loads((ROOT / "model_specs" / "llama-3.1-8b.json").read_text())
+MIXTRAL = json.loads((ROOT / "model_specs" / "mixtral-8x7b.json").read_text())
+
+# Cheap defaults that keep every case fast when the bad input is found late.
+FAST = ["--batch-sizes", "1,2,4"]
+
+
+def _config(base: dict, **changes) -> str:
+    data = {k: v for k, v in base.items() if k != "_dsdsim"}
+    for key, value in changes.items():
+        if value is _DELETE:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return json.dumps(data)
+
+
+_DELETE = object()
+
+
+def _hw(replace_from: str, replace_to: str) -> str:
+    assert replace_from in H200, replace_from
+    return H200.replace(replace_from, replace_to, 1)
+
+
+VLLM_METRICS_NON_MONOTONE = """\
+# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{model_name="m"} 100
+vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="0"} 50
+vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1"} 70
+"""
+
+# name -> (file name, content: str or bytes)
+FILES = {
+    "hw_malformed": ("bad.yaml", "name: [unclosed\nmemory_bytes: {value: 1\n"),
+    "hw_empty": ("empty.yaml", ""),
+    "hw_binary": ("binary.yaml", b"\x00\xff\xfe\x89PNG\r\n\x1a\n\x00\x00"),
+    "hw_list": ("list.yaml", "- h200\n- h100\n"),
+    "hw_unknown_field": ("unknown.yaml", H200 + "\nmemroy_bandwidth: 4.8e+12\n"),
+    "hw_gbps": ("gbps.yaml", _hw("{value: 4.8e+12, source", "{value: 4800, source")),
+    "hw_zero_memory": ("zero.yaml", _hw("{value: 141.0e+9,", "{value: 0,")),
+    "hw_negative_memory": ("negative.yaml", _hw("{value: 141.0e+9,", "{value: -141.0e+9,")),
+    "hw_missing_field": ("missing.yaml", "\n".join(l for l in H200.splitlines() if not l.startswith("gemm_tile_m"))),
+    "hw_sparse_peak": ("sparse.yaml", _hw("bf16: {value: 989.4e+12", "bf16: {value: 9.0e+15")),
+    "hw_bad_efficiency": ("eff.yaml", _hw("compute: {value: 0.8,", "compute: {value: 80,")),
+    "model_malformed": ("bad.json", '{"model_type": "llama", "hidden_size": 4096,'),
+    "model_empty": ("empty.json", ""),
+    "model_binary": ("binary.json", b"\x00\x01\x02\xff\xfe"),
+    "model_list": ("list.json", "[1, 2, 3]"),
+    "model_unknown_type": ("unknown_type.json", _config(LLAMA8B, model_type="qwen3_next_linear")),
+    "model_no_type": ("no_type.json", _config(LLAMA8B, model_type=_DELETE)),
+    "model_missing_layers": ("no_layers.json", _config(LLAMA8B, num_hidden_layers=_DELETE)),
+    "model_negative_hidden": ("neg_hidden.json", _config(LLAMA8B, hidden_size=-4096)),
+    "model_zero_heads": ("zero_heads.json", _config(LLAMA8B, num_attention_heads=0)),
+    "model_string_size": ("str_size.json", _config(LLAMA8B, intermediate_size="14336")),
+    "model_linear_attention": ("linear.json", _config(LLAMA8B, linear_num_key_heads=16)),
+    "model_topk_gt_experts": ("topk.json", _config(MIXTRAL, num_experts_per_tok=9)),
+    "model_nan_vocab": ("nan.json", _config(LLAMA8B, vocab_size=float("nan"))),
+    "metrics_malformed": ("metrics.txt", "vllm:spec_decode_num_drafts_total{model_name=\"m\" 100\n}}garbage{{\n"),
+    "metrics_no_samples": ("metrics.prom", "# HELP nothing here\nprocess_cpu_seconds_total 12.5\n"),
+    "metrics_non_monotone": ("counters.txt", VLLM_METRICS_NON_MONOTONE),
+    "metrics_binary": ("metrics_bin.txt", b"\xff\xfe\x00\x81\x82garbage"),
+    "request_metrics_bad_json": ("requests.json", '{"metrics": {"speculative_decoding": '),
+    "request_metrics_empty_list": ("empty_requests.json", "[]"),
+}
+
+PRODUCT_BUGS = {
+    "model_topk_gt_experts": "dsdsim/specs/hf_config.py _build_standard calls _ffns() outside its try: FFN "
+                             "validation (mixtral num_experts_per_tok 9 > 8 experts) escapes as a pydantic "
+                             "ValidationError traceback",
+    "model_nan_vocab": "dsdsim/specs/hf_config.py _Cfg.int: int(NaN) raises ValueError (json.loads accepts NaN) "
+                       "-> traceback instead of SpecError",
+    "metrics_binary": "dsdsim/policy/acceptance.py _from_file opens the file as UTF-8 text without catching "
+                      "UnicodeDecodeError -> traceback on a binary metrics file",
+}
+
+_CLICK_BUG = ("dsdsim/cli.py main() catches click.exceptions.ClickException, but typer >= 0.23 raises its vendored "
+              "typer._click exceptions (not subclasses): usage errors escape as a traceback with exit code 1")
+CASE_BUGS = {  # case id -> product bug (strict xfail until fixed)
+    "bad-format": _CLICK_BUG,
+    "plan-missing-slo": _CLICK_BUG,
+    "plan-slo-not-a-number": _CLICK_BUG,
+    "unknown-command": _CLICK_BUG,
+    "unknown-option": _CLICK_BUG,
+    "tp-not-an-integer": _CLICK_BUG,
+    "max-distinct-k-zero": "dsdsim/policy/predict.py predict(): `if max_distinct_k` treats 0 as 'unlimited', so "
+                           "--max-distinct-k 0 is silently accepted (exit 0) instead of refused (-1 is refused)",
+}
+
+P = ["predict", *FAST]
+
+# (id, argv, fragment the one-line message must contain (case-insensitive))
+CASES = [
+    # --- spec files passed as paths ------------------------------------------------------------------------
+    ("hw-malformed-yaml", [*P, "-g", "{hw_malformed}"], "malformed yaml"),
+    ("hw-empty", [*P, "-g", "{hw_empty}"], "empty"),
+    ("hw-binary", [*P, "-g", "{hw_binary}"], "binary"),
+    ("hw-top-level-list", ["show", "hardware", "{hw_list}"], "mapping"),
+    ("hw-unknown-field", ["show", "hardware", "{hw_unknown_field}"], "unknown field"),
+    ("hw-bandwidth-in-gbps", [*P, "-g", "{hw_gbps}"], "bytes/s"),
+    ("hw-zero-memory", [*P, "-g", "{hw_zero_memory}"], "memory_bytes"),
+    ("hw-negative-memory", ["show", "hardware", "{hw_negative_memory}"], "memory_bytes"),
+    ("hw-missing-field", [*P, "-g", "{hw_missing_field}"], "gemm_tile_m"),
+    ("hw-sparse-peak", [*P, "-g", "{hw_sparse_peak}"], "sparse"),
+    ("hw-efficiency-not-fraction", [*P, "-g", "{hw_bad_efficiency}"], "efficiency"),
+    ("hw-path-missing", [*P, "-g", "/nonexistent/dir/gpu.yaml"], "does not exist"),
+    ("model-malformed-json", [*P, "-m", "{model_malformed}"], "malformed json"),
+    ("model-empty", [*P, "-m", "{model_empty}"], "empty"),
+    ("model-binary", ["show", "model", "{model_binary}"], "binary"),
+    ("model-top-level-list", [*P, "-m", "{model_list}"], "json object"),
+    ("model-unknown-type", [*P, "-m", "{model_unknown_type}"], "unknown model_type"),
+    ("model-no-type", ["show", "model", "{model_no_type}"], "model_type"),
+    ("model-missing-layers", [*P, "-m", "{model_missing_layers}"], "num_hidden_layers"),
+    ("model-negative-hidden", [*P, "-m", "{model_negative_hidden}"], "hidden_size"),
+    ("model-zero-heads", [*P, "-m", "{model_zero_heads}"], "num_attention_heads"),
+    ("model-size-as-string", [*P, "-m", "{model_string_size}"], "intermediate_size"),
+    ("model-linear-attention", [*P, "-m", "{model_linear_attention}"], "linear_num_key_heads"),
+    ("model-topk-gt-experts", ["show", "model", "{model_topk_gt_experts}"], "top_k"),
+    ("model-nan-vocab", ["show", "model", "{model_nan_vocab}"], "vocab_size"),
+    ("model-path-missing", [*P, "-m", "/nonexistent/config.json"], "does not exist"),
+    # --- names ------------------------------------------------------------------------------------------------
+    ("unknown-model-suggests", [*P, "-m", "llama-3.1-8"], "did you mean"),
+    ("unknown-hardware-suggests", [*P, "-g", "h100-sx"], "did you mean"),
+    ("unknown-hardware-no-match", ["show", "hardware", "zz-quantum-9000"], "unknown hardware"),
+    ("empty-model-name", [*P, "-m", ""], "empty model name"),
+    ("specs-dir-missing", ["--specs-dir", "/nonexistent/specs", "list", "models"], "does not exist"),
+    # --- acceptance --------------------------------------------------------------------------------------------
+    ("alpha-above-one", [*P, "--acceptance", "1.2"], "probability"),
+    ("alpha-negative", [*P, "--acceptance=-0.1"], "acceptance"),
+    ("alpha-negative-separate-arg", [*P, "--acceptance", "-0.1"], "acceptance"),
+    ("alpha-list-out-of-range", [*P, "-a", "0.8,1.5,0.3"], "outside [0, 1]"),
+    ("acceptance-empty", [*P, "-a", ""], "acceptance"),
+    ("acceptance-garbage", [*P, "-a", "very-high"], "unknown acceptance"),
+    ("unconditional-increasing", [*P, "-a", "unconditional:0.5,0.7"], "non-increasing"),
+    ("unconditional-empty", [*P, "-a", "unconditional:"], "unconditional"),
+    ("mean-length-impossible", [*P, "-a", "al=5@3"], "mean acceptance length"),
+    ("beta-negative-concentration", [*P, "-a", "beta:0.8:-1"], "concentration"),
+    ("acceptance-band-too-wide", [*P, "--acceptance-band", "2"], "acceptance-band"),
+    ("metrics-file-malformed", [*P, "-a", "{metrics_malformed}"], "malformed prometheus"),
+    ("metrics-file-no-samples", [*P, "-a", "{metrics_no_samples}"], "no vllm:spec_decode"),
+    ("metrics-file-non-monotone", [*P, "-a", "{metrics_non_monotone}"], "non-increasing"),
+    ("metrics-file-binary", [*P, "-a", "{metrics_binary}"], "metrics_bin.txt"),
+    ("request-metrics-bad-json", [*P, "-a", "{request_metrics_bad_json}"], "not valid json"),
+    ("request-metrics-empty", [*P, "-a", "{request_metrics_empty_list}"], "request metrics"),
+    ("acceptance-file-missing", [*P, "-a", "/nonexistent/metrics.txt"], "not found"),
+    # --- batch sizes, K, context --------------------------------------------------------------------------
+    ("batch-zero", ["predict", "--batch-sizes", "0"], ">= 1"),
+    ("batch-negative", ["predict", "--batch-sizes", "-5"], "batch sizes"),
+    ("batch-negative-equals", ["predict", "--batch-sizes=-5"], "batch sizes"),
+    ("batch-absurd", ["predict", "--batch-sizes", "1-9999999"], "absurd"),
+    ("batch-reversed-range", ["predict", "--batch-sizes", "64-1"], "batch sizes"),
+    ("batch-not-a-number", ["predict", "--batch-sizes", "1,two,4"], "batch sizes"),
+    ("batch-empty", ["predict", "--batch-sizes", ","], "no batch sizes"),
+    ("medusa-k-beyond-heads", [*P, "--drafter", "medusa", "--max-k", "8"], "limit"),
+    ("max-k-zero", [*P, "--max-k", "0"], "--max-k"),
+    ("max-k-beyond-any-drafter", [*P, "--max-k", "100"], "limit"),
+    ("fixed-k-beyond-max-k", [*P, "--max-k", "4", "--fixed-k", "6"], "--fixed-k"),
+    ("max-distinct-k-zero", [*P, "--max-distinct-k", "0"], "distinct"),
+    ("context-negative", [*P, "--context", "-1"], "--context"),
+    ("memory-utilization-zero", [*P, "--memory-utilization", "0"], "memory-utilization"),
+    ("expert-overlap-one", [*P, "-m", "qwen3-30b-a3b", "--expert-overlap", "1.0"], "expert-overlap"),
+    # --- parallelism ------------------------------------------------------------------------------------------
+    ("tp-not-dividing-heads", [*P, "--tp", "3"], "does not divide"),
+    ("tp-zero", [*P, "--tp", "0"], "--tp"),
+    ("ep-not-dividing-experts", [*P, "-m", "qwen3-30b-a3b", "--tp", "6", "--ep", "3"], "divide"),
+    ("ep-not-dividing-tp", [*P, "-m", "qwen3-30b-a3b", "--tp", "2", "--ep", "4"], "must divide tp"),
+    ("ep-on-dense-model", [*P, "--tp", "2", "--ep", "2"], "dense"),
+    # --- drafter, dtype ---------------------------------------------------------------------------------------
+    ("unknown-drafter", [*P, "--drafter", "eagle7"], "unknown drafter"),
+    ("draft-model-without-model", [*P, "--drafter", "draft-model:"], "draft-model needs a model"),
+    ("draft-model-other-tokenizer", [*P, "--drafter", "draft-model:qwen3-0.6b"], "tokenizer"),
+    ("self-spec-bad-budget", [*P, "--drafter", "self-spec:lots"], "self-spec"),
+    ("mtp-without-module", [*P, "--drafter", "mtp"], "no mtp module"),
+    ("unknown-dtype", [*P, "--dtype", "fp7"], "fp7"),
+    ("unknown-kv-dtype", [*P, "--kv-dtype", "int3"], "int3"),
+    # --- formats and outputs ----------------------------------------------------------------------------------
+    ("bad-format", [*P, "--format", "xml"], "xml"),
+    ("output-dir-missing", [*P, "--format", "json", "--output", "/nonexistent/dir/x.json"], "does not exist"),
+    ("output-is-directory", [*P, "--format", "json", "--output", "{tmp}"], "directory"),
+    ("plot-not-png", [*P, "--plot", "{tmp}/k.jpg"], "png"),
+    ("late-error-with-output", [*P, "-a", "1.2", "--format", "vllm", "--output", "{tmp}/out/table.json"],
+     "probability"),
+    ("late-error-with-output-and-plot", [*P, "--tp", "3", "--output", "{tmp}/out/t.json", "--plot",
+                                         "{tmp}/out/p.png"], "does not divide"),
+    ("explain-table-with-output", ["explain", "--output", "{tmp}/out/x.txt"], "--format json"),
+    ("roofline-not-png", ["plot", "roofline", "--output", "{tmp}/out/r.svg"], ".png"),
+    ("roofline-batch-zero", ["plot", "roofline", "--output", "{tmp}/out/r.png", "--batch", "0"], "--batch"),
+    # --- explain ----------------------------------------------------------------------------------------------
+    ("explain-batch-zero", ["explain", "--batch", "0"], "--batch"),
+    ("explain-k-negative", ["explain", "--k=-1"], "--k"),
+    ("explain-k-beyond-medusa", ["explain", "--drafter", "medusa", "--k", "9"], "limit"),
+    # --- plan -------------------------------------------------------------------------------------------------
+    ("plan-slo-zero", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm", "--itl-slo-ms", "0"], "slo"),
+    ("plan-slo-negative", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm", "--itl-slo-ms=-5"], "slo"),
+    ("plan-candidate-bad-tp", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm:tpx", "--itl-slo-ms", "30"],
+     "candidate"),
+    ("plan-candidate-empty-hw", ["plan", "-m", "llama-3.1-8b", "-g", ":tp8", "--itl-slo-ms", "30"], "candidate"),
+    ("plan-no-candidates", ["plan", "-m", "llama-3.1-8b", "-g", ",", "--itl-slo-ms", "30"], "no candidates"),
+    ("plan-unknown-hardware", ["plan", "-m", "llama-3.1-8b", "-g", "h900:tp8", "--itl-slo-ms", "30"],
+     "unknown hardware"),
+    ("plan-negative-target", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm", "--itl-slo-ms", "30",
+                              "--target-tokens-per-s=-1"], "target"),
+    ("plan-negative-price", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm", "--itl-slo-ms", "30",
+                             "--price-per-gpu-hour=-2", "-b", "1,2"], "price"),
+    ("plan-table-with-output", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm", "--itl-slo-ms", "30", "-b", "1,2",
+                                "--output", "{tmp}/out/plan.txt"], "--format json"),
+    ("plan-missing-slo", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm"], "itl-slo-ms"),
+    ("plan-slo-not-a-number", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm", "--itl-slo-ms", "fast"],
+     "itl-slo-ms"),
+    # --- the command line itself ----------------------------------------------------------------------------
+    ("unknown-command", ["simulate"], "simulate"),
+    ("unknown-option", ["predict", "--speed", "11"], "--speed"),
+    ("tp-not-an-integer", ["predict", "--tp", "four"], "--tp"),
+]
+
+_CASE_FILES = {  # the fixture files each case needs to exist (read off the placeholders)
+    cid: [a[1:-1] for a in argv if a.startswith("{") and a.endswith("}") and a[1:-1] in FILES]
+    for cid, argv, _ in CASES
+}
+
+
+def _bug_for(cid: str) -> str | None:
+    if cid in CASE_BUGS:
+        return CASE_BUGS[cid]
+    for key in _CASE_FILES[cid]:
+        if key in PRODUCT_BUGS:
+            return PRODUCT_BUGS[key]
+    return None
+
+
+def _params():
+    out = []
+    for cid, argv, fragment in CASES:
+        bug = _bug_for(cid)
+        marks = [pytest.mark.xfail(strict=True, reason=bug)] if bug else []
+        out.append(pytest.param(argv, fragment, id=cid, marks=marks))
+    return out
+
+
+@pytest.fixture
+def paths(tmp_path):
+    spec_dir = tmp_path / "specs"
+    spec_dir.mkdir()
+    (tmp_path / "out").mkdir()
+    out = {"tmp": str(tmp_path)}
+    for key, (name, content) in FILES.items():
+        sub = spec_dir / key
+        sub.mkdir()
+        f = sub / name
+        if isinstance(content, bytes):
+            f.write_bytes(content)
+        else:
+            f.write_text(content)
+        out[key] = str(f)
+    return out
+
+
+def _expand(argv, paths):
+    return [a.format(**paths) if "{" in a else a for a in argv]
+
+
+def _outputs(argv) -> list[Path]:
+    found = []
+    for flag in ("--output", "-o", "--plot"):
+        if flag in argv:
+            found.append(Path(argv[argv.index(flag) + 1]))
+    return found
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.is_dir() else []
+
+
+def _assert_one_line_error(code, err: str, fragment: str) -> str:
+    assert code == 2, f"exit code {code}, stderr: {err!r}"
+    assert "Traceback" not in err, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].strip(), f"expected one non-empty stderr line, got {lines!r}"
+    line = lines[0]
+    assert line.startswith("dsdsim: error: "), line
+    assert fragment.lower() in line.lower(), f"{fragment!r} not in {line!r}"
+    return line
+
+
+@pytest.mark.parametrize("argv, fragment", _params())
+def test_bad_input_in_process(argv, fragment, paths, capsys):
+    argv = _expand(argv, paths)
+    out_dir = Path(paths["tmp"]) / "out"
+    before = _listing(out_dir)
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    _assert_one_line_error(code, err, fragment)
+    for p in _outputs(argv):
+        if not p.is_dir():
+            assert not p.exists(), f"partial output {p} left behind"
+    assert _listing(out_dir) == before, "a (temporary) output file was left behind"
+
+
+def test_table_is_large_enough():
+    assert len(CASES) >= 40
+    assert len({cid for cid, _, _ in CASES}) == len(CASES)
+
+
+SUBPROCESS_CASES = [
+    (["predict", "--acceptance", "1.2"], "probability"),
+    (["predict", "--drafter", "medusa", "--max-k", "8"], "limit"),
+    (["show", "model", "llama-3.1-8"], "did you mean"),
+    (["predict", "--format", "json", "--output", "/nonexistent/dir/x.json"], "does not exist"),
+    (["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm", "--itl-slo-ms", "0"], "slo"),
+]
+
+
+@pytest.mark.parametrize("argv, fragment", SUBPROCESS_CASES, ids=[" ".join(a) for a, _ in SUBPROCESS_CASES])
+def test_bad_input_subprocess(argv, fragment, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "dsdsim", *argv], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=120)
+    _assert_one_line_error(proc.returncode, proc.stderr, fragment)
+    assert proc.stdout == ""
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,88 @@
+"""The wheel carries every shipped spec, and an installed dsdsim finds them without the source checkout.
+
+Ground truth: the files under hw_specs/ and model_specs/ in this repository. The wheel is built from a copy of
+the checkout (so the build leaves no build/ or *.egg-info behind), installed into a private folder, and asked
+for its catalog from a working directory that is not the checkout.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, SHIPPED_HW, SHIPPED_MODELS
+
+pytest.importorskip("setuptools")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    src = tmp_path_factory.mktemp("src")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
+    for name in ("dsdsim", "hw_specs", "model_specs"):
+        shutil.copytree(REPO_ROOT / name, src / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (REPO_ROOT / name).exists():
+            shutil.copy2(REPO_ROOT / name, src / name)
+    out = tmp_path_factory.mktemp("wheel")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(out), str(src)], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        pytest.fail(f"wheel build failed: {r.stderr[-2000:]}")
+    wheels = list(out.glob("dsdsim-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def test_wheel_contains_every_shipped_spec(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for stem in SHIPPED_HW:
+        assert f"dsdsim/hw_specs/{stem}.yaml" in names, stem
+    for stem in SHIPPED_MODELS:
+        assert f"dsdsim/model_specs/{stem}.json" in names, stem
+    for module in ("dsdsim/__init__.py", "dsdsim/cli.py", "dsdsim/specs/catalog.py", "dsdsim/cost/step.py"):
+        assert module in names, module
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "dsdsim = dsdsim.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+CATALOG_CHECK = """
+import json
+from dsdsim.specs import catalog
+print(json.dumps({"hw_dir": str(catalog.shipped_dir("hw_specs")), "model_dir": str(catalog.shipped_dir("model_specs")),
+                  "hw": catalog.hardware_names(), "models": catalog.model_names(),
+                  "module": catalog.__file__, "h100_bw": catalog.load_hardware("h100-sxm").bandwidth}))
+"""
+
+
+def test_installed_wheel_finds_its_specs(wheel, tmp_path):
+    import json
+
+    site = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target",
+                        str(site), str(wheel)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DSDSIM_SPECS_DIRS")}
+    env["PYTHONPATH"] = str(site)
+    r = subprocess.run([sys.executable, "-c", CATALOG_CHECK], capture_output=True, text=True, env=env,
+                       cwd=str(tmp_path), timeout=60)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert Path(d["module"]).is_relative_to(site), "imported the checkout, not the wheel"
+    assert Path(d["hw_dir"]) == site / "dsdsim" / "hw_specs"
+    assert Path(d["model_dir"]) == site / "dsdsim" / "model_specs"
+    assert d["hw"] == SHIPPED_HW
+    assert d["models"] == SHIPPED_MODELS
+    assert d["h100_bw"] == 3.35e12
+
+
+def test_shipped_dir_in_the_checkout():
+    from dsdsim.specs.catalog import shipped_dir
+
+    assert sorted(p.stem for p in shipped_dir("hw_specs").glob("*.yaml")) == SHIPPED_HW
+    assert sorted(p.stem for p in shipped_dir("model_specs").glob("*.json")) == SHIPPED_MODELS
