@@ -337,6 +337,9 @@ def predict(
                                          help="MoE: share of a token's experts reused by the next token of the same "
                                               "sequence (e.g. 0.38 reported for a 128-expert top-8 model)"),
     context: int = typer.Option(DEFAULT_CONTEXT, "--context", "-c", help="Tokens in each sequence's KV cache"),
+    contexts: Optional[str] = typer.Option(None, "--contexts",
+                                           help="Context axis: a comma list (1024,8192,32768) gives K* over batch x "
+                                                "context (table or json)"),
     batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", "-b",
                                               help="List (1,2,4,8) or range (1-1024, 1-256:8); default 1-1024"),
     max_k: int = typer.Option(DEFAULT_MAX_K, "--max-k", help="Largest K considered"),
@@ -366,6 +369,10 @@ def predict(
     if plot is not None and plot.suffix.lower() != ".png":
         raise DsdsimError(f"--plot writes PNG; give a file name ending in .png (got {plot})")
     dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, memory_utilization)
+    if contexts is not None:
+        return _predict_contexts(contexts, fmt, output, model=model, hardware=hardware, deployment=dep,
+                                 drafter=drafter, acceptance=acceptance, batch_sizes=batch_sizes, max_k=max_k,
+                                 fixed_k=fixed_k, max_distinct_k=max_distinct_k)
     p = run_predict(model, hardware, dep, drafter, acceptance, context, batch_sizes, max_k, fixed_k, max_distinct_k,
                     acceptance_band)
     text = None if fmt is PredictFormat.table else render(p, fmt)
@@ -379,6 +386,43 @@ def predict(
     if output is not None:
         return emit(_prediction_text(prediction_dict(p), p), output)
     _print_prediction(p)
+
+
+def _predict_contexts(text: str, fmt, output: Optional[Path], **kwargs) -> None:
+    """K* over (batch range x context range): one prediction per context length."""
+    from dsdsim.export.prediction import PredictFormat as F
+    from dsdsim.policy.predict import predict_context_grid
+
+    try:
+        ctxs = [int(c) for c in text.split(",") if c.strip()]
+    except ValueError:
+        raise DsdsimError(f"cannot read --contexts {text!r}; write a comma list such as 1024,8192,32768") from None
+    if not ctxs or min(ctxs) < 0:
+        raise DsdsimError("--contexts needs one or more context lengths >= 0, e.g. 1024,8192")
+    if fmt not in (F.table, F.json):
+        raise DsdsimError("--contexts gives a batch x context table: use --format table or json")
+    preds = predict_context_grid(ctxs, **kwargs)
+    if fmt is F.json:
+        data = {"model": preds[0].setup.model.name, "hardware": preds[0].setup.hardware.name,
+                "drafter": preds[0].setup.drafter.label, "contexts": ctxs,
+                "tables": [{"context": c, "ranges": [list(r) for r in p.ranges()],
+                            "k_per_batch": [int(k) for k in p.table.k_per_batch]} for c, p in zip(ctxs, preds)],
+                "batch_sizes": [int(b) for b in preds[0].batch_sizes]}
+        return emit(to_json(data), output)
+    if output is not None:
+        raise DsdsimError("--output with the table format is not supported; add --format json")
+    from rich.table import Table
+
+    t = Table(title=f"K* by batch size (rows) and context (columns): {preds[0].setup.model.name} on "
+                    f"{preds[0].setup.hardware.name}, {preds[0].setup.drafter.label}")
+    t.add_column("batch", justify="right")
+    for c in ctxs:
+        t.add_column(f"ctx {c}", justify="right")
+    index = {int(b): j for j, b in enumerate(preds[0].batch_sizes)}
+    for b in _display_batches(preds[0]):
+        t.add_row(str(b), *["-" if p.table.k_per_batch[index[b]] < 0 else str(int(p.table.k_per_batch[index[b]]))
+                            for p in preds])
+    _console().print(t)
 
 
 def _display_batches(p) -> list[int]:
@@ -428,7 +472,8 @@ def _print_prediction(p) -> None:
         con.print(f"robust K over acceptance band {r['band'][0]} .. {r['band'][1]}: worst regret at the low edge "
                   f"{100 * (r['regret_low_edge_max'] or 0):.1f}%, high edge {100 * (r['regret_high_edge_max'] or 0):.1f}%")
     for note in d["notes"]:
-        con.print(f"note: {note}")
+        if not note.startswith("acceptance:"):   # already in the header
+            con.print(f"note: {note}")
     con.print("Paste into vLLM: dsdsim predict ... --format vllm   (also sglang, trtllm, json, csv)")
 
 

@@ -127,8 +127,8 @@ def split_points(points: Sequence[Point]) -> None:
         members = sorted(groups[key], key=lambda p: json.dumps(p.shape, sort_keys=True, default=str))
         for i, p in enumerate(members):
             p.split = "train" if (i + flip) % 2 == 0 else "test"
-        flip ^= len(members) % 2 == 1 or 0
-        flip = flip % 2
+        if len(members) % 2:
+            flip ^= 1
 
 
 def error_summary(measured: Sequence[float], predicted: Sequence[float]) -> dict:
@@ -250,8 +250,7 @@ class Calibrator:
                   "memory": min(max(self.memory_efficiency_, 0.01), 1.2),
                   "gemm_tile_m": self.gemm_tile_m_}
         values["launch_overhead_s" if cuda_graphs else "eager_launch_overhead_s"] = self.launch_overhead_s_
-        if not cuda_graphs and hw.measured is not None and "cuda" not in (hw.measured.method or "") \
-                and hw.launch_overhead_s.value == hw.eager_launch_overhead_s.value:
+        if not cuda_graphs and hw.launch_overhead_s.value == hw.eager_launch_overhead_s.value:
             values["launch_overhead_s"] = self.launch_overhead_s_      # a device without graphs: one launch cost
         if self.step_overhead_s_ is not None:
             values["step_overhead_s"] = self.step_overhead_s_
