@@ -99,11 +99,6 @@ def _cases():
 # --- known crashes (product bugs in dsdsim/specs/hf_config.py; not fixed here) ----------------------------------
 # name -> (shipped config, {key: bad value}, signature of the crash, reason)
 KNOWN_CRASHES = {
-    "non_finite_number": (
-        "llama-3.1-8b", {"vocab_size": float("nan")},
-        lambda e: isinstance(e, (ValueError, OverflowError)) and "convert float" in str(e),
-        "hf_config._Cfg.int calls int(v) on NaN/Infinity (json.loads accepts both) -> ValueError/OverflowError "
-        "instead of SpecError"),
     "absurd_layer_count": (
         "llama-3.1-8b", {"num_hidden_layers": 10**18},
         lambda e: isinstance(e, MemoryError) or (isinstance(e, OverflowError) and "index-sized" in str(e)),
@@ -114,15 +109,10 @@ KNOWN_CRASHES = {
         "hf_config: list fields (mlp_only_layers, moe_layers, no_rope_layers) are not type-checked -> TypeError"),
     "sliding_window_not_a_number": (
         "command-a", {"sliding_window": "x"},
-        lambda e: (isinstance(e, ValueError) and "invalid literal for int()" in str(e))
-        or (isinstance(e, TypeError) and "int() argument" in str(e)),
+        lambda e: (isinstance(e, ValueError) and ("invalid literal for int()" in str(e) or "convert float" in str(e)))
+        or (isinstance(e, TypeError) and "int() argument" in str(e)) or isinstance(e, OverflowError),
         "hf_config._attention_kinds: int(window) on an unchecked sliding_window (layer_types / sliding_window_pattern "
         "paths) -> ValueError/TypeError"),
-    "moe_validation_error_escapes": (
-        "mixtral-8x7b", {"num_experts_per_tok": 9},
-        lambda e: type(e).__name__ == "ValidationError",
-        "hf_config._build_standard calls _ffns() outside its try: FFN validation (top_k > num_experts) escapes as a "
-        "raw pydantic ValidationError"),
 }
 
 
@@ -139,6 +129,22 @@ def _crash(cfg) -> BaseException | None:
 def _reproducer(name: str) -> dict:
     model, changes, _, _ = KNOWN_CRASHES[name]
     return {**_load(SPECS[0].parent / f"{model}.json"), **changes}
+
+
+# Crashes the fuzz found that have since been fixed in hf_config.py: plain regression tests.
+FIXED_CRASHES = [
+    ("llama-3.1-8b", {"vocab_size": float("nan")}),          # _Cfg.int: int(NaN) -> ValueError
+    ("llama-3.1-8b", {"hidden_size": float("inf")}),         # _Cfg.int: int(inf) -> OverflowError
+    ("deepseek-v3", {"n_shared_experts": float("inf")}),
+    ("mixtral-8x7b", {"num_experts_per_tok": 9}),            # FFN ValidationError escaped _build_standard
+    ("gpt-oss-120b", {"num_experts_per_tok": 10**6}),
+]
+
+
+@pytest.mark.parametrize("model, changes", FIXED_CRASHES, ids=[f"{m}-{next(iter(c))}" for m, c in FIXED_CRASHES])
+def test_fixed_crash_stays_fixed(model, changes):
+    with pytest.raises(DsdsimError):
+        model_from_hf_config({**_load(SPECS[0].parent / f"{model}.json"), **changes}, "fuzz")
 
 
 OPEN_CRASHES = {name for name in KNOWN_CRASHES if _crash(_reproducer(name)) is not None}

@@ -1,0 +1,664 @@
+"""Validate the cost model against torch timings on a real device (``dsdsim validate``).
+
+Loop 1, operators and steps. For a grid of batch size B, draft length K (verify q = K + 1) and context c,
+the cost model's own OpCosts of a verify pass (pass_ops) and of the drafter's step (draft_ops) are each run
+in torch (dsdsim.bench.shapes) and timed (dsdsim.bench.timing); every distinct shape is one point,
+predicted = op_time of the same OpCost on the given spec (eager launches: cuda_graphs=False, as torch runs).
+Whole passes are timed too ("step" points): a real torch decoder with one layer of each distinct kind plus
+embedding, final norm, lm_head and sampling, and the EAGLE-3 draft head's first and later passes. Points
+are split into interleaved train / held-out halves; efficiencies fitted on the train half
+(dsdsim.bench.calibrate) are scored on the held-out half.
+
+Loop 2, tables. Measured step times T(B, K) = sum over the step's operators of count x measured time give the
+measured best K per batch under an acceptance model; regret = 1 - G(K_predicted) / G(K_best).
+
+When the real layer does not fit the device or the time budget, every dimension is divided by a factor
+(hidden, heads, FFN and expert widths, vocabularies; head_dim, experts and top_k kept) and the prediction is
+made for THAT reduced spec; the report records the factor and the dimensions used.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from dsdsim.bench.calibrate import (Calibrator, OpFeatures, Point, calibrate_points, error_summary, op_features,
+                                    split_points)
+from dsdsim.cost.drafts import draft_ops, eagle_layer
+from dsdsim.cost.layers import PassContext, pass_ops
+from dsdsim.cost.ops import OpCost, OpKind
+from dsdsim.cost.step import Setup, simulate_step
+from dsdsim.cost.timing import op_time
+from dsdsim.specs.catalog import load_hardware, load_model
+from dsdsim.specs.deployment import Deployment
+from dsdsim.specs.drafter import DrafterKind, DrafterSpec, parse_drafter
+from dsdsim.specs.hardware import HardwareSpec
+from dsdsim.specs.model import Attention, FFN, FFNKind, Layer, ModelSpec
+from dsdsim.units import DType
+
+ProgressFn = Callable[[int, int, str], None]      # (done, total, what)
+
+_SKIP_KINDS = (OpKind.all_reduce, OpKind.all_to_all, OpKind.gather, OpKind.host)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What to measure. ``contexts[0]`` is the table's context; later contexts vary attention only."""
+
+    batches: tuple[int, ...]
+    ks: tuple[int, ...]
+    contexts: tuple[int, ...]
+    step_batches: tuple[int, ...]
+    step_ks: tuple[int, ...]
+    warmup: int
+    repeats: int
+    budget_s: float
+    max_rotate: int = 16
+
+
+QUICK_GRID = Grid(batches=(1, 4, 16), ks=(0, 1, 2, 3), contexts=(512, 2048), step_batches=(1, 16), step_ks=(0, 3),
+                  warmup=1, repeats=5, budget_s=0.3, max_rotate=8)
+FULL_GRID = Grid(batches=(1, 2, 4, 8, 16, 32, 64), ks=(0, 1, 2, 3, 4, 5, 6), contexts=(1024, 4096),
+                 step_batches=(1, 4, 16, 64), step_ks=(0, 1, 3, 6), warmup=2, repeats=9, budget_s=1.0)
+GPU_GRID = Grid(batches=(1, 2, 4, 8, 16, 32, 64, 128, 256), ks=(0, 1, 2, 3, 4, 5, 6, 8), contexts=(1024, 8192),
+                step_batches=(1, 8, 64, 256), step_ks=(0, 1, 3, 6), warmup=3, repeats=20, budget_s=0.25)
+
+
+@dataclass
+class ValidationReport:
+    """Everything ``validate`` measured and concluded; ``data`` is the report.json content."""
+
+    data: dict
+    points: list[Point]
+    calibrated_hardware: HardwareSpec
+    paths: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> dict:
+        return self.data["summary"]
+
+    @property
+    def table_check(self) -> dict:
+        return self.data["table_check"]
+
+
+# --- size reduction -------------------------------------------------------------------------------------
+
+
+def reduce_model(model: ModelSpec, factor: int) -> tuple[ModelSpec, dict]:
+    """Divide widths by ``factor`` (head_dim, layer count, experts and top_k kept). Returns the spec and a
+    record of what changed."""
+    if factor <= 1:
+        return model, {"factor": 1}
+
+    def div(n: int, minimum: int = 1) -> int:
+        return max(minimum, int(n // factor))
+
+    def attn(a: Attention) -> Attention:
+        heads = div(a.num_heads)
+        kv = max(1, min(heads, div(a.num_kv_heads)))
+        while heads % kv:
+            kv -= 1
+        upd = {"num_heads": heads, "num_kv_heads": kv}
+        if a.q_lora_rank:
+            upd["q_lora_rank"] = div(a.q_lora_rank, 16)
+        if a.kv_lora_rank:
+            upd["kv_lora_rank"] = div(a.kv_lora_rank, 16)
+        if a.window:
+            upd["window"] = a.window
+        return a.model_copy(update=upd)
+
+    def ffn(f: FFN) -> FFN:
+        upd = {}
+        if f.intermediate_size:
+            upd["intermediate_size"] = div(f.intermediate_size, 8)
+        if f.expert_intermediate_size:
+            upd["expert_intermediate_size"] = div(f.expert_intermediate_size, 8)
+        if f.shared_intermediate_size:
+            upd["shared_intermediate_size"] = div(f.shared_intermediate_size, 8)
+        return f.model_copy(update=upd)
+
+    def layer(l: Layer) -> Layer:
+        return l.model_copy(update={"attention": attn(l.attention), "ffn": ffn(l.ffn)})
+
+    layers = [layer(l) for l in model.layers]
+    reduced = model.model_copy(update={
+        "name": f"{model.name}/{factor}", "hidden_size": div(model.hidden_size, 64), "vocab_size": div(model.vocab_size, 256),
+        "layers": tuple(layers), "mtp_layer": layer(model.mtp_layer) if model.mtp_layer else None})
+    first = reduced.layers[0]
+    record = {"factor": factor, "hidden_size": [model.hidden_size, reduced.hidden_size],
+              "vocab_size": [model.vocab_size, reduced.vocab_size],
+              "num_heads": [model.layers[0].attention.num_heads, first.attention.num_heads],
+              "num_kv_heads": [model.layers[0].attention.num_kv_heads, first.attention.num_kv_heads],
+              "head_dim": first.attention.head_dim, "layers": model.num_layers,
+              "note": "widths divided by the factor; head_dim, layer count, experts and top_k kept; predictions use "
+                      "this reduced spec"}
+    f0 = model.layers[0].ffn
+    if f0.intermediate_size:
+        record["intermediate_size"] = [f0.intermediate_size, first.ffn.intermediate_size]
+    moe = model.moe_ffn
+    if moe is not None:
+        rmoe = reduced.moe_ffn
+        record["expert_intermediate_size"] = [moe.expert_intermediate_size, rmoe.expert_intermediate_size]
+        record["num_experts"] = moe.num_experts
+        record["top_k"] = moe.top_k
+    return reduced, record
+
+
+def reduce_drafter(drafter: Optional[DrafterSpec], factor: int) -> Optional[DrafterSpec]:
+    if drafter is None or factor <= 1:
+        return drafter
+    upd = {"draft_vocab_size": max(256, drafter.draft_vocab_size // factor)}
+    if drafter.intermediate_size:
+        upd["intermediate_size"] = max(8, drafter.intermediate_size // factor)
+    return drafter.model_copy(update=upd)
+
+
+def auto_reduction(device: str, quick: bool) -> int:
+    """Real dimensions on a GPU; on a CPU divide widths so the run fits the time budget."""
+    return 1 if device.startswith("cuda") else (4 if quick else 2)
+
+
+# --- the operator grid ----------------------------------------------------------------------------------
+
+
+def _key(op: OpCost, vocab: Optional[int]) -> str:
+    shape = {k: float(np.asarray(v)) for k, v in op.extra.get("shape", {}).items()}
+    impl = ""
+    if op.kind is OpKind.elementwise:
+        n = op.name.lower()
+        impl = "rotary" if "rotary" in n else "act" if ".act" in n else "norm"
+    return json.dumps([op.kind.value, op.dtype.value, impl, shape, round(float(np.asarray(op.bytes))),
+                       round(float(np.asarray(op.flops))), vocab], sort_keys=True)
+
+
+def _vocab_for(op: OpCost, model: ModelSpec, drafter: Optional[DrafterSpec]) -> Optional[int]:
+    if op.kind is not OpKind.logits:
+        return None
+    if drafter is not None and drafter.kind is DrafterKind.eagle3 and "eagle3." in op.name:
+        return drafter.draft_vocab_size
+    return model.vocab_size
+
+
+def _clean_name(name: str) -> str:
+    for prefix in ("pass1.", "passN."):
+        name = name.replace(prefix, "")
+    if name.startswith("L(") and ")." in name:
+        name = "L." + name.split(").", 1)[1]
+    return name
+
+
+@dataclass
+class StepOps:
+    """The operators of one (B, K) step with their per-step counts (comm / host kinds dropped)."""
+
+    batch: int
+    k: int
+    ops: list[tuple[str, OpCost, float]]       # (key, one-occurrence op, count)
+
+
+def step_ops(model: ModelSpec, drafter: Optional[DrafterSpec], pc: PassContext, batch: int, k: int, context: int
+             ) -> StepOps:
+    """Verify pass (q = K + 1, rejection sampling when K > 0) and the draft phase, as keyed single occurrences."""
+    q = k + 1
+    ops = list(pass_ops(model, pc, batch, q, context, sampling_passes=2.0 if k > 0 else 1.0))
+    if drafter is not None and k > 0:
+        ops += draft_ops(model, drafter, pc, batch, k, context)
+    out = []
+    for op in ops:
+        count = float(np.asarray(op.count))
+        if op.kind in _SKIP_KINDS or count <= 0:
+            continue
+        single = replace(op, count=1)
+        out.append((_key(single, _vocab_for(single, model, drafter)), single, count))
+    return StepOps(batch, k, out)
+
+
+# --- measuring ------------------------------------------------------------------------------------------
+
+
+def _measure_ops(unique: dict[str, OpCost], model: ModelSpec, drafter, hw: HardwareSpec, act_dtype: DType,
+                 device: str, grid: Grid, tick: Callable[[str], None]) -> dict[str, Point]:
+    import torch
+
+    from dsdsim.bench.shapes import TensorPool, build_bench, measured_experts_touched
+    from dsdsim.bench.timing import last_level_cache_bytes, rotation_sets, time_fn
+
+    pool = TensorPool(device, seed=0)
+    llc = last_level_cache_bytes(device)
+    moe = model.moe_ffn
+    out: dict[str, Point] = {}
+    # big weights first per kind keeps the pool warm; order by kind then name for stable output
+    for key, op in sorted(unique.items(), key=lambda kv: (kv[1].kind.value, kv[1].name, kv[0])):
+        tick(f"{_clean_name(op.name)}")
+        bench = build_bench(op, pool, act_dtype, num_experts=moe.num_experts if moe else None,
+                            vocab=_vocab_for(op, model, drafter), hidden=model.hidden_size)
+        if bench is None:
+            continue
+        rotate = rotation_sets(bench.bytes_per_set, llc, grid.max_rotate, 1.5e9)
+        t = time_fn(bench.fn, bench.make_inputs, device, warmup=grid.warmup, repeats=grid.repeats, rotate=rotate,
+                    budget_s=grid.budget_s)
+        shape = dict(bench.shape)
+        if op.kind is OpKind.moe_experts:
+            shape["experts_touched_measured"] = measured_experts_touched(bench, rotate)
+        pred = float(np.asarray(op_time(op, hw, cuda_graphs=False).time_s))
+        out[key] = Point(kind=op.kind.value, name=_clean_name(op.name), shape=shape, measured_s=t.median_s,
+                         predicted_s=pred, components=[op_features(op, hw)], p10_s=t.p10_s, p90_s=t.p90_s)
+        if device.startswith("cuda") and pool.nbytes > 40e9:
+            pool.clear()
+            torch.cuda.empty_cache()
+    return out
+
+
+def _slice_model(model: ModelSpec) -> ModelSpec:
+    """One layer of each distinct kind (the stack a step point runs)."""
+    layers = tuple(layer for layer, _ in model.layer_groups())
+    return model.model_copy(update={"layers": layers, "name": f"{model.name}[{len(layers)} layers]"})
+
+
+def _measure_steps(model: ModelSpec, drafter: Optional[DrafterSpec], pc: PassContext, hw: HardwareSpec,
+                   act_dtype: DType, device: str, grid: Grid, tick: Callable[[str], None]) -> list[Point]:
+    """Whole passes through the torch decoder (dsdsim.bench.model): verify with one layer per kind, and the
+    EAGLE-3 head's first / later passes."""
+    import torch
+
+    from dsdsim.bench.model import Eagle3Head, TorchDecoder, UnsupportedSpec
+    from dsdsim.bench.timing import time_fn, torch_dtype
+
+    dt = torch_dtype(act_dtype)
+    sliced = _slice_model(model)
+    c = grid.contexts[0]
+    qmax = max(grid.step_ks) + 1
+    try:
+        decoder = TorchDecoder(sliced, dtype=dt, device=device, seed=1)
+    except UnsupportedSpec:
+        return []
+    head = None
+    if drafter is not None and drafter.kind is DrafterKind.eagle3:
+        head = Eagle3Head(eagle_layer(model, drafter), model.hidden_size, drafter.draft_vocab_size, dt, device)
+    gen = torch.Generator().manual_seed(3)
+    points: list[Point] = []
+    for b in grid.step_batches:
+        cache = decoder.new_cache(b, c + qmax + 1)
+        cache.fill_random(c, gen)
+        dcache = head.new_cache(b, c + 2 * qmax + 1) if head is not None else None
+        if dcache is not None:
+            dcache.fill_random(c, gen)
+        for k in grid.step_ks:
+            q = k + 1
+            tick(f"step B={b} K={k}")
+            tokens = [torch.randint(0, model.vocab_size, (b, q), generator=gen).to(device) for _ in range(2)]
+            draft_probs = torch.rand(b * q, model.vocab_size, generator=gen).to(device)
+
+            def verify(tok, rejection=k > 0):
+                logits = decoder.logits(decoder.hidden(tok, cache, uniform=c)).view(b * q, -1)
+                p = torch.softmax(logits, dim=-1)
+                if rejection:
+                    p = (p - draft_probs).clamp_(min=0.0)
+                return torch.argmax(p, dim=-1)
+
+            t = time_fn(verify, lambda i: (tokens[i % 2],), device, warmup=grid.warmup, repeats=grid.repeats,
+                        rotate=2, budget_s=2 * grid.budget_s)
+            ops = [o for o in pass_ops(sliced, pc, b, q, c, sampling_passes=2.0 if k > 0 else 1.0)
+                   if o.kind not in _SKIP_KINDS]
+            points.append(_step_point("verify", {"batch": b, "q": q, "context": c, "layers": sliced.num_layers},
+                                      t, ops, hw))
+            if head is None or k == 0:
+                continue
+            h = model.hidden_size
+            tick(f"draft B={b} K={k}")
+            feats = [torch.randn(b, q, 3 * h, generator=gen).to(device, dt) for _ in range(2)]
+            first = time_fn(lambda tok, f: head.step(tok, f, dcache, c, True), lambda i: (tokens[i % 2], feats[i % 2]),
+                            device, warmup=grid.warmup, repeats=grid.repeats, rotate=2, budget_s=2 * grid.budget_s)
+            one_tok = [tt[:, :1] for tt in tokens]
+            hid = [torch.randn(b, 1, h, generator=gen).to(device, dt) for _ in range(2)]
+            later = time_fn(lambda tok, f: head.step(tok, f, dcache, c + q, False), lambda i: (one_tok[i % 2], hid[i % 2]),
+                            device, warmup=grid.warmup, repeats=grid.repeats, rotate=2, budget_s=2 * grid.budget_s)
+            d_ops = [o for o in draft_ops(model, drafter, pc, b, max(k, 2), c) if o.kind not in _SKIP_KINDS]
+            p1 = [replace(o, count=1) for o in d_ops if o.name.startswith("pass1.")]
+            pn = [replace(o, count=1) for o in d_ops if o.name.startswith("passN.")]
+            if k != max(k, 2):   # K = 1: the first pass is over q = 2 tokens; recompute it at this K
+                p1 = [replace(o, count=1) for o in draft_ops(model, drafter, pc, b, k, c)
+                      if o.name.startswith("pass1.") and o.kind not in _SKIP_KINDS]
+            points.append(_step_point("draft_first", {"batch": b, "q": q, "context": c}, first, p1, hw))
+            points.append(_step_point("draft_next", {"batch": b, "q": 1, "context": c + q}, later, pn, hw))
+    return points
+
+
+def _step_point(name: str, shape: dict, t, ops: Sequence[OpCost], hw: HardwareSpec) -> Point:
+    pred = float(sum(np.asarray(op_time(o, hw, cuda_graphs=False).time_s) for o in ops))
+    return Point(kind="step", name=name, shape=shape, measured_s=t.median_s, predicted_s=pred,
+                 components=[op_features(o, hw) for o in ops], is_step=True, p10_s=t.p10_s, p90_s=t.p90_s)
+
+
+# --- the table check ------------------------------------------------------------------------------------
+
+
+def table_check(batches: Sequence[int], ks: Sequence[int], measured_s: np.ndarray, predicted_s: np.ndarray,
+                acceptance, calibrated_s: Optional[np.ndarray] = None) -> dict:
+    """Measured vs predicted best K per batch. measured_s / predicted_s: step seconds shaped (B, K).
+
+    goodput G = B * tau(K) / T; K_best = argmax of measured G; regret = 1 - G_meas(K_pred) / G_meas(K_best)."""
+    b = np.asarray(batches, dtype=float)[:, None]
+    kv = np.asarray(ks, dtype=int)
+    tau = np.asarray(acceptance.tau(kv), dtype=float)[None, :]
+    g_meas = b * tau / np.asarray(measured_s, dtype=float)
+    rows = []
+    regrets, regrets_cal = [], []
+    for i, bb in enumerate(batches):
+        best = int(np.argmax(g_meas[i]))
+        row = {"batch": int(bb), "k_best_measured": int(kv[best])}
+        for label, pred in (("uncalibrated", predicted_s), ("calibrated", calibrated_s)):
+            if pred is None:
+                continue
+            g_pred = b[i] * tau[0] / np.asarray(pred, dtype=float)[i]
+            kp = int(np.argmax(g_pred))
+            regret = float(1.0 - g_meas[i, kp] / g_meas[i, best])
+            row[f"k_predicted_{label}"] = int(kv[kp])
+            row[f"regret_{label}"] = regret
+            (regrets if label == "uncalibrated" else regrets_cal).append(regret)
+        rows.append(row)
+    out = {"acceptance": acceptance.describe(int(max(ks))), "k_values": [int(k) for k in ks], "per_batch": rows,
+           "mean_regret": float(np.mean(regrets)), "max_regret": float(np.max(regrets)),
+           "measured_step_s": np.asarray(measured_s).tolist(), "predicted_step_s": np.asarray(predicted_s).tolist()}
+    if regrets_cal:
+        out.update(mean_regret_calibrated=float(np.mean(regrets_cal)), max_regret_calibrated=float(np.max(regrets_cal)),
+                   calibrated_step_s=np.asarray(calibrated_s).tolist())
+    return out
+
+
+def _default_acceptance():
+    from dsdsim.policy.acceptance import constant
+
+    return constant(0.7)
+
+
+# --- the whole run --------------------------------------------------------------------------------------
+
+
+def validate(model, hardware, device: str = "cpu", quick: bool = True, output_dir: Optional[str | Path] = None,
+             progress: Optional[ProgressFn] = None, *, drafter: Optional[str | DrafterSpec] = "eagle3",
+             reduce: Optional[int] = None, grid: Optional[Grid] = None, dtype: Optional[DType] = None,
+             acceptance=None, steps: bool = True) -> ValidationReport:
+    """Measure the model's operator and step shapes on ``device``, compare with the prediction on ``hardware``,
+    calibrate on half the points, check the K table. Writes report.json, summary.md and a plot to
+    ``output_dir`` when given."""
+    import torch
+
+    model_full = load_model(model)
+    hw = load_hardware(hardware)
+    dev = str(torch.device(device))
+    factor = auto_reduction(dev, quick) if reduce is None else int(reduce)
+    m, reduced = reduce_model(model_full, factor)
+    d = parse_drafter(drafter) if isinstance(drafter, str) else drafter
+    d = reduce_drafter(d, factor)
+    if d is not None and d.kind is not DrafterKind.eagle3:
+        raise ValueError("validate times the EAGLE-3 drafter's shapes; pass drafter='eagle3' or None")
+    grid = grid or (GPU_GRID if dev.startswith("cuda") and not quick else QUICK_GRID if quick else FULL_GRID)
+    wdt = dtype or (m.default_dtype if m.default_dtype in (DType.bf16, DType.fp16, DType.fp32) else DType.bf16)
+    dep = Deployment(dtype=wdt, expert_dtype=wdt, act_dtype=wdt, kv_dtype=wdt, cuda_graphs=False)
+    pc = PassContext.build(m, hw, dep)
+    acc = acceptance or _default_acceptance()
+    torch.manual_seed(0)
+
+    table_c = grid.contexts[0]
+    steps_bk = {(b, k): step_ops(m, d, pc, b, k, table_c) for b in grid.batches for k in grid.ks}
+    unique: dict[str, OpCost] = {}
+    for so in steps_bk.values():
+        for key, op, _ in so.ops:
+            unique.setdefault(key, op)
+    for c in grid.contexts[1:]:          # attention at longer contexts
+        for b in grid.batches:
+            for k in grid.ks:
+                for op in pass_ops(m, pc, b, k + 1, c):
+                    if op.kind is OpKind.attention:
+                        single = replace(op, count=1)
+                        unique.setdefault(_key(single, None), single)
+    n_steps = (len(grid.step_batches) * len(grid.step_ks) * (1 + 2 * (d is not None))) if steps else 0
+    total = len(unique) + n_steps
+    done = [0]
+
+    def tick(what: str) -> None:
+        if progress is not None:
+            progress(done[0], total, what)
+        done[0] += 1
+
+    op_points = _measure_ops(unique, m, d, hw, wdt, dev, grid, tick)
+    step_points = _measure_steps(m, d, pc, hw, wdt, dev, grid, tick) if steps else []
+    if progress is not None:
+        progress(total, total, "calibrating")
+    points = list(op_points.values()) + step_points
+    split_points(points)
+    cal, summary = calibrate_points(points, hw, cuda_graphs=False)
+    cal_hw = cal.calibrated_spec(hw, what=f"dsdsim validate {m.name} on {dev}", cuda_graphs=False)
+    summary["by_kind"] = _by_kind(points)
+
+    # loop 2: the K table from measured vs predicted step times
+    meas = np.array([[sum(cnt * op_points[key].measured_s for key, _, cnt in steps_bk[(b, k)].ops if key in op_points)
+                      for k in grid.ks] for b in grid.batches])
+    b_arr = np.asarray(grid.batches, dtype=float)[:, None]
+    k_arr = np.asarray(grid.ks, dtype=float)[None, :]
+    pred = np.asarray(simulate_step(None, None, batch=b_arr, k=k_arr, context=table_c,
+                                    setup=Setup(m, hw, dep, d, None)).step_time_s, dtype=float)
+    pred_cal = np.asarray(simulate_step(None, None, batch=b_arr, k=k_arr, context=table_c,
+                                        setup=Setup(m, cal_hw, dep, d, None)).step_time_s, dtype=float)
+    tc = table_check(grid.batches, grid.ks, meas, pred, acc, pred_cal)
+    tc["context"] = table_c
+    tc["measured_from"] = "sum over each step's operators of count x measured operator time (no host overhead)"
+    tc["composition"] = _composition(step_points, op_points, m, d, pc)
+
+    data = {
+        "model": model_full.name, "model_measured": m.name, "hardware": hw.name, "device": dev,
+        "device_name": _device_name(dev), "date": _dt.date.today().isoformat(), "torch_version": torch.__version__,
+        "dtype": wdt.value, "drafter": d.label if d else None, "cuda_graphs": False, "quick": quick,
+        "reduced": reduced,
+        "grid": {"batches": list(grid.batches), "ks": list(grid.ks), "contexts": list(grid.contexts),
+                 "step_batches": list(grid.step_batches), "step_ks": list(grid.step_ks), "warmup": grid.warmup,
+                 "repeats": grid.repeats},
+        "points": [p.to_json() for p in points],
+        "summary": summary,
+        "calibration": cal.fitted(),
+        "calibrated_hardware": cal_hw.model_dump(mode="json", exclude_none=True),
+        "table_check": tc,
+    }
+    report = ValidationReport(data=data, points=points, calibrated_hardware=cal_hw)
+    if output_dir is not None:
+        report.paths = write_report(report, output_dir)
+    return report
+
+
+def _device_name(dev: str) -> str:
+    from dsdsim.bench.timing import device_name
+
+    return device_name(dev)
+
+
+def _by_kind(points: Sequence[Point]) -> dict:
+    out = {}
+    for kind in sorted({p.kind for p in points}):
+        ps = [p for p in points if p.kind == kind]
+        test = [p for p in ps if p.split == "test"]
+        out[kind] = {"uncalibrated": error_summary([p.measured_s for p in ps], [p.predicted_s for p in ps]),
+                     "calibrated_test": error_summary([p.measured_s for p in test], [p.calibrated_s for p in test])}
+    return out
+
+
+def _composition(step_points: Sequence[Point], op_points: dict[str, Point], m, d, pc) -> dict:
+    """How the sum of separately timed operators compares with the whole pass timed at once."""
+    ratios = []
+    for sp in step_points:
+        if sp.name != "verify":
+            continue
+        b, q, c = sp.shape["batch"], sp.shape["q"], sp.shape["context"]
+        ops = [replace(o, count=1) for o in pass_ops(_slice_model(m), pc, b, q, c,
+                                                     sampling_passes=2.0 if q > 1 else 1.0)
+               if o.kind not in _SKIP_KINDS]
+        keys = [_key(o, _vocab_for(o, m, d)) for o in ops]
+        if all(k in op_points for k in keys):
+            ratios.append(sum(op_points[k].measured_s for k in keys) / sp.measured_s)
+    if not ratios:
+        return {"n": 0}
+    return {"n": len(ratios), "median_sum_of_ops_over_step": float(np.median(ratios)),
+            "min": float(np.min(ratios)), "max": float(np.max(ratios))}
+
+
+# --- outputs --------------------------------------------------------------------------------------------
+
+
+def write_report(report: ValidationReport, output_dir: str | Path) -> dict[str, Path]:
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"report": out / "report.json", "summary": out / "summary.md", "plot": out / "predicted_vs_measured.png",
+             "calibrated_spec": out / "calibrated.yaml"}
+    paths["report"].write_text(json.dumps(report.data, indent=1, default=_json_default) + "\n")
+    paths["summary"].write_text(summary_markdown(report.data))
+    plot_points(report.points, paths["plot"], title=f"{report.data['model_measured']} on {report.data['device_name']}")
+    from dsdsim.bench.calibrate import write_calibrated_spec
+
+    write_calibrated_spec(report.calibrated_hardware, paths["calibrated_spec"])
+    return paths
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{x:.1f}%"
+
+
+def summary_markdown(data: dict) -> str:
+    s = data["summary"]
+    cal = data["calibration"]
+    tc = data["table_check"]
+    lines = [
+        f"# dsdsim validation: {data['model']} on {data['device_name']}",
+        "",
+        f"- date {data['date']}, torch {data['torch_version']}, device `{data['device']}`, dtype {data['dtype']}, "
+        f"drafter {data['drafter']}, predicted with hardware spec `{data['hardware']}` (eager launches)",
+        f"- measured model: `{data['model_measured']}`; reduction: "
+        + (", ".join(f"{k} {v}" for k, v in data["reduced"].items() if k != "note") if data["reduced"].get("factor", 1) > 1
+           else "none (real layer dimensions)"),
+        f"- grid: B {data['grid']['batches']}, K {data['grid']['ks']}, context {data['grid']['contexts']}; "
+        f"{len(data['points'])} points",
+        "",
+        "## Errors (|predicted - measured| / measured)",
+        "",
+        "| set | n | median | mean (MAPE) | max |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for label, key in (("uncalibrated, all points", "uncalibrated"), ("uncalibrated, held-out half", "uncalibrated_test"),
+                       ("calibrated, train half", "calibrated_train"), ("calibrated, held-out half", "calibrated")):
+        e = s[key]
+        lines.append(f"| {label} | {e['n']} | {_pct(e['median_abs_pct_error'])} | {_pct(e['mape'])} | "
+                     f"{_pct(e['max_abs_pct_error'])} |")
+    lines += ["", "By kind:", "", "| kind | n | uncalibrated median | calibrated held-out median | median pred/meas (uncal.) |",
+              "| --- | ---: | ---: | ---: | ---: |"]
+    for kind, e in s["by_kind"].items():
+        u, c = e["uncalibrated"], e["calibrated_test"]
+        lines.append(f"| {kind} | {u['n']} | {_pct(u['median_abs_pct_error'])} | {_pct(c['median_abs_pct_error'])} | "
+                     f"{u.get('median_ratio_pred_over_meas', float('nan')):.2f} |")
+    so = cal.get("step_overhead_s")
+    lines += ["", "## Calibration (fitted on the train half)", "",
+              f"- compute efficiency {cal['compute_efficiency']:.3f}, memory efficiency {cal['memory_efficiency']:.3f}",
+              f"- launch overhead {cal['launch_overhead_s'] * 1e6:.2f} us per kernel, GEMM tile m {cal['gemm_tile_m']}"
+              + (f", step overhead {so * 1e6:.1f} us" if so is not None else ""),
+              "",
+              "## K table check", "",
+              f"Acceptance {tc['acceptance']}; context {tc['context']}; measured step = {tc['measured_from']}.", "",
+              "| B | K best (measured) | K predicted | regret | K predicted (calibrated) | regret (calibrated) |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in tc["per_batch"]:
+        lines.append(f"| {r['batch']} | {r['k_best_measured']} | {r['k_predicted_uncalibrated']} | "
+                     f"{r['regret_uncalibrated']:.3f} | {r.get('k_predicted_calibrated', '')} | "
+                     f"{r.get('regret_calibrated', float('nan')):.3f} |")
+    lines += ["", f"Mean regret {tc['mean_regret']:.3f} (max {tc['max_regret']:.3f}); calibrated "
+                  f"{tc.get('mean_regret_calibrated', float('nan')):.3f} (max {tc.get('max_regret_calibrated', float('nan')):.3f})."]
+    comp = tc.get("composition", {})
+    if comp.get("n"):
+        lines.append(f"Sum of separately timed operators / whole pass timed at once: median "
+                     f"{comp['median_sum_of_ops_over_step']:.2f} (range {comp['min']:.2f}-{comp['max']:.2f}).")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def plot_points(points: Sequence[Point], path: str | Path, title: str = "") -> Path:
+    """Predicted vs measured, log-log: uncalibrated (hollow) and calibrated (filled), one colour per kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 6.0), dpi=110)
+    kinds = sorted({p.kind for p in points})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, kind in enumerate(kinds):
+        ps = [p for p in points if p.kind == kind]
+        meas = np.array([p.measured_s for p in ps])
+        ax.scatter(meas, [p.predicted_s for p in ps], s=18, facecolors="none", edgecolors=colors[i % len(colors)],
+                   label=f"{kind} (spec)")
+        cal = np.array([np.nan if p.calibrated_s is None else p.calibrated_s for p in ps])
+        ax.scatter(meas, cal, s=12, color=colors[i % len(colors)], label=f"{kind} (calibrated)")
+    allv = [v for p in points for v in (p.measured_s, p.predicted_s, p.calibrated_s or p.predicted_s) if v > 0]
+    lo, hi = min(allv) / 1.5, max(allv) * 1.5
+    ax.plot([lo, hi], [lo, hi], color="0.3", lw=1)
+    for f in (0.75, 1.25):
+        ax.plot([lo, hi], [lo * f, hi * f], color="0.6", lw=0.8, ls="--")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured time per call (s)",
+           ylabel="predicted time (s)", title=title or "predicted vs measured")
+    ax.legend(fontsize=7, ncol=2, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
+
+
+def run_validate(model, hardware, device: str = "cpu", quick: bool = True, output_dir: str | Path = "validation",
+                 show_progress: bool = False, **kwargs) -> ValidationReport:
+    """CLI entry point: validate with an optional rich progress bar; writes the report to ``output_dir``."""
+    if not show_progress:
+        return validate(model, hardware, device, quick, output_dir, **kwargs)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  transient=False) as bar:
+        task = bar.add_task("validate", total=None)
+
+        def cb(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, description=what[:28])
+
+        return validate(model, hardware, device, quick, output_dir, progress=cb, **kwargs)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m dsdsim.bench.validate", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--hardware", required=True, help="spec to predict with (name or YAML path, e.g. a probe)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--output", default="validation", help="output folder")
+    ap.add_argument("--quick", action="store_true", help="small grid (about a minute on a laptop CPU)")
+    ap.add_argument("--reduce", type=int, default=None, help="divide widths by this factor (default: 1 on GPU)")
+    ap.add_argument("--drafter", default="eagle3", help="eagle3 or none")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    rep = run_validate(a.model, a.hardware, a.device, a.quick, a.output, show_progress=not a.no_progress,
+                       reduce=a.reduce, drafter=None if a.drafter == "none" else a.drafter)
+    s = rep.summary
+    print(json.dumps({"uncalibrated": s["uncalibrated"], "calibrated_held_out": s["calibrated"],
+                      "calibration": rep.data["calibration"], "mean_regret": rep.table_check["mean_regret"],
+                      "paths": {k: str(v) for k, v in rep.paths.items()}}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
