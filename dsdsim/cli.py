@@ -587,26 +587,51 @@ def plan(
 # --- entry point ------------------------------------------------------------------------------------
 
 
+def _click_exceptions():
+    """(ClickException, NoArgsIsHelpError, Abort) classes: typer >= 0.2x bundles its own click, older uses click."""
+    try:
+        from typer._click import exceptions as exc_mod
+    except ImportError:  # typer that depends on the click package
+        import click.exceptions as exc_mod
+    no_args = getattr(exc_mod, "NoArgsIsHelpError", None)
+    abort = getattr(exc_mod, "Abort", None)
+    classes = (exc_mod.ClickException,)
+    try:
+        import click.exceptions as click_exc  # both may be present; errors may come from either
+
+        classes = classes + (click_exc.ClickException,)
+        no_args = no_args or getattr(click_exc, "NoArgsIsHelpError", None)
+        abort = abort or click_exc.Abort
+    except ImportError:
+        pass
+    return classes, no_args, abort
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Run the CLI; user errors become one line on stderr and exit code 2."""
-    import click
-
+    click_errors, no_args_error, abort_error = _click_exceptions()
     command = typer.main.get_command(app)
     try:
         rv = command.main(args=argv, prog_name="dsdsim", standalone_mode=False)
     except DsdsimError as exc:
-        typer.echo(f"dsdsim: error: {exc}", err=True)
+        typer.echo(f"dsdsim: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", err=True)
         sys.exit(2)
-    except click.exceptions.Abort:
-        typer.echo("dsdsim: aborted", err=True)
+    except KeyboardInterrupt:
         sys.exit(130)
-    except click.ClickException as exc:
-        msg = exc.format_message().replace("\n", " ")
+    except Exception as exc:  # click/typer usage errors, from whichever click is in use
+        if no_args_error is not None and isinstance(exc, no_args_error):
+            ctx = getattr(exc, "ctx", None)
+            typer.echo(ctx.get_help() if ctx is not None else "dsdsim --help")
+            sys.exit(0)
+        if abort_error is not None and isinstance(exc, abort_error):
+            typer.echo("dsdsim: aborted", err=True)
+            sys.exit(130)
+        if not isinstance(exc, click_errors):
+            raise
+        msg = " ".join(exc.format_message().split())
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
         typer.echo(f"dsdsim: error: {msg}{hint}", err=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(getattr(exc, "exit_code", 2) or 2)
     if isinstance(rv, int) and rv:
         sys.exit(rv)

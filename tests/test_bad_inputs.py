@@ -90,8 +90,9 @@ FILES = {
 
 PRODUCT_BUGS: dict[str, str] = {}  # fixture file -> product bug (strict xfail until fixed); none open now
 
-_CLICK_BUG = ("dsdsim/cli.py main() catches click.exceptions.ClickException, but typer >= 0.23 raises its vendored "
-              "typer._click exceptions (not subclasses): usage errors escape as a traceback with exit code 1")
+_CLICK_BUG = ("dsdsim/cli.py main() catches click.exceptions.ClickException, but typer 0.29 (pyproject allows any "
+              "typer>=0.12) raises its vendored typer._click exceptions, which are not subclasses: usage errors "
+              "escape as a traceback with exit code 1")
 CASE_BUGS = {  # case id -> product bug (strict xfail until fixed)
     "bad-format": _CLICK_BUG,
     "plan-missing-slo": _CLICK_BUG,

@@ -103,9 +103,6 @@ def test_bad_input_as_a_real_command():
     assert "llama-3.1-8b" in r.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="CLI bug (reported): typer 0.29 vendors click as typer._click, whose "
-                   "UsageError/BadParameter are not click.ClickException, so dsdsim.cli.main lets them escape "
-                   "with a traceback; remove this marker once main() catches typer's click exceptions")
 @pytest.mark.parametrize("argv", [("show", "model", "llama-3.1-8b", "--format", "yaml"), ("no-such-command",),
                                   ("explain", "--batch", "many")])
 def test_usage_errors_exit_2_in_one_line(argv):
@@ -113,6 +110,13 @@ def test_usage_errors_exit_2_in_one_line(argv):
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
     assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1, r.stderr
+
+
+@pytest.mark.parametrize("argv", [(), ("list",)])
+def test_no_arguments_prints_help_without_a_traceback(argv):
+    r = run_subprocess("-m", "dsdsim", *argv)
+    assert "Usage" in r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
 
 
 IMPORT_CHECK = """

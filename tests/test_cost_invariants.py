@@ -31,17 +31,25 @@ SETUPS = [
     ("chunked", "llama-4-scout", "b200", 4, 1, ["eagle3"]),
     ("sinks-mxfp4", "gpt-oss-20b", "h100-sxm", 1, 1, ["eagle3", "medusa"]),
     ("mixtral-ep", "mixtral-8x7b", "a100-sxm-80gb", 4, 2, ["eagle3"]),
+    ("moe-routing-stats", "qwen3-30b-a3b", "h200-sxm", 2, 2, ["eagle3"]),   # overlap + skewed popularity
 ]
+# routing statistics for the "moe-routing-stats" setup: 38% of a token's experts reused by the next token,
+# Zipf-like expert popularity
+ROUTING = dict(expert_overlap=0.375, expert_popularity=tuple(float(x) for x in 1.0 / np.arange(1, 129) ** 0.5))
+
+
+def deployment(tp: int, ep: int, model: str, setup_id: str = "") -> Deployment:
+    return Deployment(tp=tp, ep=ep, **(ROUTING if setup_id == "moe-routing-stats" else {}))
 CASES = [(sid, m, hw, tp, ep, d) for sid, m, hw, tp, ep, ds in SETUPS for d in ds]
 CASE_IDS = [f"{c[0]}-{c[5]}" for c in CASES]
 
 _setups: dict = {}
 
 
-def setup_for(model, hw, tp, ep, drafter):
-    key = (model, hw, tp, ep, drafter)
+def setup_for(sid, model, hw, tp, ep, drafter):
+    key = (sid, model, hw, tp, ep, drafter)
     if key not in _setups:
-        _setups[key] = resolve(model, hw, Deployment(tp=tp, ep=ep), drafter)
+        _setups[key] = resolve(model, hw, deployment(tp, ep, model, sid), drafter)
     return _setups[key]
 
 
@@ -55,7 +63,7 @@ CONTEXTS = [0, 1, 127, 128, 1000, 1024, 4096, 8192, 8193, 32768, 131072]
 
 @pytest.mark.parametrize("sid,model,hw,tp,ep,drafter", CASES, ids=CASE_IDS)
 def test_step_time_is_finite_positive_and_non_decreasing_in_b_k_c(sid, model, hw, tp, ep, drafter):
-    s = setup_for(model, hw, tp, ep, drafter)
+    s = setup_for(sid, model, hw, tp, ep, drafter)
     ks = np.arange(0, max_k(s) + 1)
     t, feasible = step_time_grid(None, None, batch_sizes=BATCHES, k_values=ks, contexts=CONTEXTS, setup=s)
     assert t.shape == (len(BATCHES), len(ks), len(CONTEXTS))
@@ -73,21 +81,22 @@ def test_step_time_is_finite_positive_and_non_decreasing_in_b_k_c(sid, model, hw
 def test_k_zero_is_plain_decoding(sid, model, hw, tp, ep, drafter):
     b = np.array([1, 3, 64, 512])[:, None]
     c = np.array([0, 2048, 32768])[None, :]
-    plain = simulate_step(model, hw, Deployment(tp=tp, ep=ep), None, b, 0, c)
-    spec = simulate_step(model, hw, Deployment(tp=tp, ep=ep), drafter, b, 0, c)
+    dep = deployment(tp, ep, model, sid)
+    plain = simulate_step(model, hw, dep, None, b, 0, c)
+    spec = simulate_step(model, hw, dep, drafter, b, 0, c)
     np.testing.assert_allclose(spec.step_time_s, plain.step_time_s, rtol=1e-12)
     np.testing.assert_allclose(spec.verify.time_s, plain.verify.time_s, rtol=1e-12)
     assert np.all(np.asarray(spec.draft.time_s) == 0)
     # and K = 1 costs strictly more than plain decoding
-    one = simulate_step(model, hw, Deployment(tp=tp, ep=ep), drafter, b, 1, c)
+    one = simulate_step(model, hw, dep, drafter, b, 1, c)
     assert np.all(one.step_time_s > plain.step_time_s)
 
 
 @settings(max_examples=40, deadline=None)
 @given(case=st.sampled_from(CASES), b=st.integers(1, 1024), k_frac=st.floats(0, 1), c=st.integers(0, 65536))
 def test_grid_equals_scalar_calls(case, b, k_frac, c):
-    _, model, hw, tp, ep, drafter = case
-    s = setup_for(model, hw, tp, ep, drafter)
+    sid, model, hw, tp, ep, drafter = case
+    s = setup_for(sid, model, hw, tp, ep, drafter)
     k = int(round(k_frac * max_k(s)))
     batches, ks, contexts = [1, b, 1024], [0, k, max_k(s)], [c, 0, 65536]
     grid_t, grid_f = step_time_grid(None, None, batch_sizes=batches, k_values=ks, contexts=contexts, setup=s)

@@ -347,14 +347,16 @@ def test_ep_adds_dispatch_and_combine():
 # --- roofline ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("m", [1, 64, 4096])
+@pytest.mark.parametrize("m", [1, 64, 100, 4096])
 @pytest.mark.parametrize("graphs", [True, False])
 def test_gemm_roofline_time_by_hand(m, graphs):
+    """t = max(F_padded / (P * eta_c), bytes / (BW * eta_m)) + launch (DESIGN.md); a GEMM computes at least one
+    64-row tile on Hopper (wgmma m64), larger m unpadded (dsdsim.cost.ops._pad)."""
     hw = load_hardware("h100-sxm")
     k = n = 4096
     g = ops.gemm("g", m, k, n, w_dtype=DType.bf16, act_dtype=DType.bf16, tile_m=64)
     t = op_time(g, hw, cuda_graphs=graphs)
-    padded_m = -(-m // 64) * 64
+    padded_m = max(m, 64)
     compute = 2 * padded_m * k * n / (989.4e12 * hw.efficiency.compute.value)
     memory = (k * n + m * k + m * n) * BF16 / (3.35e12 * hw.efficiency.memory.value)
     launch = hw.launch_overhead_s.value if graphs else hw.eager_launch_overhead_s.value

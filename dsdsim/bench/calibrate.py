@@ -101,11 +101,12 @@ class Point:
     p10_s: Optional[float] = None
     p90_s: Optional[float] = None
     split: str = "train"
+    kernels: Optional[int] = None     # kernels the torch implementation launched per call (None: the model's)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "name": self.name, "shape": self.shape, "predicted_s": self.predicted_s,
                 "measured_s": self.measured_s, "calibrated_s": self.calibrated_s, "p10_s": self.p10_s,
-                "p90_s": self.p90_s, "split": self.split, "is_step": self.is_step,
+                "p90_s": self.p90_s, "split": self.split, "is_step": self.is_step, "kernels": self.kernels,
                 "components": [asdict(c) for c in self.components]}
 
     @classmethod
@@ -113,7 +114,8 @@ class Point:
         return cls(kind=d["kind"], name=d["name"], shape=d.get("shape", {}), measured_s=float(d["measured_s"]),
                    predicted_s=float(d["predicted_s"]), components=[OpFeatures(**c) for c in d["components"]],
                    is_step=bool(d.get("is_step", False)), calibrated_s=d.get("calibrated_s"),
-                   p10_s=d.get("p10_s"), p90_s=d.get("p90_s"), split=d.get("split", "train"))
+                   p10_s=d.get("p10_s"), p90_s=d.get("p90_s"), split=d.get("split", "train"),
+                   kernels=d.get("kernels"))
 
 
 def split_points(points: Sequence[Point]) -> None:
@@ -156,15 +158,21 @@ class Params:
 
 
 def predict(points: Sequence[Point], p: Params) -> np.ndarray:
-    """Seconds per point under parameters ``p`` (the roofline of dsdsim.cost.timing, re-evaluated)."""
+    """Seconds per point under parameters ``p`` (the roofline of dsdsim.cost.timing, re-evaluated).
+
+    Launch overhead is charged per kernel the measurement actually ran when the point records it
+    (``kernels``), else per the cost model's launch count."""
     out = np.empty(len(points))
     for i, pt in enumerate(points):
-        total = 0.0
+        total, launches = 0.0, 0.0
         for c in pt.components:
             compute = c.padded_flops(p.tile) / (c.peak_flops_per_s * p.compute) if c.peak_flops_per_s > 0 else 0.0
             memory = c.bytes / (c.bandwidth_bytes_per_s * p.memory)
-            total += c.count * (max(compute, memory) + c.launches * p.launch_s + c.host_s)
-        out[i] = total + (p.step_overhead_s if pt.is_step else 0.0)
+            total += c.count * (max(compute, memory) + c.host_s)
+            launches += c.count * c.launches
+        if pt.kernels is not None:
+            launches = float(pt.kernels)
+        out[i] = total + launches * p.launch_s + (p.step_overhead_s if pt.is_step else 0.0)
     return out
 
 
@@ -179,7 +187,7 @@ class Calibrator:
     start: Params
     tiles: Optional[Sequence[int]] = TILE_CANDIDATES
     loss: str = "soft_l1"
-    f_scale: float = 0.25
+    f_scale: float = 0.1         # log-error scale beyond which a point counts as an outlier (~10%)
     compute_efficiency_: float = field(default=float("nan"), init=False)
     memory_efficiency_: float = field(default=float("nan"), init=False)
     launch_overhead_s_: float = field(default=float("nan"), init=False)
@@ -195,13 +203,40 @@ class Calibrator:
                                 hw.gemm_tile_m.value, hw.step_overhead_s.value), **kw)
 
     def fit(self, points: Sequence[Point]) -> "Calibrator":
+        """Operator points fix the efficiencies, launch cost and tile; step points then give the step overhead
+        as the median of (measured - predicted operators), clipped at 0. Without operator points all five are
+        fitted together."""
         pts = [p for p in points if p.measured_s > 0 and p.components]
         if len(pts) < 3:
             raise ValueError(f"calibration needs at least 3 measured points, got {len(pts)}")
-        has_step = any(p.is_step for p in pts)
+        ops_only = [p for p in pts if not p.is_step]
+        steps = [p for p in pts if p.is_step]
+        core = ops_only if len(ops_only) >= 3 else pts
+        joint_step = any(p.is_step for p in core)
+        cost, tile, x = self._fit_core(core, joint_step)
+        self.compute_efficiency_ = float(np.exp(x[0]))
+        self.memory_efficiency_ = float(np.exp(x[1]))
+        self.launch_overhead_s_ = float(np.exp(x[2]))
+        self.gemm_tile_m_ = int(tile)
+        if joint_step:
+            self.step_overhead_s_ = float(x[3])
+        elif steps:
+            base = predict(steps, Params(self.compute_efficiency_, self.memory_efficiency_, self.launch_overhead_s_,
+                                         tile, 0.0))
+            self.step_overhead_s_ = float(max(0.0, np.median([p.measured_s for p in steps] - base)))
+        else:
+            self.step_overhead_s_ = None
+        self.cost_ = float(cost)
+        self.n_train_ = len(pts)
+        return self
+
+    def _fit_core(self, pts: Sequence[Point], has_step: bool):
         uses_tile = any(c.pad != "none" for p in pts for c in p.components)
         tiles = list(self.tiles) if (self.tiles and uses_tile) else [self.start.tile]
         log_meas = np.log([p.measured_s for p in pts])
+        n = 4 if has_step else 3
+        lo = [np.log(0.01), np.log(0.01), np.log(1e-8), 0.0][:n]
+        hi = [np.log(1.2), np.log(1.2), np.log(1e-2), 10.0][:n]
         best = None
         for tile in tiles:
             def resid(x, tile=tile):
@@ -209,25 +244,13 @@ class Calibrator:
                 pr = predict(pts, Params(np.exp(x[0]), np.exp(x[1]), np.exp(x[2]), tile, so))
                 return np.log(np.maximum(pr, 1e-15)) - log_meas
 
-            lo = [np.log(0.01), np.log(0.01), np.log(1e-8), 0.0]
-            hi = [np.log(1.2), np.log(1.2), np.log(1e-2), 10.0]
-            n = 4 if has_step else 3
             for seed in ((self.start.compute, self.start.memory, self.start.launch_s), (0.5, 0.5, 1e-5)):
                 x0 = [np.log(np.clip(seed[0], 0.011, 1.19)), np.log(np.clip(seed[1], 0.011, 1.19)),
                       np.log(np.clip(seed[2], 1.1e-8, 0.9e-2)), max(self.start.step_overhead_s, 0.0)][:n]
-                r = least_squares(lambda x: resid(np.append(x, [0.0] * (4 - n))), x0, bounds=(lo[:n], hi[:n]),
-                                  loss=self.loss, f_scale=self.f_scale)
+                r = least_squares(resid, x0, bounds=(lo, hi), loss=self.loss, f_scale=self.f_scale)
                 if best is None or r.cost < best[0] - 1e-12:
                     best = (r.cost, tile, np.append(r.x, [0.0] * (4 - n)))
-        cost, tile, x = best
-        self.compute_efficiency_ = float(np.exp(x[0]))
-        self.memory_efficiency_ = float(np.exp(x[1]))
-        self.launch_overhead_s_ = float(np.exp(x[2]))
-        self.gemm_tile_m_ = int(tile)
-        self.step_overhead_s_ = float(x[3]) if has_step else None
-        self.cost_ = float(cost)
-        self.n_train_ = len(pts)
-        return self
+        return best
 
     @property
     def params_(self) -> Params:

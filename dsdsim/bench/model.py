@@ -8,7 +8,6 @@ Weights are random (seeded); nothing is loaded.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -16,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dsdsim.bench.shapes import attend
 from dsdsim.specs.model import AttentionKind, FFNKind, Layer, ModelSpec
 
 
@@ -103,10 +103,6 @@ class Attention(nn.Module):
             total = uniform + q
             keys, vals = k_cache[:, :total].transpose(1, 2), v_cache[:, :total].transpose(1, 2)
             mask = None
-            if q > 1:
-                from torch.nn.attention.bias import causal_lower_right
-
-                mask = causal_lower_right(q, total)
             if self.window is not None and total > self.window:
                 mask = _window_mask(pos, total, self.window, x.device)
         else:
@@ -116,8 +112,7 @@ class Attention(nn.Module):
             total = int(lengths.max()) + q
             keys, vals = k_cache[:, :total].transpose(1, 2), v_cache[:, :total].transpose(1, 2)
             mask = _window_mask(pos, total, self.window, x.device)
-        out = F.scaled_dot_product_attention(qh.transpose(1, 2), keys, vals, attn_mask=mask,
-                                             enable_gqa=self.kv_heads != self.heads)       # (B, H, q, d)
+        out = attend(qh.transpose(1, 2), keys, vals, q, x.device.type == "cuda", mask)   # (B, H, q, d)
         return self.o(out.transpose(1, 2).reshape(b, q, self.heads * d))
 
 
@@ -264,7 +259,3 @@ class Eagle3Head(nn.Module):
 
 def param_count(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
-
-
-def default_theta(spec: ModelSpec) -> float:
-    return 1e4 if spec.max_position_embeddings is None else max(1e4, math.sqrt(spec.max_position_embeddings) * 100)

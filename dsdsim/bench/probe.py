@@ -22,7 +22,8 @@ from typing import Callable, Optional
 
 import torch
 
-from dsdsim.bench.timing import Timing, device_name, last_level_cache_bytes, random_tensor, time_fn
+from dsdsim.bench.timing import (DEFAULT_CPU_THREADS, Timing, cpu_threads, device_name, last_level_cache_bytes,
+                                 random_tensor, time_fn)
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.units import DType
 
@@ -50,6 +51,7 @@ class ProbeResult:
     eager_launch_s: float
     graph_launch_s: Optional[float]
     gpus: int
+    threads: int
     link_bytes_per_s: Optional[float]
     link_latency_s: Optional[float]
 
@@ -152,7 +154,14 @@ def _memory_bytes(device: str) -> float:
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
-def run_measurements(device: str, progress: Progress = None) -> ProbeResult:
+def run_measurements(device: str, progress: Progress = None, threads: Optional[int] = DEFAULT_CPU_THREADS
+                     ) -> ProbeResult:
+    """All probe measurements; on a CPU with ``threads`` torch threads (validate must use the same)."""
+    with cpu_threads(device, threads):
+        return _run_measurements(device, progress)
+
+
+def _run_measurements(device: str, progress: Progress = None) -> ProbeResult:
     say = progress or (lambda _msg: None)
     dev = str(torch.device(device))
     say("memory bandwidth")
@@ -168,6 +177,7 @@ def run_measurements(device: str, progress: Progress = None) -> ProbeResult:
         memory_bytes=_memory_bytes(dev), cache_bytes=last_level_cache_bytes(dev), bandwidth_bytes_per_s=bw,
         bandwidth_timing=bw_t, peaks_flops_per_s=peaks, gemm_sizes=sizes, eager_launch_s=eager,
         graph_launch_s=graphed, gpus=torch.cuda.device_count() if _is_cuda(dev) else 1,
+        threads=torch.get_num_threads(),
         link_bytes_per_s=link, link_latency_s=latency)
 
 
@@ -227,14 +237,16 @@ def spec_from_probe(r: ProbeResult, name: Optional[str] = None) -> HardwareSpec:
         "step_overhead_s": fig(0.0, host, "unverified", "dsdsim probe placeholder"),
         "gemm_tile_m": tile,
         "measured": {"date": r.date, "device_name": r.device_name, "torch_version": r.torch_version,
-                     "method": "dsdsim probe: copy bandwidth, square GEMMs per dtype, one-element-add launches"},
+                     "method": "dsdsim probe: copy bandwidth, square GEMMs per dtype, one-element-add launches"
+                               + ("" if cuda else f"; {r.threads} torch CPU thread(s)")},
     }
     return HardwareSpec.model_validate(data)
 
 
-def probe(device: str = "cpu", name: Optional[str] = None, progress: Progress = None) -> HardwareSpec:
-    """Measure ``device`` ('cpu', 'cuda', 'cuda:1') and return its HardwareSpec."""
-    return spec_from_probe(run_measurements(device, progress), name)
+def probe(device: str = "cpu", name: Optional[str] = None, progress: Progress = None,
+          threads: Optional[int] = DEFAULT_CPU_THREADS) -> HardwareSpec:
+    """Measure ``device`` ('cpu', 'cuda', 'cuda:1') and return its HardwareSpec (CPU: with ``threads`` threads)."""
+    return spec_from_probe(run_measurements(device, progress, threads), name)
 
 
 def spec_yaml(spec: HardwareSpec, header: Optional[str] = None) -> str:
@@ -277,9 +289,9 @@ def write_spec(spec: HardwareSpec, path: str | Path, header: Optional[str] = Non
 
 
 def run_probe(device: str = "cpu", output: str | Path = "probe.yaml", name: Optional[str] = None,
-              progress: Progress = None) -> Path:
+              progress: Progress = None, threads: Optional[int] = DEFAULT_CPU_THREADS) -> Path:
     """Probe ``device`` and write its spec to ``output``; returns the path (CLI entry point)."""
-    spec = probe(device, name, progress)
+    spec = probe(device, name, progress, threads)
     return write_spec(spec, output, header=f"{spec.description}.\nWritten by `dsdsim probe`; all SI units.")
 
 
@@ -315,8 +327,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1")
     p.add_argument("--output", default="probe.yaml", help="YAML spec file to write")
     p.add_argument("--name", default=None, help="spec name (default: derived from the device name)")
+    p.add_argument("--threads", type=int, default=DEFAULT_CPU_THREADS, help="torch threads on a CPU (default 1)")
     a = p.parse_args(argv)
-    path = run_probe(a.device, a.output, a.name)
+    path = run_probe(a.device, a.output, a.name, threads=a.threads)
     print(path)
     return 0
 

@@ -18,6 +18,7 @@ Communication and host kinds have no single-device kernel: ``build_bench`` retur
 """
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -45,21 +46,46 @@ class OpBench:
 
 
 class TensorPool:
-    """Random tensors shared by the benches of one run, keyed by (role, shape, dtype, set index).
+    """Random read-only tensors for the benches of one run, keyed by (role, shape, dtype, set index).
 
-    Weights of one shape are made once and reused by every grid point that needs them (the grid varies
-    batch, q and context, not the weights), which keeps a validation run's set-up time small."""
+    Tensors up to a quarter of the arena are views into one large random buffer per dtype (the arena, >= 4x
+    the last-level cache): input set i+1 lies right after set i, so cycling through enough sets streams the
+    whole working set from DRAM, as a model's weights are, at no cost to make. Larger tensors are made once
+    and cached. Views may alias one another: benches only read them or copy bounded values into them.
+    """
 
-    def __init__(self, device: str, seed: int = 0):
+    def __init__(self, device: str, seed: int = 0, cache_bytes: float = 32 * 2 ** 20):
         self.device = device
         self._gen = torch.Generator().manual_seed(seed)
         self._store: dict[tuple, torch.Tensor] = {}
+        self._arena: dict[torch.dtype, torch.Tensor] = {}
+        self.arena_bytes = int(min(max(4 * cache_bytes, 256 * 2 ** 20), 2 * 2 ** 30))
+
+    def _arena_for(self, dtype: torch.dtype) -> torch.Tensor:
+        a = self._arena.get(dtype)
+        if a is None:
+            n = self.arena_bytes // torch.empty((), dtype=dtype).element_size()
+            a = random_tensor((n,), dtype, self.device, self._gen)
+            self._arena[dtype] = a
+        return a
 
     def get(self, role: str, shape: tuple[int, ...], dtype: torch.dtype, index: int = 0, scale: float = 1.0):
-        key = (role, tuple(int(s) for s in shape), dtype, index)
+        shape = tuple(int(s) for s in shape)
+        numel = int(np.prod(shape)) if shape else 1
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if numel * itemsize * 4 <= self.arena_bytes:
+            arena = self._arena_for(dtype)
+            span = arena.numel() - numel
+            stride = -(-numel // 64) * 64                                     # 64-element aligned sets
+            base = (zlib.crc32(f"{role}{shape}".encode()) * 64) % max(span, 1)
+            off = (base + index * stride) % max(span, 1)
+            off -= off % 64
+            view = arena[off:off + numel].view(*shape)
+            return view                     # (scale applies to privately made tensors only)
+        key = (role, shape, dtype, index)
         t = self._store.get(key)
         if t is None:
-            t = random_tensor(key[1], dtype, self.device, self._gen, scale)
+            t = random_tensor(shape, dtype, self.device, self._gen, scale)
             self._store[key] = t
         return t
 
@@ -75,7 +101,7 @@ class TensorPool:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self._store.values())
+        return sum(t.numel() * t.element_size() for t in (*self._store.values(), *self._arena.values()))
 
 
 def _i(x) -> int:
@@ -185,16 +211,45 @@ def _attention(op: OpCost, pool: TensorPool, act: torch.dtype) -> OpBench:
                 pool.get("v_new", (b, kv_heads, q, dv), act, i), pool.get("k_cache", (b, kv_heads, total, dqk), act, i),
                 pool.get("v_cache", (b, kv_heads, total, dv), act, i))
 
-    mask = _lower_right(q, total) if q > 1 else None
-    gqa = kv_heads != heads
+    cuda = torch.device(pool.device).type == "cuda"
 
     def fn(qt, k_new, v_new, k_cache, v_cache):
         k_cache[:, :, c:] = k_new                                        # append the q new tokens' K and V
         v_cache[:, :, c:] = v_new
-        return F.scaled_dot_product_attention(qt, k_cache, v_cache, attn_mask=mask, enable_gqa=gqa)
+        return attend(qt, k_cache, v_cache, q, cuda)
 
     per_set = (b * heads * q * dqk + 2 * b * kv_heads * (q + total) * dqk) * act.itemsize
     return OpBench(op.name, op.kind, fn, make, per_set, shape)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: int, cuda: bool,
+           mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Causal GQA attention of the last ``q_len`` positions: q (B, H, q, d) over k, v (B, H_kv, T, d).
+
+    CUDA: scaled_dot_product_attention (flash / memory-efficient kernels), bottom-right causal mask.
+    CPU: explicit matmuls with the query heads of each KV head stacked, so every KV head is read once per
+    sequence (the cost model's assumption); on a CPU this beats SDPA's masked path several times over.
+    ``mask`` (B, 1, q, T) boolean overrides the causal mask (per-sequence lengths, windows)."""
+    b, h, ql, d = q.shape
+    kvh, total = k.shape[1], k.shape[2]
+    if cuda:
+        m = mask
+        if m is None and ql > 1:
+            m = _lower_right(ql, total)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=kvh != h)
+    g = h // kvh
+    qg = q.reshape(b, kvh, g * ql, d)                                           # (B, H_kv, g*q, d)
+    scores = torch.matmul(qg, k.transpose(-1, -2)) * d ** -0.5                  # (B, H_kv, g*q, T)
+    if mask is not None:
+        keep = mask.view(b, 1, 1, ql, total)
+    elif ql > 1:
+        keep = _lower_right_bool(ql, total, q.device).view(1, 1, 1, ql, total)
+    else:
+        keep = None
+    if keep is not None:
+        scores = scores.view(b, kvh, g, ql, total).masked_fill(~keep, float("-inf")).view(b, kvh, g * ql, total)
+    p = torch.softmax(scores, dim=-1)
+    return torch.matmul(p, v).view(b, h, ql, v.shape[-1])
 
 
 def _lower_right(q: int, total: int):
@@ -245,14 +300,13 @@ def _elementwise(op: OpCost, pool: TensorPool, act: torch.dtype) -> OpBench:
         per_set = rows * 2 * width * act.itemsize
     elif reads >= 2:
         shape["impl"] = "add_rmsnorm" if writes >= 2 else "add_rmsnorm_out"
-        in_place = writes >= 2
 
         def make(i: int):
             return (pool.get("x", (rows, width), act, i), pool.get("resid", (rows, width), act, i),
                     pool.get("norm_w", (width,), act, 0))
 
         def fn(x, r, w):
-            r2 = r.add_(x) if in_place else r + x
+            r2 = r + x                      # the new residual stream (written), then its norm (written)
             return F.rms_norm(r2, (width,), w, 1e-6)
 
         per_set = 2 * rows * width * act.itemsize
@@ -350,14 +404,14 @@ def _sampling(op: OpCost, pool: TensorPool, vocab: int) -> OpBench:
         def fn(logits, q):
             p = torch.softmax(logits, dim=-1)                        # target probabilities
             residual = (p - q).clamp_(min=0.0)                      # rejection sampler's max(0, p - q)
-            return torch.argmax(residual, dim=-1)
+            return residual.max(dim=-1).indices
     else:
         def make(i: int):
             return (pool.get("logits", (rows, vocab), torch.float32, i),)
 
         def fn(logits):
             p = torch.softmax(logits, dim=-1)
-            return torch.argmax(p, dim=-1)
+            return p.max(dim=-1).indices
     per_set = rows * vocab * 4.0 * max(passes, 1.0)
     return OpBench(op.name, op.kind, fn, make, per_set, shape)
 

@@ -11,6 +11,7 @@ Nothing here prints; nothing here is imported by the rest of dsdsim (torch is im
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -21,6 +22,8 @@ import numpy as np
 import torch
 
 from dsdsim.units import DType
+
+DEFAULT_CPU_THREADS = 1
 
 TORCH_DTYPE = {
     DType.fp32: torch.float32, DType.tf32: torch.float32, DType.bf16: torch.bfloat16, DType.fp16: torch.float16,
@@ -156,6 +159,49 @@ def _time_once(fn: Callable[..., Any], args: tuple, dev: torch.device) -> float:
     t0 = time.perf_counter()
     fn(*args)
     return time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def cpu_threads(device: str | torch.device, threads: Optional[int] = DEFAULT_CPU_THREADS):
+    """Run CPU measurements with a fixed number of torch threads (default 1).
+
+    One thread keeps CPU timings honest on a shared machine: with several OpenMP threads, a parallel region
+    waits for its slowest thread, and one descheduled thread costs a whole scheduler tick (~4 ms)."""
+    if torch.device(device).type != "cpu" or threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def count_kernels(fn: Callable[..., Any], args: Sequence[Any]) -> int:
+    """Device kernels one call of ``fn(*args)`` dispatches: aten ops seen by a dispatch mode, views excluded.
+
+    Eager torch does not fuse what an engine fuses (residual add + RMSNorm, rotary, SiLU-and-mul), so one cost-
+    model operator can be several kernels here; calibration charges launch overhead per kernel actually run."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not getattr(func, "is_view", False) and func.overloadpacket.__name__ not in _NOT_KERNELS:
+                self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with torch.inference_mode(), _Count() as c:
+        fn(*args)
+    return c.n
+
+
+_NOT_KERNELS = {"detach", "alias", "lift_fresh", "_local_scalar_dense", "empty", "empty_like", "sym_size",
+                "sym_stride", "sym_numel", "_to_copy_meta"}
 
 
 def achieved(value_per_s: float, peak_per_s: float) -> float:

@@ -59,11 +59,11 @@ class Grid:
     warmup: int
     repeats: int
     budget_s: float
-    max_rotate: int = 16
+    max_rotate: int = 64
 
 
 QUICK_GRID = Grid(batches=(1, 4, 16), ks=(0, 1, 2, 3), contexts=(512, 2048), step_batches=(1, 16), step_ks=(0, 3),
-                  warmup=1, repeats=5, budget_s=0.3, max_rotate=8)
+                  warmup=1, repeats=5, budget_s=0.3)
 FULL_GRID = Grid(batches=(1, 2, 4, 8, 16, 32, 64), ks=(0, 1, 2, 3, 4, 5, 6), contexts=(1024, 4096),
                  step_batches=(1, 4, 16, 64), step_ks=(0, 1, 3, 6), warmup=2, repeats=9, budget_s=1.0)
 GPU_GRID = Grid(batches=(1, 2, 4, 8, 16, 32, 64, 128, 256), ks=(0, 1, 2, 3, 4, 5, 6, 8), contexts=(1024, 8192),
@@ -228,10 +228,10 @@ def _measure_ops(unique: dict[str, OpCost], model: ModelSpec, drafter, hw: Hardw
     import torch
 
     from dsdsim.bench.shapes import TensorPool, build_bench, measured_experts_touched
-    from dsdsim.bench.timing import last_level_cache_bytes, rotation_sets, time_fn
+    from dsdsim.bench.timing import count_kernels, last_level_cache_bytes, rotation_sets, time_fn
 
-    pool = TensorPool(device, seed=0)
     llc = last_level_cache_bytes(device)
+    pool = TensorPool(device, seed=0, cache_bytes=llc)
     moe = model.moe_ffn
     out: dict[str, Point] = {}
     # big weights first per kind keeps the pool warm; order by kind then name for stable output
@@ -249,7 +249,8 @@ def _measure_ops(unique: dict[str, OpCost], model: ModelSpec, drafter, hw: Hardw
             shape["experts_touched_measured"] = measured_experts_touched(bench, rotate)
         pred = float(np.asarray(op_time(op, hw, cuda_graphs=False).time_s))
         out[key] = Point(kind=op.kind.value, name=_clean_name(op.name), shape=shape, measured_s=t.median_s,
-                         predicted_s=pred, components=[op_features(op, hw)], p10_s=t.p10_s, p90_s=t.p90_s)
+                         predicted_s=pred, components=[op_features(op, hw)], p10_s=t.p10_s, p90_s=t.p90_s,
+                         kernels=count_kernels(bench.fn, bench.make_inputs(0)))
         if device.startswith("cuda") and pool.nbytes > 40e9:
             pool.clear()
             torch.cuda.empty_cache()
@@ -269,7 +270,7 @@ def _measure_steps(model: ModelSpec, drafter: Optional[DrafterSpec], pc: PassCon
     import torch
 
     from dsdsim.bench.model import Eagle3Head, TorchDecoder, UnsupportedSpec
-    from dsdsim.bench.timing import time_fn, torch_dtype
+    from dsdsim.bench.timing import count_kernels, time_fn, torch_dtype
 
     dt = torch_dtype(act_dtype)
     sliced = _slice_model(model)
@@ -308,7 +309,7 @@ def _measure_steps(model: ModelSpec, drafter: Optional[DrafterSpec], pc: PassCon
             ops = [o for o in pass_ops(sliced, pc, b, q, c, sampling_passes=2.0 if k > 0 else 1.0)
                    if o.kind not in _SKIP_KINDS]
             points.append(_step_point("verify", {"batch": b, "q": q, "context": c, "layers": sliced.num_layers},
-                                      t, ops, hw))
+                                      t, ops, hw, count_kernels(verify, (tokens[0],))))
             if head is None or k == 0:
                 continue
             h = model.hidden_size
@@ -326,15 +327,18 @@ def _measure_steps(model: ModelSpec, drafter: Optional[DrafterSpec], pc: PassCon
             if k != max(k, 2):   # K = 1: the first pass is over q = 2 tokens; recompute it at this K
                 p1 = [replace(o, count=1) for o in draft_ops(model, drafter, pc, b, k, c)
                       if o.name.startswith("pass1.") and o.kind not in _SKIP_KINDS]
-            points.append(_step_point("draft_first", {"batch": b, "q": q, "context": c}, first, p1, hw))
-            points.append(_step_point("draft_next", {"batch": b, "q": 1, "context": c + q}, later, pn, hw))
+            k1 = count_kernels(lambda tok, f: head.step(tok, f, dcache, c, True), (tokens[0], feats[0]))
+            kn = count_kernels(lambda tok, f: head.step(tok, f, dcache, c + q, False), (one_tok[0], hid[0]))
+            points.append(_step_point("draft_first", {"batch": b, "q": q, "context": c}, first, p1, hw, k1))
+            points.append(_step_point("draft_next", {"batch": b, "q": 1, "context": c + q}, later, pn, hw, kn))
     return points
 
 
-def _step_point(name: str, shape: dict, t, ops: Sequence[OpCost], hw: HardwareSpec) -> Point:
+def _step_point(name: str, shape: dict, t, ops: Sequence[OpCost], hw: HardwareSpec, kernels: int) -> Point:
     pred = float(sum(np.asarray(op_time(o, hw, cuda_graphs=False).time_s) for o in ops))
     return Point(kind="step", name=name, shape=shape, measured_s=t.median_s, predicted_s=pred,
-                 components=[op_features(o, hw) for o in ops], is_step=True, p10_s=t.p10_s, p90_s=t.p90_s)
+                 components=[op_features(o, hw) for o in ops], is_step=True, p10_s=t.p10_s, p90_s=t.p90_s,
+                 kernels=kernels)
 
 
 # --- the table check ------------------------------------------------------------------------------------
@@ -385,10 +389,21 @@ def _default_acceptance():
 def validate(model, hardware, device: str = "cpu", quick: bool = True, output_dir: Optional[str | Path] = None,
              progress: Optional[ProgressFn] = None, *, drafter: Optional[str | DrafterSpec] = "eagle3",
              reduce: Optional[int] = None, grid: Optional[Grid] = None, dtype: Optional[DType] = None,
-             acceptance=None, steps: bool = True) -> ValidationReport:
+             acceptance=None, steps: bool = True, threads: Optional[int] = 1) -> ValidationReport:
     """Measure the model's operator and step shapes on ``device``, compare with the prediction on ``hardware``,
     calibrate on half the points, check the K table. Writes report.json, summary.md and a plot to
-    ``output_dir`` when given."""
+    ``output_dir`` when given. On a CPU, torch runs ``threads`` threads (as ``probe`` measured with)."""
+    import torch
+
+    from dsdsim.bench.timing import cpu_threads
+
+    with cpu_threads(device, threads):
+        return _validate(model, hardware, device, quick, output_dir, progress, drafter, reduce, grid, dtype,
+                         acceptance, steps)
+
+
+def _validate(model, hardware, device, quick, output_dir, progress, drafter, reduce, grid, dtype, acceptance,
+              steps) -> ValidationReport:
     import torch
 
     model_full = load_model(model)
@@ -456,7 +471,7 @@ def validate(model, hardware, device: str = "cpu", quick: bool = True, output_di
     data = {
         "model": model_full.name, "model_measured": m.name, "hardware": hw.name, "device": dev,
         "device_name": _device_name(dev), "date": _dt.date.today().isoformat(), "torch_version": torch.__version__,
-        "dtype": wdt.value, "drafter": d.label if d else None, "cuda_graphs": False, "quick": quick,
+        "threads": torch.get_num_threads() if dev == "cpu" else None, "dtype": wdt.value, "drafter": d.label if d else None, "cuda_graphs": False, "quick": quick,
         "reduced": reduced,
         "grid": {"batches": list(grid.batches), "ks": list(grid.ks), "contexts": list(grid.contexts),
                  "step_batches": list(grid.step_batches), "step_ks": list(grid.step_ks), "warmup": grid.warmup,

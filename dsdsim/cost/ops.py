@@ -64,10 +64,11 @@ class OpCost:
     @property
     def bytes(self) -> np.ndarray | float:
         """DRAM bytes moved by one occurrence (communication excluded)."""
-        total = self.weight_bytes
+        total, fresh = self.weight_bytes, False
         for part in (self.act_in_bytes, self.act_out_bytes, self.kv_read_bytes, self.kv_write_bytes):
-            if not (np.ndim(part) == 0 and part == 0):    # adding an exact scalar zero changes nothing: skip it
-                total = total + part
+            if np.ndim(part) == 0 and part == 0:          # adding an exact scalar zero changes nothing: skip it
+                continue
+            total, fresh = _accumulate(total, part, fresh), True
         return total
 
     def times(self, count) -> "OpCost":
@@ -75,6 +76,15 @@ class OpCost:
 
     def renamed(self, prefix: str) -> "OpCost":
         return replace(self, name=f"{prefix}{self.name}")
+
+
+def _accumulate(total, part, fresh: bool):
+    """total + part, in place when `total` is an array this code made and already has the result's shape
+    (the same sum, without allocating a new grid-sized array per term)."""
+    if fresh and isinstance(total, np.ndarray) and total.shape == np.broadcast_shapes(total.shape, np.shape(part)):
+        total += part
+        return total
+    return total + part
 
 
 def _pad(m, tile: int):

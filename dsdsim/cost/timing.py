@@ -73,9 +73,18 @@ def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs: bool = True) -> OpTime:
         comm = hw.link_latency_s.value + np.asarray(op.comm_bytes, dtype=float) / link
         memory = np.zeros(())  # the collective's own buffer traffic hides under the link time
     overhead = op.launches * launch_overhead(hw, cuda_graphs) + np.asarray(op.host_s, dtype=float)
-    per = np.maximum(compute, memory) + (comm + overhead)   # fixed terms are usually scalars: one grid add
+    per = np.maximum(compute, memory)                   # a new array: the adds below may work in place
+    per = _in_place(per, comm + overhead, np.add)       # fixed terms are usually scalars
     return OpTime(op=op, compute_per=compute, memory_per=memory, comm_per=comm, overhead_per=overhead,
-                  time_s=per * count)
+                  time_s=_in_place(per, count, np.multiply))
+
+
+def _in_place(a, b, ufunc):
+    """ufunc(a, b), written into `a` when `a` is an array already of the result's shape (same values, one
+    grid-sized allocation fewer)."""
+    if isinstance(a, np.ndarray) and a.ndim and a.shape == np.broadcast_shapes(a.shape, np.shape(b)):
+        return ufunc(a, b, out=a)
+    return ufunc(a, b)
 
 
 def total_time(op_times: list[OpTime]) -> np.ndarray:

@@ -42,7 +42,7 @@ class _Cfg:
         v = self.data.get(key)
         return default if v is None else v
 
-    def int(self, key: str, default: Any = ..., minimum: int = 1) -> int:
+    def int(self, key: str, default: Any = ..., minimum: int = 1, maximum: int = 2**31) -> int:
         v = self.data.get(key)
         if v is None:
             if default is ...:
@@ -53,7 +53,17 @@ class _Cfg:
             raise SpecError(f"{self.where}: field {key!r} must be a whole number, got {v!r}")
         if v < minimum:
             raise SpecError(f"{self.where}: field {key!r} must be >= {minimum}, got {v}")
+        if v > maximum:
+            raise SpecError(f"{self.where}: field {key!r} = {v} is implausibly large (at most {maximum})")
         return int(v)
+
+    def int_list(self, key: str) -> list[int]:
+        v = self.data.get(key)
+        if v is None:
+            return []
+        if not isinstance(v, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in v):
+            raise SpecError(f"{self.where}: field {key!r} must be a list of whole numbers, got {v!r}")
+        return list(v)
 
     def bool(self, key: str, default: bool = False) -> bool:
         v = self.data.get(key)
@@ -92,6 +102,12 @@ def model_from_hf_config(config: object, name: str, source: str = "") -> ModelSp
         layers, mtp_layers, mtp_layer = build(cfg)
     except ValidationError as exc:
         raise SpecError(pydantic_one_line(exc, where)) from None
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError, ZeroDivisionError) as exc:
+        if isinstance(exc, SpecError):
+            raise
+        # a field of an unexpected type that the checks above did not anticipate: still one line, no traceback
+        raise SpecError(f"{where}: cannot read this {family} config ({type(exc).__name__}: {exc}); "
+                        "check the field types against the published config.json") from None
     dtype, expert_dtype = _checkpoint_dtypes(outer, cfg)
     try:
         return ModelSpec(
@@ -109,7 +125,7 @@ def model_from_hf_config(config: object, name: str, source: str = "") -> ModelSp
 
 
 def _num_layers(cfg: _Cfg) -> int:
-    return cfg.int("num_hidden_layers")
+    return cfg.int("num_hidden_layers", maximum=4096)
 
 
 def _head_dim(cfg: _Cfg) -> int:
@@ -137,9 +153,9 @@ def _attention_kinds(cfg: _Cfg, n_layers: int) -> list[tuple[AttentionKind, int 
                 raise cfg.refuse("layer_types", f"layer type {t!r} is not full/sliding/chunked attention")
             size = None
             if kind is AttentionKind.sliding:
-                size = window
-                if size is None:
+                if window is None:
                     raise SpecError(f"{cfg.where}: layer_types has sliding layers but 'sliding_window' is missing")
+                size = cfg.int("sliding_window")
             elif kind is AttentionKind.chunked:
                 size = cfg.int("attention_chunk_size")
             out.append((kind, int(size) if size else None))
@@ -147,11 +163,12 @@ def _attention_kinds(cfg: _Cfg, n_layers: int) -> list[tuple[AttentionKind, int 
     pattern = cfg.get("sliding_window_pattern")
     if pattern is not None and window is not None:
         p = cfg.int("sliding_window_pattern")
-        return [(AttentionKind.full, None) if (i + 1) % p == 0 else (AttentionKind.sliding, int(window))
+        size = cfg.int("sliding_window")
+        return [(AttentionKind.full, None) if (i + 1) % p == 0 else (AttentionKind.sliding, size)
                 for i in range(n_layers)]
     if cfg.family == "llama4_text" and cfg.has("attention_chunk_size"):
         chunk = cfg.int("attention_chunk_size")
-        no_rope = cfg.get("no_rope_layers")
+        no_rope = cfg.int_list("no_rope_layers")
         if not no_rope:
             interval = cfg.int("no_rope_layer_interval", 4)
             no_rope = [int((i + 1) % interval != 0) for i in range(n_layers)]
@@ -205,11 +222,11 @@ def _moe_layer_set(cfg: _Cfg, n_layers: int) -> set[int]:
         if cfg.int("num_experts", 0, minimum=0) == 0:
             return set()
         step = cfg.int("decoder_sparse_step", 1)
-        skip = set(cfg.get("mlp_only_layers", []))
+        skip = set(cfg.int_list("mlp_only_layers"))
         return {i for i in range(n_layers) if i not in skip and (i + 1) % step == 0}
     if fam == "llama4_text":
         if cfg.has("moe_layers"):
-            return set(cfg.get("moe_layers"))
+            return set(cfg.int_list("moe_layers"))
         step = cfg.int("interleave_moe_layer_step", 1)
         return set(range(step - 1, n_layers, step))
     if fam in ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe"):

@@ -1,0 +1,247 @@
+"""Capacity planning (dsdsim.plan) over every shipped model, its arithmetic by hand, and the `plan` command.
+
+Invariants: DSD searches K in 0..max_k, a superset of plain decoding (K = 0), so wherever both exist the
+largest batch meeting the SLO and the best tokens/s under it are at least plain decoding's. Infeasible rows
+always say why (memory, or the SLO). GPUs needed and $/M tokens are re-derived here from a Prediction with
+plain loops, independently of plan.py's vectorised search.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+
+from dsdsim.errors import DsdsimError
+from dsdsim.plan import Candidate, plan, plan_rows, sensitivity
+from dsdsim.policy.predict import predict
+from dsdsim.specs.catalog import load_model, model_names
+from dsdsim.specs.deployment import Deployment
+
+HW = "h200-sxm"
+SLO_MS = 50.0
+BATCHES = "1-256"
+TPS = (1, 2, 4, 8)
+
+
+def _valid_tps(name: str) -> list[int]:
+    m = load_model(name)
+    out = []
+    for tp in TPS:
+        try:
+            Deployment(tp=tp).check(m)
+        except DsdsimError:
+            continue
+        out.append(tp)
+    return out
+
+
+@pytest.fixture(scope="module")
+def rows_by_model():
+    """For each shipped model: plan rows on h200-sxm at every tp in {1,2,4,8} the model's heads allow."""
+    out = {}
+    for name in model_names():
+        tps = _valid_tps(name)
+        out[name] = (tps, plan_rows(name, [Candidate(HW, tp) for tp in tps], SLO_MS, batch_sizes=BATCHES))
+    return out
+
+
+def test_every_model_has_a_valid_tp():
+    for name in model_names():
+        assert _valid_tps(name)[0] == 1, name     # tp 1 always divides; listed so a failure names the model
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_plan_rows_invariants(rows_by_model, name):
+    tps, rows = rows_by_model[name]
+    assert len(rows) == len(tps)
+    assert [r.tp for r in rows] == tps
+    for r in rows:
+        assert r.hardware == HW and r.gpus == r.tp and r.ep == 1
+        if not r.feasible:
+            assert r.reason and ("memory" in r.reason.lower() or "slo" in r.reason.lower()), r.reason
+            assert r.max_batch_dsd is None and r.tokens_per_s_per_gpu_dsd is None
+            continue
+        assert r.reason == ""
+        assert r.max_batch_dsd is not None and 1 <= r.max_batch_dsd <= 256
+        assert r.k_at_max_batch is not None and 0 <= r.k_at_max_batch <= 8
+        assert r.tokens_per_s_dsd > 0 and r.tokens_per_s_per_gpu_dsd > 0
+        assert r.tokens_per_s_per_gpu_dsd == pytest.approx(r.tokens_per_s_dsd / r.gpus)
+        if r.max_batch_vanilla is not None:
+            assert r.max_batch_dsd >= r.max_batch_vanilla
+            assert r.tokens_per_s_vanilla > 0
+            assert r.tokens_per_s_dsd >= r.tokens_per_s_vanilla * (1 - 1e-12)
+            assert r.dsd_gain >= 1 - 1e-12
+        assert r.gpus_needed_dsd is None and r.cost_per_million_tokens_dsd is None   # no target, no price given
+
+
+def test_smallest_tp_row_per_model(rows_by_model):
+    """The smallest tp that divides the heads is 1 for every shipped model; big models do not fit there."""
+    for name, (tps, rows) in rows_by_model.items():
+        first = rows[0]
+        assert first.tp == tps[0]
+        if not first.feasible:
+            assert "memory" in first.reason, (name, first.reason)
+
+
+def test_fits_somewhere_within_a_node(rows_by_model):
+    """Every shipped model except the 1T-parameter Kimi-K2 fits on 8 x H200 (141 GB each, 90% usable)."""
+    for name, (_, rows) in rows_by_model.items():
+        if name == "kimi-k2":
+            continue
+        assert any(r.feasible for r in rows), name
+
+
+def test_more_gpus_never_shrink_the_max_batch(rows_by_model):
+    """More tensor-parallel GPUs hold more KV and run each step faster: the SLO-feasible batch cannot shrink."""
+    for name, (_, rows) in rows_by_model.items():
+        prev = 0
+        for r in rows:
+            b = r.max_batch_dsd or 0
+            assert b >= prev, (name, r.tp, b, prev)
+            prev = b
+
+
+def test_tight_slo_is_reported_as_slo():
+    (r,) = plan_rows("llama-3.1-8b", [f"{HW}:tp1"], 0.5, batch_sizes="1-8")
+    assert not r.feasible and r.reason.startswith("SLO:")
+    assert "0.5 ms" in r.reason
+
+
+def test_memory_infeasible_is_reported_as_memory():
+    (r,) = plan_rows("llama-3.1-405b", [f"{HW}:tp1"], SLO_MS, batch_sizes="1-8")
+    assert not r.feasible and r.reason.startswith("memory:")
+
+
+def test_parallelism_the_model_cannot_use_is_an_infeasible_row():
+    (r,) = plan_rows("llama-3.1-8b", [f"{HW}:tp3"], SLO_MS, batch_sizes="1-8")
+    assert not r.feasible and "does not divide" in r.reason
+
+
+def _by_hand(name, tp, slo_ms, batches, max_k=8):
+    """(max batch K=0, max batch DSD, best goodput K=0, best goodput DSD) with plain loops over a Prediction."""
+    p = predict(name, HW, Deployment(tp=tp), "eagle3", None, 1024, batches, max_k=max_k, fixed_k=0)
+    best = {"vanilla": (None, -math.inf), "dsd": (None, -math.inf)}
+    for i, k in enumerate(p.k_values):
+        for j, b in enumerate(p.batch_sizes):
+            if not p.feasible[i, j]:
+                continue
+            itl_ms = p.step_s[i, j] / p.tau[i] * 1e3
+            if itl_ms > slo_ms:
+                continue
+            g = int(b) * p.tau[i] / p.step_s[i, j]
+            for key in (("vanilla", "dsd") if k == 0 else ("dsd",)):
+                bmax, gmax = best[key]
+                best[key] = (max(bmax or 0, int(b)), max(gmax, g))
+    return best["vanilla"][0], best["dsd"][0], best["vanilla"][1], best["dsd"][1]
+
+
+def test_gpus_and_cost_by_hand():
+    name, tp, slo, price, target = "llama-3.1-70b", 4, 30.0, 2.5, 50_000.0
+    b_v, b_d, g_v, g_d = _by_hand(name, tp, slo, "1-256")
+    (r,) = plan_rows(name, [f"{HW}:tp{tp}"], slo, target_tokens_per_s=target, price_per_gpu_hour=price,
+                     batch_sizes="1-256")
+    assert r.feasible
+    assert (r.max_batch_vanilla, r.max_batch_dsd) == (b_v, b_d)
+    assert r.tokens_per_s_vanilla == pytest.approx(g_v, rel=1e-9)
+    assert r.tokens_per_s_dsd == pytest.approx(g_d, rel=1e-9)
+    # replicas of tp GPUs each, rounded up: ceil(50000 / G) * 4
+    assert r.gpus_needed_dsd == math.ceil(target / g_d) * tp
+    assert r.gpus_needed_vanilla == math.ceil(target / g_v) * tp
+    # $ per million tokens: a replica costs price * tp per hour and makes G * 3600 tokens an hour
+    assert r.cost_per_million_tokens_dsd == pytest.approx(price * tp / (g_d * 3600) * 1e6, rel=1e-9)
+    assert r.cost_per_million_tokens_vanilla == pytest.approx(price * tp / (g_v * 3600) * 1e6, rel=1e-9)
+    assert r.cost_per_million_tokens_dsd <= r.cost_per_million_tokens_vanilla
+    assert r.gpus_needed_dsd <= r.gpus_needed_vanilla
+
+
+def test_price_per_hardware_dict():
+    rows = plan_rows("llama-3.1-8b", [f"{HW}:tp1", "h100-sxm:tp1"], SLO_MS, batch_sizes="1-64",
+                     price_per_gpu_hour={HW: 4.0})
+    assert rows[0].cost_per_million_tokens_dsd is not None and rows[0].cost_per_million_tokens_dsd > 0
+    assert rows[1].cost_per_million_tokens_dsd is None
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("h100-sxm", Candidate("h100-sxm", 1, 1)), ("h100-sxm:tp8", Candidate("h100-sxm", 8, 1)),
+    ("h200-sxm:tp8:ep4", Candidate("h200-sxm", 8, 4)), ("h200-sxm:8", Candidate("h200-sxm", 8, 1)),
+    (" mi300x:TP2 ", Candidate("mi300x", 2, 1)),
+])
+def test_candidate_parse(text, expected):
+    assert Candidate.parse(text) == expected
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"itl_slo_ms": 0}, "SLO"), ({"itl_slo_ms": -1}, "SLO"), ({"candidates": []}, "no candidates"),
+    ({"target_tokens_per_s": 0}, "target"), ({"price_per_gpu_hour": -1.0}, "price"),
+    ({"candidates": ["h100-sxm:tpx"]}, "candidate"), ({"candidates": ["nope-gpu:tp2"]}, "unknown hardware"),
+])
+def test_plan_rows_bad_input(kwargs, fragment):
+    args = {"model": "llama-3.1-8b", "candidates": [f"{HW}:tp1"], "itl_slo_ms": SLO_MS, "batch_sizes": "1,2"}
+    args.update(kwargs)
+    with pytest.raises(DsdsimError, match=fragment):
+        plan_rows(**args)
+
+
+def test_plan_dataframe():
+    df = plan("qwen3-30b-a3b", [f"{HW}:tp1", f"{HW}:tp2:ep2"], SLO_MS, batch_sizes="1-128", price_per_gpu_hour=3.0)
+    assert list(df["tp"]) == [1, 2] and list(df["ep"]) == [1, 2]
+    assert df["feasible"].all()
+    assert (df["max_batch_dsd"] >= df["max_batch_vanilla"]).all()
+    assert (df["cost_per_million_tokens_dsd"] > 0).all()
+
+
+def test_sensitivity_dataframe():
+    df = sensitivity("llama-3.1-8b", HW, [0.5, 0.9], [1024, 8192], batch_sizes="1,16,128", max_k=6)
+    assert len(df) == 2 * 2 * 3
+    assert set(df["alpha"]) == {0.5, 0.9} and set(df["context"]) == {1024, 8192}
+    feasible = df.dropna(subset=["k"])
+    assert feasible["k"].between(0, 6).all()
+    assert len(feasible) >= 8                     # batch 128 at context 8192 may not fit; the rest do
+    # higher acceptance never lowers the best speedup at a given batch and context
+    piv = feasible.pivot_table(index=["context", "batch_size"], columns="alpha", values="speedup_vs_vanilla")
+    assert (piv[0.9] >= piv[0.5] - 1e-9).all()
+
+
+PLAN_ARGS = ["plan", "-m", "llama-3.1-70b", "-g", "h100-sxm:tp4,h200-sxm:tp2,h100-sxm:tp3", "--itl-slo-ms", "30",
+             "-b", BATCHES, "--target-tokens-per-s", "50000", "--price-per-gpu-hour", "2.5"]
+
+
+def test_cli_plan_json(cli, tmp_path):
+    code, out, err = cli(*PLAN_ARGS, "--format", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["model"] == "llama-3.1-70b" and data["itl_slo_ms"] == 30
+    cands = data["candidates"]
+    assert [(c["hardware"], c["tp"]) for c in cands] == [("h100-sxm", 4), ("h200-sxm", 2), ("h100-sxm", 3)]
+    assert cands[0]["feasible"] and cands[1]["feasible"]
+    assert not cands[2]["feasible"] and "does not divide" in cands[2]["reason"]
+    for c in cands[:2]:
+        assert c["gpus_needed_dsd"] % c["tp"] == 0
+        assert c["cost_per_million_tokens_dsd"] == pytest.approx(
+            2.5 * c["gpus"] / (c["tokens_per_s_dsd"] * 3600) * 1e6, rel=1e-9)
+    # and to a file, atomically
+    target = tmp_path / "plan.json"
+    code, out, err = cli(*PLAN_ARGS, "--format", "json", "--output", str(target))
+    assert code == 0 and out == "" and json.loads(target.read_text()) == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+
+
+def test_cli_plan_csv(cli):
+    code, out, err = cli(*PLAN_ARGS, "--format", "csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 3
+    assert rows[0]["hardware"] == "h100-sxm" and rows[0]["feasible"] == "true"
+    assert rows[2]["feasible"] == "false" and rows[2]["max_batch_dsd"] == ""
+    assert int(rows[0]["max_batch_dsd"]) >= int(rows[0]["max_batch_vanilla"])
+    assert float(rows[0]["tokens_per_s_per_gpu_dsd"]) > 0
+
+
+def test_cli_plan_table(cli):
+    code, out, err = cli(*PLAN_ARGS)
+    assert code == 0, err
+    assert "h100-sxm:tp4" in out and "h200-sxm:tp2" in out and "does not" in out   # the reason (wrapped)
