@@ -202,7 +202,7 @@ def _kv_table(title: str, data: dict) -> None:
         if isinstance(v, dict):
             v = ", ".join(f"{a}={format_si(b) if isinstance(b, float) else b}" for a, b in v.items())
         elif isinstance(v, float) and ("bytes" in k or "flops" in k):
-            v = format_si(v, "B" if "bytes" in k else "FLOP")
+            v = format_si(v, ("B/s" if "per_s" in k else "B") if "bytes" in k else ("FLOP/s" if "per_s" in k else "FLOP"))
         elif isinstance(v, int) and k.startswith("params"):
             v = f"{v:,}"
         t.add_row(k, str(v))
@@ -228,12 +228,16 @@ def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: st
         raise DsdsimError(f"--expert-overlap must be in [0, 1), got {expert_overlap}")
     if not 0.0 < memory_utilization <= 1.0:
         raise DsdsimError(f"--memory-utilization must be in (0, 1], got {memory_utilization}")
+    from pydantic import ValidationError
+
+    from dsdsim.errors import pydantic_one_line
+
+    w_dtype, c_dtype = (parse_dtype(dtype) if dtype else None), parse_dtype(kv_dtype)
     try:
-        return Deployment(tp=tp, ep=ep, dtype=parse_dtype(dtype) if dtype else None, kv_dtype=parse_dtype(kv_dtype),
-                          expert_overlap=expert_overlap, cuda_graphs=not eager,
-                          memory_utilization=memory_utilization)
-    except ValueError as exc:
-        raise DsdsimError(str(exc).splitlines()[0]) from None
+        return Deployment(tp=tp, ep=ep, dtype=w_dtype, kv_dtype=c_dtype, expert_overlap=expert_overlap,
+                          cuda_graphs=not eager, memory_utilization=memory_utilization)
+    except ValidationError as exc:
+        raise DsdsimError(pydantic_one_line(exc, "deployment")) from None
 
 
 @app.command()
@@ -582,6 +586,143 @@ def plan(
                   f(r.gpus_needed_dsd, "d"), f(r.cost_per_million_tokens_dsd, ".3f"),
                   r.reason if not r.feasible else "")
     _console().print(t)
+
+
+# --- validation (torch; imported only when these commands run) ----------------------------------------
+
+
+def _need_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise DsdsimError("this command measures with torch: pip install 'dsdsim[validate]' (CPU: pip install "
+                          "torch)") from None
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise DsdsimError(f"--device {device}: no CUDA device is visible to torch; use --device cpu")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise DsdsimError(f"--device {device!r} is not supported; use cpu or cuda (cuda:N)")
+
+
+@app.command()
+def probe(
+    device: str = typer.Option("cpu", "--device", help="torch device to measure: cpu, cuda, cuda:1"),
+    output: Path = typer.Option(Path("probe.yaml"), "--output", "-o", help="Hardware spec YAML to write"),
+    name: Optional[str] = typer.Option(None, "--name", help="Spec name (default: from the device name)"),
+    threads: int = typer.Option(1, "--threads", help="torch threads on a CPU (validate uses the same)"),
+) -> None:
+    """Measure a device (streaming bandwidth, matmul peak per dtype, launch overhead) into a hardware spec
+    that every command accepts (`-g probe.yaml`); every figure is flagged measured, with date and torch version."""
+    check_writable(output)
+    if threads < 1:
+        raise DsdsimError(f"--threads must be >= 1, got {threads}")
+    _need_torch()
+    _check_device(device)
+    from dsdsim.bench.probe import probe as run
+
+    from dsdsim.bench.specfile import write_spec
+
+    spec = run(device, name, None, threads)
+    text_path = write_spec(spec, output, header=f"{spec.description}.\nWritten by `dsdsim probe`; all SI units.")
+    typer.echo(f"wrote {text_path}", err=True)
+    _kv_table(f"Probed {spec.name}", {
+        "memory_bandwidth_bytes_per_s": spec.bandwidth,
+        "peak_flops_per_s": {d.value: f.value for d, f in spec.peak_flops_per_s.items()},
+        "launch_overhead_s": spec.launch_overhead_s.value})
+
+
+@app.command()
+def validate(
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Model whose layer shapes are measured"),
+    hardware: str = typer.Option(..., "--hardware", "-g",
+                                 help="Spec to predict with: a probe of this device, or a shipped name"),
+    device: str = typer.Option("cpu", "--device", help="torch device: cpu, cuda, cuda:1"),
+    quick: bool = typer.Option(False, "--quick", help="Small grid (well under 2 minutes on a laptop CPU)"),
+    output: Path = typer.Option(Path("validation"), "--output", "-o", help="Folder for report.json, summary.md, plot"),
+    drafter: str = typer.Option("eagle3", "--drafter", "-d", help="Drafter whose step shapes are measured (or none)"),
+    reduce: Optional[int] = typer.Option(None, "--reduce",
+                                         help="Divide widths by this factor where the real layer is too big "
+                                              "(default: 1 on GPU, 2 on CPU, 4 with --quick on CPU)"),
+) -> None:
+    """Time the model's real operator and step shapes with torch, compare with the prediction, calibrate on
+    half the points and report the error on the other half, and check the predicted K table's regret."""
+    if output.exists() and not output.is_dir():
+        raise DsdsimError(f"--output {output} is a file; give a folder")
+    check_writable(output / "report.json") if output.is_dir() else check_writable(output)
+    if reduce is not None and reduce < 1:
+        raise DsdsimError(f"--reduce must be >= 1, got {reduce}")
+    _need_torch()
+    _check_device(device)
+    from dsdsim.bench.validate import run_validate
+    from dsdsim.specs.catalog import load_hardware, load_model
+
+    load_model(model)          # resolve names before any measuring (unknown names fail in one line)
+    load_hardware(hardware)
+    output.mkdir(parents=True, exist_ok=True)
+    rep = run_validate(model, hardware, device, quick, output, show_progress=sys.stderr.isatty(),
+                       drafter=None if drafter in ("none", "") else drafter, reduce=reduce)
+    s = rep.summary
+    con = _console()
+    for key, label in (("uncalibrated", "uncalibrated (all points)"), ("calibrated", "calibrated (held-out half)")):
+        b = s[key]
+        con.print(f"{label}: n={b['n']}, median |error| {b['median_abs_pct_error']:.1f}%, "
+                  f"MAPE {b['mape']:.1f}%, max {b['max_abs_pct_error']:.1f}%")
+    tc = rep.table_check
+    if tc:
+        con.print(f"K-table regret: mean {tc['mean_regret']:.3f}, max {tc['max_regret']:.3f}")
+    for what, path in rep.paths.items():
+        con.print(f"{what}: {path}")
+
+
+@app.command()
+def calibrate(
+    report: Path = typer.Option(..., "--report", "-r",
+                                help="A validation report.json, or a vLLM batch_stats JSON of measured ITL per (B, K)"),
+    hardware: str = typer.Option(..., "--hardware", "-g", help="The spec to calibrate (the one predictions used)"),
+    output: Path = typer.Option(..., "--output", "-o", help="Calibrated hardware spec YAML to write"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (batch_stats input only)"),
+    drafter: str = typer.Option("eagle3", "--drafter", "-d", help="Drafter (batch_stats input only)"),
+    context: int = typer.Option(DEFAULT_CONTEXT, "--context", "-c", help="Context length (batch_stats input only)"),
+    name: Optional[str] = typer.Option(None, "--name", help="Name of the calibrated spec"),
+) -> None:
+    """Fit efficiencies (compute; memory for GEMMs, attention and vector kernels), launch and step overhead
+    and the GEMM tile to measurements; write a spec that predict accepts. A report is fitted on its train half
+    and scored on its held-out half."""
+    import json as _json
+
+    check_writable(output)
+    if not report.is_file():
+        raise DsdsimError(f"--report {report}: no such file")
+    try:
+        data = _json.loads(report.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise DsdsimError(f"--report {report}: not JSON; give a validation report.json or a batch_stats file") from None
+    if not isinstance(data, dict) or not ("points" in data or "batch_stats" in data):
+        raise DsdsimError(f"--report {report}: has neither 'points' (validation report) nor 'batch_stats'")
+    if "batch_stats" in data and model is None:
+        raise DsdsimError("calibrating from a batch_stats file needs --model (the model that was measured)")
+    from dsdsim.bench.calibrate import run_calibrate
+    from dsdsim.specs.catalog import load_hardware
+
+    load_hardware(hardware)
+    try:
+        spec, summary = run_calibrate(report, hardware, output, model=model, drafter=drafter, context=context, name=name)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, DsdsimError):
+            raise
+        raise DsdsimError(f"--report {report}: cannot calibrate from it ({exc})") from None
+    typer.echo(f"wrote {output}", err=True)
+    con = _console()
+    for key in ("uncalibrated", "calibrated"):
+        b = summary.get(key)
+        if b and b.get("n"):
+            con.print(f"{key}: n={b['n']}, median |error| {b['median_abs_pct_error']:.1f}%, MAPE {b['mape']:.1f}%")
+    fitted = summary.get("fitted", {})
+    con.print("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in fitted.items() if isinstance(v, (int, float))))
 
 
 # --- entry point ------------------------------------------------------------------------------------

@@ -15,6 +15,9 @@ import numpy as np
 from dsdsim.errors import DsdsimError
 from dsdsim.policy.predict import Prediction, predict
 from dsdsim.specs.deployment import Deployment
+from dsdsim.specs.model import ModelSpec
+
+MAX_GPUS = 1024          # Deployment's own bound on tp and ep
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,14 @@ class Candidate:
     hardware: str
     tp: int = 1
     ep: int = 1
+
+    def __post_init__(self) -> None:
+        if not str(self.hardware).strip():
+            raise DsdsimError("empty candidate hardware; write HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8")
+        for what, n in (("tp", self.tp), ("ep", self.ep)):
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_GPUS:
+                raise DsdsimError(f"candidate {self.hardware}: {what} must be a whole number in 1..{MAX_GPUS}, "
+                                  f"got {n!r}")
 
     @classmethod
     def parse(cls, text: str) -> "Candidate":
@@ -38,7 +49,8 @@ class Candidate:
                 else:
                     tp = int(key[2:] if key.startswith("tp") else key)
             except ValueError:
-                raise DsdsimError(f"cannot read candidate {text!r}; write HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8") from None
+                raise DsdsimError(f"cannot read candidate {text!r}; write HARDWARE[:tpN[:epM]], "
+                                  "e.g. h100-sxm:tp8") from None
         return cls(parts[0], tp, ep)
 
 
@@ -82,16 +94,19 @@ def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: fl
               price_per_gpu_hour: Optional[Union[float, dict]] = None, batch_sizes=None, max_k: int = 8,
               dtype=None, kv_dtype=None) -> list[PlanRow]:
     """One PlanRow per candidate (see module doc). price_per_gpu_hour: one price, or {hardware: price}."""
-    if not itl_slo_ms or itl_slo_ms <= 0:
+    if not itl_slo_ms or math.isnan(itl_slo_ms) or itl_slo_ms <= 0:       # inf: no latency limit
         raise DsdsimError(f"the ITL SLO must be > 0 ms, got {itl_slo_ms}")
-    if target_tokens_per_s is not None and target_tokens_per_s <= 0:
-        raise DsdsimError(f"the target rate must be > 0 tokens/s, got {target_tokens_per_s}")
+    if target_tokens_per_s is not None and not (math.isfinite(target_tokens_per_s) and target_tokens_per_s > 0):
+        raise DsdsimError(f"the target rate must be a finite number > 0 tokens/s, got {target_tokens_per_s}")
     if not candidates:
         raise DsdsimError("no candidates given; e.g. h100-sxm:tp8,h200-sxm:tp4")
+    from dsdsim.specs.catalog import load_model
+
+    cands = [Candidate.parse(c) if isinstance(c, str) else c for c in candidates]
+    spec = load_model(model)
     rows = []
-    for c in candidates:
-        cand = Candidate.parse(c) if isinstance(c, str) else c
-        rows.append(_plan_one(model, cand, itl_slo_ms / 1e3, context, drafter, acceptance, target_tokens_per_s,
+    for cand in cands:
+        rows.append(_plan_one(spec, cand, itl_slo_ms / 1e3, context, drafter, acceptance, target_tokens_per_s,
                               _price(price_per_gpu_hour, cand.hardware), batch_sizes, max_k, dtype, kv_dtype))
     return rows
 
@@ -108,23 +123,26 @@ def _price(price, hardware: str) -> Optional[float]:
     return value
 
 
-def _plan_one(model, cand: Candidate, slo_s, context, drafter, acceptance, target, price, batch_sizes, max_k,
-              dtype, kv_dtype) -> PlanRow:
+def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, acceptance, target, price, batch_sizes,
+              max_k, dtype, kv_dtype) -> PlanRow:
     gpus = cand.tp
     empty = dict(max_batch_vanilla=None, tokens_per_s_vanilla=None, max_batch_dsd=None, k_at_max_batch=None,
                  tokens_per_s_dsd=None, tokens_per_s_per_gpu_vanilla=None, tokens_per_s_per_gpu_dsd=None,
                  dsd_gain=None, gpus_needed_vanilla=None, gpus_needed_dsd=None, cost_per_million_tokens_vanilla=None,
                  cost_per_million_tokens_dsd=None)
-    try:
-        from dsdsim.units import DType
+    from dsdsim.units import DType, parse_dtype
 
-        dep = Deployment(tp=cand.tp, ep=cand.ep, dtype=DType(dtype) if dtype else None,
-                         kv_dtype=DType(kv_dtype) if kv_dtype else DType.bf16)
-        p = predict(model, cand.hardware, dep, drafter, acceptance, context, batch_sizes, max_k=max_k, fixed_k=0)
+    try:
+        dep = Deployment(tp=cand.tp, ep=cand.ep, dtype=parse_dtype(dtype) if dtype else None,
+                         kv_dtype=parse_dtype(kv_dtype) if kv_dtype else DType.bf16)
+    except ValueError as exc:             # an unknown dtype name: the same for every candidate, so raise
+        raise DsdsimError(str(exc).splitlines()[0]) from None
+    try:                                  # parallelism this model cannot be split by: a row, not an error
+        dep.check(model)
     except DsdsimError as exc:
-        if "unknown hardware" in str(exc) or "spec file" in str(exc):
-            raise
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False, str(exc), **empty)
+    # Anything else wrong (names, acceptance, drafter, batch sizes, context) is the user's input: raise.
+    p = predict(model, cand.hardware, dep, drafter, acceptance, context, batch_sizes, max_k=max_k, fixed_k=0)
     if not p.feasible.any():
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False,
                        f"memory: weights and KV do not fit in {gpus} GPU(s) at context {context}", **empty)

@@ -54,7 +54,11 @@ class PredictionDisplay:
                            for j, k in enumerate(p.table.k_per_batch)])
         ax.plot(b, chosen, color="crimson", lw=2.5, ls="--", label="dynamic K (table)")
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        if np.isfinite(p.goodput).any():
+            ax.set_yscale("log")
+        else:                   # nothing fits in memory: a log axis over no data cannot be drawn
+            ax.text(0.5, 0.5, f"no batch size fits in memory at context {p.context}", transform=ax.transAxes,
+                    ha="center", va="center", color="crimson")
         ax.set_ylabel("goodput (tokens/s, whole batch)")
         s = p.setup
         ax.set_title(f"{s.model.name} on {s.hardware.name} (tp {s.deployment.tp}), {s.drafter.label}, "

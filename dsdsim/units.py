@@ -60,7 +60,9 @@ def parse_dtype(text: str) -> DType:
         return DType(key)
     except ValueError:
         known = ", ".join(d.value for d in DType)
-        raise ValueError(f"unknown dtype {text!r}; use one of: {known}") from None
+        from dsdsim.errors import DsdsimError
+
+        raise DsdsimError(f"unknown dtype {text!r}; use one of: {known}") from None
 
 
 def format_si(value: float, unit: str = "", digits: int = 3) -> str:

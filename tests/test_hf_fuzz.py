@@ -6,10 +6,9 @@ a user would see as a traceback. Each shipped model_specs/*.json is mutated with
 value set to None / -1 / 0 / "x" / [] / {} / huge / a float / a bool, a random key added, model_type changed,
 garbage nested into a dict value. A few hundred cases in all, fully reproducible.
 
-Crashes found so far are pinned by minimal reproducers below (``KNOWN_CRASHES``, each ``xfail(strict=True)``:
-they turn into XPASS failures once hf_config.py is fixed). While a class is still open, a fuzz case that
-crashes with that class's signature is reported as xfail rather than failure; once its reproducer passes, the
-allowance switches itself off and the fuzz is strict for that class again. Any crash of an unknown kind fails.
+Crashes it found (NaN/Infinity numbers, absurd layer counts, list fields holding scalars, an unchecked
+sliding_window, a pydantic ValidationError escaping) were fixed in hf_config.py and are pinned below as
+regression tests. Pin a new crash as a minimal reproducer marked ``xfail(strict=True)`` until it is fixed.
 """
 from __future__ import annotations
 
@@ -96,58 +95,37 @@ def _cases():
     return cases
 
 
-# --- known crashes (product bugs in dsdsim/specs/hf_config.py; not fixed here) ----------------------------------
-# name -> (shipped config, {key: bad value}, signature of the crash, reason)
-KNOWN_CRASHES = {
-    "absurd_layer_count": (
-        "llama-3.1-8b", {"num_hidden_layers": 10**18},
-        lambda e: isinstance(e, MemoryError) or (isinstance(e, OverflowError) and "index-sized" in str(e)),
-        "hf_config: no upper bound on num_hidden_layers; 1e18 builds a 1e18-element list -> MemoryError/OverflowError"),
-    "list_field_not_a_list": (
-        "qwen3-30b-a3b", {"mlp_only_layers": 2},
-        lambda e: isinstance(e, TypeError) and ("not iterable" in str(e) or "has no len()" in str(e)),
-        "hf_config: list fields (mlp_only_layers, moe_layers, no_rope_layers) are not type-checked -> TypeError"),
-    "sliding_window_not_a_number": (
-        "command-a", {"sliding_window": "x"},
-        lambda e: (isinstance(e, ValueError) and ("invalid literal for int()" in str(e) or "convert float" in str(e)))
-        or (isinstance(e, TypeError) and "int() argument" in str(e)) or isinstance(e, OverflowError),
-        "hf_config._attention_kinds: int(window) on an unchecked sliding_window (layer_types / sliding_window_pattern "
-        "paths) -> ValueError/TypeError"),
-}
-
-
-def _crash(cfg) -> BaseException | None:
-    try:
-        model_from_hf_config(cfg, "fuzz")
-    except DsdsimError:
-        return None
-    except Exception as exc:  # noqa: BLE001
-        return exc
-    return None
-
-
-def _reproducer(name: str) -> dict:
-    model, changes, _, _ = KNOWN_CRASHES[name]
-    return {**_load(SPECS[0].parent / f"{model}.json"), **changes}
-
-
-# Crashes the fuzz found that have since been fixed in hf_config.py: plain regression tests.
+# Crashes this fuzz found, since fixed in hf_config.py: kept as plain regression tests.
 FIXED_CRASHES = [
     ("llama-3.1-8b", {"vocab_size": float("nan")}),          # _Cfg.int: int(NaN) -> ValueError
     ("llama-3.1-8b", {"hidden_size": float("inf")}),         # _Cfg.int: int(inf) -> OverflowError
     ("deepseek-v3", {"n_shared_experts": float("inf")}),
     ("mixtral-8x7b", {"num_experts_per_tok": 9}),            # FFN ValidationError escaped _build_standard
     ("gpt-oss-120b", {"num_experts_per_tok": 10**6}),
+    ("llama-3.1-8b", {"num_hidden_layers": 10**18}),         # no bound: MemoryError building 1e18 layers
+    ("llama-3.1-8b", {"num_hidden_layers": 1e308}),          # OverflowError
+    ("qwen3-30b-a3b", {"mlp_only_layers": 2}),               # list fields not type-checked -> TypeError
+    ("qwen3-30b-a3b", {"mlp_only_layers": 0.5}),
+    ("command-a", {"sliding_window": "x"}),                  # int(window) unchecked -> ValueError
+    ("command-a", {"sliding_window": {"quant_method": None}}),   # -> TypeError
+    ("command-a", {"sliding_window": float("nan")}),
 ]
 
 
-@pytest.mark.parametrize("model, changes", FIXED_CRASHES, ids=[f"{m}-{next(iter(c))}" for m, c in FIXED_CRASHES])
+@pytest.mark.parametrize("model, changes", FIXED_CRASHES,
+                         ids=[f"{m}-{k}={v!r}"[:60] for m, c in FIXED_CRASHES for k, v in c.items()])
 def test_fixed_crash_stays_fixed(model, changes):
     with pytest.raises(DsdsimError):
         model_from_hf_config({**_load(SPECS[0].parent / f"{model}.json"), **changes}, "fuzz")
 
 
-OPEN_CRASHES = {name for name in KNOWN_CRASHES if _crash(_reproducer(name)) is not None}
+def test_llama4_list_fields_checked():
+    cfg = _load(SPECS[0].parent / "llama-4-scout.json")
+    for key, value in (("no_rope_layers", True), ("no_rope_layers", 2.5), ("moe_layers", 3)):
+        bad = copy.deepcopy(cfg)
+        (bad["text_config"] if "text_config" in bad else bad)[key] = value
+        with pytest.raises(DsdsimError):
+            model_from_hf_config(bad, "fuzz")
 
 
 def _check(cfg, what: str) -> None:
@@ -158,20 +136,8 @@ def _check(cfg, what: str) -> None:
         assert msg and "\n" not in msg, f"{what}: error is not one non-empty line: {msg!r}"
         return
     except Exception as exc:  # noqa: BLE001 - the point of the fuzz
-        for name in OPEN_CRASHES:
-            if KNOWN_CRASHES[name][2](exc):
-                pytest.xfail(f"known crash {name} (see test_known_crash): {what}: {type(exc).__name__}")
         pytest.fail(f"{what}: crashed with {type(exc).__name__}: {exc}")
     assert isinstance(spec, ModelSpec)
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_CRASHES[n][3])) for n in KNOWN_CRASHES])
-def test_known_crash(name):
-    """Minimal reproducers of crashes the fuzz found: each should raise SpecError (one line), not crash."""
-    model, changes, _, _ = KNOWN_CRASHES[name]
-    exc = _crash(_reproducer(name))
-    assert exc is None, f"{model} with {changes}: {type(exc).__name__}: {exc}"
 
 
 def test_fuzz_inputs_exist():

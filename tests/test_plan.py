@@ -12,7 +12,6 @@ import io
 import json
 import math
 
-import numpy as np
 import pytest
 
 from dsdsim.errors import DsdsimError
@@ -117,8 +116,24 @@ def test_memory_infeasible_is_reported_as_memory():
 
 
 def test_parallelism_the_model_cannot_use_is_an_infeasible_row():
-    (r,) = plan_rows("llama-3.1-8b", [f"{HW}:tp3"], SLO_MS, batch_sizes="1-8")
-    assert not r.feasible and "does not divide" in r.reason
+    """A candidate the model cannot be split over is one infeasible row; the other candidates still plan."""
+    rows = plan_rows("qwen3-30b-a3b", [f"{HW}:tp3", f"{HW}:tp2:ep4", f"{HW}:tp4:ep4"], SLO_MS, batch_sizes="1-8")
+    assert [r.feasible for r in rows] == [False, False, True]
+    assert "does not divide" in rows[0].reason and "must divide tp" in rows[1].reason
+    (r,) = plan_rows("llama-3.1-8b", [f"{HW}:tp2:ep2"], SLO_MS, batch_sizes="1-8")
+    assert not r.feasible and "dense" in r.reason
+
+
+def test_candidate_validates_itself():
+    with pytest.raises(DsdsimError, match="tp must be"):
+        Candidate("h100-sxm", 0)
+    with pytest.raises(DsdsimError, match="empty candidate"):
+        Candidate(" ", 2)
+
+
+def test_unlimited_slo_is_allowed():
+    (r,) = plan_rows("llama-3.1-8b", [f"{HW}:tp1"], float("inf"), batch_sizes="1-64")
+    assert r.feasible and r.max_batch_vanilla == r.max_batch_dsd == 64
 
 
 def _by_hand(name, tp, slo_ms, batches, max_k=8):
@@ -175,9 +190,18 @@ def test_candidate_parse(text, expected):
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
-    ({"itl_slo_ms": 0}, "SLO"), ({"itl_slo_ms": -1}, "SLO"), ({"candidates": []}, "no candidates"),
-    ({"target_tokens_per_s": 0}, "target"), ({"price_per_gpu_hour": -1.0}, "price"),
+    ({"itl_slo_ms": 0}, "SLO"), ({"itl_slo_ms": -1}, "SLO"), ({"itl_slo_ms": float("nan")}, "SLO"),
+    ({"candidates": []}, "no candidates"),
+    ({"target_tokens_per_s": 0}, "target"), ({"target_tokens_per_s": float("nan")}, "target"),
+    ({"target_tokens_per_s": float("inf")}, "target"),
+    ({"price_per_gpu_hour": -1.0}, "price"), ({"price_per_gpu_hour": float("nan")}, "price"),
     ({"candidates": ["h100-sxm:tpx"]}, "candidate"), ({"candidates": ["nope-gpu:tp2"]}, "unknown hardware"),
+    ({"candidates": ["h100-sxm:tp0"]}, "tp must be"), ({"candidates": ["h100-sxm:tp2:ep0"]}, "ep must be"),
+    ({"candidates": ["h100-sxm:tp4096"]}, "tp must be"),
+    # inputs shared by every candidate are errors, not a column of infeasible rows
+    ({"model": "llama-9"}, "unknown model"), ({"batch_sizes": "0"}, "batch sizes"),
+    ({"acceptance": "1.5"}, "probability"), ({"drafter": "medusa"}, "limit"), ({"drafter": "mtp"}, "MTP"),
+    ({"context": -1}, "context"), ({"max_k": 0}, "max-k"), ({"dtype": "fp7"}, "fp7"),
 ])
 def test_plan_rows_bad_input(kwargs, fragment):
     args = {"model": "llama-3.1-8b", "candidates": [f"{HW}:tp1"], "itl_slo_ms": SLO_MS, "batch_sizes": "1,2"}

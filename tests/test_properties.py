@@ -204,3 +204,26 @@ def test_random_models_are_consistent(model):
     assert model.kv_bytes_per_token() > 0
     if not model.is_moe:
         assert model.params_active == model.params_total
+
+
+@settings(SETTINGS, max_examples=min(SETTINGS.max_examples, 8))
+@given(cases(), st.integers(1, 512), st.integers(0, 8))
+def test_plots_draw_for_random_models(tmp_path_factory, case, batch, k):
+    """Both displays draw (and save) for any valid case, including ones where nothing fits in memory."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from dsdsim.cost.step import simulate_step
+    from dsdsim.plot import PredictionDisplay, RooflineDisplay, save_png
+
+    model, hw, dep, drafter, acc, context, batches, max_k = case
+    out = tmp_path_factory.mktemp("plots")
+    try:
+        p = predict(model, hw, dep, drafter, acc, context, batches, max_k=max_k, fixed_k=0)
+        save_png(PredictionDisplay.from_prediction(p).plot(), out / "prediction.png")
+        k = min(k, max_k)
+        step = simulate_step(model, hw, dep, drafter if k else None, batch, k, context)
+        save_png(RooflineDisplay.from_step(step).plot(), out / "roofline.png")
+    finally:
+        plt.close("all")
+    assert sorted(f.name for f in out.iterdir()) == ["prediction.png", "roofline.png"]

@@ -1,3 +1,14 @@
 """Measurement on a real device with torch (imported only here): probe, validate, calibrate, the real loop.
 
-Nothing outside this package imports it except the CLI."""
+Nothing outside this package imports it except the CLI. Modules:
+
+    timing       the one place that times torch code (warm-up, synchronisation, median of repeats, rotated inputs)
+    probe        measured ceilings -> a HardwareSpec (run_probe)
+    shapes       torch implementations of the cost model's operator kinds, built from an OpCost's shape
+    model        a small torch decoder (GQA / MoE / EAGLE-3 head) built from a ModelSpec, with a KV cache
+    validate     operator and step points, predicted vs measured, held-out calibration, K-table regret (run_validate)
+    calibrate    Calibrator (estimator conventions) and vLLM batch_stats calibration (run_calibrate; torch-free)
+    loop         a real batched speculative loop with rejection sampling (run_loop)
+    distributed  gloo / NCCL all-reduce vs the link model, and a tensor-parallel MLP (run_distributed)
+    specfile     hardware specs written as hw_specs YAML (torch-free)
+"""

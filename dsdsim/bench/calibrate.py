@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -54,6 +54,7 @@ class OpFeatures:
     pad: str = "none"
     rows: float = 0.0          # gemm: m; moe: assignments (tokens * top_k * share)
     groups: float = 1.0        # moe: experts touched
+    memory_class: str = "memory"   # which memory efficiency applies: memory | attention_memory | vector_memory
 
     def padded_flops(self, tile: float) -> float:
         if self.pad == "none" or self.flops <= 0 or self.rows <= 0:
@@ -65,7 +66,8 @@ class OpFeatures:
 
 
 def _pad(m: float, tile: float) -> float:
-    return float(np.ceil(m / tile) * tile) if tile > 1 else float(m)
+    """The cost model's rule (dsdsim.cost.ops._pad): a GEMM computes at least one M tile."""
+    return float(max(m, tile)) if tile > 1 and m > 0 else float(m)
 
 
 def op_features(op: OpCost, hw: HardwareSpec) -> OpFeatures:
@@ -81,9 +83,11 @@ def op_features(op: OpCost, hw: HardwareSpec) -> OpFeatures:
         pad = "moe"
         rows = f(shape["tokens"]) * float(shape["top_k"]) * f(shape.get("token_share", 1.0))
         groups = max(f(op.experts_touched), 1e-12)
+    memory_class = {OpKind.attention: "attention_memory", OpKind.elementwise: "vector_memory",
+                    OpKind.logits: "vector_memory", OpKind.embedding: "vector_memory"}.get(op.kind, "memory")
     return OpFeatures(flops=f(op.flops), flops_padded=f(op.flops_padded), bytes=f(op.bytes), launches=f(op.launches),
                       host_s=f(op.host_s), peak_flops_per_s=hw.peak(op.dtype), bandwidth_bytes_per_s=hw.bandwidth,
-                      count=f(op.count), pad=pad, rows=rows, groups=groups)
+                      count=f(op.count), pad=pad, rows=rows, groups=groups, memory_class=memory_class)
 
 
 @dataclass
@@ -155,6 +159,12 @@ class Params:
     launch_s: float
     tile: float
     step_overhead_s: float
+    attention_memory: Optional[float] = None    # None: same as memory
+    vector_memory: Optional[float] = None
+
+    def memory_for(self, memory_class: str) -> float:
+        value = getattr(self, memory_class, None) if memory_class != "memory" else None
+        return self.memory if value is None else value
 
 
 def predict(points: Sequence[Point], p: Params) -> np.ndarray:
@@ -167,13 +177,25 @@ def predict(points: Sequence[Point], p: Params) -> np.ndarray:
         total, launches = 0.0, 0.0
         for c in pt.components:
             compute = c.padded_flops(p.tile) / (c.peak_flops_per_s * p.compute) if c.peak_flops_per_s > 0 else 0.0
-            memory = c.bytes / (c.bandwidth_bytes_per_s * p.memory)
+            memory = c.bytes / (c.bandwidth_bytes_per_s * p.memory_for(c.memory_class))
             total += c.count * (max(compute, memory) + c.host_s)
             launches += c.count * c.launches
         if pt.kernels is not None:
             launches = float(pt.kernels)
         out[i] = total + launches * p.launch_s + (p.step_overhead_s if pt.is_step else 0.0)
     return out
+
+
+def step_overhead_fit(measured: np.ndarray, predicted_ops: np.ndarray) -> float:
+    """The constant s >= 0 minimising sum (log(predicted_ops + s) - log(measured))^2 (0 if steps are over-predicted)."""
+    from scipy.optimize import minimize_scalar
+
+    def loss(s: float) -> float:
+        return float(np.sum((np.log(predicted_ops + s) - np.log(measured)) ** 2))
+
+    hi = float(np.max(measured))
+    r = minimize_scalar(loss, bounds=(0.0, hi), method="bounded", options={"xatol": hi * 1e-6})
+    return float(r.x) if loss(float(r.x)) < loss(0.0) else 0.0
 
 
 @dataclass
@@ -188,8 +210,11 @@ class Calibrator:
     tiles: Optional[Sequence[int]] = TILE_CANDIDATES
     loss: str = "soft_l1"
     f_scale: float = 0.1         # log-error scale beyond which a point counts as an outlier (~10%)
+    balance_kinds: bool = False  # weight points 1/n_kind (no operator kind outvotes the others by number)
     compute_efficiency_: float = field(default=float("nan"), init=False)
     memory_efficiency_: float = field(default=float("nan"), init=False)
+    attention_memory_efficiency_: Optional[float] = field(default=None, init=False)
+    vector_memory_efficiency_: Optional[float] = field(default=None, init=False)
     launch_overhead_s_: float = field(default=float("nan"), init=False)
     gemm_tile_m_: int = field(default=1, init=False)
     step_overhead_s_: Optional[float] = field(default=None, init=False)
@@ -199,13 +224,14 @@ class Calibrator:
     @classmethod
     def for_spec(cls, hw: HardwareSpec, cuda_graphs: bool = False, **kw) -> "Calibrator":
         launch = hw.launch_overhead_s.value if cuda_graphs else hw.eager_launch_overhead_s.value
-        return cls(start=Params(hw.efficiency.compute.value, hw.efficiency.memory.value, max(launch, 1e-7),
-                                hw.gemm_tile_m.value, hw.step_overhead_s.value), **kw)
+        eff = hw.efficiency
+        return cls(start=Params(eff.compute.value, eff.memory.value, max(launch, 1e-7), hw.gemm_tile_m.value,
+                                hw.step_overhead_s.value, eff.attention_memory_value, eff.vector_memory_value), **kw)
 
     def fit(self, points: Sequence[Point]) -> "Calibrator":
-        """Operator points fix the efficiencies, launch cost and tile; step points then give the step overhead
-        as the median of (measured - predicted operators), clipped at 0. Without operator points all five are
-        fitted together."""
+        """Operator points fix the efficiencies (compute; memory per kernel class: GEMM weight streaming,
+        attention KV reads, vector kernels — each only where the points contain that class), launch cost and
+        tile; step points then give the step overhead. Without operator points everything is fitted together."""
         pts = [p for p in points if p.measured_s > 0 and p.components]
         if len(pts) < 3:
             raise ValueError(f"calibration needs at least 3 measured points, got {len(pts)}")
@@ -213,55 +239,74 @@ class Calibrator:
         steps = [p for p in pts if p.is_step]
         core = ops_only if len(ops_only) >= 3 else pts
         joint_step = any(p.is_step for p in core)
-        cost, tile, x = self._fit_core(core, joint_step)
-        self.compute_efficiency_ = float(np.exp(x[0]))
-        self.memory_efficiency_ = float(np.exp(x[1]))
-        self.launch_overhead_s_ = float(np.exp(x[2]))
+        classes = sorted({c.memory_class for p in core for c in p.components} - {"memory"})
+        cost, tile, params = self._fit_core(core, joint_step, classes)
+        self.compute_efficiency_ = params.compute
+        self.memory_efficiency_ = params.memory
+        self.attention_memory_efficiency_ = params.attention_memory if "attention_memory" in classes else None
+        self.vector_memory_efficiency_ = params.vector_memory if "vector_memory" in classes else None
+        self.launch_overhead_s_ = params.launch_s
         self.gemm_tile_m_ = int(tile)
         if joint_step:
-            self.step_overhead_s_ = float(x[3])
+            self.step_overhead_s_ = params.step_overhead_s
         elif steps:
-            base = predict(steps, Params(self.compute_efficiency_, self.memory_efficiency_, self.launch_overhead_s_,
-                                         tile, 0.0))
-            self.step_overhead_s_ = float(max(0.0, np.median([p.measured_s for p in steps] - base)))
+            base = predict(steps, replace(params, step_overhead_s=0.0))
+            self.step_overhead_s_ = step_overhead_fit(np.array([p.measured_s for p in steps]), base)
         else:
             self.step_overhead_s_ = None
         self.cost_ = float(cost)
         self.n_train_ = len(pts)
         return self
 
-    def _fit_core(self, pts: Sequence[Point], has_step: bool):
+    def _fit_core(self, pts: Sequence[Point], has_step: bool, classes: Sequence[str]):
+        """Least squares on log time over x = [log eta_c, log eta_m, log t_launch, log eta_m,class..., step_s]."""
         uses_tile = any(c.pad != "none" for p in pts for c in p.components)
         tiles = list(self.tiles) if (self.tiles and uses_tile) else [self.start.tile]
         log_meas = np.log([p.measured_s for p in pts])
-        n = 4 if has_step else 3
-        lo = [np.log(0.01), np.log(0.01), np.log(1e-8), 0.0][:n]
-        hi = [np.log(1.2), np.log(1.2), np.log(1e-2), 10.0][:n]
+        counts: dict[str, int] = {}
+        for p in pts:
+            counts[p.kind] = counts.get(p.kind, 0) + 1
+        w = np.sqrt([len(pts) / (len(counts) * counts[p.kind]) for p in pts]) if self.balance_kinds else 1.0
+        n_cls = len(classes)
+        lo = [np.log(0.01), np.log(0.01), np.log(1e-8)] + [np.log(0.01)] * n_cls + ([0.0] if has_step else [])
+        hi = [np.log(1.2), np.log(1.2), np.log(1e-2)] + [np.log(1.2)] * n_cls + ([10.0] if has_step else [])
+
+        def params(x, tile) -> Params:
+            extra = dict(zip(classes, np.exp(x[3:3 + n_cls])))
+            so = float(x[3 + n_cls]) if has_step else self.start.step_overhead_s
+            return Params(float(np.exp(x[0])), float(np.exp(x[1])), float(np.exp(x[2])), tile, so,
+                          attention_memory=extra.get("attention_memory"), vector_memory=extra.get("vector_memory"))
+
         best = None
         for tile in tiles:
             def resid(x, tile=tile):
-                so = x[3] if has_step else self.start.step_overhead_s
-                pr = predict(pts, Params(np.exp(x[0]), np.exp(x[1]), np.exp(x[2]), tile, so))
-                return np.log(np.maximum(pr, 1e-15)) - log_meas
+                pr = predict(pts, params(x, tile))
+                return (np.log(np.maximum(pr, 1e-15)) - log_meas) * w
 
-            for seed in ((self.start.compute, self.start.memory, self.start.launch_s), (0.5, 0.5, 1e-5)):
+            start_cls = [self.start.memory_for(c) for c in classes]
+            for seed in ((self.start.compute, self.start.memory, self.start.launch_s, *start_cls),
+                         (0.5, 0.5, 1e-5, *[0.5] * n_cls)):
                 x0 = [np.log(np.clip(seed[0], 0.011, 1.19)), np.log(np.clip(seed[1], 0.011, 1.19)),
-                      np.log(np.clip(seed[2], 1.1e-8, 0.9e-2)), max(self.start.step_overhead_s, 0.0)][:n]
+                      np.log(np.clip(seed[2], 1.1e-8, 0.9e-2))] + [np.log(np.clip(v, 0.011, 1.19)) for v in seed[3:]]
+                x0 += [max(self.start.step_overhead_s, 0.0)] if has_step else []
                 r = least_squares(resid, x0, bounds=(lo, hi), loss=self.loss, f_scale=self.f_scale)
                 if best is None or r.cost < best[0] - 1e-12:
-                    best = (r.cost, tile, np.append(r.x, [0.0] * (4 - n)))
+                    best = (r.cost, tile, params(r.x, tile))
         return best
 
     @property
     def params_(self) -> Params:
         so = self.step_overhead_s_ if self.step_overhead_s_ is not None else self.start.step_overhead_s
-        return Params(self.compute_efficiency_, self.memory_efficiency_, self.launch_overhead_s_, self.gemm_tile_m_, so)
+        return Params(self.compute_efficiency_, self.memory_efficiency_, self.launch_overhead_s_, self.gemm_tile_m_, so,
+                      attention_memory=self.attention_memory_efficiency_, vector_memory=self.vector_memory_efficiency_)
 
     def predict(self, points: Sequence[Point]) -> np.ndarray:
         return predict(points, self.params_)
 
     def fitted(self) -> dict:
         return {"compute_efficiency": self.compute_efficiency_, "memory_efficiency": self.memory_efficiency_,
+                "attention_memory_efficiency": self.attention_memory_efficiency_,
+                "vector_memory_efficiency": self.vector_memory_efficiency_,
                 "launch_overhead_s": self.launch_overhead_s_, "gemm_tile_m": self.gemm_tile_m_,
                 "step_overhead_s": self.step_overhead_s_, "n_train": self.n_train_, "loss": self.loss,
                 "cost": self.cost_}
@@ -269,9 +314,15 @@ class Calibrator:
     def calibrated_spec(self, hw: HardwareSpec, what: str = "", cuda_graphs: bool = False) -> HardwareSpec:
         """``hw`` with the fitted values (verified: measured, source naming the calibration)."""
         source = f"dsdsim calibrate {_dt.date.today().isoformat()} on {self.n_train_} points" + (f" ({what})" if what else "")
-        values = {"compute": min(max(self.compute_efficiency_, 0.01), 1.2),
-                  "memory": min(max(self.memory_efficiency_, 0.01), 1.2),
+        def frac(v: float) -> float:
+            return min(max(v, 0.01), 1.2)
+
+        values = {"compute": frac(self.compute_efficiency_), "memory": frac(self.memory_efficiency_),
                   "gemm_tile_m": self.gemm_tile_m_}
+        if self.attention_memory_efficiency_ is not None:
+            values["attention_memory"] = frac(self.attention_memory_efficiency_)
+        if self.vector_memory_efficiency_ is not None:
+            values["vector_memory"] = frac(self.vector_memory_efficiency_)
         values["launch_overhead_s" if cuda_graphs else "eager_launch_overhead_s"] = self.launch_overhead_s_
         if not cuda_graphs and hw.launch_overhead_s.value == hw.eager_launch_overhead_s.value:
             values["launch_overhead_s"] = self.launch_overhead_s_      # a device without graphs: one launch cost
@@ -393,7 +444,7 @@ def calibrate_from_batch_stats(path: str | Path, model, hardware, drafter="eagle
 
 
 def write_calibrated_spec(spec: HardwareSpec, path: str | Path, header: str = "") -> Path:
-    from dsdsim.bench.probe import write_spec
+    from dsdsim.bench.specfile import write_spec
 
     return write_spec(spec, path, header=header or f"{spec.name}: calibrated by `dsdsim calibrate`; all SI units.")
 

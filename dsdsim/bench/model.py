@@ -252,7 +252,8 @@ class Eagle3Head(nn.Module):
         """One draft pass: tokens (B, q), features (B, q, 3h) if first else (B, q, h). Returns next-token
         ids (B,) from the last position (greedy over the draft vocabulary)."""
         x = self.fc(features) if first else features
-        x = self.layer(x, cache.k[0], cache.v[0], cache.lengths, uniform, extra_in=self.embed(tokens))
+        x = self.layer(x, cache.k[0], cache.v[0], cache.lengths, uniform,
+                       extra_in=self.embed(tokens % self.embed.num_embeddings))   # the table's rows are what is read
         logits = self.lm_head(self.norm(x[:, -1])).float()
         return torch.argmax(torch.softmax(logits, dim=-1), dim=-1)
 

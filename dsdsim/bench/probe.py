@@ -24,6 +24,7 @@ import torch
 
 from dsdsim.bench.timing import (DEFAULT_CPU_THREADS, Timing, cpu_threads, device_name, last_level_cache_bytes,
                                  random_tensor, time_fn)
+from dsdsim.bench.specfile import spec_yaml, write_spec  # noqa: F401  (re-exported: probe.write_spec)
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.units import DType
 
@@ -247,45 +248,6 @@ def probe(device: str = "cpu", name: Optional[str] = None, progress: Progress = 
           threads: Optional[int] = DEFAULT_CPU_THREADS) -> HardwareSpec:
     """Measure ``device`` ('cpu', 'cuda', 'cuda:1') and return its HardwareSpec (CPU: with ``threads`` threads)."""
     return spec_from_probe(run_measurements(device, progress, threads), name)
-
-
-def spec_yaml(spec: HardwareSpec, header: Optional[str] = None) -> str:
-    """The spec in the hw_specs/ YAML format (enums as strings, one figure per line)."""
-    import yaml
-
-    data = spec.model_dump(mode="json", exclude_none=True)
-    lines = [f"# {line}" for line in (header or "").splitlines()]
-    for key, value in data.items():
-        if key in ("peak_flops_per_s", "efficiency"):
-            lines.append(f"{key}:")
-            for sub, fig in value.items():
-                lines.append(f"  {sub}: {_flow(fig)}")
-        elif isinstance(value, dict):
-            lines.append(f"{key}: {_flow(value)}")
-        else:
-            lines.append(yaml.safe_dump({key: value}, default_flow_style=True, width=10 ** 6).strip()[1:-1])
-    return "\n".join(lines) + "\n"
-
-
-def _flow(d: dict) -> str:
-    import yaml
-
-    return yaml.safe_dump(d, default_flow_style=True, width=10 ** 6, sort_keys=False).strip()
-
-
-def write_spec(spec: HardwareSpec, path: str | Path, header: Optional[str] = None) -> Path:
-    """Write ``spec`` as YAML (hw_specs format) and check that it loads back identically."""
-    from dsdsim.specs.hardware import load_hardware
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(spec_yaml(spec, header), encoding="utf-8")
-    os.replace(tmp, path)
-    back = load_hardware(path)
-    if back != spec:
-        raise RuntimeError(f"{path}: the written spec does not load back identically")
-    return path
 
 
 def run_probe(device: str = "cpu", output: str | Path = "probe.yaml", name: Optional[str] = None,

@@ -233,10 +233,12 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: int, cuda: 
     b, h, ql, d = q.shape
     kvh, total = k.shape[1], k.shape[2]
     if cuda:
-        m = mask
-        if m is None and ql > 1:
-            m = _lower_right(ql, total)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=kvh != h)
+        if mask is None and ql > 1:
+            try:                                   # flash / efficient kernels with a bottom-right causal bias
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=_lower_right(ql, total), enable_gqa=kvh != h)
+            except (RuntimeError, TypeError, NotImplementedError):
+                mask = _lower_right_bool(ql, total, q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=kvh != h)
     g = h // kvh
     qg = q.reshape(b, kvh, g * ql, d)                                           # (B, H_kv, g*q, d)
     scores = torch.matmul(qg, k.transpose(-1, -2)) * d ** -0.5                  # (B, H_kv, g*q, T)

@@ -1,6 +1,6 @@
 """Roofline time of an operator on a hardware spec.
 
-t = count * ( max(F_padded / (P_dtype * eta_c), bytes / (BW * eta_m))      device work
+t = count * ( max(F_padded / (P_dtype * eta_c), bytes / (BW * eta_m,kind))  device work
               + [alpha + comm_bytes / (link_BW * eta_coll)]                 collectives
               + launches * t_launch + host_s )                              fixed costs
 eta and t_launch come from the hardware spec (datasheet defaults, replaced by calibration).
@@ -58,6 +58,21 @@ class OpTime:
         return _BOUNDS[int(np.asarray(self.bound)[index])]
 
 
+_VECTOR_KINDS = (OpKind.elementwise, OpKind.logits, OpKind.embedding)
+
+
+def memory_efficiency(hw: HardwareSpec, kind: OpKind) -> float:
+    """Fraction of bandwidth an operator class reaches: GEMMs stream weights (``memory``); attention reads the
+    KV cache (``attention_memory``); norms, activations, sampling and gathers are vector kernels
+    (``vector_memory``). The latter two default to ``memory`` until measured."""
+    eff = hw.efficiency
+    if kind is OpKind.attention:
+        return eff.attention_memory_value
+    if kind in _VECTOR_KINDS:
+        return eff.vector_memory_value
+    return eff.memory.value
+
+
 def launch_overhead(hw: HardwareSpec, cuda_graphs: bool) -> float:
     return hw.launch_overhead_s.value if cuda_graphs else hw.eager_launch_overhead_s.value
 
@@ -66,7 +81,7 @@ def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs: bool = True) -> OpTime:
     eff = hw.efficiency
     count = np.asarray(op.count, dtype=float)
     compute = np.asarray(op.flops_padded, dtype=float) / (hw.peak(op.dtype) * eff.compute.value)
-    memory = np.asarray(op.bytes, dtype=float) / (hw.bandwidth * eff.memory.value)
+    memory = np.asarray(op.bytes, dtype=float) / (hw.bandwidth * memory_efficiency(hw, op.kind))
     comm = np.zeros(())
     if op.kind in (OpKind.all_reduce, OpKind.all_to_all, OpKind.gather) and op.comm_group > 1:
         link = hw.link_bandwidth_bytes_per_s.value * eff.collective.value

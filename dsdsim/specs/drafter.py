@@ -95,6 +95,8 @@ def parse_drafter(text: str) -> DrafterSpec:
                 kwargs["draft_vocab_size"] = int(arg)
             except ValueError:
                 raise DsdsimError(f"eagle3 takes an optional draft vocabulary size (eagle3:32000), got {raw!r}") from None
+            if kwargs["draft_vocab_size"] <= 0:
+                raise DsdsimError(f"eagle3 draft vocabulary size must be > 0 (e.g. eagle3:32000), got {raw!r}")
         else:
             raise DsdsimError(f"drafter {kind.value} takes no argument, got {raw!r}")
     return DrafterSpec(**kwargs)

@@ -37,20 +37,38 @@ class Figure(BaseModel):
 
 
 class Efficiency(BaseModel):
-    """Achievable fractions of peak, before calibration."""
+    """Achievable fractions of peak, before calibration.
+
+    ``memory`` is the fraction of bandwidth weight-streaming GEMMs reach. Kernel classes differ: KV-cache reads
+    in attention and vector kernels (norms, activations, sampling, embedding gathers) often reach less
+    (e.g. 42-57% for KV reads vs 78-84% for weights in one per-op profile of 70B decode on H100), so they may
+    carry their own fraction; absent, they use ``memory``. Calibration fits all three.
+    """
 
     model_config = _FROZEN
     compute: Figure
     memory: Figure
     collective: Figure
+    attention_memory: Optional[Figure] = None
+    vector_memory: Optional[Figure] = None
 
     @model_validator(mode="after")
     def _fractions(self) -> "Efficiency":
-        for name in ("compute", "memory", "collective"):
-            v = getattr(self, name).value
-            if not 0.01 <= v <= 1.2:
-                raise ValueError(f"efficiency.{name} = {v} is not a fraction of peak; use a value in (0, 1.2]")
+        for name in ("compute", "memory", "collective", "attention_memory", "vector_memory"):
+            fig = getattr(self, name)
+            if fig is None:
+                continue
+            if not 0.01 <= fig.value <= 1.2:
+                raise ValueError(f"efficiency.{name} = {fig.value} is not a fraction of peak; use a value in (0, 1.2]")
         return self
+
+    @property
+    def attention_memory_value(self) -> float:
+        return (self.attention_memory or self.memory).value
+
+    @property
+    def vector_memory_value(self) -> float:
+        return (self.vector_memory or self.memory).value
 
 
 class Measurement(BaseModel):
@@ -177,19 +195,20 @@ class HardwareSpec(BaseModel):
     def with_efficiency(self, source: str = "override", **values: float) -> "HardwareSpec":
         """A copy with some efficiencies/overheads replaced (used by calibration and --efficiency overrides).
 
-        Keys: compute, memory, collective (fractions), launch_overhead_s, eager_launch_overhead_s, step_overhead_s,
-        gemm_tile_m.
+        Keys: compute, memory, collective, attention_memory, vector_memory (fractions), launch_overhead_s,
+        eager_launch_overhead_s, step_overhead_s, gemm_tile_m.
         """
         eff = self.efficiency.model_dump()
         top = {}
         for key, v in values.items():
             fig = {"value": float(v), "source": source, "verified": Verified.measured}
-            if key in ("compute", "memory", "collective"):
+            if key in ("compute", "memory", "collective", "attention_memory", "vector_memory"):
                 eff[key] = fig
             elif key in ("launch_overhead_s", "eager_launch_overhead_s", "step_overhead_s", "gemm_tile_m"):
                 top[key] = fig
             else:
-                raise SpecError(f"unknown efficiency key {key!r}; use compute, memory, collective or an *_overhead_s")
+                raise SpecError(f"unknown efficiency key {key!r}; use compute, memory, collective, attention_memory, "
+                                "vector_memory, gemm_tile_m or an *_overhead_s")
         data = self.model_dump()
         data["efficiency"] = eff
         data.update(top)

@@ -28,10 +28,14 @@ def read_structured(path: Path) -> object:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise SpecError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        except RecursionError:
+            raise SpecError(f"{path}: JSON nested too deeply to be a spec file") from None
     import yaml
 
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise SpecError(f"{path}: YAML nested too deeply to be a spec file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""

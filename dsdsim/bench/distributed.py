@@ -1,0 +1,255 @@
+"""Tensor-parallel checks with torch.distributed: all-reduce timing against the link model, and a
+tensor-parallel SwiGLU MLP (column-parallel gate_up, row-parallel down, one all-reduce) checked against the
+single-device result.
+
+Where it runs:
+- CPU: gloo, ``world_size`` spawned processes on localhost (a free port), one torch thread each;
+- GPUs: NCCL, one process per GPU, spawned here or launched by ``torchrun --nproc-per-node N -m
+  dsdsim.bench.distributed --backend nccl`` (the code path exists; it is not exercised on a CPU machine).
+
+The link model is dsdsim's: ops.all_reduce (a rank sends 2(n-1)/n of the buffer) timed by op_time,
+t = link_latency + sent / (link_bandwidth * collective_efficiency). The sweep also fits that line (latency,
+bus bandwidth) to what was measured, which is what a spec's link figures should be for this transport.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+DEFAULT_SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
+
+
+@dataclass(frozen=True)
+class CollectiveTiming:
+    """One all-reduce size: median seconds over repeats; bus bandwidth = 2(n-1)/n * bytes / seconds."""
+
+    bytes: int
+    seconds: float
+    busbw_bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class TPCheck:
+    """Tensor-parallel SwiGLU MLP: max abs difference from the unsplit MLP, and median seconds per call."""
+
+    tokens: int
+    hidden: int
+    intermediate: int
+    world_size: int
+    max_abs_error: float
+    seconds: float
+    all_reduce_seconds: float
+
+
+@dataclass
+class DistributedReport:
+    backend: str
+    world_size: int
+    sweep: list[CollectiveTiming]
+    tp: Optional[TPCheck]
+    link_fit: dict = field(default_factory=dict)
+    model_comparison: list[dict] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"backend": self.backend, "world_size": self.world_size, "sweep": [asdict(s) for s in self.sweep],
+                "tp": asdict(self.tp) if self.tp else None, "link_fit": self.link_fit,
+                "model_comparison": self.model_comparison, "wall_s": self.wall_s}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- the worker (one per rank) --------------------------------------------------------------------------
+
+
+def _device(backend: str, rank: int) -> str:
+    return f"cuda:{rank}" if backend == "nccl" else "cpu"
+
+
+def _sync(dev: str) -> None:
+    import torch
+
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize(dev)
+
+
+def _time_all_reduce(buf, dev: str, repeats: int) -> float:
+    import torch.distributed as dist
+
+    for _ in range(3):
+        dist.all_reduce(buf)
+    _sync(dev)
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        _sync(dev)
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        _sync(dev)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _tp_mlp(rank: int, world: int, dev: str, tokens: int, hidden: int, inter: int, repeats: int) -> TPCheck:
+    """Column-parallel gate_up (each rank: 2*I/n columns), row-parallel down (I/n rows), one all-reduce."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(1234)                    # same full weights on every rank
+    x = torch.randn(tokens, hidden, generator=g).to(dev)
+    w_gate = torch.randn(inter, hidden, generator=g).to(dev) * hidden ** -0.5
+    w_up = torch.randn(inter, hidden, generator=g).to(dev) * hidden ** -0.5
+    w_down = torch.randn(hidden, inter, generator=g).to(dev) * inter ** -0.5
+    full = F.linear(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), w_down)
+    shard = inter // world
+    sl = slice(rank * shard, (rank + 1) * shard)
+    wg, wu, wd = w_gate[sl].contiguous(), w_up[sl].contiguous(), w_down[:, sl].contiguous()
+
+    def step():
+        y = F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd)     # partial sums (tokens, hidden)
+        dist.all_reduce(y)
+        return y
+
+    y = step()
+    err = float((y - full).abs().max())
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        _sync(dev)
+        t0 = time.perf_counter()
+        step()
+        _sync(dev)
+        times.append(time.perf_counter() - t0)
+    ar = _time_all_reduce(torch.empty(tokens, hidden, device=dev).normal_(), dev, repeats)
+    return TPCheck(tokens, hidden, inter, world, err, float(np.median(times)), ar)
+
+
+def _worker(rank: int, world: int, backend: str, port: int, sizes: Sequence[int], repeats: int, tp: Optional[dict],
+            out_path: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dev = _device(backend, rank)
+    if dev.startswith("cuda"):
+        torch.cuda.set_device(dev)
+    if "MASTER_ADDR" in os.environ and "RANK" in os.environ:
+        dist.init_process_group(backend)                                   # launched by torchrun (env://)
+    else:
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        sweep = []
+        for nbytes in sizes:
+            buf = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=dev)
+            t = _time_all_reduce(buf, dev, repeats)
+            sweep.append(CollectiveTiming(int(buf.numel() * 4), t, 2.0 * (world - 1) / world * buf.numel() * 4 / t))
+        check = _tp_mlp(rank, world, dev, **tp, repeats=repeats) if tp else None
+        if rank == 0:
+            Path(out_path).write_text(json.dumps({"sweep": [asdict(s) for s in sweep],
+                                                  "tp": asdict(check) if check else None}))
+    finally:
+        dist.destroy_process_group()
+
+
+# --- the driver -----------------------------------------------------------------------------------------
+
+
+def all_reduce_sweep(backend: str = "gloo", world_size: int = 2, sizes_bytes: Sequence[int] = DEFAULT_SIZES,
+                     repeats: int = 10) -> list[CollectiveTiming]:
+    """Median all-reduce time per buffer size across ``world_size`` spawned ranks."""
+    return _spawn(backend, world_size, sizes_bytes, repeats, None)[0]
+
+
+def _spawn(backend: str, world: int, sizes: Sequence[int], repeats: int, tp: Optional[dict]):
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rank0.json")
+        mp.spawn(_worker, args=(world, backend, free_port(), tuple(sizes), repeats, tp, out), nprocs=world, join=True)
+        data = json.loads(Path(out).read_text())
+    sweep = [CollectiveTiming(**s) for s in data["sweep"]]
+    return sweep, (TPCheck(**data["tp"]) if data["tp"] else None)
+
+
+def fit_link(sweep: Sequence[CollectiveTiming], world: int) -> dict:
+    """Least-squares line t = latency + sent / bandwidth over the sweep (sent = 2(n-1)/n * bytes)."""
+    sent = np.array([2.0 * (world - 1) / world * s.bytes for s in sweep])
+    t = np.array([s.seconds for s in sweep])
+    a = np.vstack([np.ones_like(sent), sent]).T
+    (lat, inv_bw), *_ = np.linalg.lstsq(a, t, rcond=None)
+    return {"latency_s": float(max(lat, 0.0)), "bandwidth_bytes_per_s": float(1.0 / inv_bw) if inv_bw > 0 else None}
+
+
+def compare_with_link_model(sweep: Sequence[CollectiveTiming], hardware, world: int) -> list[dict]:
+    """Measured all-reduce time vs dsdsim's ops.all_reduce + op_time on ``hardware``'s link figures."""
+    from dsdsim.cost import ops
+    from dsdsim.cost.timing import op_time
+    from dsdsim.specs.catalog import load_hardware
+    from dsdsim.units import DType
+
+    hw = load_hardware(hardware)
+    out = []
+    for s in sweep:
+        op = ops.all_reduce("all_reduce", 1, s.bytes // 4, DType.fp32, world)
+        t = op_time(op, hw, cuda_graphs=False)
+        pred = float(np.asarray(t.time_s)) - float(np.asarray(t.overhead_s))     # the link part only
+        out.append({"bytes": s.bytes, "measured_s": s.seconds, "predicted_s": pred,
+                    "measured_over_predicted": s.seconds / pred if pred > 0 else None})
+    return out
+
+
+def run_distributed(backend: str = "gloo", world_size: int = 2, hardware=None, sizes_bytes=DEFAULT_SIZES,
+                    repeats: int = 10, tp: Optional[dict] = None) -> DistributedReport:
+    """All-reduce sweep + tensor-parallel MLP check in ``world_size`` processes; compare with the link model."""
+    tp = tp if tp is not None else {"tokens": 16, "hidden": 256, "inter": 1024}
+    t0 = time.perf_counter()
+    sweep, check = _spawn(backend, world_size, sizes_bytes, repeats, tp)
+    rep = DistributedReport(backend=backend, world_size=world_size, sweep=sweep, tp=check,
+                            link_fit=fit_link(sweep, world_size))
+    if hardware is not None:
+        rep.model_comparison = compare_with_link_model(sweep, hardware, world_size)
+    rep.wall_s = time.perf_counter() - t0
+    return rep
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m dsdsim.bench.distributed", description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--hardware", default=None, help="spec whose link figures to compare with")
+    ap.add_argument("--output", default=None, help="JSON file to write")
+    a = ap.parse_args(argv)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:      # under torchrun: this process is one rank
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        out = a.output or os.path.join(tempfile.gettempdir(), "dsdsim_distributed.json")
+        _worker(rank, world, a.backend, 0, DEFAULT_SIZES + (64 << 20,), 10,
+                {"tokens": 64, "hidden": 4096, "inter": 14336}, out)
+        if rank == 0:
+            print(Path(out).read_text())
+        return 0
+    rep = run_distributed(a.backend, a.world_size, a.hardware)
+    text = json.dumps(rep.to_json(), indent=2)
+    if a.output:
+        Path(a.output).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
