@@ -25,8 +25,23 @@ def _plt():
     return plt
 
 
+class _Display:
+    """Shared by the displays: ``save(path)`` draws (if not yet drawn) and writes a PNG."""
+
+    figure_: Any
+
+    def plot(self, *args, **kwargs):  # pragma: no cover - each display defines it
+        raise NotImplementedError
+
+    def save(self, path: Path) -> Path:
+        if self.figure_ is None:
+            self.plot()
+        self.figure_.savefig(path, dpi=120)
+        return Path(path)
+
+
 @dataclass
-class PredictionDisplay:
+class PredictionDisplay(_Display):
     """Goodput vs batch size for every K with the dynamic-K envelope, and K* vs batch size."""
 
     prediction: Any
@@ -75,15 +90,10 @@ class PredictionDisplay:
         self.figure_, self.axes_ = fig, (ax, ax_k)
         return self
 
-    def save(self, path: Path) -> Path:
-        if self.figure_ is None:
-            self.plot()
-        self.figure_.savefig(path, dpi=120)
-        return Path(path)
 
 
 @dataclass
-class RooflineDisplay:
+class RooflineDisplay(_Display):
     """The hardware roofline (bf16 and, where present, fp8) with a step's operators placed on it."""
 
     step: Any
@@ -134,11 +144,6 @@ class RooflineDisplay:
         self.figure_, self.ax_ = fig, ax
         return self
 
-    def save(self, path: Path) -> Path:
-        if self.figure_ is None:
-            self.plot()
-        self.figure_.savefig(path, dpi=120)
-        return Path(path)
 
 
 def save_png(display, path: Optional[Path]) -> Optional[Path]:

@@ -84,7 +84,7 @@ def op_features(op: OpCost, hw: HardwareSpec) -> OpFeatures:
         rows = f(shape["tokens"]) * float(shape["top_k"]) * f(shape.get("token_share", 1.0))
         groups = max(f(op.experts_touched), 1e-12)
     memory_class = {OpKind.attention: "attention_memory", OpKind.elementwise: "vector_memory",
-                    OpKind.logits: "vector_memory", OpKind.embedding: "vector_memory"}.get(op.kind, "memory")
+                    OpKind.logits: "vector_memory"}.get(op.kind, "memory")
     return OpFeatures(flops=f(op.flops), flops_padded=f(op.flops_padded), bytes=f(op.bytes), launches=f(op.launches),
                       host_s=f(op.host_s), peak_flops_per_s=hw.peak(op.dtype), bandwidth_bytes_per_s=hw.bandwidth,
                       count=f(op.count), pad=pad, rows=rows, groups=groups, memory_class=memory_class)

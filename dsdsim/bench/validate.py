@@ -548,6 +548,10 @@ def _json_default(o):
     return str(o)
 
 
+def _frac(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
 def _pct(x) -> str:
     return "n/a" if x is None else f"{x:.1f}%"
 
@@ -585,7 +589,9 @@ def summary_markdown(data: dict) -> str:
                      f"{u.get('median_ratio_pred_over_meas', float('nan')):.2f} |")
     so = cal.get("step_overhead_s")
     lines += ["", "## Calibration (fitted on the train half)", "",
-              f"- compute efficiency {cal['compute_efficiency']:.3f}, memory efficiency {cal['memory_efficiency']:.3f}",
+              f"- compute efficiency {cal['compute_efficiency']:.3f}; memory efficiency: GEMM weights "
+              f"{cal['memory_efficiency']:.3f}, attention KV {_frac(cal.get('attention_memory_efficiency'))}, "
+              f"vector kernels {_frac(cal.get('vector_memory_efficiency'))}",
               f"- launch overhead {cal['launch_overhead_s'] * 1e6:.2f} us per kernel, GEMM tile m {cal['gemm_tile_m']}"
               + (f", step overhead {so * 1e6:.1f} us" if so is not None else ""),
               "",

@@ -58,13 +58,13 @@ class OpTime:
         return _BOUNDS[int(np.asarray(self.bound)[index])]
 
 
-_VECTOR_KINDS = (OpKind.elementwise, OpKind.logits, OpKind.embedding)
+_VECTOR_KINDS = (OpKind.elementwise, OpKind.logits)
 
 
 def memory_efficiency(hw: HardwareSpec, kind: OpKind) -> float:
     """Fraction of bandwidth an operator class reaches: GEMMs stream weights (``memory``); attention reads the
-    KV cache (``attention_memory``); norms, activations, sampling and gathers are vector kernels
-    (``vector_memory``). The latter two default to ``memory`` until measured."""
+    KV cache (``attention_memory``); norms, activations and sampling are vector kernels (``vector_memory``);
+    an embedding gather streams whole rows like a weight read (``memory``). The latter two default to ``memory`` until measured."""
     eff = hw.efficiency
     if kind is OpKind.attention:
         return eff.attention_memory_value

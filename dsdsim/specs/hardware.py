@@ -40,7 +40,7 @@ class Efficiency(BaseModel):
     """Achievable fractions of peak, before calibration.
 
     ``memory`` is the fraction of bandwidth weight-streaming GEMMs reach. Kernel classes differ: KV-cache reads
-    in attention and vector kernels (norms, activations, sampling, embedding gathers) often reach less
+    in attention and vector kernels (norms, activations, sampling) often reach less
     (e.g. 42-57% for KV reads vs 78-84% for weights in one per-op profile of 70B decode on H100), so they may
     carry their own fraction; absent, they use ``memory``. Calibration fits all three.
     """
