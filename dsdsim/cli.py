@@ -517,6 +517,37 @@ def plot_roofline(
     typer.echo(f"wrote {output}", err=True)
 
 
+@plot_app.command("sensitivity")
+def plot_sensitivity(
+    output: Path = typer.Option(..., "--output", "-o", help="PNG file to write"),
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Target model"),
+    hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", "-g", help="Accelerator"),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel GPUs"),
+    drafter: str = typer.Option(DEFAULT_DRAFTER, "--drafter", "-d", help="Drafter"),
+    alphas: str = typer.Option("0.6,0.7,0.8,0.9", "--alphas", help="Constant acceptance values to compare"),
+    contexts: str = typer.Option("1024,8192", "--contexts", help="Context lengths to compare"),
+    batch_sizes: str = typer.Option("1-512", "--batch-sizes", "-b", help="Batch sizes"),
+) -> None:
+    """How the K table and the speedup move when acceptance or context change (K* and speedup vs batch)."""
+    from dsdsim.plan import sensitivity
+    from dsdsim.plot import SensitivityDisplay, save_png
+
+    check_writable(output)
+    if output.suffix.lower() != ".png":
+        raise DsdsimError(f"--output must end in .png (got {output})")
+    try:
+        a_list = [float(x) for x in alphas.split(",") if x.strip()]
+        c_list = [int(x) for x in contexts.split(",") if x.strip()]
+    except ValueError:
+        raise DsdsimError("--alphas takes numbers (0.6,0.8) and --contexts whole numbers (1024,8192)") from None
+    if not a_list or not c_list:
+        raise DsdsimError("--alphas and --contexts need at least one value each")
+    dep = deployment_from_options(tp, 1, None, "bf16", 0.0)
+    frame = sensitivity(model, hardware, a_list, c_list, deployment=dep, drafter=drafter, batch_sizes=batch_sizes)
+    save_png(SensitivityDisplay.from_frame(frame).plot(), output)
+    typer.echo(f"wrote {output}", err=True)
+
+
 # --- plan ---------------------------------------------------------------------------------------------
 
 

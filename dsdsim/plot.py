@@ -163,3 +163,49 @@ def save_png(display, path: Optional[Path]) -> Optional[Path]:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+@dataclass
+class SensitivityDisplay(_Display):
+    """How K* and the dynamic-K speedup move with acceptance (colour) and context (line style).
+
+    Built from ``dsdsim.plan.sensitivity(...)`` (one row per alpha, context, batch size)."""
+
+    frame: Any
+    figure_: Any = None
+    axes_: Any = None
+
+    @classmethod
+    def from_frame(cls, frame) -> "SensitivityDisplay":
+        return cls(frame)
+
+    def plot(self, axes=None) -> "SensitivityDisplay":
+        plt = _plt()
+        df = self.frame
+        if axes is None:
+            fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        else:
+            fig = axes[0].figure
+        ax_k, ax_s = axes
+        alphas = sorted(df["alpha"].unique())
+        contexts = sorted(df["context"].unique())
+        cmap = plt.get_cmap("plasma", len(alphas) + 1)
+        styles = ["-", "--", ":", "-."]
+        for i, a in enumerate(alphas):
+            for j, c in enumerate(contexts):
+                sub = df[(df["alpha"] == a) & (df["context"] == c)].sort_values("batch_size")
+                kw = dict(color=cmap(i), ls=styles[j % len(styles)], lw=1.4)
+                label = f"alpha {a:g}, context {c}"
+                ax_k.step(sub["batch_size"], sub["k"], where="post", label=label, **kw)
+                ax_s.plot(sub["batch_size"], sub["speedup_vs_vanilla"], label=label, **kw)
+        for ax in axes:
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("batch size")
+            ax.grid(True, alpha=0.3)
+        ax_k.set_ylabel("K*")
+        ax_s.set_ylabel("dynamic-K speedup vs K=0")
+        ax_s.axhline(1.0, color="gray", lw=0.8)
+        ax_s.legend(fontsize=7)
+        fig.tight_layout()
+        self.figure_, self.axes_ = fig, (ax_k, ax_s)
+        return self
