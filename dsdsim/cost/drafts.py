@@ -130,7 +130,10 @@ def drafter_weight_params(target: ModelSpec, drafter: DrafterSpec, draft_model: 
     if kind is DrafterKind.eagle:
         return 2 * h * h + h + eagle_layer(target, drafter).params(h)
     if kind is DrafterKind.eagle3:
-        return 3 * h * h + eagle_layer(target, drafter).params(h) + 2 * h * h + h * drafter.draft_vocab_size
+        layer = eagle_layer(target, drafter)
+        a = layer.attention
+        wide_qkv = h * (a.q_width + 2 * a.num_kv_heads * a.head_dim)   # q/k/v read 2h: one more h of inputs
+        return 3 * h * h + layer.params(h) + wide_qkv + h * drafter.draft_vocab_size
     if kind is DrafterKind.medusa:
         return drafter.max_k * (h * h + h + h * target.vocab_size)
     if kind is DrafterKind.mtp:

@@ -5,7 +5,7 @@ a draft model's passes, an MTP module or an EAGLE head. batch, q and context bro
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -116,8 +116,6 @@ def attention_ops(attn: Attention, hidden: int, batch, q, context, pc: PassConte
 
 def _per_head_weights(op: OpCost, heads: int) -> OpCost:
     """A batched GEMM whose m = tokens*heads rows use one of `heads` weight matrices each."""
-    from dataclasses import replace
-
     return replace(op, weight_bytes=op.weight_bytes * heads)
 
 

@@ -50,6 +50,8 @@ def _search_dirs(kind: str) -> list[Path]:
 
 @lru_cache(maxsize=8)
 def _index(kind: str, env_value: str) -> dict[str, Path]:
+    """name -> file for one kind; `env_value` (DSDSIM_SPECS_DIRS) is part of the cache key so a changed
+    environment is seen; add_specs_dir clears the cache."""
     suffixes = _HW_SUFFIXES if kind == "hw_specs" else _MODEL_SUFFIXES
     found: dict[str, Path] = {}
     for d in _search_dirs(kind):

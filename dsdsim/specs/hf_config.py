@@ -188,7 +188,7 @@ def _gqa(cfg: _Cfg, kind: AttentionKind, window: int | None) -> Attention:
     heads = cfg.int("num_attention_heads")
     fam = cfg.family
     bias = cfg.bool("attention_bias", False)
-    qkv_bias = bias or fam in ("qwen2", "qwen2_moe") or (fam == "qwen2" and cfg.bool("qkv_bias", True))
+    qkv_bias = bias or fam in ("qwen2", "qwen2_moe")      # Qwen2 always has q/k/v biases (no config field)
     o_bias = bias and fam not in ("glm4_moe", "qwen2", "qwen2_moe")
     qk_norm = fam in ("qwen3", "qwen3_moe", "gemma3_text") or cfg.bool("use_qk_norm", False)
     if fam == "llama4_text":
