@@ -1,4 +1,4 @@
-"""K tables in the formats inference engines read (reference/engines.md §1.2, §3, §4, §6).
+"""K tables in the formats inference engines read (docs/reference/engines.md §1.2, §3, §4, §6).
 
 dsdsim's table is a list of ranges ``(start_bs, end_bs, K)``: inclusive, contiguous, sorted, starting at batch
 size 1. K = 0 means plain decoding (no drafts).
@@ -87,9 +87,9 @@ def expand_ranges(ranges: Iterable[Sequence[int]]) -> list[int]:
 
 # ---------------------------------------------------------------------------------------------- vLLM
 
-# dsdsim drafter label → vLLM SpeculativeConfig.method (reference/engines.md §2).
+# dsdsim drafter label → vLLM SpeculativeConfig.method (docs/reference/engines.md §2).
 _VLLM_METHODS = {"eagle3": "eagle3", "eagle": "eagle", "mtp": "mtp", "medusa": "medusa", "ngram": "ngram"}
-# vLLM method names passed through unchanged (SpeculativeMethod literal, reference/engines.md §2).
+# vLLM method names passed through unchanged (SpeculativeMethod literal, docs/reference/engines.md §2).
 _VLLM_NATIVE = {"ngram_gpu", "mlp_speculator", "suffix", "dflash", "dspark", "deepseek_mtp", "qwen3_next_mtp"}
 
 

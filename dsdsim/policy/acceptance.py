@@ -18,7 +18,7 @@ Where the numbers come from (every ``Acceptance`` carries a human ``source``):
 * ``from_unconditional_rates([0.68, 0.39, ...])`` — vLLM's "Per-position acceptance rate" (accepted_per_pos /
   num_drafts) is p_i, not α_i; α_i = p_i / p_{i−1}.
 * ``from_vllm_prometheus(text)`` — ``/metrics`` counters ``vllm:spec_decode_num_accepted_tokens_per_pos`` and
-  ``vllm:spec_decode_num_drafts`` (reference/engines.md §2).
+  ``vllm:spec_decode_num_drafts`` (docs/reference/engines.md §2).
 * ``from_vllm_request_metrics(obj)`` — per-request ``metrics.speculative_decoding`` histograms.
 
 Across requests. Acceptance differs between requests (prompts, domains). ``spread`` = κ models it: every
@@ -569,7 +569,7 @@ def _integer_array(k, what: str) -> np.ndarray:
 
 
 # vLLM PR #32374 (dynamic speculative decoding), vllm/v1/spec_decode/dynamic/manager.py, _DYNAMIC_STATS_TEST
-# acceptance_rate_per_pos (reference/engines.md §1.3). These are unconditional rates p_i.
+# acceptance_rate_per_pos (docs/reference/engines.md §1.3). These are unconditional rates p_i.
 VLLM_PR32374_RATES = (0.68, 0.39, 0.20, 0.10, 0.06, 0.03, 0.02)
 
 DEFAULT_ACCEPTANCE = from_unconditional_rates(
