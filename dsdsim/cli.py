@@ -69,6 +69,13 @@ def check_writable(path: Optional[Path]) -> None:
         raise DsdsimError(f"cannot write {path}: folder {parent} is not writable; choose another path")
 
 
+def check_png(path: Path, option: str) -> None:
+    """A writable path ending in .png (plots are written as PNG)."""
+    check_writable(path)
+    if path.suffix.lower() != ".png":
+        raise DsdsimError(f"{option} writes a PNG; give a file name ending in .png (got {path})")
+
+
 def write_atomic(path: Path, data: str | bytes) -> None:
     """Write to a temporary file beside `path`, then rename: never a half-written output."""
     path = path.expanduser()
@@ -369,9 +376,8 @@ def predict(
     from dsdsim.policy.predict import predict as run_predict
 
     check_writable(output)
-    check_writable(plot)
-    if plot is not None and plot.suffix.lower() != ".png":
-        raise DsdsimError(f"--plot writes PNG; give a file name ending in .png (got {plot})")
+    if plot is not None:
+        check_png(plot, "--plot")
     dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, memory_utilization)
     if contexts is not None:
         return _predict_contexts(contexts, fmt, output, model=model, hardware=hardware, deployment=dep,
@@ -506,9 +512,7 @@ def plot_roofline(
     from dsdsim.cost.step import simulate_step
     from dsdsim.plot import RooflineDisplay, save_png
 
-    check_writable(output)
-    if output.suffix.lower() != ".png":
-        raise DsdsimError(f"--output must end in .png (got {output})")
+    check_png(output, "--output")
     if batch < 1 or k < 0 or context < 0:
         raise DsdsimError("--batch must be >= 1, --k >= 0 and --context >= 0")
     dep = deployment_from_options(tp, 1, None, "bf16", 0.0)
@@ -532,9 +536,7 @@ def plot_sensitivity(
     from dsdsim.plan import sensitivity
     from dsdsim.plot import SensitivityDisplay, save_png
 
-    check_writable(output)
-    if output.suffix.lower() != ".png":
-        raise DsdsimError(f"--output must end in .png (got {output})")
+    check_png(output, "--output")
     try:
         a_list = [float(x) for x in alphas.split(",") if x.strip()]
         c_list = [int(x) for x in contexts.split(",") if x.strip()]

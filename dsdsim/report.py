@@ -79,7 +79,7 @@ def explain_dict(step: StepCost) -> dict:
     mem = step.memory
     return {
         "model": step.model.name, "hardware": step.hardware.name,
-        "deployment": _deployment_dict(step),
+        "deployment": deployment_dict(step.model, step.deployment),
         "drafter": step.drafter.label if step.drafter else None,
         "batch_size": int(_scalar(step.batch)), "k": int(_scalar(step.k)), "context": int(_scalar(step.context)),
         "verify": phase(step.verify), "draft": phase(step.draft),
@@ -92,8 +92,8 @@ def explain_dict(step: StepCost) -> dict:
     }
 
 
-def _deployment_dict(step: StepCost) -> dict:
-    d = step.deployment
-    return {"tp": d.tp, "ep": d.ep, "dtype": d.weight_dtype(step.model).value,
-            "expert_dtype": d.routed_expert_dtype(step.model).value, "kv_dtype": d.kv_dtype.value,
+def deployment_dict(model: ModelSpec, d) -> dict:
+    """The deployment as resolved for this model (checkpoint dtypes filled in)."""
+    return {"tp": d.tp, "ep": d.ep, "dtype": d.weight_dtype(model).value,
+            "expert_dtype": d.routed_expert_dtype(model).value, "kv_dtype": d.kv_dtype.value,
             "cuda_graphs": d.cuda_graphs, "expert_overlap": d.expert_overlap}

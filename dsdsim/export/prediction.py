@@ -26,6 +26,8 @@ def _num(x):
 
 def prediction_dict(p: "Prediction") -> dict:
     """The documented JSON contract (downstream tools and notebooks rely on these keys)."""
+    from dsdsim.report import deployment_dict
+
     s = p.setup
     dep = s.deployment
     rows = [{k: _num(v) for k, v in r.__dict__.items()} for r in p.rows]
@@ -33,9 +35,7 @@ def prediction_dict(p: "Prediction") -> dict:
                for i in range(len(p.k_values))]
     out = {
         "model": s.model.name, "hardware": s.hardware.name,
-        "deployment": {"tp": dep.tp, "ep": dep.ep, "dtype": dep.weight_dtype(s.model).value,
-                       "expert_dtype": dep.routed_expert_dtype(s.model).value, "kv_dtype": dep.kv_dtype.value,
-                       "cuda_graphs": dep.cuda_graphs, "expert_overlap": dep.expert_overlap},
+        "deployment": deployment_dict(s.model, dep),
         "drafter": s.drafter.label,
         "acceptance": {"alpha": [float(a) for a in p.acceptance.alpha_at(int(p.k_values.max()))],
                        "measured_positions": len(p.acceptance.alpha), "source": p.acceptance.source,
