@@ -33,7 +33,8 @@ def read_structured(path: Path) -> object:
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        # the C loader when PyYAML was built with libyaml (several times faster), same safe semantics
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except RecursionError:
         raise SpecError(f"{path}: YAML nested too deeply to be a spec file") from None
     except yaml.YAMLError as exc:
