@@ -90,20 +90,23 @@ def _perturbed_draft(target, draft_spec: ModelSpec, noise: float, seed: int):
 
 def run_loop(k: int = 4, batch: int = 8, new_tokens: int = 48, prompt: int = 16, *, hardware=None,
              target_spec: Optional[ModelSpec] = None, draft_spec: Optional[ModelSpec] = None, noise: float = 0.2,
-             logit_scale: float = 4.0, device: str = "cpu", seed: int = 0, threads: Optional[int] = 1) -> LoopResult:
+             logit_scale: float = 4.0, device: str = "cpu", seed: int = 0, threads: Optional[int] = 1,
+             sample_seed: Optional[int] = None) -> LoopResult:
     """Generate ``new_tokens`` per sequence for ``batch`` sequences with K-token speculation; measure
     acceptance, tau and step times; predict tau from the measured alpha and the step time with simulate_step
-    (draft-model drafter, eager launches) on ``hardware`` when given."""
+    (draft-model drafter, eager launches) on ``hardware`` when given. ``seed`` fixes the weights; ``sample_seed``
+    (default: derived from ``seed``) the prompts and sampling, so two runs can share models but not samples."""
     import torch
 
     from dsdsim.bench.timing import cpu_threads
 
     with cpu_threads(device, threads), torch.inference_mode():
         return _run(k, batch, new_tokens, prompt, hardware, target_spec, draft_spec, noise, logit_scale, device,
-                    seed)
+                    seed, seed + 11 if sample_seed is None else sample_seed)
 
 
-def _run(k, batch, new_tokens, prompt, hardware, target_spec, draft_spec, noise, logit_scale, device, seed):
+def _run(k, batch, new_tokens, prompt, hardware, target_spec, draft_spec, noise, logit_scale, device, seed,
+         sample_seed):
     import torch
 
     from dsdsim.bench.model import TorchDecoder
@@ -114,7 +117,7 @@ def _run(k, batch, new_tokens, prompt, hardware, target_spec, draft_spec, noise,
         target_spec, draft_spec = loop_specs()
     target = TorchDecoder(target_spec, dtype=torch.float32, device=device, seed=seed, logit_scale=logit_scale)
     draft = _perturbed_draft(target, draft_spec, noise, seed + 7)
-    gen = torch.Generator(device="cpu").manual_seed(seed + 11)
+    gen = torch.Generator(device="cpu").manual_seed(sample_seed)
     max_len = prompt + (new_tokens + k + 1) * (k + 1) + 4    # a lucky sequence may run ahead of the slowest
     t_cache, d_cache = target.new_cache(batch, max_len), draft.new_cache(batch, max_len)
     tokens = torch.zeros(batch, max_len, dtype=torch.long, device=device)
