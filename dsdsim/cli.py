@@ -685,7 +685,7 @@ def validate(
     half the points and report the error on the other half, and check the predicted K table's regret."""
     if output.exists() and not output.is_dir():
         raise DsdsimError(f"--output {output} is a file; give a folder")
-    check_writable(output / "report.json") if output.is_dir() else check_writable(output)
+    check_writable(output / "report.json" if output.is_dir() else output)
     if reduce is not None and reduce < 1:
         raise DsdsimError(f"--reduce must be >= 1, got {reduce}")
     _need_torch()

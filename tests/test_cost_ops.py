@@ -351,7 +351,7 @@ def test_ep_adds_dispatch_and_combine():
 @pytest.mark.parametrize("graphs", [True, False])
 def test_gemm_roofline_time_by_hand(m, graphs):
     """t = max(F_padded / (P * eta_c), bytes / (BW * eta_m)) + launch (DESIGN.md); a GEMM computes at least one
-    64-row tile on Hopper (wgmma m64), larger m unpadded (dsdsim.cost.ops._pad)."""
+    64-row tile on Hopper (wgmma m64), larger m unpadded (dsdsim.cost.ops.pad_rows)."""
     hw = load_hardware("h100-sxm")
     k = n = 4096
     g = ops.gemm("g", m, k, n, w_dtype=DType.bf16, act_dtype=DType.bf16, tile_m=64)

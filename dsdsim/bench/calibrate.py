@@ -28,7 +28,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 from scipy.optimize import least_squares
 
-from dsdsim.cost.ops import OpCost, OpKind
+from dsdsim.cost.ops import OpCost, OpKind, pad_rows
 from dsdsim.specs.hardware import HardwareSpec
 
 TILE_CANDIDATES = (1, 8, 16, 32, 64, 128)
@@ -66,8 +66,8 @@ class OpFeatures:
 
 
 def _pad(m: float, tile: float) -> float:
-    """The cost model's rule (dsdsim.cost.ops._pad): a GEMM computes at least one M tile."""
-    return float(max(m, tile)) if tile > 1 and m > 0 else float(m)
+    """The cost model's own padding rule (one place: dsdsim.cost.ops.pad_rows), on a scalar."""
+    return float(pad_rows(m, int(tile)))
 
 
 def op_features(op: OpCost, hw: HardwareSpec) -> OpFeatures:

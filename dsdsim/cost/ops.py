@@ -87,7 +87,7 @@ def _accumulate(total, part, fresh: bool):
     return total + part
 
 
-def _pad(m, tile: int):
+def pad_rows(m, tile: int):
     """Rows a GEMM kernel computes: at least one M tile (a decode/verify GEMM with m=4 still runs a 64-row
     tile on Hopper). Above one tile, libraries choose among tile shapes, so finer quantisation is not modelled
     (it would make cost jump non-monotonically with m). m = 0 (an absent op) stays 0."""
@@ -105,7 +105,7 @@ def gemm(name: str, m, k: int, n: int, w_dtype: DType, act_dtype: DType, tile_m:
     return OpCost(
         name=name, kind=OpKind.gemm, dtype=w_dtype,
         # scalar factors first, one multiply over the (possibly large) m grid each
-        flops=m * (2.0 * k * n), flops_padded=_pad(m, tile_m) * (2.0 * k * n),
+        flops=m * (2.0 * k * n), flops_padded=pad_rows(m, tile_m) * (2.0 * k * n),
         weight_bytes=weights, act_in_bytes=m * (k * a), act_out_bytes=m * (n * out),
         extra={"shape": {"m": m, "k": k, "n": n}},
     )
@@ -146,7 +146,7 @@ def moe_experts(name: str, tokens, top_k: int, hidden: int, expert_width: int, e
     assignments = np.asarray(tokens, dtype=float) * top_k * token_share      # (token, expert) pairs here
     touched = np.maximum(np.asarray(experts_touched, dtype=float), 1e-12)
     per_expert_m = assignments / touched
-    padded = touched * _pad(per_expert_m, tile_m)
+    padded = touched * pad_rows(per_expert_m, tile_m)
     per_row_flops = 2.0 * 3 * hidden * expert_width
     per_expert_w = 3 * hidden * expert_width * w_dtype.bytes_per_element
     if bias:

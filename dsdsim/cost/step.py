@@ -76,6 +76,13 @@ class Setup:
     drafter: Optional[DrafterSpec]
     draft_model: Optional[ModelSpec]
 
+    @property
+    def draft_deployment(self) -> Deployment:
+        """A draft model runs on the target's GPUs with the same tp and number formats."""
+        d = self.deployment
+        return Deployment(tp=d.tp, dtype=d.dtype, kv_dtype=d.kv_dtype, act_dtype=d.act_dtype,
+                          cuda_graphs=d.cuda_graphs)
+
 
 def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=None) -> Setup:
     """Accept names, paths or spec objects; check the deployment against the model."""
@@ -83,17 +90,17 @@ def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=No
     hw = load_hardware(hardware)
     dep = (deployment or Deployment()).check(m)
     d = parse_drafter(drafter) if isinstance(drafter, str) else drafter
-    draft_model = None
-    if d is not None and d.kind is DrafterKind.draft_model:
-        draft_model = load_model(d.model)
-        Deployment(tp=dep.tp, dtype=dep.dtype, kv_dtype=dep.kv_dtype).check(draft_model)
+    draft_model = load_model(d.model) if d is not None and d.kind is DrafterKind.draft_model else None
+    setup = Setup(m, hw, dep, d, draft_model)
+    if draft_model is not None:
+        setup.draft_deployment.check(draft_model)
         if draft_model.vocab_size != m.vocab_size:
             raise DsdsimError(f"draft model {draft_model.name} has vocabulary {draft_model.vocab_size}, "
                               f"target {m.name} has {m.vocab_size}: a draft model must share the tokenizer")
     if d is not None and d.kind is DrafterKind.mtp and not m.mtp_layers:
         raise DsdsimError(f"{m.name} has no MTP module (num_nextn_predict_layers = 0); "
                           "choose eagle3, eagle or draft-model:MODEL")
-    return Setup(m, hw, dep, d, draft_model)
+    return setup
 
 
 def _check_grid(batch, k, context, drafter: Optional[DrafterSpec]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -125,8 +132,7 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
     verify_ops = pass_ops(m, pc, b, q, c, sampling_passes=sampling_passes)
     d_ops: list[OpCost] = []
     if s.drafter is not None:
-        dpc = PassContext.build(s.draft_model, hw, Deployment(tp=dep.tp, dtype=dep.dtype, kv_dtype=dep.kv_dtype,
-                                                               act_dtype=dep.act_dtype)) if s.draft_model else None
+        dpc = PassContext.build(s.draft_model, hw, s.draft_deployment) if s.draft_model else None
         d_ops = draft_ops(m, s.drafter, pc, b, kk, c, draft_model=s.draft_model, draft_pc=dpc)
     verify = PassCost([op_time(o, hw, dep.cuda_graphs) for o in verify_ops])
     draft = PassCost([op_time(o, hw, dep.cuda_graphs) for o in d_ops])
