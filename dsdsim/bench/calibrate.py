@@ -106,11 +106,14 @@ class Point:
     p90_s: Optional[float] = None
     split: str = "train"
     kernels: Optional[int] = None     # kernels the torch implementation launched per call (None: the model's)
+    measured_as: str = "operator"     # "operator" | "pass" (one whole forward pass) | "spec_step" (draft + verify)
+    timing_mode: str = "eager"        # "eager" (host dispatch included) | "graph" (CUDA-graph replay)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "name": self.name, "shape": self.shape, "predicted_s": self.predicted_s,
                 "measured_s": self.measured_s, "calibrated_s": self.calibrated_s, "p10_s": self.p10_s,
                 "p90_s": self.p90_s, "split": self.split, "is_step": self.is_step, "kernels": self.kernels,
+                "measured_as": self.measured_as, "timing_mode": self.timing_mode,
                 "components": [asdict(c) for c in self.components]}
 
     @classmethod
@@ -119,7 +122,8 @@ class Point:
                    predicted_s=float(d["predicted_s"]), components=[OpFeatures(**c) for c in d["components"]],
                    is_step=bool(d.get("is_step", False)), calibrated_s=d.get("calibrated_s"),
                    p10_s=d.get("p10_s"), p90_s=d.get("p90_s"), split=d.get("split", "train"),
-                   kernels=d.get("kernels"))
+                   kernels=d.get("kernels"), measured_as=d.get("measured_as", "pass" if d.get("is_step") else "operator"),
+                   timing_mode=d.get("timing_mode", "eager"))
 
 
 def split_points(points: Sequence[Point]) -> None:

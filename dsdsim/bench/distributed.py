@@ -10,15 +10,22 @@ Where it runs:
 The link model is dsdsim's: ops.all_reduce (a rank sends 2(n-1)/n of the buffer) timed by op_time,
 t = link_latency + sent / (link_bandwidth * collective_efficiency). The sweep also fits that line (latency,
 bus bandwidth) to what was measured, which is what a spec's link figures should be for this transport.
+
+``nccl_smoke`` proves the NCCL code path on one GPU (world size 1: init with ``device_id``, all-reduce, barrier,
+destroy) and reports instead of raising: ``python3 -m dsdsim.bench.distributed --smoke --backend nccl --output
+smoke.json`` (the same with ``--backend gloo`` runs on a CPU).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
+import inspect
 import json
 import os
 import socket
 import tempfile
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -228,13 +235,147 @@ def run_distributed(backend: str = "gloo", world_size: int = 2, hardware=None, s
     return rep
 
 
+# --- world-size-1 smoke test ------------------------------------------------------------------------------
+
+SMOKE_LARGE_BYTES = 64 << 20
+
+
+def smoke_device(device: str = "cuda") -> str:
+    """The device a smoke rank uses: ``cuda`` becomes ``cuda:$LOCAL_RANK`` under torchrun (else ``cuda:0``);
+    an explicit index or a CPU device is kept."""
+    if device == "cuda":
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return device
+
+
+def _accepts_device_id() -> bool:
+    import torch.distributed as dist
+
+    try:
+        return "device_id" in inspect.signature(dist.init_process_group).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def nccl_smoke(device: str = "cuda", backend: str = "nccl", large_bytes: int = SMOKE_LARGE_BYTES, repeats: int = 5,
+               timeout_s: float = 120.0) -> dict:
+    """Init a world-size-1 process group, all-reduce a small and a ``large_bytes`` tensor (timed), barrier,
+    destroy. Never raises: returns a dict with ``ok``, ``error`` (None, or "Type: message") and ``traceback``,
+    ``times_s`` (init, all_reduce_small, all_reduce_large, barrier, destroy: median seconds where repeated),
+    ``large_bytes_per_s`` (algorithm bandwidth of the large all-reduce), ``correct`` (sum over one rank equals
+    the input), and what was used: device, backend, rank, world_size, init ("env://" under torchrun, else a
+    TCPStore on 127.0.0.1 with a free port), ``device_id_passed``, torch / NCCL versions.
+
+    Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR set) the group is the launcher's; ``device`` "cuda" follows
+    LOCAL_RANK. ``backend`` "gloo" with device "cpu" runs the same path on a CPU."""
+    t_start = time.perf_counter()
+    out: dict = {"ok": False, "backend": backend, "device": None, "rank": 0, "world_size": 1, "init": None,
+                 "device_id_passed": False, "times_s": {}, "large_bytes": int(large_bytes),
+                 "large_bytes_per_s": None, "correct": None, "torch_version": None, "nccl_version": None,
+                 "error": None, "traceback": None, "wall_s": None}
+    try:
+        _smoke(out, device, backend, large_bytes, repeats, timeout_s)
+        out["ok"] = bool(out["correct"])
+        if not out["ok"]:
+            out["error"] = "all-reduce returned a wrong sum"
+    except Exception as exc:                  # noqa: BLE001 (a smoke test reports; it does not raise)
+        out["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:800]}"
+        out["traceback"] = traceback.format_exc(limit=8)[-4000:]
+    out["wall_s"] = time.perf_counter() - t_start
+    return out
+
+
+def _smoke(out: dict, device: str, backend: str, large_bytes: int, repeats: int, timeout_s: float) -> None:
+    import torch
+    import torch.distributed as dist
+
+    out["torch_version"] = torch.__version__
+    dev = torch.device(smoke_device(device))
+    out["device"] = str(dev)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+        out["nccl_version"] = _nccl_version()
+    if dist.is_initialized():
+        raise RuntimeError("a default process group is already initialised in this process")
+    kwargs: dict = {"timeout": datetime.timedelta(seconds=timeout_s)}
+    if dev.type == "cuda" and _accepts_device_id():
+        kwargs["device_id"] = dev                      # binds the communicator to this GPU (eager NCCL init)
+        out["device_id_passed"] = True
+    t0 = time.perf_counter()
+    if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
+        out["init"] = "env://"
+        dist.init_process_group(backend, init_method="env://", **kwargs)
+    else:
+        out["init"] = "TCPStore 127.0.0.1"
+        store = dist.TCPStore("127.0.0.1", free_port(), 1, True, timeout=kwargs["timeout"])
+        dist.init_process_group(backend, store=store, rank=0, world_size=1, **kwargs)
+    out["times_s"]["init"] = time.perf_counter() - t0
+    try:
+        out["rank"], out["world_size"] = dist.get_rank(), dist.get_world_size()
+        _smoke_collectives(out, dev, large_bytes, repeats)
+    finally:
+        t0 = time.perf_counter()
+        dist.destroy_process_group()
+        out["times_s"]["destroy"] = time.perf_counter() - t0
+
+
+def _smoke_collectives(out: dict, dev, large_bytes: int, repeats: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    world = out["world_size"]
+    small = torch.arange(1024, dtype=torch.float32, device=dev)
+    expect = small * world
+    dist.all_reduce(small)                                              # first call: lazy communicator setup
+    _sync(str(dev))
+    out["correct"] = bool(torch.equal(small, expect))
+    out["times_s"]["all_reduce_small"] = _median_s(lambda: dist.all_reduce(small), str(dev), repeats)
+    large = torch.ones(max(1, large_bytes // 4), dtype=torch.float32, device=dev)
+    dist.all_reduce(large)
+    _sync(str(dev))
+    out["correct"] = out["correct"] and bool(large[0].item() == world and large[-1].item() == world)
+    t = _median_s(lambda: dist.all_reduce(large), str(dev), repeats)
+    out["times_s"]["all_reduce_large"] = t
+    out["large_bytes_per_s"] = large.numel() * 4 / t if t > 0 else None
+    barrier = {"device_ids": [dev.index]} if dev.type == "cuda" and dev.index is not None else {}
+    out["times_s"]["barrier"] = _median_s(lambda: dist.barrier(**barrier), str(dev), repeats)
+
+
+def _median_s(call, dev: str, repeats: int) -> float:
+    """Median wall seconds of ``call()`` with the device synchronised around each call."""
+    times = []
+    for _ in range(max(1, repeats)):
+        _sync(dev)
+        t0 = time.perf_counter()
+        call()
+        _sync(dev)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _nccl_version() -> Optional[str]:
+    try:
+        import torch
+
+        v = torch.cuda.nccl.version()
+        return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except Exception:                         # noqa: BLE001 (a version string is informative only)
+        return None
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m dsdsim.bench.distributed", description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--hardware", default=None, help="spec whose link figures to compare with")
     ap.add_argument("--output", default=None, help="JSON file to write")
+    ap.add_argument("--smoke", action="store_true",
+                    help="world-size-1 smoke test (init, all-reduce 4 KiB and 64 MiB, barrier, destroy); exit 1 if "
+                         "it failed, the JSON says why")
+    ap.add_argument("--device", default=None, help="smoke device (default: cuda for nccl, cpu for gloo)")
     a = ap.parse_args(argv)
+    if a.smoke:
+        return _smoke_main(a.backend, a.device or ("cuda" if a.backend == "nccl" else "cpu"), a.output)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:      # under torchrun: this process is one rank
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         out = a.output or os.path.join(tempfile.gettempdir(), "dsdsim_distributed.json")
@@ -249,6 +390,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         Path(a.output).write_text(text + "\n")
     print(text)
     return 0
+
+
+def _smoke_main(backend: str, device: str, output: Optional[str]) -> int:
+    res = nccl_smoke(device, backend)
+    text = json.dumps(res, indent=2)
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(text + "\n")
+    print(text)
+    return 0 if res["ok"] else 1
 
 
 if __name__ == "__main__":

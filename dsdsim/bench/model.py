@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dsdsim.bench.shapes import attend
+from dsdsim.bench.shapes import attend, attend_decode, grouped_linear, grouped_mm_available
 from dsdsim.specs.model import AttentionKind, FFNKind, Layer, ModelSpec
 
 
@@ -23,7 +23,6 @@ class UnsupportedSpec(ValueError):
     """The spec uses a layer kind this torch decoder does not build (MLA)."""
 
 
-@dataclass
 class KVCache:
     """Per-layer K and V, laid out (B, T, kv_heads, d); ``lengths[b]`` tokens of sequence b are valid."""
 
@@ -32,18 +31,26 @@ class KVCache:
     lengths: torch.Tensor          # (B,) long, on the cache's device
 
     @classmethod
-    def empty(cls, layers: list["DecoderLayer"], batch: int, max_len: int, dtype, device) -> "KVCache":
+    def empty(cls, layers: list["DecoderLayer"], batch: int, max_len: int, dtype, device,
+              head_major: bool = False) -> "KVCache":
+        """``head_major``: lay K/V out (B, kv_heads, T, d), as decode kernels read them (timing mode)."""
         ks, vs = [], []
         for layer in layers:
             a = layer.attn
-            ks.append(torch.zeros(batch, max_len, a.kv_heads, a.head_dim, dtype=dtype, device=device))
-            vs.append(torch.zeros(batch, max_len, a.kv_heads, a.head_dim, dtype=dtype, device=device))
-        return cls(ks, vs, torch.zeros(batch, dtype=torch.long, device=device))
+            shape = (batch, a.kv_heads, max_len, a.head_dim) if head_major else (batch, max_len, a.kv_heads, a.head_dim)
+            ks.append(torch.zeros(shape, dtype=dtype, device=device))
+            vs.append(torch.zeros(shape, dtype=dtype, device=device))
+        return cls(ks, vs, torch.zeros(batch, dtype=torch.long, device=device), head_major)
 
-    def fill_random(self, length: int, generator: Optional[torch.Generator] = None) -> None:
-        """Pretend every sequence already holds ``length`` cached tokens (random K/V; for timing only)."""
-        for t in (*self.k, *self.v):
-            t[:, :length].copy_(torch.randn(t[:, :length].shape, generator=generator).to(t.dtype))
+    def __init__(self, k, v, lengths, head_major: bool = False):
+        self.k, self.v, self.lengths, self.head_major = k, v, lengths, head_major
+
+    def fill_random(self, length: int, seed: int = 0) -> None:
+        """Pretend every sequence already holds ``length`` cached tokens (random K/V made on the cache's own
+        device: a GPU fills gigabytes in milliseconds; for timing only)."""
+        for i, t in enumerate((*self.k, *self.v)):
+            gen = torch.Generator(device=t.device).manual_seed(seed + i)
+            (t[:, :, :length] if self.head_major else t[:, :length]).normal_(generator=gen)
         self.lengths.fill_(length)
 
 
@@ -76,6 +83,7 @@ class Attention(nn.Module):
         self.heads, self.kv_heads, self.head_dim = a.num_heads, a.num_kv_heads, a.head_dim
         self.window = a.window if a.kind in (AttentionKind.sliding, AttentionKind.chunked) else None
         self.theta = theta
+        self.decode_kernel = False     # timing mode: decode-style kernel (see TorchDecoder(timing=True))
         kin = qkv_in or hidden
         out = (self.heads + 2 * self.kv_heads) * self.head_dim
         self.qkv = nn.Linear(kin, out, bias=a.qkv_bias, dtype=dtype, device=device)
@@ -97,6 +105,19 @@ class Attention(nn.Module):
             qh, kh = self.q_norm(qh), self.k_norm(kh)
         pos = lengths.unsqueeze(1) + torch.arange(q, device=x.device)              # (B, q)
         qh, kh = _rope(qh, pos, self.theta), _rope(kh, pos, self.theta)
+        if uniform is not None and self.decode_kernel:                             # timing: serving kernel
+            total = uniform + q
+            first = 0 if self.window is None else max(0, total - q - self.window)  # what a window kernel reads
+            if k_cache.shape[1] == self.kv_heads and k_cache.shape[2] != self.kv_heads:   # head-major cache
+                k_cache[:, :, uniform:total] = kh.transpose(1, 2)
+                v_cache[:, :, uniform:total] = vh.transpose(1, 2)
+                keys, vals = k_cache[:, :, first:total], v_cache[:, :, first:total]
+            else:
+                k_cache[:, uniform:total] = kh
+                v_cache[:, uniform:total] = vh
+                keys, vals = k_cache[:, first:total].transpose(1, 2), v_cache[:, first:total].transpose(1, 2)
+            out = attend_decode(qh.transpose(1, 2), keys, vals)
+            return self.o(out.transpose(1, 2).reshape(b, q, self.heads * d))
         if uniform is not None:                                                    # every sequence at one length
             k_cache[:, uniform:uniform + q] = kh
             v_cache[:, uniform:uniform + q] = vh
@@ -150,8 +171,11 @@ class MoE(nn.Module):
         self.shared = (SwiGLU(hidden, ffn.num_shared_experts * ffn.shared_intermediate_size, ffn.bias, dtype, device)
                        if ffn.num_shared_experts else None)
         self.last_touched = 0
+        self.grouped = False           # timing mode: grouped GEMMs with device-side offsets (no host sync)
 
     def forward(self, x):
+        if self.grouped:
+            return self._forward_grouped(x)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         top = torch.topk(self.router(x2).float(), self.top_k, dim=-1)
@@ -171,6 +195,27 @@ class MoE(nn.Module):
             out[start:start + n] = F.linear(F.silu(g) * u, self.w2[e])
             start += n
         self.last_touched = touched
+        y = torch.zeros_like(x2).index_add_(0, token_of, out * weights[order].unsqueeze(1))
+        if self.shared is not None:
+            y = y + self.shared(x2)
+        return y.view(shape)
+
+    def _forward_grouped(self, x):
+        """The fused-MoE shape of serving engines: route, sort assignments by expert, one grouped GEMM per
+        projection. Group sizes stay on the device, so the pass can be captured in a CUDA graph."""
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        top = torch.topk(self.router(x2).float(), self.top_k, dim=-1)
+        weights = torch.softmax(top.values, dim=-1).to(x.dtype).flatten()
+        flat = top.indices.flatten()
+        order = torch.argsort(flat, stable=True)
+        counts = torch.zeros(self.experts, dtype=torch.int64, device=x.device).scatter_add_(
+            0, flat, torch.ones_like(flat))
+        offsets = counts.cumsum(0).to(torch.int32)
+        token_of = order // self.top_k
+        xs = x2.index_select(0, token_of)
+        g, u = grouped_linear(xs, self.w13, offsets).chunk(2, dim=-1)
+        out = grouped_linear(F.silu(g) * u, self.w2, offsets)
         y = torch.zeros_like(x2).index_add_(0, token_of, out * weights[order].unsqueeze(1))
         if self.shared is not None:
             y = y + self.shared(x2)
@@ -203,7 +248,9 @@ class TorchDecoder(nn.Module):
     """Embedding, the spec's layers (optionally only the first ``num_layers``), final norm, lm_head."""
 
     def __init__(self, spec: ModelSpec, dtype=torch.float32, device="cpu", num_layers: Optional[int] = None,
-                 seed: int = 0, logit_scale: float = 1.0):
+                 seed: int = 0, logit_scale: float = 1.0, timing: bool = False):
+        """``timing=True`` runs the kernels a serving engine runs where outputs need not be exact: decode-style
+        packed-GQA attention (``attend_decode``) on uniform-length batches and grouped-GEMM MoE."""
         super().__init__()
         torch.manual_seed(seed)
         h = spec.hidden_size
@@ -216,9 +263,12 @@ class TorchDecoder(nn.Module):
         with torch.no_grad():
             self.lm_head.weight.mul_(logit_scale)
         self.dtype, self.device = dtype, device
+        if timing:
+            set_timing_mode(self)
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        return KVCache.empty(list(self.layers), batch, max_len, self.dtype, self.device)
+        return KVCache.empty(list(self.layers), batch, max_len, self.dtype, self.device,
+                             head_major=getattr(self, "timing", False))
 
     def hidden(self, tokens: torch.Tensor, cache: KVCache, uniform: Optional[int] = None) -> torch.Tensor:
         """tokens (B, q) at positions cache.lengths + i -> final hidden (B, q, h). Does not advance lengths."""
@@ -245,7 +295,8 @@ class Eagle3Head(nn.Module):
         self.dtype, self.device = dtype, device
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        return KVCache.empty([self.layer], batch, max_len, self.dtype, self.device)
+        return KVCache.empty([self.layer], batch, max_len, self.dtype, self.device,
+                             head_major=getattr(self, "timing", False))
 
     def step(self, tokens: torch.Tensor, features: torch.Tensor, cache: KVCache, uniform: Optional[int],
              first: bool) -> torch.Tensor:
@@ -256,6 +307,18 @@ class Eagle3Head(nn.Module):
                        extra_in=self.embed(tokens % self.embed.num_embeddings))   # the table's rows are what is read
         logits = self.lm_head(self.norm(x[:, -1])).float()
         return torch.argmax(torch.softmax(logits, dim=-1), dim=-1)
+
+
+def set_timing_mode(module: nn.Module) -> nn.Module:
+    """Switch every attention to the decode-style kernel (head-major KV caches from ``new_cache``) and every MoE
+    to grouped GEMMs (when available)."""
+    module.timing = True
+    for sub in module.modules():
+        if isinstance(sub, Attention):
+            sub.decode_kernel = True
+        elif isinstance(sub, MoE):
+            sub.grouped = grouped_mm_available(sub.w13.device, sub.w13.dtype)
+    return module
 
 
 def param_count(module: nn.Module) -> int:

@@ -5,12 +5,13 @@ set) that runs the operator the OpCost describes, in the dtypes it names:
 
     gemm         x[m, k] @ W[n, k]^T (F.linear), weights in the op's dtype; fp32 output when the op writes
                  4-byte elements (the lm_head's logits); per-head weight stacks (MLA absorption) as a bmm
-    attention    new K/V written into a cache of `context` tokens, then scaled_dot_product_attention of q new
-                 tokens per sequence over context + q keys (GQA without expanding the KV heads, bottom-right
-                 causal mask when q > 1); MLA in the latent space with explicit matmuls
+    attention    new K/V written into a cache of `context` tokens, then decode-style attention of q new tokens
+                 per sequence over context + q keys (query heads packed per KV head, each KV head read once:
+                 ``attend_decode``); MLA in the latent space with explicit matmuls
     elementwise  by name: residual add + RMSNorm, SiLU-and-mul, rotary, else RMSNorm
-    moe_experts  random top-k routing of `tokens` over the model's experts, then a grouped loop over the
-                 touched experts (gather, gate_up, SiLU-mul, down, weighted scatter-add)
+    moe_experts  random top-k routing of `tokens` over the model's experts (planned on the host), then one
+                 grouped GEMM per projection (torch._grouped_mm; a loop over touched experts where it is
+                 missing): gather, gate_up, SiLU-mul, down, weighted scatter-add
     router       as gemm
     logits       softmax (+ the rejection sampler's residual max(0, p - q)) and argmax over fp32 logits
     embedding    a row gather
@@ -205,40 +206,110 @@ def _attention(op: OpCost, pool: TensorPool, act: torch.dtype) -> OpBench:
         return OpBench(op.name, op.kind, fn, make, per_set, shape)
     kv_heads = max(1, kvpt // (2 * dqk))
     shape["kv_heads"] = kv_heads
+    shape["backend"] = decode_backend(pool.device, act)
 
     def make(i: int):
         return (pool.get("q", (b, heads, q, dqk), act, i), pool.get("k_new", (b, kv_heads, q, dqk), act, i),
                 pool.get("v_new", (b, kv_heads, q, dv), act, i), pool.get("k_cache", (b, kv_heads, total, dqk), act, i),
                 pool.get("v_cache", (b, kv_heads, total, dv), act, i))
 
-    cuda = torch.device(pool.device).type == "cuda"
-
     def fn(qt, k_new, v_new, k_cache, v_cache):
         k_cache[:, :, c:] = k_new                                        # append the q new tokens' K and V
         v_cache[:, :, c:] = v_new
-        return attend(qt, k_cache, v_cache, q, cuda)
+        return attend_decode(qt, k_cache, v_cache)
 
     per_set = (b * heads * q * dqk + 2 * b * kv_heads * (q + total) * dqk) * act.itemsize
     return OpBench(op.name, op.kind, fn, make, per_set, shape)
+
+
+# --- decode-style attention -------------------------------------------------------------------------------
+
+_FLASH_FIRST = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")   # never MATH on a GPU
+_backend_cache: dict[tuple[str, torch.dtype], str] = {}
+
+
+def attend_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Decode / verify attention as serving kernels run it: q (B, H, q_len, d) over k, v (B, H_kv, T, d), the
+    q_len new tokens already at the end of k, v.
+
+    The query heads that share a KV head are packed into the row dimension (B, H_kv, g*q_len, d), so each KV
+    head is read once per sequence by one kernel whose row tile holds g*q_len real rows (FlashAttention-3 /
+    FlashInfer "pack GQA"; FA2 does the same for q_len = 1). Timing-faithful simplification: the q_len x q_len
+    causal block among the new tokens is not masked (it moves no extra bytes and is q_len/(T) of the FLOPs);
+    use ``attend`` where exact outputs matter (the speculative loop). On CUDA the math backend is forbidden."""
+    b, h, ql, d = q.shape
+    kvh, total = k.shape[1], k.shape[2]
+    g = h // kvh
+    qp = q.reshape(b, kvh, g * ql, d)
+    out = _sdpa_no_math(qp, k, v)
+    return out.reshape(b, h, ql, v.shape[-1])
+
+
+def _sdpa_no_math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    if q.device.type != "cuda":
+        return F.scaled_dot_product_attention(q, k, v)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = [getattr(SDPBackend, name) for name in _FLASH_FIRST if hasattr(SDPBackend, name)]
+    with sdpa_kernel(backends):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+def decode_backend(device, dtype: torch.dtype) -> str:
+    """Which SDPA backend runs ``attend_decode`` on this device and dtype (tried once, remembered)."""
+    dev = torch.device(device)
+    key = (str(dev), dtype)
+    if key in _backend_cache:
+        return _backend_cache[key]
+    if dev.type != "cuda":
+        name = "cpu-sdpa (packed GQA)"
+    else:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        q = torch.randn(1, 2, 8, 128, device=dev, dtype=dtype)
+        kv = torch.randn(1, 2, 256, 128, device=dev, dtype=dtype)
+        name = "none"
+        for cand in _FLASH_FIRST:
+            if not hasattr(SDPBackend, cand):
+                continue
+            try:
+                with sdpa_kernel([getattr(SDPBackend, cand)]):
+                    F.scaled_dot_product_attention(q, kv, kv)
+                name = cand.lower().replace("_attention", "") + " (packed GQA)"
+                break
+            except RuntimeError:
+                continue
+    _backend_cache[key] = name
+    return name
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: int, cuda: bool,
            mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Causal GQA attention of the last ``q_len`` positions: q (B, H, q, d) over k, v (B, H_kv, T, d).
 
-    CUDA: scaled_dot_product_attention (flash / memory-efficient kernels), bottom-right causal mask.
+    CUDA: scaled_dot_product_attention (flash / memory-efficient / cuDNN kernels, never the math backend),
+    bottom-right causal mask; where no fused kernel takes the mask, the explicit matmuls below.
     CPU: explicit matmuls with the query heads of each KV head stacked, so every KV head is read once per
     sequence (the cost model's assumption); on a CPU this beats SDPA's masked path several times over.
     ``mask`` (B, 1, q, T) boolean overrides the causal mask (per-sequence lengths, windows)."""
     b, h, ql, d = q.shape
     kvh, total = k.shape[1], k.shape[2]
     if cuda:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        fast = [getattr(SDPBackend, n) for n in _FLASH_FIRST if hasattr(SDPBackend, n)]
         if mask is None and ql > 1:
             try:                                   # flash / efficient kernels with a bottom-right causal bias
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=_lower_right(ql, total), enable_gqa=kvh != h)
+                with sdpa_kernel(fast):
+                    return F.scaled_dot_product_attention(q, k, v, attn_mask=_lower_right(ql, total),
+                                                          enable_gqa=kvh != h)
             except (RuntimeError, TypeError, NotImplementedError):
                 mask = _lower_right_bool(ql, total, q.device)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=kvh != h)
+        try:
+            with sdpa_kernel(fast):
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=kvh != h)
+        except RuntimeError:                       # a boolean mask no fused kernel takes: exact matmuls below
+            pass
     g = h // kvh
     qg = q.reshape(b, kvh, g * ql, d)                                           # (B, H_kv, g*q, d)
     scores = torch.matmul(qg, k.transpose(-1, -2)) * d ** -0.5                  # (B, H_kv, g*q, T)
@@ -337,11 +408,13 @@ class Routing:
     weights: torch.Tensor      # (tokens*top_k, 1) routing weights of the sorted assignments
     experts: list[int]         # touched experts, ascending
     counts: list[int]          # assignments per touched expert
+    offsets: torch.Tensor      # (num_experts,) int32 cumulative end row of each expert's group, on the device
 
 
 def random_routing(tokens: int, top_k: int, num_experts: int, device, generator: torch.Generator,
                    dtype: torch.dtype) -> Routing:
-    """Uniform random top-k routing (each token picks top_k distinct experts), as independent routing assumes."""
+    """Uniform random top-k routing (each token picks top_k distinct experts), as independent routing assumes.
+    Made on the host once per input set, so the timed grouped GEMMs need no device-to-host sync."""
     scores = torch.rand(tokens, num_experts, generator=generator)
     top = scores.topk(top_k, dim=-1)
     flat = top.indices.flatten()
@@ -350,15 +423,42 @@ def random_routing(tokens: int, top_k: int, num_experts: int, device, generator:
     experts = [e for e in range(num_experts) if counts[e] > 0]
     w = torch.softmax(top.values, dim=-1).flatten()[order].unsqueeze(1)
     return Routing(order=order.to(device), token_of=(order // top_k).to(device), weights=w.to(device, dtype),
-                   experts=experts, counts=[int(counts[e]) for e in experts])
+                   experts=experts, counts=[int(counts[e]) for e in experts],
+                   offsets=counts.cumsum(0).to(torch.int32).to(device))
+
+
+_grouped_ok: dict[tuple[str, torch.dtype], bool] = {}
+
+
+def grouped_mm_available(device, dtype: torch.dtype) -> bool:
+    """Whether ``torch._grouped_mm`` runs on this device and dtype (one tiny trial, remembered)."""
+    key = (str(torch.device(device)), dtype)
+    if key not in _grouped_ok:
+        try:
+            a = torch.ones(4, 32, device=device, dtype=dtype)
+            w = torch.ones(2, 16, 32, device=device, dtype=dtype)
+            out = torch._grouped_mm(a, w.transpose(-2, -1), offs=torch.tensor([1, 4], device=device,
+                                                                                 dtype=torch.int32))
+            _grouped_ok[key] = tuple(out.shape) == (4, 16)
+        except (AttributeError, RuntimeError, TypeError, NotImplementedError):
+            _grouped_ok[key] = False
+    return _grouped_ok[key]
+
+
+def grouped_linear(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """Rows of x grouped by expert (group e ends at offsets[e]) times that expert's weight w[e] (E, n, k):
+    one grouped GEMM (CUTLASS on sm90), every expert's rows in one launch, empty groups free."""
+    return torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)
 
 
 def _moe(op: OpCost, pool: TensorPool, act: torch.dtype, num_experts: int) -> OpBench:
     s = op.extra["shape"]
     tokens, top_k, hidden, width = _i(s["tokens"]), int(s["top_k"]), int(s["hidden"]), int(s["width"])
     wdt = runnable_dtype(op.dtype, DType.bf16) if op.dtype.bytes_per_element >= 2 else act
+    grouped = wdt == act and grouped_mm_available(pool.device, act)
     shape = {"tokens": tokens, "top_k": top_k, "hidden": hidden, "width": width, "num_experts": num_experts,
-             "experts_touched_expected": float(np.asarray(s["experts_touched"]))}
+             "experts_touched_expected": float(np.asarray(s["experts_touched"])),
+             "impl": "grouped_mm" if grouped else "expert_loop"}
     routings: dict[int, Routing] = {}
 
     def make(i: int):
@@ -368,8 +468,14 @@ def _moe(op: OpCost, pool: TensorPool, act: torch.dtype, num_experts: int) -> Op
         w2 = pool.get("w2", (num_experts, hidden, width), wdt, i, scale=width ** -0.5)
         return pool.get("x", (tokens, hidden), act, i), w13, w2, routings[i]
 
-    def fn(x, w13, w2, r: Routing):
+    def fn_grouped(x, w13, w2, r: Routing):
         xs = x.index_select(0, r.token_of)                       # (A, h) rows grouped by expert
+        g, u = grouped_linear(xs, w13, r.offsets).chunk(2, dim=-1)
+        out = grouped_linear(F.silu(g) * u, w2, r.offsets)
+        return torch.zeros_like(x).index_add_(0, r.token_of, out * r.weights)
+
+    def fn_loop(x, w13, w2, r: Routing):
+        xs = x.index_select(0, r.token_of)
         out = torch.empty_like(xs)
         start = 0
         for e, n in zip(r.experts, r.counts):
@@ -380,8 +486,9 @@ def _moe(op: OpCost, pool: TensorPool, act: torch.dtype, num_experts: int) -> Op
         y = torch.zeros_like(x)
         return y.index_add_(0, r.token_of, out * r.weights)
 
-    per_set = num_experts * 3 * hidden * width * wdt.itemsize + tokens * hidden * act.itemsize
-    return OpBench(op.name, op.kind, fn, make, per_set, shape)
+    touched = min(float(num_experts), float(np.asarray(s["experts_touched"])))
+    per_set = touched * 3 * hidden * width * wdt.itemsize + tokens * hidden * act.itemsize   # touched experts only
+    return OpBench(op.name, op.kind, fn_grouped if grouped else fn_loop, make, per_set, shape)
 
 
 def measured_experts_touched(op_bench: OpBench, sets: int) -> float:

@@ -39,6 +39,7 @@ class Timing:
     p90_s: float
     repeats: int          # timed calls
     rotate: int           # input sets cycled through
+    mode: str = "eager"   # "eager": one call between events (host dispatch included); "graph": CUDA-graph replay
 
     @property
     def spread(self) -> float:
@@ -120,18 +121,17 @@ def random_tensor(shape: Sequence[int], dtype: torch.dtype, device: str | torch.
 
 def time_fn(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]], device: str | torch.device = "cpu",
             warmup: int = 2, repeats: int = 10, rotate: int = 1, budget_s: Optional[float] = None,
-            min_repeats: int = 3) -> Timing:
+            min_repeats: int = 3, warmup_s: float = 0.0) -> Timing:
     """Median seconds of ``fn(*make_inputs(i))`` over ``repeats`` timed calls, cycling ``rotate`` input sets.
 
     make_inputs(i) builds input set i once (before any timing). ``budget_s`` stops timing early (after at least
-    ``min_repeats`` calls) once the timed calls have used that many seconds.
+    ``min_repeats`` calls) once the timed calls have used that many seconds. Warm-up runs at least ``warmup``
+    calls and at least ``warmup_s`` seconds (a GPU's clocks ramp up from idle over tens of milliseconds).
     """
     dev = torch.device(device)
-    sets = [tuple(make_inputs(i)) for i in range(max(1, rotate))]
-    with torch.inference_mode():
-        for i in range(warmup):
-            fn(*sets[i % len(sets)])
-        synchronize(dev)
+    with on_device(dev), torch.inference_mode():
+        sets = [tuple(make_inputs(i)) for i in range(max(1, rotate))]
+        _warm(lambda j: fn(*sets[j % len(sets)]), dev, warmup, warmup_s)
         times: list[float] = []
         spent = 0.0
         for i in range(repeats):
@@ -141,9 +141,94 @@ def time_fn(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]],
             spent += t
             if budget_s is not None and spent > budget_s and len(times) >= min_repeats:
                 break
+    return _timing(times, len(sets))
+
+
+def _timing(times: Sequence[float], rotate: int, mode: str = "eager") -> Timing:
     arr = np.asarray(times)
     return Timing(median_s=float(np.median(arr)), p10_s=float(np.percentile(arr, 10)),
-                  p90_s=float(np.percentile(arr, 90)), repeats=len(times), rotate=len(sets))
+                  p90_s=float(np.percentile(arr, 90)), repeats=len(times), rotate=rotate, mode=mode)
+
+
+def _warm(call: Callable[[int], Any], dev: torch.device, calls: int, seconds: float) -> None:
+    """At least ``calls`` calls and at least ``seconds`` of wall time, then a device sync."""
+    t0 = time.perf_counter()
+    j = 0
+    while j < calls or time.perf_counter() - t0 < seconds:
+        call(j)
+        j += 1
+        if seconds > 0 and j % 8 == 0:
+            synchronize(dev)
+    synchronize(dev)
+
+
+@contextlib.contextmanager
+def on_device(device: str | torch.device):
+    """Make ``device`` current for events, streams and graph capture (``cuda:1`` must time GPU 1)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        with torch.cuda.device(dev):
+            yield
+    else:
+        yield
+
+
+def time_graph(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]], device: str | torch.device,
+               rotate: int = 1, repeats: int = 20, warmup_s: float = 0.025, budget_s: Optional[float] = None,
+               min_repeats: int = 3) -> Timing:
+    """Kernel time of one call: ``fn`` over all ``rotate`` input sets captured into one CUDA graph, replayed.
+
+    Per timed replay: CUDA events around the graph launch, divided by the number of calls in the graph. This
+    removes host dispatch (what a deployment's CUDA graphs remove) and leaves the kernels, their launch gaps
+    inside the graph included. Raises RuntimeError when ``fn`` cannot be captured (a host sync inside)."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        raise RuntimeError("CUDA graphs need a CUDA device")
+    with on_device(dev), torch.inference_mode():
+        sets = [tuple(make_inputs(i)) for i in range(max(1, rotate))]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):                    # eager warm-up on a side stream (lazy init, workspaces)
+            for args in sets:
+                fn(*args)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for args in sets:
+                fn(*args)
+        _warm(lambda _j: graph.replay(), dev, 2, warmup_s)
+        times: list[float] = []
+        spent = 0.0
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        for _ in range(repeats):
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            t = start.elapsed_time(end) * 1e-3 / len(sets)
+            times.append(t)
+            spent += t * len(sets)
+            if budget_s is not None and spent > budget_s and len(times) >= min_repeats:
+                break
+        del graph
+    return _timing(times, len(sets), mode="graph")
+
+
+def time_kernels(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]], device: str | torch.device,
+                 rotate: int = 1, repeats: int = 20, warmup: int = 2, warmup_s: float = 0.025,
+                 budget_s: Optional[float] = None, graphs: bool = True) -> Timing:
+    """Kernel time under a CUDA graph where the device and ``fn`` allow it, else eager ``time_fn``.
+
+    The returned Timing's ``mode`` says which ran ("graph" or "eager")."""
+    if graphs and torch.device(device).type == "cuda":
+        try:
+            return time_graph(fn, make_inputs, device, rotate, repeats, warmup_s, budget_s)
+        except RuntimeError:
+            torch.cuda.synchronize(torch.device(device))
+    return time_fn(fn, make_inputs, device, warmup=warmup, repeats=repeats, rotate=rotate, budget_s=budget_s,
+                   warmup_s=warmup_s)
 
 
 def _time_once(fn: Callable[..., Any], args: tuple, dev: torch.device) -> float:
@@ -178,11 +263,16 @@ def cpu_threads(device: str | torch.device, threads: Optional[int] = DEFAULT_CPU
         torch.set_num_threads(before)
 
 
-def count_kernels(fn: Callable[..., Any], args: Sequence[Any]) -> int:
-    """Device kernels one call of ``fn(*args)`` dispatches: aten ops seen by a dispatch mode, views excluded.
+def count_kernels(fn: Callable[..., Any], args: Sequence[Any], device: str | torch.device = "cpu") -> int:
+    """Device kernels one call of ``fn(*args)`` launches.
 
-    Eager torch does not fuse what an engine fuses (residual add + RMSNorm, rotary, SiLU-and-mul), so one cost-
-    model operator can be several kernels here; calibration charges launch overhead per kernel actually run."""
+    CUDA: kernels the profiler sees (split-K, split-KV combine and copy kernels included). CPU: aten ops seen
+    by a dispatch mode, views excluded. Eager torch does not fuse what an engine fuses (residual add + RMSNorm,
+    rotary, SiLU-and-mul), so one cost-model operator can be several kernels here; calibration charges launch
+    overhead per kernel actually run."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return _count_cuda_kernels(fn, args, dev)
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class _Count(TorchDispatchMode):
@@ -198,6 +288,39 @@ def count_kernels(fn: Callable[..., Any], args: Sequence[Any]) -> int:
     with torch.inference_mode(), _Count() as c:
         fn(*args)
     return c.n
+
+
+def _count_cuda_kernels(fn: Callable[..., Any], args: Sequence[Any], dev: torch.device) -> int:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with on_device(dev), torch.inference_mode():
+        fn(*args)                                          # lazy initialisation outside the profile
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn(*args)
+            torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA and not _is_memop(e.name))
+
+
+def _is_memop(name: str) -> bool:
+    n = name.lower()
+    return n.startswith("memset") or n.startswith("memcpy")
+
+
+def sm_clock_mhz(device: str | torch.device) -> Optional[float]:
+    """The GPU's current SM clock (MHz) from NVML, or None where it cannot be read (CPU, no NVML)."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(dev.index or 0)
+        return float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:            # NVML missing or refused: the clock is simply not logged
+        return None
 
 
 _NOT_KERNELS = {"detach", "alias", "lift_fresh", "_local_scalar_dense", "empty", "empty_like", "sym_size",

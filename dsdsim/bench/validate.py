@@ -22,6 +22,7 @@ import argparse
 import datetime as _dt
 import json
 import math
+import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -49,7 +50,9 @@ _SKIP_KINDS = (OpKind.all_reduce, OpKind.all_to_all, OpKind.gather, OpKind.host)
 
 @dataclass(frozen=True)
 class Grid:
-    """What to measure. ``contexts[0]`` is the table's context; later contexts vary attention only."""
+    """What to measure. ``contexts[0]`` is the operators' table context; later contexts vary attention only.
+    ``spec_*``: the whole speculative steps (draft passes + verify pass + rejection sampling, the full layer
+    stack) that the K table is checked on."""
 
     batches: tuple[int, ...]
     ks: tuple[int, ...]
@@ -60,14 +63,26 @@ class Grid:
     repeats: int
     budget_s: float
     max_rotate: int = 64
+    spec_batches: tuple[int, ...] = ()
+    spec_ks: tuple[int, ...] = ()
+    spec_contexts: tuple[int, ...] = ()
+    warmup_s: float = 0.0          # warm-up wall time per timed thing (GPU clocks ramp from idle)
+    graphs: bool = True            # CUDA: time kernels as CUDA-graph replays (no host dispatch)
 
 
 QUICK_GRID = Grid(batches=(1, 4, 16), ks=(0, 1, 2, 3), contexts=(512, 2048), step_batches=(1, 16), step_ks=(0, 3),
-                  warmup=1, repeats=5, budget_s=0.3)
+                  warmup=1, repeats=5, budget_s=0.3, spec_batches=(1, 4, 16), spec_ks=(0, 1, 2, 3),
+                  spec_contexts=(512,))
 FULL_GRID = Grid(batches=(1, 2, 4, 8, 16, 32, 64), ks=(0, 1, 2, 3, 4, 5, 6), contexts=(1024, 4096),
-                 step_batches=(1, 4, 16, 64), step_ks=(0, 1, 3, 6), warmup=2, repeats=9, budget_s=1.0)
-GPU_GRID = Grid(batches=(1, 2, 4, 8, 16, 32, 64, 128, 256), ks=(0, 1, 2, 3, 4, 5, 6, 8), contexts=(1024, 8192),
-                step_batches=(1, 8, 64, 256), step_ks=(0, 1, 3, 6), warmup=3, repeats=20, budget_s=0.25)
+                 step_batches=(1, 4, 16, 64), step_ks=(0, 1, 3, 6), warmup=2, repeats=9, budget_s=1.0,
+                 spec_batches=(1, 2, 4, 8, 16, 32, 64), spec_ks=(0, 1, 2, 3, 4, 5, 6), spec_contexts=(1024,))
+GPU_GRID = Grid(batches=(1, 2, 4, 8, 16, 32, 64, 128), ks=(0, 1, 2, 3, 4, 5, 6), contexts=(1024, 8192),
+                step_batches=(1, 8, 64), step_ks=(0, 3, 6), warmup=3, repeats=15, budget_s=0.05,
+                spec_batches=(1, 2, 4, 8, 16, 32, 64, 128), spec_ks=(0, 1, 2, 3, 4, 5, 6), spec_contexts=(1024, 8192),
+                warmup_s=0.025)
+TINY_GRID = Grid(batches=(1, 2), ks=(0, 2), contexts=(64, 128), step_batches=(2,), step_ks=(0, 2), warmup=1,
+                 repeats=2, budget_s=0.05, spec_batches=(1, 2), spec_ks=(0, 1, 2), spec_contexts=(64,))
+GRIDS = {"quick": QUICK_GRID, "full": FULL_GRID, "gpu": GPU_GRID, "tiny": TINY_GRID}
 
 
 @dataclass
@@ -224,37 +239,54 @@ def step_ops(model: ModelSpec, drafter: Optional[DrafterSpec], pc: PassContext, 
 
 
 def _measure_ops(unique: dict[str, OpCost], model: ModelSpec, drafter, hw: HardwareSpec, act_dtype: DType,
-                 device: str, grid: Grid, tick: Callable[[str], None]) -> dict[str, Point]:
+                 device: str, grid: Grid, tick: Callable[[str], None], errors: list[dict]) -> dict[str, Point]:
+    """Each distinct operator shape, timed alone: as a CUDA-graph replay over rotated inputs on a GPU (kernel
+    time), eagerly on a CPU. A shape that fails records its error and the run moves on."""
     import torch
 
     from dsdsim.bench.shapes import TensorPool, build_bench, measured_experts_touched
-    from dsdsim.bench.timing import count_kernels, last_level_cache_bytes, rotation_sets, time_fn
+    from dsdsim.bench.timing import count_kernels, last_level_cache_bytes, rotation_sets, time_kernels
 
     llc = last_level_cache_bytes(device)
     pool = TensorPool(device, seed=0, cache_bytes=llc)
     moe = model.moe_ffn
+    graphs = grid.graphs and device.startswith("cuda")
     out: dict[str, Point] = {}
-    # big weights first per kind keeps the pool warm; order by kind then name for stable output
-    for key, op in sorted(unique.items(), key=lambda kv: (kv[1].kind.value, kv[1].name, kv[0])):
-        tick(f"{_clean_name(op.name)}")
-        bench = build_bench(op, pool, act_dtype, num_experts=moe.num_experts if moe else None,
-                            vocab=_vocab_for(op, model, drafter), hidden=model.hidden_size)
-        if bench is None:
+    # a stable shuffle (by a hash of the shape key): a run cut short by its time budget still covers every kind
+    for key, op in sorted(unique.items(), key=lambda kv: zlib.crc32(kv[0].encode())):
+        name = _clean_name(op.name)
+        if not tick(name):
             continue
-        rotate = rotation_sets(bench.bytes_per_set, llc, grid.max_rotate, 1.5e9)
-        t = time_fn(bench.fn, bench.make_inputs, device, warmup=grid.warmup, repeats=grid.repeats, rotate=rotate,
-                    budget_s=grid.budget_s)
-        shape = dict(bench.shape)
-        if op.kind is OpKind.moe_experts:
-            shape["experts_touched_measured"] = measured_experts_touched(bench, rotate)
-        pred = float(np.asarray(op_time(op, hw, cuda_graphs=False).time_s))
-        out[key] = Point(kind=op.kind.value, name=_clean_name(op.name), shape=shape, measured_s=t.median_s,
-                         predicted_s=pred, components=[op_features(op, hw)], p10_s=t.p10_s, p90_s=t.p90_s,
-                         kernels=count_kernels(bench.fn, bench.make_inputs(0)))
+        try:
+            bench = build_bench(op, pool, act_dtype, num_experts=moe.num_experts if moe else None,
+                                vocab=_vocab_for(op, model, drafter), hidden=model.hidden_size)
+            if bench is None:
+                continue
+            rotate = rotation_sets(bench.bytes_per_set, llc, grid.max_rotate, 1.5e9)
+            t = time_kernels(bench.fn, bench.make_inputs, device, rotate=rotate, repeats=grid.repeats,
+                             warmup=grid.warmup, warmup_s=grid.warmup_s, budget_s=grid.budget_s, graphs=graphs)
+            shape = dict(bench.shape)
+            if op.kind is OpKind.moe_experts:
+                shape["experts_touched_measured"] = measured_experts_touched(bench, rotate)
+            graphed = t.mode == "graph"
+            pred = float(np.asarray(op_time(op, hw, cuda_graphs=graphed).time_s))
+            out[key] = Point(kind=op.kind.value, name=name, shape=shape, measured_s=t.median_s,
+                             predicted_s=pred, components=[op_features(op, hw)], p10_s=t.p10_s, p90_s=t.p90_s,
+                             kernels=count_kernels(bench.fn, bench.make_inputs(0), device), measured_as="operator",
+                             timing_mode=t.mode)
+        except Exception as exc:                      # one shape must not end the run
+            errors.append(_error(f"operator {name} {json.loads(key)[3]}", exc))
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
         if device.startswith("cuda") and pool.nbytes > 40e9:
             pool.clear()
             torch.cuda.empty_cache()
+    pool.clear()
     return out
+
+
+def _error(what: str, exc: BaseException) -> dict:
+    return {"what": what, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]}
 
 
 def _slice_model(model: ModelSpec) -> ModelSpec:
@@ -264,81 +296,218 @@ def _slice_model(model: ModelSpec) -> ModelSpec:
 
 
 def _measure_steps(model: ModelSpec, drafter: Optional[DrafterSpec], pc: PassContext, hw: HardwareSpec,
-                   act_dtype: DType, device: str, grid: Grid, tick: Callable[[str], None]) -> list[Point]:
+                   act_dtype: DType, device: str, grid: Grid, tick: Callable[[str], None], errors: list[dict]
+                   ) -> list[Point]:
     """Whole passes through the torch decoder (dsdsim.bench.model): verify with one layer per kind, and the
     EAGLE-3 head's first / later passes."""
     import torch
 
-    from dsdsim.bench.model import Eagle3Head, TorchDecoder, UnsupportedSpec
-    from dsdsim.bench.timing import count_kernels, time_fn, torch_dtype
+    from dsdsim.bench.model import Eagle3Head, TorchDecoder, UnsupportedSpec, set_timing_mode
+    from dsdsim.bench.timing import count_kernels, time_kernels, torch_dtype
 
     dt = torch_dtype(act_dtype)
     sliced = _slice_model(model)
     c = grid.contexts[0]
     qmax = max(grid.step_ks) + 1
+    graphs = grid.graphs and device.startswith("cuda")
     try:
-        decoder = TorchDecoder(sliced, dtype=dt, device=device, seed=1)
+        decoder = TorchDecoder(sliced, dtype=dt, device=device, seed=1, timing=True)
     except UnsupportedSpec:
         return []
     head = None
     if drafter is not None and drafter.kind is DrafterKind.eagle3:
-        head = Eagle3Head(eagle_layer(model, drafter), model.hidden_size, drafter.draft_vocab_size, dt, device)
-    gen = torch.Generator().manual_seed(3)
+        head = set_timing_mode(Eagle3Head(eagle_layer(model, drafter), model.hidden_size, drafter.draft_vocab_size,
+                                          dt, device))
+    gen = torch.Generator(device=device).manual_seed(3)
     points: list[Point] = []
+
+    def timed(fn, make):
+        return time_kernels(fn, make, device, rotate=2, repeats=grid.repeats, warmup=grid.warmup,
+                            warmup_s=grid.warmup_s, budget_s=2 * grid.budget_s, graphs=graphs)
+
     for b in grid.step_batches:
-        cache = decoder.new_cache(b, c + qmax + 1)
-        cache.fill_random(c, gen)
-        dcache = head.new_cache(b, c + 2 * qmax + 1) if head is not None else None
-        if dcache is not None:
-            dcache.fill_random(c, gen)
+        try:
+            cache = decoder.new_cache(b, c + qmax + 1)
+            cache.fill_random(c, seed=10)
+            dcache = head.new_cache(b, c + 2 * qmax + 1) if head is not None else None
+            if dcache is not None:
+                dcache.fill_random(c, seed=20)
+        except Exception as exc:
+            errors.append(_error(f"pass caches B={b}", exc))
+            continue
         for k in grid.step_ks:
             q = k + 1
-            tick(f"step B={b} K={k}")
-            tokens = [torch.randint(0, model.vocab_size, (b, q), generator=gen).to(device) for _ in range(2)]
-            draft_probs = torch.rand(b * q, model.vocab_size, generator=gen).to(device)
+            if not tick(f"pass B={b} K={k}"):
+                continue
+            try:
+                tokens = [torch.randint(0, model.vocab_size, (b, q), generator=gen, device=device) for _ in range(2)]
+                draft_probs = torch.rand(b * q, model.vocab_size, generator=gen, device=device)
 
-            def verify(tok, rejection=k > 0):
-                logits = decoder.logits(decoder.hidden(tok, cache, uniform=c)).view(b * q, -1)
-                p = torch.softmax(logits, dim=-1)
-                if rejection:
-                    p = (p - draft_probs).clamp_(min=0.0)
-                return torch.argmax(p, dim=-1)
+                def verify(tok, rejection=k > 0):
+                    logits = decoder.logits(decoder.hidden(tok, cache, uniform=c)).view(b * q, -1)
+                    p = torch.softmax(logits, dim=-1)
+                    if rejection:
+                        p = (p - draft_probs).clamp_(min=0.0)
+                    return torch.argmax(p, dim=-1)
 
-            t = time_fn(verify, lambda i: (tokens[i % 2],), device, warmup=grid.warmup, repeats=grid.repeats,
-                        rotate=2, budget_s=2 * grid.budget_s)
-            ops = [o for o in pass_ops(sliced, pc, b, q, c, sampling_passes=2.0 if k > 0 else 1.0)
-                   if o.kind not in _SKIP_KINDS]
-            points.append(_step_point("verify", {"batch": b, "q": q, "context": c, "layers": sliced.num_layers},
-                                      t, ops, hw, count_kernels(verify, (tokens[0],))))
+                t = timed(verify, lambda i: (tokens[i % 2],))
+                ops = [o for o in pass_ops(sliced, pc, b, q, c, sampling_passes=2.0 if k > 0 else 1.0)
+                       if o.kind not in _SKIP_KINDS]
+                points.append(_step_point("verify", {"batch": b, "q": q, "context": c, "layers": sliced.num_layers},
+                                          t, ops, hw, count_kernels(verify, (tokens[0],), device)))
+            except Exception as exc:
+                errors.append(_error(f"verify pass B={b} K={k}", exc))
+                continue
             if head is None or k == 0:
                 continue
             h = model.hidden_size
-            tick(f"draft B={b} K={k}")
-            feats = [torch.randn(b, q, 3 * h, generator=gen).to(device, dt) for _ in range(2)]
-            first = time_fn(lambda tok, f: head.step(tok, f, dcache, c, True), lambda i: (tokens[i % 2], feats[i % 2]),
-                            device, warmup=grid.warmup, repeats=grid.repeats, rotate=2, budget_s=2 * grid.budget_s)
-            one_tok = [tt[:, :1] for tt in tokens]
-            hid = [torch.randn(b, 1, h, generator=gen).to(device, dt) for _ in range(2)]
-            later = time_fn(lambda tok, f: head.step(tok, f, dcache, c + q, False), lambda i: (one_tok[i % 2], hid[i % 2]),
-                            device, warmup=grid.warmup, repeats=grid.repeats, rotate=2, budget_s=2 * grid.budget_s)
-            d_ops = [o for o in draft_ops(model, drafter, pc, b, max(k, 2), c) if o.kind not in _SKIP_KINDS]
-            p1 = [replace(o, count=1) for o in d_ops if o.name.startswith("pass1.")]
-            pn = [replace(o, count=1) for o in d_ops if o.name.startswith("passN.")]
-            if k != max(k, 2):   # K = 1: the first pass is over q = 2 tokens; recompute it at this K
-                p1 = [replace(o, count=1) for o in draft_ops(model, drafter, pc, b, k, c)
-                      if o.name.startswith("pass1.") and o.kind not in _SKIP_KINDS]
-            k1 = count_kernels(lambda tok, f: head.step(tok, f, dcache, c, True), (tokens[0], feats[0]))
-            kn = count_kernels(lambda tok, f: head.step(tok, f, dcache, c + q, False), (one_tok[0], hid[0]))
-            points.append(_step_point("draft_first", {"batch": b, "q": q, "context": c}, first, p1, hw, k1))
-            points.append(_step_point("draft_next", {"batch": b, "q": 1, "context": c + q}, later, pn, hw, kn))
+            if not tick(f"draft B={b} K={k}"):
+                continue
+            try:
+                feats = [torch.randn(b, q, 3 * h, generator=gen, device=device).to(dt) for _ in range(2)]
+                first = timed(lambda tok, f: head.step(tok, f, dcache, c, True), lambda i: (tokens[i % 2], feats[i % 2]))
+                one_tok = [tt[:, :1] for tt in tokens]
+                hid = [torch.randn(b, 1, h, generator=gen, device=device).to(dt) for _ in range(2)]
+                later = timed(lambda tok, f: head.step(tok, f, dcache, c + q, False), lambda i: (one_tok[i % 2], hid[i % 2]))
+                d_ops = [o for o in draft_ops(model, drafter, pc, b, max(k, 2), c) if o.kind not in _SKIP_KINDS]
+                p1 = [replace(o, count=1) for o in d_ops if o.name.startswith("pass1.")]
+                pn = [replace(o, count=1) for o in d_ops if o.name.startswith("passN.")]
+                if k != max(k, 2):   # K = 1: the first pass is over q = 2 tokens; recompute it at this K
+                    p1 = [replace(o, count=1) for o in draft_ops(model, drafter, pc, b, k, c)
+                          if o.name.startswith("pass1.") and o.kind not in _SKIP_KINDS]
+                k1 = count_kernels(lambda tok, f: head.step(tok, f, dcache, c, True), (tokens[0], feats[0]), device)
+                kn = count_kernels(lambda tok, f: head.step(tok, f, dcache, c + q, False), (one_tok[0], hid[0]), device)
+                points.append(_step_point("draft_first", {"batch": b, "q": q, "context": c}, first, p1, hw, k1))
+                points.append(_step_point("draft_next", {"batch": b, "q": 1, "context": c + q}, later, pn, hw, kn))
+            except Exception as exc:
+                errors.append(_error(f"draft passes B={b} K={k}", exc))
+        del cache, dcache
     return points
 
 
 def _step_point(name: str, shape: dict, t, ops: Sequence[OpCost], hw: HardwareSpec, kernels: int) -> Point:
-    pred = float(sum(np.asarray(op_time(o, hw, cuda_graphs=False).time_s) for o in ops))
+    graphed = t.mode == "graph"
+    pred = float(sum(np.asarray(op_time(o, hw, cuda_graphs=graphed).time_s) for o in ops))
     return Point(kind="step", name=name, shape=shape, measured_s=t.median_s, predicted_s=pred,
                  components=[op_features(o, hw) for o in ops], is_step=True, p10_s=t.p10_s, p90_s=t.p90_s,
-                 kernels=kernels)
+                 kernels=kernels, measured_as="pass", timing_mode=t.mode)
+
+
+# --- whole speculative steps ----------------------------------------------------------------------------
+
+
+def spec_step_ops(model: ModelSpec, drafter: Optional[DrafterSpec], pc: PassContext, batch: int, k: int,
+                  context: int) -> list[OpCost]:
+    """The operators of one whole speculative step as the torch step runs them (comm / host kinds dropped)."""
+    so = step_ops(model, drafter, pc, batch, k, context)
+    return [replace(op, count=cnt) for _, op, cnt in so.ops]
+
+
+def _measure_spec_steps(model: ModelSpec, drafter: Optional[DrafterSpec], pc: PassContext, hw: HardwareSpec,
+                        act_dtype: DType, device: str, grid: Grid, tick: Callable[[str], None], errors: list[dict]
+                        ) -> list[Point]:
+    """Whole speculative steps on the full layer stack, timed end to end: the EAGLE-3 head's first pass over
+    K + 1 tokens and K - 1 single-token passes (each with its lm_head and greedy pick), then the target's
+    verify pass over K + 1 tokens with rejection sampling (softmax, max(0, p - q), pick). K = 0 is a plain
+    decoding step. On a GPU the whole step is one CUDA graph (as serving engines capture decode steps)."""
+    import torch
+
+    from dsdsim.bench.model import Eagle3Head, TorchDecoder, UnsupportedSpec, set_timing_mode
+    from dsdsim.bench.timing import count_kernels, time_kernels, torch_dtype
+
+    if not grid.spec_batches or not grid.spec_ks or not grid.spec_contexts:
+        return []
+    dt = torch_dtype(act_dtype)
+    cuda = device.startswith("cuda")
+    graphs = grid.graphs and cuda
+    try:
+        decoder = TorchDecoder(model, dtype=dt, device=device, seed=5, timing=True)
+    except UnsupportedSpec as exc:
+        errors.append(_error("whole steps", exc))
+        return []
+    head = None
+    if drafter is not None and drafter.kind is DrafterKind.eagle3:
+        head = set_timing_mode(Eagle3Head(eagle_layer(model, drafter), model.hidden_size, drafter.draft_vocab_size,
+                                          dt, device))
+    h, vocab = model.hidden_size, model.vocab_size
+    qmax = max(grid.spec_ks) + 1
+    kv_bytes_per_token = sum(2 * l.attention.num_kv_heads * l.attention.head_dim for l in model.layers) * dt.itemsize
+    gen = torch.Generator(device=device).manual_seed(7)
+    points: list[Point] = []
+    for c in grid.spec_contexts:
+        batches = [b for b in grid.spec_batches if _cache_fits(b, c + qmax + 1, kv_bytes_per_token, device)]
+        for b in sorted(set(grid.spec_batches) - set(batches)):
+            errors.append({"what": f"whole step B={b} c={c}", "error": "skipped: the KV cache does not fit"})
+        if not batches:
+            continue
+        bmax = max(batches)
+        try:
+            cache_all = decoder.new_cache(bmax, c + qmax + 1)
+            cache_all.fill_random(c, seed=30)
+            dcache_all = head.new_cache(bmax, c + 2 * qmax + 1) if head is not None else None
+            if dcache_all is not None:
+                dcache_all.fill_random(c, seed=40)
+        except Exception as exc:
+            errors.append(_error(f"whole-step caches c={c} B={bmax}", exc))
+            continue
+        for b in batches:
+            cache = _batch_view(cache_all, b)
+            dcache = _batch_view(dcache_all, b) if dcache_all is not None else None
+            for k in grid.spec_ks:
+                q = k + 1
+                if not tick(f"whole step B={b} K={k} c={c}"):
+                    continue
+                try:
+                    tokens = torch.randint(0, vocab, (b, q), generator=gen, device=device)
+                    feats = torch.randn(b, q, 3 * h, generator=gen, device=device).to(dt)
+                    draft_probs = torch.rand(b * q, vocab, generator=gen, device=device)
+                    use_head = head is not None and k > 0
+
+                    def step(tok=tokens, f=feats, k=k, q=q, b=b, cache=cache, dcache=dcache, use_head=use_head):
+                        if use_head:
+                            d = head.step(tok, f, dcache, c, True)                     # first pass, q tokens
+                            x = f[:, :1, :h]
+                            for i in range(1, k):                                       # K - 1 later passes
+                                d = head.step(d.unsqueeze(1), x, dcache, c + q + i - 1, False)
+                        logits = decoder.logits(decoder.hidden(tok, cache, uniform=c)).view(b * q, -1)
+                        p = torch.softmax(logits, dim=-1)
+                        if k > 0:
+                            p = (p - draft_probs).clamp_(min=0.0)                       # rejection residual
+                        return torch.argmax(p, dim=-1)
+
+                    t = time_kernels(step, lambda i: (), device, rotate=1, repeats=grid.repeats, warmup=grid.warmup,
+                                     warmup_s=grid.warmup_s, budget_s=4 * grid.budget_s, graphs=graphs)
+                    ops = spec_step_ops(model, drafter, pc, b, k, c)
+                    kernels = count_kernels(step, (), device)
+                    pt = _step_point("spec_step", {"batch": b, "k": k, "context": c, "layers": model.num_layers},
+                                     t, ops, hw, kernels)
+                    pt.kind, pt.measured_as = "spec_step", "spec_step"
+                    points.append(pt)
+                except Exception as exc:
+                    errors.append(_error(f"whole step B={b} K={k} c={c}", exc))
+                    if cuda:
+                        torch.cuda.synchronize()
+        del cache_all, dcache_all
+        if cuda:
+            torch.cuda.empty_cache()
+    return points
+
+
+def _batch_view(cache, b: int):
+    """The first ``b`` sequences of a cache made for more (a view: no copy)."""
+    from dsdsim.bench.model import KVCache
+
+    return KVCache([t[:b] for t in cache.k], [t[:b] for t in cache.v], cache.lengths[:b], cache.head_major)
+
+
+def _cache_fits(batch: int, tokens: int, kv_bytes_per_token: float, device: str, headroom: float = 0.8) -> bool:
+    """Whether a KV cache of batch x tokens fits in what the device has free (CPU: always)."""
+    if not device.startswith("cuda"):
+        return True
+    import torch
+
+    free, _total = torch.cuda.mem_get_info(torch.device(device))
+    return batch * tokens * kv_bytes_per_token < headroom * free
 
 
 # --- the table check ------------------------------------------------------------------------------------
@@ -389,7 +558,8 @@ def _default_acceptance():
 def validate(model, hardware, device: str = "cpu", quick: bool = True, output_dir: Optional[str | Path] = None,
              progress: Optional[ProgressFn] = None, *, drafter: Optional[str | DrafterSpec] = "eagle3",
              reduce: Optional[int] = None, grid: Optional[Grid] = None, dtype: Optional[DType] = None,
-             acceptance=None, steps: bool = True, threads: Optional[int] = 1) -> ValidationReport:
+             acceptance=None, steps: bool = True, threads: Optional[int] = 1,
+             layers: Optional[int] = None, time_budget_s: Optional[float] = None) -> ValidationReport:
     """Measure the model's operator and step shapes on ``device``, compare with the prediction on ``hardware``,
     calibrate on half the points, check the K table. Writes report.json, summary.md and a plot to
     ``output_dir`` when given. On a CPU, torch runs ``threads`` threads (as ``probe`` measured with)."""
@@ -399,25 +569,51 @@ def validate(model, hardware, device: str = "cpu", quick: bool = True, output_di
 
     with cpu_threads(device, threads):
         return _validate(model, hardware, device, quick, output_dir, progress, drafter, reduce, grid, dtype,
-                         acceptance, steps)
+                         acceptance, steps, layers, time_budget_s)
+
+
+class StageBudget:
+    """A wall-time budget shared by the stages of a run: each stage may use up to its share of what is left
+    (the last stage everything), so a cut-short stage leaves time for the next ones. None: unlimited."""
+
+    def __init__(self, total_s: Optional[float]):
+        import time
+
+        self._now = time.perf_counter
+        self.end = None if total_s is None else self._now() + float(total_s)
+        self.stage_end = self.end
+
+    def stage(self, share: float) -> None:
+        if self.end is not None:
+            self.stage_end = self._now() + share * max(0.0, self.end - self._now())
+
+    def exhausted(self) -> bool:
+        return self.stage_end is not None and self._now() > self.stage_end
 
 
 def _validate(model, hardware, device, quick, output_dir, progress, drafter, reduce, grid, dtype, acceptance,
-              steps) -> ValidationReport:
+              steps, layers=None, time_budget_s=None) -> ValidationReport:
     import torch
+
+    from dsdsim.bench.timing import on_device, sm_clock_mhz
 
     model_full = load_model(model)
     hw = load_hardware(hardware)
     dev = str(torch.device(device))
+    cuda = dev.startswith("cuda")
     factor = auto_reduction(dev, quick) if reduce is None else int(reduce)
     m, reduced = reduce_model(model_full, factor)
+    if layers is not None and layers < m.num_layers:
+        m = m.model_copy(update={"layers": m.layers[:layers], "name": f"{m.name}[{layers} layers]"})
+        reduced = {**reduced, "layers_kept": [model_full.num_layers, layers]}
     d = parse_drafter(drafter) if isinstance(drafter, str) else drafter
     d = reduce_drafter(d, factor)
     if d is not None and d.kind is not DrafterKind.eagle3:
         raise ValueError("validate times the EAGLE-3 drafter's shapes; pass drafter='eagle3' or None")
-    grid = grid or (GPU_GRID if dev.startswith("cuda") and not quick else QUICK_GRID if quick else FULL_GRID)
+    grid = grid or (GPU_GRID if cuda and not quick else QUICK_GRID if quick else FULL_GRID)
+    graphs = grid.graphs and cuda
     wdt = dtype or (m.default_dtype if m.default_dtype in (DType.bf16, DType.fp16, DType.fp32) else DType.bf16)
-    dep = Deployment(dtype=wdt, expert_dtype=wdt, act_dtype=wdt, kv_dtype=wdt, cuda_graphs=False)
+    dep = Deployment(dtype=wdt, expert_dtype=wdt, act_dtype=wdt, kv_dtype=wdt, cuda_graphs=graphs)
     pc = PassContext.build(m, hw, dep)
     acc = acceptance or _default_acceptance()
     torch.manual_seed(0)
@@ -435,57 +631,172 @@ def _validate(model, hardware, device, quick, output_dir, progress, drafter, red
                     if op.kind is OpKind.attention:
                         single = replace(op, count=1)
                         unique.setdefault(_key(single, None), single)
-    n_steps = (len(grid.step_batches) * len(grid.step_ks) * (1 + 2 * (d is not None))) if steps else 0
-    total = len(unique) + n_steps
+    n_passes = (len(grid.step_batches) * len(grid.step_ks) * (1 + 2 * (d is not None))) if steps else 0
+    n_spec = len(grid.spec_batches) * len(grid.spec_ks) * len(grid.spec_contexts) if steps else 0
+    total = len(unique) + n_passes + n_spec
     done = [0]
 
-    def tick(what: str) -> None:
+    def tick(what: str) -> bool:
+        """Report progress; False once the stage's share of the time budget is spent (the item is skipped)."""
         if progress is not None:
             progress(done[0], total, what)
         done[0] += 1
+        if budget.exhausted():
+            errors.append({"what": what, "error": "skipped: time budget spent"})
+            return False
+        return True
 
-    op_points = _measure_ops(unique, m, d, hw, wdt, dev, grid, tick)
-    step_points = _measure_steps(m, d, pc, hw, wdt, dev, grid, tick) if steps else []
-    if progress is not None:
-        progress(total, total, "calibrating")
-    points = list(op_points.values()) + step_points
-    split_points(points)
-    cal, summary = calibrate_points(points, hw, cuda_graphs=False)
-    cal_hw = cal.calibrated_spec(hw, what=f"dsdsim validate {m.name} on {dev}", cuda_graphs=False)
-    summary["by_kind"] = _by_kind(points)
-
-    # loop 2: the K table from measured vs predicted step times
-    meas = np.array([[sum(cnt * op_points[key].measured_s for key, _, cnt in steps_bk[(b, k)].ops if key in op_points)
-                      for k in grid.ks] for b in grid.batches])
-    b_arr = np.asarray(grid.batches, dtype=float)[:, None]
-    k_arr = np.asarray(grid.ks, dtype=float)[None, :]
-    pred = np.asarray(simulate_step(None, None, batch=b_arr, k=k_arr, context=table_c,
-                                    setup=Setup(m, hw, dep, d, None)).step_time_s, dtype=float)
-    pred_cal = np.asarray(simulate_step(None, None, batch=b_arr, k=k_arr, context=table_c,
-                                        setup=Setup(m, cal_hw, dep, d, None)).step_time_s, dtype=float)
-    tc = table_check(grid.batches, grid.ks, meas, pred, acc, pred_cal)
-    tc["context"] = table_c
-    tc["measured_from"] = "sum over each step's operators of count x measured operator time (no host overhead)"
-    tc["composition"] = _composition(step_points, op_points, m, d, pc)
-
-    data = {
+    errors: list[dict] = []
+    clocks = {"sm_mhz_start": sm_clock_mhz(dev)}
+    budget = StageBudget(time_budget_s)
+    header = {
         "model": model_full.name, "model_measured": m.name, "hardware": hw.name, "device": dev,
         "device_name": _device_name(dev), "date": _dt.date.today().isoformat(), "torch_version": torch.__version__,
-        "threads": torch.get_num_threads() if dev == "cpu" else None, "dtype": wdt.value, "drafter": d.label if d else None, "cuda_graphs": False, "quick": quick,
-        "reduced": reduced,
+        "threads": torch.get_num_threads() if dev == "cpu" else None, "dtype": wdt.value,
+        "drafter": d.label if d else None, "cuda_graphs": graphs, "quick": quick, "reduced": reduced,
+        "timing": ("kernel time: each operator, pass and whole step captured in a CUDA graph and replayed "
+                   "(no host dispatch); warm-up >= %.0f ms per item" % (grid.warmup_s * 1e3)) if graphs else
+                  "eager: one call between timers (host dispatch included)",
         "grid": {"batches": list(grid.batches), "ks": list(grid.ks), "contexts": list(grid.contexts),
                  "step_batches": list(grid.step_batches), "step_ks": list(grid.step_ks), "warmup": grid.warmup,
-                 "repeats": grid.repeats},
-        "points": [p.to_json() for p in points],
-        "summary": summary,
-        "calibration": cal.fitted(),
-        "calibrated_hardware": cal_hw.model_dump(mode="json", exclude_none=True),
-        "table_check": tc,
+                 "repeats": grid.repeats, "spec_batches": list(grid.spec_batches), "spec_ks": list(grid.spec_ks),
+                 "spec_contexts": list(grid.spec_contexts), "warmup_s": grid.warmup_s},
     }
+    if cuda:
+        from dsdsim.bench.shapes import decode_backend, grouped_mm_available
+        from dsdsim.bench.timing import torch_dtype
+
+        header["attention_backend"] = decode_backend(dev, torch_dtype(wdt))
+        header["moe_kernel"] = ("torch._grouped_mm" if grouped_mm_available(dev, torch_dtype(wdt))
+                                else "loop over touched experts")
+
+    def checkpoint(stage: str, pts: Sequence[Point]) -> None:
+        """A partial report after each stage, so a run cut short still leaves what it measured."""
+        if output_dir is None:
+            return
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        partial = {**header, "partial": True, "stage": stage, "errors": errors, "clocks": clocks,
+                   "points": [p.to_json() for p in pts]}
+        _write_json(out / "report.json", partial)
+
+    with on_device(dev):
+        budget.stage(0.45 if steps else 1.0)
+        op_points = _measure_ops(unique, m, d, hw, wdt, dev, grid, tick, errors)
+        checkpoint("operators", list(op_points.values()))
+        budget.stage(0.10)
+        pass_points = _measure_steps(m, d, pc, hw, wdt, dev, grid, tick, errors) if steps else []
+        checkpoint("passes", list(op_points.values()) + pass_points)
+        if cuda:
+            torch.cuda.empty_cache()
+        budget.stage(1.0)
+        spec_points = _measure_spec_steps(m, d, pc, hw, wdt, dev, grid, tick, errors) if steps else []
+        points = list(op_points.values()) + pass_points + spec_points
+        checkpoint("whole steps", points)
+    clocks["sm_mhz_end"] = sm_clock_mhz(dev)
+    if progress is not None:
+        progress(total, total, "calibrating")
+    split_points(points)
+    try:
+        cal, summary = calibrate_points(points, hw, cuda_graphs=graphs)
+        cal_hw = cal.calibrated_spec(hw, what=f"dsdsim validate {m.name} on {dev}", cuda_graphs=graphs)
+        fitted = cal.fitted()
+    except ValueError as exc:                      # too few points measured to fit: report them uncalibrated
+        errors.append(_error("calibration", exc))
+        for p in points:
+            p.calibrated_s = p.predicted_s
+        summary = {key: error_summary([p.measured_s for p in pts], [p.predicted_s for p in pts])
+                   for key, pts in (("uncalibrated", points), ("uncalibrated_test", [p for p in points if p.split == "test"]),
+                                    ("calibrated", [p for p in points if p.split == "test"]),
+                                    ("calibrated_train", [p for p in points if p.split == "train"]))}
+        cal_hw = hw
+        fitted = {"error": str(exc), "note": "not calibrated: calibrated values are the uncalibrated prediction"}
+    summary["by_kind"] = _by_kind(points)
+    summary["by_measurement"] = _by_measurement(points)
+
+    tc = _table_from_whole_steps(spec_points, acc, grid)
+    if tc is None and op_points:                   # no whole steps: the older sum-of-operators check, labelled
+        tc = _table_from_operator_sums(steps_bk, op_points, grid, m, hw, cal_hw, dep, d, acc)
+    tc = tc or {"measured_from": "nothing (no whole steps or operators measured)", "per_batch": [],
+                "acceptance": acc.describe(int(max(grid.ks))), "context": grid.contexts[0],
+                "mean_regret": float("nan"), "max_regret": float("nan")}
+    tc["composition"] = _composition(pass_points, op_points, m, d, pc)
+
+    data = {**header, "partial": False, "errors": errors, "clocks": clocks,
+            "points": [p.to_json() for p in points], "summary": summary, "calibration": fitted,
+            "calibrated_hardware": cal_hw.model_dump(mode="json", exclude_none=True), "table_check": tc}
     report = ValidationReport(data=data, points=points, calibrated_hardware=cal_hw)
     if output_dir is not None:
         report.paths = write_report(report, output_dir)
     return report
+
+
+def _table_from_whole_steps(spec_points: Sequence[Point], acc, grid: Grid) -> Optional[dict]:
+    """The K table check on measured whole speculative steps, one table per context."""
+    if not spec_points:
+        return None
+    tables = []
+    for c in grid.spec_contexts:
+        pts = {(p.shape["batch"], p.shape["k"]): p for p in spec_points if p.shape["context"] == c}
+        batches = [b for b in grid.spec_batches if all((b, k) in pts for k in grid.spec_ks)]
+        if not batches or len(grid.spec_ks) < 2:
+            continue
+        meas = np.array([[pts[(b, k)].measured_s for k in grid.spec_ks] for b in batches])
+        pred = np.array([[pts[(b, k)].predicted_s for k in grid.spec_ks] for b in batches])
+        cal = np.array([[pts[(b, k)].calibrated_s for k in grid.spec_ks] for b in batches])
+        t = table_check(batches, grid.spec_ks, meas, pred, acc, cal)
+        t["context"] = c
+        t["held_out_batches"] = sorted({b for (b, k), p in pts.items() if p.split == "test"})
+        tables.append(t)
+    if not tables:
+        return None
+    out = dict(tables[0])
+    out["measured_from"] = ("whole speculative steps timed end to end (draft passes + verify pass + rejection "
+                            "sampling on the full layer stack)")
+    regrets = [r["regret_uncalibrated"] for t in tables for r in t["per_batch"]]
+    regrets_cal = [r["regret_calibrated"] for t in tables for r in t["per_batch"]]
+    out.update(mean_regret=float(np.mean(regrets)), max_regret=float(np.max(regrets)),
+               mean_regret_calibrated=float(np.mean(regrets_cal)), max_regret_calibrated=float(np.max(regrets_cal)),
+               contexts=tables)
+    return out
+
+
+def _table_from_operator_sums(steps_bk, op_points, grid, m, hw, cal_hw, dep, d, acc) -> Optional[dict]:
+    batches = [b for b in grid.batches if all(key in op_points for k in grid.ks for key, _, _ in steps_bk[(b, k)].ops)]
+    if not batches:
+        return None
+    meas = np.array([[sum(cnt * op_points[key].measured_s for key, _, cnt in steps_bk[(b, k)].ops)
+                      for k in grid.ks] for b in batches])
+    b_arr = np.asarray(batches, dtype=float)[:, None]
+    k_arr = np.asarray(grid.ks, dtype=float)[None, :]
+    pred = np.asarray(simulate_step(None, None, batch=b_arr, k=k_arr, context=grid.contexts[0],
+                                    setup=Setup(m, hw, dep, d, None)).step_time_s, dtype=float)
+    pred_cal = np.asarray(simulate_step(None, None, batch=b_arr, k=k_arr, context=grid.contexts[0],
+                                        setup=Setup(m, cal_hw, dep, d, None)).step_time_s, dtype=float)
+    tc = table_check(batches, grid.ks, meas, pred, acc, pred_cal)
+    tc["context"] = grid.contexts[0]
+    tc["measured_from"] = "sum over each step's operators of count x measured operator time (no whole steps)"
+    return tc
+
+
+def _by_measurement(points: Sequence[Point]) -> dict:
+    """Errors by how a point was measured: operator, whole pass, whole speculative step."""
+    out = {}
+    for how in ("operator", "pass", "spec_step"):
+        ps = [p for p in points if p.measured_as == how]
+        if not ps:
+            continue
+        test = [p for p in ps if p.split == "test"]
+        out[how] = {"uncalibrated": error_summary([p.measured_s for p in ps], [p.predicted_s for p in ps]),
+                    "calibrated_test": error_summary([p.measured_s for p in test], [p.calibrated_s for p in test])}
+    return out
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Write JSON atomically (temp file + rename): a reader never sees half a report."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
+    tmp.replace(path)
 
 
 def _device_name(dev: str) -> str:
@@ -531,7 +842,7 @@ def write_report(report: ValidationReport, output_dir: str | Path) -> dict[str, 
     out.mkdir(parents=True, exist_ok=True)
     paths = {"report": out / "report.json", "summary": out / "summary.md", "plot": out / "predicted_vs_measured.png",
              "calibrated_spec": out / "calibrated.yaml"}
-    paths["report"].write_text(json.dumps(report.data, indent=1, default=_json_default) + "\n")
+    _write_json(paths["report"], report.data)
     paths["summary"].write_text(summary_markdown(report.data))
     plot_points(report.points, paths["plot"], title=f"{report.data['model_measured']} on {report.data['device_name']}")
     from dsdsim.bench.calibrate import write_calibrated_spec
@@ -564,12 +875,19 @@ def summary_markdown(data: dict) -> str:
         f"# dsdsim validation: {data['model']} on {data['device_name']}",
         "",
         f"- date {data['date']}, torch {data['torch_version']}, device `{data['device']}`, dtype {data['dtype']}, "
-        f"drafter {data['drafter']}, predicted with hardware spec `{data['hardware']}` (eager launches)",
+        f"drafter {data['drafter']}, predicted with hardware spec `{data['hardware']}` "
+        f"({'CUDA-graph' if data.get('cuda_graphs') else 'eager'} launches)",
         f"- measured model: `{data['model_measured']}`; reduction: "
         + (", ".join(f"{k} {v}" for k, v in data["reduced"].items() if k != "note") if data["reduced"].get("factor", 1) > 1
            else "none (real layer dimensions)"),
         f"- grid: B {data['grid']['batches']}, K {data['grid']['ks']}, context {data['grid']['contexts']}; "
-        f"{len(data['points'])} points",
+        f"whole steps B {data['grid'].get('spec_batches')}, K {data['grid'].get('spec_ks')}, context "
+        f"{data['grid'].get('spec_contexts')}; {len(data['points'])} points",
+        f"- timing: {data.get('timing', 'eager')}"
+        + (f"; attention kernel {data['attention_backend']}" if data.get("attention_backend") else "")
+        + (f"; MoE kernel {data['moe_kernel']}" if data.get("moe_kernel") else ""),
+        f"- SM clock (MHz) start / end: {data.get('clocks', {}).get('sm_mhz_start')} / "
+        f"{data.get('clocks', {}).get('sm_mhz_end')}",
         "",
         "## Errors (|predicted - measured| / measured)",
         "",
@@ -587,28 +905,48 @@ def summary_markdown(data: dict) -> str:
         u, c = e["uncalibrated"], e["calibrated_test"]
         lines.append(f"| {kind} | {u['n']} | {_pct(u['median_abs_pct_error'])} | {_pct(c['median_abs_pct_error'])} | "
                      f"{u.get('median_ratio_pred_over_meas', float('nan')):.2f} |")
+    lines += ["", "By how it was measured (an operator alone, one whole forward pass, or a whole speculative step):", "",
+              "| measured as | n | uncalibrated median | uncalibrated max | calibrated held-out median | "
+              "calibrated held-out max |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for how, e in s.get("by_measurement", {}).items():
+        u, c = e["uncalibrated"], e["calibrated_test"]
+        lines.append(f"| {how} | {u['n']} | {_pct(u['median_abs_pct_error'])} | {_pct(u['max_abs_pct_error'])} | "
+                     f"{_pct(c['median_abs_pct_error'])} | {_pct(c['max_abs_pct_error'])} |")
     so = cal.get("step_overhead_s")
+    if "compute_efficiency" not in cal:
+        lines += ["", "## Calibration", "", f"- not calibrated: {cal.get('error')}"]
+        cal = {**cal, "compute_efficiency": float("nan"), "memory_efficiency": float("nan"),
+               "launch_overhead_s": float("nan"), "gemm_tile_m": "-"}
     lines += ["", "## Calibration (fitted on the train half)", "",
               f"- compute efficiency {cal['compute_efficiency']:.3f}; memory efficiency: GEMM weights "
               f"{cal['memory_efficiency']:.3f}, attention KV {_frac(cal.get('attention_memory_efficiency'))}, "
               f"vector kernels {_frac(cal.get('vector_memory_efficiency'))}",
               f"- launch overhead {cal['launch_overhead_s'] * 1e6:.2f} us per kernel, GEMM tile m {cal['gemm_tile_m']}"
               + (f", step overhead {so * 1e6:.1f} us" if so is not None else ""),
-              "",
-              "## K table check", "",
-              f"Acceptance {tc['acceptance']}; context {tc['context']}; measured step = {tc['measured_from']}.", "",
-              "| B | K best (measured) | K predicted | regret | K predicted (calibrated) | regret (calibrated) |",
-              "| ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in tc["per_batch"]:
-        lines.append(f"| {r['batch']} | {r['k_best_measured']} | {r['k_predicted_uncalibrated']} | "
-                     f"{r['regret_uncalibrated']:.3f} | {r.get('k_predicted_calibrated', '')} | "
-                     f"{r.get('regret_calibrated', float('nan')):.3f} |")
-    lines += ["", f"Mean regret {tc['mean_regret']:.3f} (max {tc['max_regret']:.3f}); calibrated "
-                  f"{tc.get('mean_regret_calibrated', float('nan')):.3f} (max {tc.get('max_regret_calibrated', float('nan')):.3f})."]
+              "", "## K table check", "",
+              f"Acceptance {tc['acceptance']}; measured step = {tc['measured_from']}.", ""]
+    for t in tc.get("contexts", [tc]):
+        lines += [f"Context {t['context']}:", "",
+                  "| B | K best (measured) | K predicted | regret | K predicted (calibrated) | regret (calibrated) |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for r in t["per_batch"]:
+            lines.append(f"| {r['batch']} | {r['k_best_measured']} | {r['k_predicted_uncalibrated']} | "
+                         f"{r['regret_uncalibrated']:.3f} | {r.get('k_predicted_calibrated', '')} | "
+                         f"{r.get('regret_calibrated', float('nan')):.3f} |")
+        lines.append("")
+    lines += [f"Mean regret {tc['mean_regret']:.3f} (max {tc['max_regret']:.3f}); calibrated "
+              f"{tc.get('mean_regret_calibrated', float('nan')):.3f} "
+              f"(max {tc.get('max_regret_calibrated', float('nan')):.3f})."]
     comp = tc.get("composition", {})
     if comp.get("n"):
         lines.append(f"Sum of separately timed operators / whole pass timed at once: median "
                      f"{comp['median_sum_of_ops_over_step']:.2f} (range {comp['min']:.2f}-{comp['max']:.2f}).")
+    errs = data.get("errors") or []
+    if errs:
+        lines += ["", f"## Items that failed or were skipped ({len(errs)})", ""]
+        lines += [f"- {e['what']}: {e['error']}" for e in errs[:40]]
+        if len(errs) > 40:
+            lines.append(f"- ... and {len(errs) - 40} more (see report.json)")
     lines.append("")
     return "\n".join(lines)
 
@@ -645,10 +983,12 @@ def plot_points(points: Sequence[Point], path: str | Path, title: str = "") -> P
 
 
 def run_validate(model, hardware, device: str = "cpu", quick: bool = True, output_dir: str | Path = "validation",
-                 show_progress: bool = False, **kwargs) -> ValidationReport:
-    """CLI entry point: validate with an optional rich progress bar; writes the report to ``output_dir``."""
+                 show_progress: bool = False, progress_lines: bool = False, **kwargs) -> ValidationReport:
+    """CLI entry point: validate with a rich progress bar on a terminal, or plain progress lines on stderr
+    (``progress_lines``: a log file fills as the run goes); writes the report to ``output_dir``."""
     if not show_progress:
-        return validate(model, hardware, device, quick, output_dir, **kwargs)
+        return validate(model, hardware, device, quick, output_dir,
+                        progress=_line_progress() if progress_lines else None, **kwargs)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -659,6 +999,24 @@ def run_validate(model, hardware, device: str = "cpu", quick: bool = True, outpu
             bar.update(task, completed=done, total=total, description=what[:28])
 
         return validate(model, hardware, device, quick, output_dir, progress=cb, **kwargs)
+
+
+def _line_progress(every_s: float = 5.0) -> ProgressFn:
+    """A progress callback printing one line to stderr at most every ``every_s`` seconds, and at each stage."""
+    import sys
+    import time
+
+    t0 = time.perf_counter()
+    last = [-every_s, ""]
+
+    def cb(done: int, total: int, what: str) -> None:
+        now = time.perf_counter() - t0
+        stage = what.split(" ")[0]
+        if now - last[0] >= every_s or stage != last[1] or done >= total:
+            print(f"  [{now:6.1f}s] {done}/{total} {what}", file=sys.stderr, flush=True)
+            last[0], last[1] = now, stage
+
+    return cb
 
 
 def main(argv: Optional[list[str]] = None) -> int:
