@@ -73,7 +73,7 @@ fi
 PROBE="$OUT/probe/$HW@measured.yaml"
 mkdir -p "$OUT/probe"
 PROBE_QUICK=(); [ -n "${DSDSIM_PROBE_QUICK:-}" ] && PROBE_QUICK=(--quick)
-stage probe 120 "${DSDSIM[@]}" probe --device "$DEVICE" --name "$HW@measured" "${PROBE_QUICK[@]}" -o "$PROBE"
+stage probe 90 "${DSDSIM[@]}" probe --device "$DEVICE" --name "$HW@measured" "${PROBE_QUICK[@]}" -o "$PROBE"
 
 half=$((BUDGET * 55 / 100))
 rest=$((BUDGET - half))
