@@ -46,6 +46,17 @@ def test_attend_decode_would_be_wrong_with_a_wrong_head_grouping():
     assert not torch.allclose(shapes.attend_decode(q, k, k), wrong, atol=1e-4)
 
 
+def test_exact_attention_takes_a_shared_two_dimensional_mask():
+    """The fallback when no fused kernel takes the causal bias: a (q, T) mask shared by every sequence."""
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(3, 4, 5, 8, generator=gen)
+    k = torch.randn(3, 2, 5, 8, generator=gen)
+    mask = shapes._lower_right_bool(5, 5, "cpu")
+    out = shapes.attend(q, k, k, 5, False, mask)
+    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), k.repeat_interleave(2, 1), attn_mask=mask)
+    assert torch.allclose(out, ref, atol=1e-5)
+
+
 def test_decode_backend_is_named():
     assert "packed GQA" in shapes.decode_backend("cpu", torch.float32)
 

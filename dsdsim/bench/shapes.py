@@ -313,8 +313,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: int, cuda: 
     g = h // kvh
     qg = q.reshape(b, kvh, g * ql, d)                                           # (B, H_kv, g*q, d)
     scores = torch.matmul(qg, k.transpose(-1, -2)) * d ** -0.5                  # (B, H_kv, g*q, T)
-    if mask is not None:
-        keep = mask.view(b, 1, 1, ql, total)
+    if mask is not None:                           # (B, 1, q, T) per sequence, or (q, T) for all
+        keep = mask.view(b if mask.dim() == 4 else 1, 1, 1, ql, total)
     elif ql > 1:
         keep = _lower_right_bool(ql, total, q.device).view(1, 1, 1, ql, total)
     else:
