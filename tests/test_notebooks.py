@@ -107,16 +107,16 @@ def _sample_report() -> dict:
 
 
 def test_validation_notebook_with_reports(tmp_path, kernel_env):
-    """With results/cpu and results/gpu-*/report.json present, the notebook plots and summarises both."""
+    """With results/cpu and results/gpu-*/<model>/report.json present, the notebook plots and summarises both."""
     nb_dir = tmp_path / "notebooks"
     nb_dir.mkdir()
     shutil.copy(NOTEBOOK_DIR / "validation.ipynb", nb_dir)
-    for sub in ("cpu", "gpu-test"):
+    for sub in ("cpu", "gpu-test/llama"):
         (tmp_path / "results" / sub).mkdir(parents=True)
         (tmp_path / "results" / sub / "report.json").write_text(json.dumps(_sample_report()))
     nb = _execute(nb_dir / "validation.ipynb", nb_dir)
     text = _stream_text(nb)
-    assert "cpu: found" in text and "gpu-test: found" in text
+    assert "cpu: found" in text and "gpu-test/llama: found" in text
     assert "No validation report yet" not in text
     markdown = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                 if "data" in o and "text/markdown" in o["data"]]
