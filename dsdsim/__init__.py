@@ -8,6 +8,7 @@ Public API (imported lazily so ``import dsdsim`` stays fast and never pulls in t
     parse_acceptance, Acceptance                             acceptance models
     predict                                                  the K* table per batch size
     plan                                                     capacity planning
+    accuracy, AccuracyReport                                 predictions against the public measurement corpus
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ _EXPORTS = {
     "predict": "dsdsim.policy.predict",
     "Prediction": "dsdsim.policy.predict",
     "plan": "dsdsim.plan",
+    "accuracy": "dsdsim.corpus.evaluate",
+    "AccuracyReport": "dsdsim.corpus.evaluate",
     "DsdsimError": "dsdsim.errors",
 }
 

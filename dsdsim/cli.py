@@ -621,6 +621,128 @@ def plan(
     _console().print(t)
 
 
+# --- accuracy -----------------------------------------------------------------------------------------
+
+
+class AccuracyFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+class AccuracySplit(str, Enum):
+    train = "train"
+    test = "test"
+    all = "all"
+
+
+@app.command()
+def accuracy(
+    split: AccuracySplit = typer.Option(AccuracySplit.all, "--split", help="train (may be fitted on), test (never "
+                                        "fitted on) or all"),
+    engine: Optional[str] = typer.Option(None, "--engine", help="Only cases measured on this engine (the case's "
+                                         "engine field: vllm, sglang, tensorrt-llm, gpt-fast, magicdec). A filter "
+                                         "for now: there are no engine specs yet, every case uses the same defaults"),
+    fmt: AccuracyFormat = typer.Option(AccuracyFormat.table, "--format", "-f", help="table | json | csv"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw predicted vs measured (PNG, log axes)"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout"),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR",
+                                          help="A folder of measurement YAML files (default: the shipped corpus)"),
+) -> None:
+    """Predict every public measurement in the corpus with the shipped defaults (no calibration) and report the
+    relative error per case, then the median and max |error| per split and per group.
+
+    \b
+    Examples:
+      dsdsim accuracy
+      dsdsim accuracy --split test --format json -o accuracy.json
+      dsdsim accuracy --engine vllm --plot accuracy.png
+    """
+    from dsdsim.corpus.evaluate import accuracy as run_accuracy
+
+    check_writable(output)
+    if plot is not None:
+        check_png(plot, "--plot")
+    if fmt is AccuracyFormat.table and output is not None:
+        raise DsdsimError("--output with the table format is not supported; add --format json or csv")
+    report = _with_progress("predicting measurement cases", lambda progress: run_accuracy(
+        split.value, engine, corpus, progress=progress))
+    if plot is not None:
+        from dsdsim.corpus.display import AccuracyDisplay
+        from dsdsim.plot import save_png
+
+        save_png(AccuracyDisplay.from_report(report).plot(), plot)
+        typer.echo(f"wrote {plot}", err=True)
+    if fmt is AccuracyFormat.json:
+        return emit(to_json(report.to_dict()), output)
+    if fmt is AccuracyFormat.csv:
+        from dataclasses import asdict
+
+        from dsdsim.export.engines import table_csv
+
+        return emit(table_csv([asdict(c) for c in report.cases]), output)
+    _print_accuracy(report)
+
+
+def _with_progress(label: str, run):
+    """Run `run(progress)`; a transient progress bar on a terminal when it takes more than about a second."""
+    if not sys.stderr.isatty():
+        return run(None)
+    import time
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    start = time.monotonic()
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=None, visible=False)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, visible=time.monotonic() - start > 1.0)
+
+        return run(progress)
+
+
+def _pct(x: Optional[float]) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def _print_accuracy(report) -> None:
+    from rich.table import Table
+
+    con = _console()
+    t = Table(title="Predicted vs measured (shipped defaults, no calibration)")
+    for col in ("case", "split", "quantity", "measured", "predicted", "error", "acceptance"):
+        t.add_column(col, justify="right" if col in ("measured", "predicted", "error") else "left")
+    skipped = []
+    for c in report.cases:
+        if c.predicted is None:
+            skipped.append(c)
+            continue
+        t.add_row(c.id, c.split, c.quantity, f"{c.measured:.4g}", f"{c.predicted:.4g}", _pct(c.rel_error),
+                  c.acceptance + ("" if c.fits_in_memory else " [red](does not fit)[/red]"))
+    con.print(t)
+    if skipped:
+        con.print(f"{len(skipped)} cases in the corpus are not predicted (kernel-level, acceptance-only or missing "
+                  f"conditions); `--format json` lists each with its reason.")
+    g = Table(title="|relative error| by split and group")
+    for col in ("split", "group", "n", "median |err|", "max |err|"):
+        g.add_column(col, justify="right" if col in ("n", "median |err|", "max |err|") else "left")
+
+    def row(split: str, group: str, s) -> None:
+        if s.n:
+            g.add_row(split, group, str(s.n), f"{100 * s.median_abs_rel_error:.1f}%", f"{100 * s.max_abs_rel_error:.1f}%")
+
+    for split, s in report.summary.items():
+        row(split, "all", s)
+        for grp in report.groups:
+            if grp.split == split:
+                row(split, f"{grp.axis}={grp.value}", grp.summary)
+    con.print(g)
+    for f in report.fitted:
+        con.print(f"acceptance fitted where the source gives none: {f.group} ({f.split}, n={f.n}): alpha {f.alpha:.3f}")
+
+
 # --- validation (torch; imported only when these commands run) ----------------------------------------
 
 

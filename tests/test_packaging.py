@@ -1,6 +1,6 @@
 """The wheel carries every shipped spec, and an installed dsdsim finds them without the source checkout.
 
-Ground truth: the files under hw_specs/ and model_specs/ in this repository. The wheel is built from a copy of
+Ground truth: the files under hw_specs/, model_specs/ and measurements/ in this repository. The wheel is built from a copy of
 the checkout (so the build leaves no build/ or *.egg-info behind), installed into a private folder, and asked
 for its catalog from a working directory that is not the checkout.
 """
@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
+import yaml
+
 from conftest import REPO_ROOT, SHIPPED_HW, SHIPPED_MODELS
+
+SHIPPED_MEASUREMENTS = sorted(p.name for p in (REPO_ROOT / "measurements").iterdir() if p.suffix in (".yaml", ".json"))
 
 pytest.importorskip("setuptools")
 
@@ -24,7 +28,7 @@ pytest.importorskip("setuptools")
 def wheel(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("src")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
-    for name in ("dsdsim", "hw_specs", "model_specs"):
+    for name in ("dsdsim", "hw_specs", "model_specs", "measurements"):
         shutil.copytree(REPO_ROOT / name, src / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         if (REPO_ROOT / name).exists():
@@ -45,6 +49,8 @@ def test_wheel_contains_every_shipped_spec(wheel):
         assert f"dsdsim/hw_specs/{stem}.yaml" in names, stem
     for stem in SHIPPED_MODELS:
         assert f"dsdsim/model_specs/{stem}.json" in names, stem
+    for stem in SHIPPED_MEASUREMENTS:
+        assert f"dsdsim/measurements/{stem}" in names, stem
     for module in ("dsdsim/__init__.py", "dsdsim/cli.py", "dsdsim/specs/catalog.py", "dsdsim/cost/step.py"):
         assert module in names, module
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
@@ -54,9 +60,11 @@ def test_wheel_contains_every_shipped_spec(wheel):
 CATALOG_CHECK = """
 import json
 from dsdsim.specs import catalog
+from dsdsim.corpus.schema import load_corpus
 print(json.dumps({"hw_dir": str(catalog.shipped_dir("hw_specs")), "model_dir": str(catalog.shipped_dir("model_specs")),
                   "hw": catalog.hardware_names(), "models": catalog.model_names(),
-                  "module": catalog.__file__, "h100_bw": catalog.load_hardware("h100-sxm").bandwidth}))
+                  "module": catalog.__file__, "h100_bw": catalog.load_hardware("h100-sxm").bandwidth,
+                  "corpus_dir": str(catalog.shipped_dir("measurements")), "n_cases": len(load_corpus())}))
 """
 
 
@@ -79,6 +87,8 @@ def test_installed_wheel_finds_its_specs(wheel, tmp_path):
     assert d["hw"] == SHIPPED_HW
     assert d["models"] == SHIPPED_MODELS
     assert d["h100_bw"] == 3.35e12
+    assert Path(d["corpus_dir"]) == site / "dsdsim" / "measurements"
+    assert d["n_cases"] == sum(len(yaml.safe_load(p.read_text())["cases"]) for p in (REPO_ROOT / "measurements").glob("*.yaml"))
 
 
 def test_shipped_dir_in_the_checkout():

@@ -1,0 +1,273 @@
+"""The public measurement corpus and `dsdsim accuracy`.
+
+Ground truth: docs/reference/measurements.md (the training list, copied verbatim from the project's reference
+notes). Every numbered item there is in the corpus as split: train, and every figure a train case reads
+directly appears in that item's text. The regression guard compares the train-split median |error| with the
+value committed in measurements/baseline.json.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO_ROOT
+
+CORPUS = REPO_ROOT / "measurements"
+TRAIN_LIST = REPO_ROOT / "docs" / "reference" / "measurements.md"
+
+
+def _items() -> dict[int, str]:
+    """Numbered items of the training list -> their text (up to the next item or heading)."""
+    text = TRAIN_LIST.read_text(encoding="utf-8")
+    parts = re.split(r"(?m)^(\d+)\. ", text)
+    return {int(n): re.split(r"(?m)^## ", body)[0] for n, body in zip(parts[1::2], parts[2::2])}
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    from dsdsim.corpus.schema import load_corpus
+
+    return load_corpus(CORPUS)
+
+
+@pytest.fixture(scope="module")
+def report():
+    from dsdsim.corpus.evaluate import accuracy
+
+    return accuracy()
+
+
+# --- the corpus against the training list --------------------------------------------------------------
+
+
+def test_every_item_of_the_training_list_is_in_the_corpus(corpus):
+    items = _items()
+    assert sorted(items) == list(range(1, 22)), "the training list has items 1-21"
+    covered = {c.train_list_item for _, c in corpus if c.split.value == "train"}
+    assert covered == set(items), f"items without a train case: {sorted(set(items) - covered)}"
+
+
+def test_train_figures_read_directly_appear_in_their_item(corpus):
+    items = _items()
+    for _, case in corpus:
+        m = case.measured
+        if case.split.value != "train" or m.value is None or m.derived_from:
+            continue
+        text = items[case.train_list_item]
+        for v in filter(None, (m.value, m.value_high)):
+            pct = f"{100 * v:.0f}"
+            forms = {f"{v:g}", f"{v:.2f}", f"{v:.1f}", f"{100 * v:.1f}%", pct + "%", pct + "–", pct + " %"}
+            assert any(f in text for f in forms), f"{case.id}: {v} is not in item {case.train_list_item}"
+
+
+def test_train_cases_of_the_listed_sources_are_train_and_the_rest_test(corpus):
+    train = [c for _, c in corpus if c.split.value == "train"]
+    test = [c for _, c in corpus if c.split.value == "test"]
+    assert len(train) >= 95 and len(test) >= 20
+    assert all(c.train_list_item is None for c in test)
+
+
+def test_every_evaluated_case_names_shipped_specs(corpus):
+    from dsdsim.specs.catalog import hardware_names, model_names
+
+    for _, c in corpus:
+        if c.not_evaluated is None:
+            assert c.conditions.model in model_names(), c.id
+            assert c.conditions.hardware in hardware_names(), c.id
+
+
+def test_every_case_states_how_acceptance_is_handled(corpus):
+    for _, c in corpus:
+        a = c.acceptance
+        if c.not_evaluated is None and c.conditions.k > 0 and c.measured.quantity.value != "step_time_ratio":
+            assert a.handling.value in ("reported", "fitted"), c.id
+
+
+# --- schema errors: one line naming the file and the field ----------------------------------------------
+
+GOOD = {"source": {"title": "t", "url": "https://example.org"}, "cases": [{
+    "id": "x-1", "where": "table 1", "tag": "primary", "split": "test",
+    "conditions": {"engine": "vllm", "hardware": "h100-sxm", "hardware_stated": "H100", "model": "llama-3.1-8b",
+                   "model_stated": "Llama-3.1-8B", "batch_size": 1, "context_tokens": 256, "context_note": "stated"},
+    "acceptance": {"handling": "not-needed"}, "measured": {"quantity": "tokens_per_s", "value": 150.0}}]}
+
+
+def _write(tmp_path: Path, data, name="src.yaml") -> Path:
+    folder = tmp_path / "corpus"
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return folder
+
+
+def _bad(mutate):
+    data = json.loads(json.dumps(GOOD))
+    mutate(data)
+    return data
+
+
+BAD = [
+    (lambda d: d["cases"][0]["conditions"].update(batch=1), "cases.0.conditions.batch: unknown field"),
+    (lambda d: d["cases"][0].update(split="training"), "cases.0.split"),
+    (lambda d: d["cases"][0]["measured"].update(value=-3), "cases.0.measured.value"),
+    (lambda d: d["cases"][0]["measured"].update(quantity="speedup"), "cases.0.measured.quantity"),
+    (lambda d: d["cases"][0]["acceptance"].update(handling="reported"), "needs al or alpha"),
+    (lambda d: d["cases"][0]["acceptance"].update(handling="fitted"), "needs a fit_group"),
+    (lambda d: d["cases"][0]["conditions"].update(k=3, drafter="eagle"), "depends on acceptance"),
+    (lambda d: d["cases"][0]["conditions"].pop("context_tokens"), "conditions.context_tokens"),
+    (lambda d: d["cases"][0].update(train_list_item=3), "train cases name their train_list_item"),
+    (lambda d: d["cases"][0].update(id="Has Spaces"), "id 'Has Spaces'"),
+    (lambda d: d.pop("source"), "source: required field is missing"),
+]
+
+
+@pytest.mark.parametrize("mutate,fragment", BAD, ids=[b[1] for b in BAD])
+def test_malformed_file_gives_one_line_naming_file_and_field(tmp_path, mutate, fragment):
+    from dsdsim.corpus.schema import load_corpus
+    from dsdsim.errors import SpecError
+
+    folder = _write(tmp_path, _bad(mutate))
+    with pytest.raises(SpecError) as exc:
+        load_corpus(folder)
+    msg = str(exc.value)
+    assert "\n" not in msg and "src.yaml" in msg and fragment in msg, msg
+
+
+def test_good_file_loads(tmp_path):
+    from dsdsim.corpus.schema import load_corpus
+
+    (case,) = [c for _, c in load_corpus(_write(tmp_path, GOOD))]
+    assert case.id == "x-1" and case.measured.value == 150.0
+
+
+def test_duplicate_ids_and_mixed_fit_groups_are_refused(tmp_path):
+    from dsdsim.corpus.schema import load_corpus
+    from dsdsim.errors import SpecError
+
+    folder = _write(tmp_path, GOOD, "a.yaml")
+    _write(tmp_path, GOOD, "b.yaml")
+    with pytest.raises(SpecError, match="already used in a.yaml"):
+        load_corpus(folder)
+
+
+def test_single_case_fit_group_is_refused(tmp_path):
+    from dsdsim.corpus.schema import load_corpus
+    from dsdsim.errors import SpecError
+
+    def one_fitted(d):
+        d["cases"][0]["conditions"].update(k=2, drafter="eagle")
+        d["cases"][0]["acceptance"] = {"handling": "fitted", "fit_group": "g"}
+
+    with pytest.raises(SpecError, match="at least 2"):
+        load_corpus(_write(tmp_path, _bad(one_fitted)))
+
+
+# --- the evaluation ---------------------------------------------------------------------------------------
+
+
+def test_predicted_quantities_follow_their_definitions():
+    from dsdsim.corpus.evaluate import predict_quantity, tau_of_alpha
+    from dsdsim.corpus.schema import Quantity
+
+    t, t0, tau = 0.012, 0.010, 2.5
+    assert predict_quantity(Quantity.itl_ms, 4, tau, t, t0) == pytest.approx(4.8)
+    assert predict_quantity(Quantity.tokens_per_s, 4, tau, t, t0) == pytest.approx(4 * 2.5 / 0.012)
+    assert predict_quantity(Quantity.speedup_vs_no_sd, 4, tau, t, t0) == pytest.approx(2.5 * 0.010 / 0.012)
+    assert predict_quantity(Quantity.step_time_ratio, 4, None, t, t0) == pytest.approx(1.2)
+    assert tau_of_alpha(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+
+
+def test_fitted_alpha_recovers_a_known_acceptance():
+    """Cases generated from alpha 0.7 (with the model's own step times) give back alpha 0.7."""
+    from dsdsim.corpus.evaluate import CaseTimes, fit_alpha, predict_quantity, tau_of_alpha
+    from dsdsim.corpus.schema import Case, Quantity
+
+    base = json.loads(json.dumps(GOOD["cases"][0]))
+    members = []
+    for k, (t, t0) in ((2, (0.011, 0.010)), (4, (0.013, 0.010)), (6, (0.016, 0.010))):
+        truth = predict_quantity(Quantity.speedup_vs_no_sd, 1, tau_of_alpha(0.7, k), t, t0)
+        base.update(id=f"c{k}", conditions={**base["conditions"], "k": k, "drafter": "eagle"},
+                    acceptance={"handling": "fitted", "fit_group": "g"},
+                    measured={"quantity": "speedup_vs_no_sd", "value": truth})
+        members.append((Case.model_validate(base), CaseTimes(t, t0, True, "dense", "eagle")))
+    assert fit_alpha(members) == pytest.approx(0.7, abs=1e-4)
+
+
+def test_report_covers_every_evaluated_case_once(corpus, report):
+    ids = [c.id for c in report.cases]
+    assert len(ids) == len(set(ids)) == len(corpus)
+    for c in report.cases:
+        if c.not_evaluated is None:
+            assert c.predicted > 0 and c.rel_error == pytest.approx(c.predicted / c.measured - 1)
+        else:
+            assert c.predicted is None and c.rel_error is None
+
+
+def test_train_median_error_is_no_worse_than_the_committed_baseline(report):
+    base = json.loads((CORPUS / "baseline.json").read_text())
+    assert base["reason"].strip()
+    s = report.summary["train"]
+    assert s.n == base["train_n"], "the train split changed size: re-baseline on purpose, with a reason"
+    assert s.median_abs_rel_error <= base["train_median_abs_rel_error"], (
+        f"train median |error| {s.median_abs_rel_error:.4f} is worse than the baseline "
+        f"{base['train_median_abs_rel_error']:.4f} ({base['reason']})")
+
+
+def test_engine_filter_keeps_only_that_engine():
+    from dsdsim.corpus.evaluate import accuracy
+
+    r = accuracy(split="test", engine="sglang")
+    assert r.cases and {c.engine for c in r.cases} == {"sglang"} and {c.split for c in r.cases} == {"test"}
+    assert r.summary["train"].n == 0
+
+
+# --- the command ------------------------------------------------------------------------------------------
+
+
+def test_accuracy_json_contract(cli):
+    code, out, err = cli("accuracy", "--format", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    for case in d["cases"]:
+        assert {"id", "source", "split", "quantity", "measured", "predicted", "rel_error"} <= set(case)
+    for split in ("train", "test"):
+        assert set(d["summary"][split]) == {"n", "median_abs_rel_error", "max_abs_rel_error"}
+        assert d["summary"][split]["n"] == sum(1 for c in d["cases"] if c["split"] == split and c["predicted"])
+
+
+def test_accuracy_table_prints_cases_and_summary(cli):
+    code, out, err = cli("accuracy", "--split", "train", "--engine", "magicdec")
+    assert code == 0, err
+    assert "magicdec-selfspec-h100-p8000-b64" in out and "median |err|" in out and "alpha" in out
+
+
+def test_accuracy_csv_and_plot(cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    csv_path, png = tmp_path / "a.csv", tmp_path / "a.png"
+    code, out, err = cli("accuracy", "--format", "csv", "-o", csv_path, "--plot", png)
+    assert code == 0, err
+    assert csv_path.read_text().splitlines()[0].startswith("id,source,split,quantity,measured,predicted,rel_error")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--split", "validation"], "--split"),
+    (["--engine", "tgi"], "no measurement case has engine 'tgi'"),
+    (["--plot", "{tmp}/a.jpg"], "ending in .png"),
+    (["-o", "{tmp}/x.txt"], "--output with the table format"),
+    (["--format", "json", "-o", "{tmp}/missing/x.json"], "does not exist"),
+    (["--corpus", "{tmp}/nowhere"], "does not exist"),
+    (["--corpus", "{bad}", "--format", "json", "-o", "{tmp}/out.json"], "cases.0.conditions.batch: unknown field"),
+])
+def test_accuracy_bad_input_one_line_exit_2_nothing_written(cli, tmp_path, argv, fragment):
+    bad = _write(tmp_path, _bad(lambda d: d["cases"][0]["conditions"].update(batch=1)))
+    args = [a.replace("{tmp}", str(tmp_path)).replace("{bad}", str(bad)) for a in argv]
+    code, out, err = cli("accuracy", *args)
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("dsdsim: error:") and fragment in lines[0], err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
