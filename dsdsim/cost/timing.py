@@ -174,9 +174,22 @@ def nodes_spanned(hw: HardwareSpec, group: int) -> int:
     return -(-group // gpn)
 
 
+def nccl_all_reduce_time(hw: HardwareSpec, payload_bytes, group: int):
+    """NCCL's all-reduce inside a node: the ``ring`` tier, else ring traffic at ``collective`` efficiency plus
+    ``link_latency_s``."""
+    s = np.asarray(payload_bytes, dtype=float)
+    tiers = [t for t in (hw.kernels.all_reduce if hw.kernels is not None else ()) if t.algorithm is
+             AllReduceAlgorithm.ring]
+    if tiers:
+        return _tier_time(tiers[0], s, group, hw.link_bandwidth_bytes_per_s.value)
+    link = hw.link_bandwidth_bytes_per_s.value * hw.efficiency.collective.value
+    return hw.link_latency_s.value + 2.0 * (group - 1) / group * s / link
+
+
 def all_reduce_time(hw: HardwareSpec, payload_bytes, group: int):
-    """Within a node: ``scale_up_all_reduce_time``. Across nodes (hierarchical, as NCCL runs it): reduce within each
-    node, all-reduce each GPU's 1/g shard over the scale-out network (one NIC per GPU), gather within the node."""
+    """Within a node: ``scale_up_all_reduce_time``. Across nodes the custom (one-/two-shot) kernels do not apply:
+    NCCL runs it hierarchically, reducing within each node, all-reducing each GPU's 1/g shard over the scale-out
+    network (one NIC per GPU, ``scale_out_latency_s`` per call), and gathering within the node."""
     nodes = nodes_spanned(hw, group)
     out_bw, out_lat = hw.scale_out_bandwidth_bytes_per_s, hw.scale_out_latency_s
     if nodes <= 1 or out_bw is None or out_lat is None:
@@ -184,7 +197,7 @@ def all_reduce_time(hw: HardwareSpec, payload_bytes, group: int):
     g = min(group, int(hw.gpus_per_node.value))
     s = np.asarray(payload_bytes, dtype=float)
     inter = out_lat.value + 2.0 * (nodes - 1) / nodes * (s / g) / (out_bw.value * hw.efficiency.collective.value)
-    return scale_up_all_reduce_time(hw, s, g) + inter
+    return nccl_all_reduce_time(hw, s, g) + inter
 
 
 def exchange_time(hw: HardwareSpec, sent_bytes, group: int):
