@@ -127,3 +127,19 @@ def test_moe_step_grows_with_batch_through_tokens_per_expert():
         t = [f(simulate_step("qwen3-30b-a3b", hw, Deployment(tp=4), None, b, 0, 1024).step_time_s) for b in (1, 8)]
         steps[name] = t[1] - t[0]
     assert steps["shape"] > 1.2 * steps["flat"]
+
+
+def test_draft_tree_verifies_tokens_plus_one_and_drafts_topk_candidates():
+    """SGLang EAGLE trees (steps, topk, draft tokens) = (4, 4, 16): the verify pass carries 17 tokens per sequence,
+    the drafter runs 4 passes, the later ones over 4 candidates per sequence; K = 0 stays plain decoding."""
+    from dsdsim.specs.drafter import DraftTree, parse_drafter
+
+    tree = parse_drafter("eagle3").model_copy(update={"tree": DraftTree(steps=4, topk=4, tokens=16)})
+    s = simulate_step("llama-3.1-8b", "h100-sxm", Deployment(), tree, 2, 1, 1024)
+    qkv = next(t.op for t in s.verify.op_times if t.op.name == "L.attn.qkv")
+    assert f(qkv.flops) == 2 * (2 * 17) * 4096 * (32 + 2 * 8) * 128
+    later = [t.op for t in s.draft.op_times if t.op.name.startswith("passN.") and t.op.name.endswith("attn.qkv")]
+    assert f(later[0].count) == 3 and f(later[0].flops) == 2 * (2 * 4) * 8192 * (32 + 2 * 8) * 128
+    plain = simulate_step("llama-3.1-8b", "h100-sxm", Deployment(), tree, 2, 0, 1024)
+    chain = simulate_step("llama-3.1-8b", "h100-sxm", Deployment(), "eagle3", 2, 0, 1024)
+    assert f(plain.step_time_s) == f(chain.step_time_s)
