@@ -305,13 +305,13 @@ def _print_explain(data: dict) -> None:
         if not ops:
             continue
         t = Table(title=f"{phase} ({format_si(data[phase]['totals']['time_s'], 's')})")
-        for col in ("operator", "count", "FLOPs", "bytes", "FLOP/B", "time", "bound", "share"):
+        for col in ("operator", "count", "FLOPs", "bytes", "FLOP/B", "time", "fixed", "BW %", "bound", "share"):
             t.add_column(col, justify="left" if col in ("operator", "bound") else "right")
         for r in ops:
-            ai = r["intensity_flop_per_byte"]
+            ai, bw = r["intensity_flop_per_byte"], r.get("bandwidth_fraction")
             t.add_row(r["name"], f"{r['count']:g}", format_si(r["flops"]), format_si(r["bytes"] + r["comm_bytes"], "B"),
-                      "-" if ai is None else f"{ai:.1f}", format_si(r["time_s"], "s"), r["bound"],
-                      f"{100 * r['share']:.1f}%")
+                      "-" if ai is None else f"{ai:.1f}", format_si(r["time_s"], "s"), format_si(r["overhead_s"], "s"),
+                      "-" if not bw or r["comm_bytes"] else f"{100 * bw:.0f}", r["bound"], f"{100 * r['share']:.1f}%")
         con.print(t)
     mem = data["memory"]
     con.print(f"fixed overheads {format_si(data['overhead_s'], 's')}; step time "

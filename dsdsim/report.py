@@ -38,6 +38,9 @@ def hardware_summary(hw: HardwareSpec) -> dict:
         "ridge_point_flop_per_byte": {d.value: hw.ridge_point(d) for d in hw.peak_flops_per_s},
         "last_level_cache_bytes": hw.last_level_cache_bytes.value,
         "link_bandwidth_bytes_per_s": hw.link_bandwidth_bytes_per_s.value, "link_latency_s": hw.link_latency_s.value,
+        "scale_out_bandwidth_bytes_per_s": hw.scale_out_bandwidth_bytes_per_s.value
+        if hw.scale_out_bandwidth_bytes_per_s else None,
+        "kernels": None if hw.kernels is None else hw.kernels.model_dump(mode="json"),
         "gpus_per_node": int(hw.gpus_per_node.value),
         "efficiency": {k: getattr(hw.efficiency, k).value for k in ("compute", "memory", "collective")},
         "launch_overhead_s": hw.launch_overhead_s.value, "step_overhead_s": hw.step_overhead_s.value,
@@ -48,7 +51,7 @@ def hardware_summary(hw: HardwareSpec) -> dict:
     }
 
 
-def pass_rows(p: PassCost, step_time: float) -> list[dict]:
+def pass_rows(p: PassCost, step_time: float, hw_bandwidth: float = 0.0) -> list[dict]:
     """One row per operator (scalar step): name, count, FLOPs, bytes, intensity, time, bound, share."""
     rows = []
     for t in p.op_times:
@@ -58,11 +61,18 @@ def pass_rows(p: PassCost, step_time: float) -> list[dict]:
         flops = _scalar(t.op.flops) * count
         nbytes = _scalar(t.op.bytes) * count
         time_s = _scalar(t.time_s)
+        per_call = time_s / count if count else 0.0
         rows.append({
             "name": t.op.name, "kind": t.op.kind.value, "count": count, "flops": flops, "bytes": nbytes,
             "comm_bytes": _scalar(t.op.comm_bytes) * count,
             "intensity_flop_per_byte": flops / nbytes if nbytes else None, "time_s": time_s,
             "bound": t.bound_at().value, "share": time_s / step_time if step_time else 0.0,
+            # kernel-shape terms: the fraction of datasheet bandwidth the operator reaches, and the time spent
+            # in fixed costs (launch gaps, kernel floors, per-call latencies, host) and in the GEMM transition
+            "bandwidth_fraction": (_scalar(t.op.bytes) / (per_call * hw_bandwidth)) if per_call and hw_bandwidth
+            else None,
+            "overhead_s": _scalar(t.overhead_s), "transition_s": _scalar(t.transition_per) * count,
+            "kernel": t.op.kernel.value,
         })
     return rows
 
@@ -71,7 +81,7 @@ def explain_dict(step: StepCost) -> dict:
     total = _scalar(step.step_time_s)
 
     def phase(p: PassCost) -> dict:
-        return {"ops": pass_rows(p, total),
+        return {"ops": pass_rows(p, total, step.hardware.bandwidth),
                 "totals": {"flops": _scalar(p.flops), "bytes": _scalar(p.bytes), "time_s": _scalar(p.time_s)}}
 
     touched: Optional[float] = None if step.experts_touched is None else _scalar(step.experts_touched)
@@ -96,4 +106,4 @@ def deployment_dict(model: ModelSpec, d) -> dict:
     """The deployment as resolved for this model (checkpoint dtypes filled in)."""
     return {"tp": d.tp, "ep": d.ep, "dtype": d.weight_dtype(model).value,
             "expert_dtype": d.routed_expert_dtype(model).value, "kv_dtype": d.kv_dtype.value,
-            "cuda_graphs": d.cuda_graphs, "expert_overlap": d.expert_overlap}
+            "cuda_graphs": d.cuda_graphs, "expert_overlap": d.expert_overlap, "dp_attention": d.dp_attention}

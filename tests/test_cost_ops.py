@@ -307,8 +307,14 @@ def test_tp_splits_heads_and_widths_and_adds_two_all_reduces(tp):
     assert not [x for x in one.values() if x.kind is OpKind.all_reduce]
 
 
+def flat(hw):
+    """The spec without its kernel-shape figures: the flat roofline dsdsim falls back to."""
+    return hw.model_copy(update={"kernels": None})
+
+
 def test_all_reduce_time_is_alpha_plus_bytes_over_link():
-    hw = load_hardware("h100-sxm")
+    """Without a tier table (a spec that does not say how its engine all-reduces): ring traffic plus one latency."""
+    hw = flat(load_hardware("h100-sxm"))
     N, h, tp = 64, 8192, 8
     ar = ops.all_reduce("ar", N, h, DType.bf16, tp).times(80)
     t = op_time(ar, hw, cuda_graphs=True)
@@ -325,18 +331,37 @@ def test_tp_beyond_kv_heads_replicates_them():
     assert f(o["attn.attn"].kv_read_bytes) == 2 * 512 * 2 * 1 * 128 * BF16
 
 
-def test_ep_adds_dispatch_and_combine():
+def test_ep_under_tp_attention_combines_experts_in_the_all_reduce():
+    """vLLM's TP attention + EP experts: every rank holds all tokens; the FFN all-reduce TP does anyway sums the
+    experts' outputs, so there is no all-to-all (dsdsim used to charge both)."""
+    _, o = _layer_ops("qwen3-30b-a3b", 4, 4, B=4, q=2)
+    assert not [x for x in o.values() if x.kind is OpKind.all_to_all]
+    assert sorted(x.name for x in o.values() if x.kind is OpKind.all_reduce) == ["attn.all_reduce", "ffn.all_reduce"]
+
+
+def test_dp_attention_adds_dispatch_and_combine_and_drops_the_all_reduces():
     # Qwen3-30B-A3B: 128 experts, top-8, hidden 2048, expert width 768; tp 4 with the experts over ep 4
-    B, q = 4, 2
+    B, q = 16, 2
     N = B * q
-    _, one = _layer_ops("qwen3-30b-a3b", 4, 1, B=B, q=q)
-    _, o = _layer_ops("qwen3-30b-a3b", 4, 4, B=B, q=q)
+    m = load_model("qwen3-30b-a3b")
+    layer = m.layers[-1]
+    pc1 = PassContext.build(m, load_hardware("h100-sxm"), Deployment(tp=4, ep=1))
+    one = by_name(layer_ops(layer, m.hidden_size, B, q, 512, pc1))
+    pc = PassContext.build(m, load_hardware("h100-sxm"), Deployment(tp=4, ep=4, dp_attention=True))
+    o = by_name(layer_ops(layer, m.hidden_size, B, q, 512, pc))
     assert "ffn.dispatch" not in one and "ffn.combine" not in one
+    assert not [x for x in o.values() if x.kind is OpKind.all_reduce]
+    # attention runs this rank's B/tp sequences with all 4 KV heads: the same KV bytes as TP's 1 head x B sequences
+    assert f(o["attn.attn"].kv_read_bytes) == f(one["attn.attn"].kv_read_bytes)
+    assert f(o["attn.attn"].sequences) == B / 4
     for name in ("ffn.dispatch", "ffn.combine"):
         x = o[name]
         assert x.kind is OpKind.all_to_all and x.comm_group == 4
         # this rank's N*k/ep token-expert rows, the (ep-1)/ep of them that live on other ranks
         assert f(x.comm_bytes) == pytest.approx(N * 8 / 4 * 2048 * BF16 * 3 / 4, rel=1e-12)
+    _, one = _layer_ops("qwen3-30b-a3b", 4, 1, B=4, q=2)
+    _, o = _layer_ops("qwen3-30b-a3b", 4, 4, B=4, q=2)
+    N = 8
     e = o["ffn.experts"]
     assert f(e.flops) == pytest.approx(2 * N * 8 / 4 * 3 * 2048 * 768, rel=1e-12)    # a quarter of the rows
     assert f(e.experts_touched) <= 128 / 4                                            # at most its 32 experts
@@ -350,9 +375,9 @@ def test_ep_adds_dispatch_and_combine():
 @pytest.mark.parametrize("m", [1, 64, 100, 4096])
 @pytest.mark.parametrize("graphs", [True, False])
 def test_gemm_roofline_time_by_hand(m, graphs):
-    """t = max(F_padded / (P * eta_c), bytes / (BW * eta_m)) + launch (DESIGN.md); a GEMM computes at least one
-    64-row tile on Hopper (wgmma m64), larger m unpadded (dsdsim.cost.ops.pad_rows)."""
-    hw = load_hardware("h100-sxm")
+    """Flat roofline (a spec without kernel figures): t = max(F_padded / (P * eta_c), bytes / (BW * eta_m)) + launch;
+    a GEMM computes at least one 64-row tile on Hopper (wgmma m64), larger m unpadded (dsdsim.cost.ops.pad_rows)."""
+    hw = flat(load_hardware("h100-sxm"))
     k = n = 4096
     g = ops.gemm("g", m, k, n, w_dtype=DType.bf16, act_dtype=DType.bf16, tile_m=64)
     t = op_time(g, hw, cuda_graphs=graphs)
@@ -363,6 +388,19 @@ def test_gemm_roofline_time_by_hand(m, graphs):
     assert f(t.time_s) == pytest.approx(max(compute, memory) + launch, rel=1e-12)
     assert t.bound_at().value == ("memory" if memory > compute else "compute")
     assert f(g.flops) == 2 * m * k * n and f(g.flops_padded) == 2 * padded_m * k * n
+
+
+@pytest.mark.parametrize("m", [1, 64, 100, 4096])
+def test_gemm_time_by_hand_with_the_smooth_transition(m):
+    """t = (t_c^p + t_m^p)^(1/p) + launch, never below the kernel floor (hw_specs kernels block)."""
+    hw = load_hardware("h100-sxm")
+    k = n = 4096
+    t = op_time(ops.gemm("g", m, k, n, w_dtype=DType.bf16, act_dtype=DType.bf16, tile_m=64), hw)
+    compute = 2 * max(m, 64) * k * n / (989.4e12 * hw.efficiency.compute.value)
+    memory = (k * n + m * k + m * n) * BF16 / (3.35e12 * hw.efficiency.memory.value)
+    p = hw.kernels.gemm_transition_p.value
+    work = max((compute ** p + memory ** p) ** (1 / p), hw.kernels.kernel_floor_s.value)
+    assert f(t.time_s) == pytest.approx(work + hw.launch_overhead_s.value, rel=1e-12)
 
 
 def test_fp8_gemm_runs_at_the_fp8_peak_and_reads_one_byte_weights():

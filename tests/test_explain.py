@@ -106,8 +106,11 @@ def test_eagle3_draft_is_not_free(cli):
     """EAGLE-3 at B = 1, K = 3 on Llama-3.1-8B / H100 SXM: the draft phase is more than 5% of the step."""
     d = explain(cli, "llama-3.1-8b", "h100-sxm", [], "eagle3", 1, 3, 1024)
     assert d["draft"]["totals"]["time_s"] / d["step_time_s"] > 0.05
-    # ... and verify dominates at batch 1: reading 16 GB of weights at 3.35 TB/s x 0.88 is ~5.4 ms
-    assert d["verify"]["totals"]["time_s"] == pytest.approx(16.06e9 / (3.35e12 * 0.88), rel=0.15)
+    # ... and verify dominates at batch 1: reading 16 GB of weights at 3.35 TB/s x 0.88 is ~5.4 ms, and small-M
+    # GEMMs, kernel floors and short-context attention keep it above that (a 16x14336x4096 fp8 GEMM reaches 68%
+    # of peak on H100, NVIDIA/cutlass#1139; weight streams 78-84% in a 70B decode profile)
+    bandwidth_bound = 16.06e9 / (3.35e12 * 0.88)
+    assert bandwidth_bound < d["verify"]["totals"]["time_s"] < 1.45 * bandwidth_bound
 
 
 def test_explain_writes_json_to_a_file(cli, tmp_path):

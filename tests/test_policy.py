@@ -12,6 +12,7 @@ from dsdsim.export.prediction import PredictFormat, prediction_dict, render
 from dsdsim.policy.acceptance import constant
 from dsdsim.policy.predict import parse_batch_sizes, predict
 from dsdsim.policy.table import compress
+from dsdsim.specs.catalog import load_hardware
 from dsdsim.specs.deployment import Deployment
 
 POW2 = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
@@ -24,7 +25,11 @@ def feasible_k(p):
 @pytest.mark.parametrize("model,hw,tp", [("llama-3.1-8b", "h100-sxm", 1), ("llama-3.1-70b", "h100-sxm", 8),
                                          ("qwen3-32b", "h200-sxm", 2)])
 def test_dense_k_star_non_increasing_in_batch(model, hw, tp):
-    p = predict(model, hw, Deployment(tp=tp), "eagle3", 0.8, 1024, "1-1024")
+    """The physics claim, with one all-reduce algorithm: an engine's switch from its custom all-reduce to NCCL at
+    8 MiB is a real step in time that can raise K* by one just past the switch (see the test below)."""
+    spec = load_hardware(hw)
+    spec = spec.model_copy(update={"kernels": spec.kernels.model_copy(update={"all_reduce": ()})})
+    p = predict(model, spec, Deployment(tp=tp), "eagle3", 0.8, 1024, "1-1024")
     ks = [k for _, k in feasible_k(p)]
     assert len(ks) > 50
     assert all(a >= b for a, b in zip(ks, ks[1:])), ks
@@ -66,7 +71,9 @@ def test_fixed_k_loses_to_plain_decoding_at_large_batch_but_dsd_never_does():
     fixed_vs_vanilla = p.goodput[3] / p.goodput[0]
     assert fixed_vs_vanilla[0] > 1.0                       # static K=3 wins at batch 1 ...
     assert fixed_vs_vanilla[-1] < 0.9                      # ... and loses clearly at batch 1024
-    assert rows[-1].k == 0                                 # where the table turns speculation off
+    # where the table speculates at most one token and gains almost nothing (with the p-norm GEMM transition a
+    # verify GEMM at M = 2048 runs nearer its MAMF than one at M = 1024, so K = 1 keeps a ~3% edge)
+    assert rows[-1].k <= 1 and rows[-1].speedup_vs_vanilla < 1.05
 
 
 def test_infeasible_batches_are_flagged_not_ranked():

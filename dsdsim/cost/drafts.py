@@ -48,12 +48,19 @@ def _passes(first: list[OpCost], rest: list[OpCost], k) -> list[OpCost]:
 
 def draft_ops(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, batch, k, context,
               draft_model: ModelSpec | None = None, draft_pc: PassContext | None = None) -> list[OpCost]:
-    """All operators of the draft phase of one step (zero-count when K = 0)."""
+    """All operators of the draft phase of one step (zero-count when K = 0). With a draft tree, K >= 1 means the
+    tree: the first pass over the steps + 1 tokens verified last step, then steps - 1 passes over topk candidates
+    per sequence."""
     b = np.asarray(batch, dtype=float)
     k = np.asarray(k, dtype=float)
+    tree = drafter.tree
+    if tree is not None and drafter.kind in (DrafterKind.eagle, DrafterKind.eagle3, DrafterKind.mtp,
+                                             DrafterKind.draft_model):
+        k = np.where(k > 0, float(tree.steps), 0.0)
     q_first = k + 1.0
     h = target.hidden_size
     kind = drafter.kind
+    width = float(tree.topk) if tree is not None else 1.0     # tokens per sequence in passes 2..
     if kind is DrafterKind.ngram:
         seconds = (drafter.host_s_per_step + drafter.host_s_per_sequence * b) * (k > 0)
         return [ops.host("ngram_lookup", seconds)]
@@ -70,7 +77,7 @@ def draft_ops(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, batch, k
             raise DsdsimError("draft-model drafter needs its model spec (draft-model:MODEL)")
         dpc = draft_pc or pc
         first = pass_ops(draft_model, dpc, b, q_first, context, head_rows=b)
-        rest = pass_ops(draft_model, dpc, b, 1.0, context + q_first, head_rows=b)
+        rest = pass_ops(draft_model, dpc, b, width, context + q_first, head_rows=b * width)
         return _passes(first, rest, k)
     if kind is DrafterKind.self_spec:
         first = pass_ops(target, pc, b, q_first, context, head_rows=b, kv_budget=drafter.kv_budget)
@@ -80,15 +87,16 @@ def draft_ops(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, batch, k
         if not target.mtp_layers:
             raise DsdsimError(f"{target.name} has no MTP module (num_nextn_predict_layers = 0); "
                               "choose eagle3, eagle or draft-model:MODEL")
-        return _passes(_mtp_pass(target, pc, b, q_first, context), _mtp_pass(target, pc, b, 1.0, context + q_first), k)
+        return _passes(_mtp_pass(target, pc, b, q_first, context), _mtp_pass(target, pc, b, width, context + q_first, first=False), k)
     if kind in (DrafterKind.eagle, DrafterKind.eagle3):
         return _passes(_eagle_pass(target, drafter, pc, b, q_first, context, first=True),
-                       _eagle_pass(target, drafter, pc, b, 1.0, context + q_first, first=False), k)
+                       _eagle_pass(target, drafter, pc, b, width, context + q_first, first=False), k)
     raise DsdsimError(f"drafter kind {kind.value} has no cost model")
 
 
-def _mtp_pass(target: ModelSpec, pc: PassContext, b, q, context) -> list[OpCost]:
-    """DeepSeek MTP: enorm/hnorm, eh_proj (2h -> h), one full layer (MLA + MoE), shared head (full vocab)."""
+def _mtp_pass(target: ModelSpec, pc: PassContext, b, q, context, first: bool = True) -> list[OpCost]:
+    """DeepSeek MTP: enorm/hnorm, eh_proj (2h -> h), one full layer (MLA + MoE), shared head (full vocab).
+    The head reads the last token of the first pass (B rows) and every candidate of later passes (B*q rows)."""
     h = target.hidden_size
     tokens = b * np.asarray(q, dtype=float)
     g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
@@ -96,7 +104,7 @@ def _mtp_pass(target: ModelSpec, pc: PassContext, b, q, context) -> list[OpCost]
            ops.elementwise("mtp.enorm_hnorm", tokens, 2 * h, reads=1, writes=1, act_dtype=pc.act_dtype),
            ops.gemm("mtp.eh_proj", tokens, 2 * h, h, **g)]
     out += [o.renamed("mtp.") for o in layer_ops(target.mtp_layer, h, b, q, context, pc)]
-    out += head_ops(h, target.vocab_size, b, pc, 1.0, prefix="mtp.")
+    out += head_ops(h, target.vocab_size, b if first else tokens, pc, 1.0, prefix="mtp.")
     return out
 
 
@@ -113,11 +121,11 @@ def _eagle_pass(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, b, q, 
         if first:
             out.append(ops.gemm("eagle3.fc", tokens, 3 * h, h, **g))
         out += [o.renamed("eagle3.") for o in layer_ops(layer, h, b, q, context, pc, qkv_in=2 * h)]
-        out += head_ops(h, drafter.draft_vocab_size, b, pc, 1.0, prefix="eagle3.")
+        out += head_ops(h, drafter.draft_vocab_size, b if first else tokens, pc, 1.0, prefix="eagle3.")
         return out
     out.append(ops.gemm("eagle.fc", tokens, 2 * h, h, bias=True, **g))
     out += [o.renamed("eagle.") for o in layer_ops(layer, h, b, q, context, pc)]
-    out += head_ops(h, target.vocab_size, b, pc, 1.0, prefix="eagle.")
+    out += head_ops(h, target.vocab_size, b if first else tokens, pc, 1.0, prefix="eagle.")
     return out
 
 

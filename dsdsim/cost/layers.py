@@ -12,7 +12,7 @@ import numpy as np
 
 from dsdsim.cost import ops
 from dsdsim.cost.experts import check_popularity, experts_touched, experts_touched_busiest_rank
-from dsdsim.cost.ops import OpCost
+from dsdsim.cost.ops import KernelClass, OpCost
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec
@@ -32,6 +32,7 @@ class PassContext:
     tile_m: int
     expert_overlap: float = 0.0
     expert_popularity: Optional[np.ndarray] = None
+    dp_attention: bool = False
 
     @classmethod
     def build(cls, model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> "PassContext":
@@ -41,7 +42,7 @@ class PassContext:
             pop = check_popularity(dep.expert_popularity, moe.num_experts, moe.top_k)
         return cls(tp=dep.tp, ep=dep.ep, w_dtype=dep.weight_dtype(model), expert_dtype=dep.routed_expert_dtype(model),
                    kv_dtype=dep.kv_dtype, act_dtype=dep.act_dtype, tile_m=int(hw.gemm_tile_m.value),
-                   expert_overlap=dep.expert_overlap, expert_popularity=pop)
+                   expert_overlap=dep.expert_overlap, expert_popularity=pop, dp_attention=dep.dp_attention)
 
 
 def _split(n: int, tp: int) -> int:
@@ -95,7 +96,7 @@ def attention_ops(attn: Attention, hidden: int, batch, q, context, pc: PassConte
             # weight absorption: q_nope @ W_UK per head moves queries into the latent space
             ops.gemm("q_absorb", tokens * heads, attn.qk_nope_head_dim, attn.kv_lora_rank, **g),
             ops.attention("attn", batch, q, c_eff, heads, latent, attn.kv_lora_rank, latent, pc.kv_dtype,
-                          pc.act_dtype),
+                          pc.act_dtype, kernel=KernelClass.mla_decode),
             ops.gemm("v_absorb", tokens * heads, attn.kv_lora_rank, attn.v_head_dim, **g),
             ops.gemm("o", tokens, heads * attn.v_head_dim, hidden, **g),
         ]
@@ -120,13 +121,22 @@ def _per_head_weights(op: OpCost, heads: int) -> OpCost:
 
 
 def ffn_ops(ffn: FFN, hidden: int, batch, q, pc: PassContext) -> list[OpCost]:
-    """Dense SwiGLU, or router + routed experts (+ shared experts, + EP all-to-all) for one layer (one rank)."""
+    """Dense SwiGLU, or router + routed experts (+ shared experts) for one layer (one rank).
+
+    Layouts as engines run them. Tensor-parallel attention (vLLM): every rank holds all B*q tokens after the
+    attention all-reduce, computes its experts' rows, and the FFN all-reduce that TP does anyway combines the
+    experts: no all-to-all. Data-parallel attention: a rank holds its own ceil(B/tp) sequences, dispatches their
+    token-expert rows to the expert ranks and combines the results by all-to-all (ep > 1), or gathers and
+    reduce-scatters the tokens of all ranks (ep = 1, one all-reduce's traffic); the shared experts and dense FFN
+    layers run on the rank's own tokens with whole weights (SGLang --moe-dense-tp-size 1)."""
     tokens = np.asarray(batch, dtype=float) * np.asarray(q, dtype=float)
+    local = dp_rank_batch(batch, pc) * np.asarray(q, dtype=float) if pc.dp_attention else tokens
     g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
+    dense_tp = 1 if pc.dp_attention else pc.tp
     if ffn.kind is FFNKind.dense:
-        width = _split(ffn.intermediate_size, pc.tp)
-        return _swiglu("mlp", tokens, hidden, width, ffn.bias, pc, g)
-    out = [ops.gemm("router", tokens, hidden, ffn.num_experts, w_dtype=pc.act_dtype, act_dtype=pc.act_dtype,
+        width = _split(ffn.intermediate_size, dense_tp)
+        return _swiglu("mlp", local, hidden, width, ffn.bias, pc, g)
+    out = [ops.gemm("router", local, hidden, ffn.num_experts, w_dtype=pc.act_dtype, act_dtype=pc.act_dtype,
                     tile_m=pc.tile_m, bias=ffn.router_bias)]
     touched_rank, share = experts_touched_busiest_rank(
         ffn.num_experts, ffn.top_k, batch, q, pc.ep, pc.expert_overlap, pc.expert_popularity)
@@ -135,15 +145,21 @@ def ffn_ops(ffn: FFN, hidden: int, batch, q, pc: PassContext) -> list[OpCost]:
                               w_dtype=pc.expert_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m, bias=ffn.bias)
     total = experts_touched(ffn.num_experts, ffn.top_k, batch, q, pc.expert_overlap, pc.expert_popularity)
     experts.extra["experts_touched_total"] = total
-    if pc.ep > 1:
-        out.append(ops.all_to_all("dispatch", tokens * ffn.top_k, hidden, pc.act_dtype, pc.ep))
+    a2a = pc.dp_attention and pc.ep > 1
+    if a2a:   # this rank's rows leave for the expert ranks; all_to_all counts the rows of the ep-rank group
+        out.append(ops.all_to_all("dispatch", local * ffn.top_k * pc.ep, hidden, pc.act_dtype, pc.ep))
     out.append(experts)
-    if pc.ep > 1:
-        out.append(ops.all_to_all("combine", tokens * ffn.top_k, hidden, pc.act_dtype, pc.ep))
+    if a2a:
+        out.append(ops.all_to_all("combine", local * ffn.top_k * pc.ep, hidden, pc.act_dtype, pc.ep))
     if ffn.num_shared_experts:
-        width = _split(ffn.num_shared_experts * ffn.shared_intermediate_size, pc.tp)
-        out += _swiglu("shared", tokens, hidden, width, ffn.bias, pc, g)
+        width = _split(ffn.num_shared_experts * ffn.shared_intermediate_size, dense_tp)
+        out += _swiglu("shared", local, hidden, width, ffn.bias, pc, g)
     return out
+
+
+def dp_rank_batch(batch, pc: PassContext):
+    """Sequences on the busiest rank under data-parallel attention: ceil(B / tp)."""
+    return np.ceil(np.asarray(batch, dtype=float) / pc.tp)
 
 
 def _swiglu(prefix: str, tokens, hidden: int, width: int, bias: bool, pc: PassContext, g: dict) -> list[OpCost]:
@@ -159,16 +175,22 @@ def layer_ops(layer: Layer, hidden: int, batch, q, context, pc: PassContext, *,
               kv_budget: Optional[int] = None, qkv_in: Optional[int] = None) -> list[OpCost]:
     """One decoder layer: norms (with residual adds), attention block, FFN block, TP all-reduces."""
     tokens = np.asarray(batch, dtype=float) * np.asarray(q, dtype=float)
-    norm = ops.elementwise("norm+residual", tokens, hidden, reads=2, writes=2, act_dtype=pc.act_dtype,
+    if pc.dp_attention:   # own sequences, all heads, no attention all-reduce
+        attn_batch, attn_pc = dp_rank_batch(batch, pc), replace(pc, tp=1)
+    else:
+        attn_batch, attn_pc = batch, pc
+    rows = np.asarray(attn_batch, dtype=float) * np.asarray(q, dtype=float)
+    norm = ops.elementwise("norm+residual", rows, hidden, reads=2, writes=2, act_dtype=pc.act_dtype,
                            flops_per_element=4)
     out = [norm.renamed("input_")]
-    out += [o.renamed("attn.") for o in attention_ops(layer.attention, hidden, batch, q, context, pc, kv_budget,
-                                                      qkv_in)]
-    if pc.tp > 1:
+    out += [o.renamed("attn.") for o in attention_ops(layer.attention, hidden, attn_batch, q, context, attn_pc,
+                                                      kv_budget, qkv_in)]
+    if pc.tp > 1 and not pc.dp_attention:
         out.append(ops.all_reduce("attn.all_reduce", tokens, hidden, pc.act_dtype, pc.tp))
     out += [norm.renamed("post_attn_" if i == 0 else f"extra{i}_") for i in range(max(0, layer.norms - 1))]
     out += [o.renamed("ffn.") for o in ffn_ops(layer.ffn, hidden, batch, q, pc)]
-    if pc.tp > 1:
+    tp_reduce = not pc.dp_attention or (layer.ffn.kind is FFNKind.moe and pc.ep == 1)
+    if pc.tp > 1 and tp_reduce:
         out.append(ops.all_reduce("ffn.all_reduce", tokens, hidden, pc.act_dtype, pc.tp))
     return out
 

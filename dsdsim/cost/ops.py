@@ -31,6 +31,15 @@ class OpKind(str, Enum):
     host = "host"               # CPU-side work (n-gram lookup, scheduling)
 
 
+class KernelClass(str, Enum):
+    """Which kernel family runs an operator: it decides how time follows the shape (cost/timing.py)."""
+
+    dense = "dense"                # cuBLAS/CUTLASS GEMMs, vector kernels, gathers: the generic model
+    flash_decode = "flash-decode"  # paged decode attention (FlashAttention / FlashInfer)
+    mla_decode = "mla-decode"      # MLA decode over the latent cache (FlashMLA)
+    fused_moe = "fused-moe"        # routed experts as grouped GEMMs (fused-MoE kernels)
+
+
 class Bound(str, Enum):
     compute = "compute"
     memory = "memory"
@@ -59,6 +68,9 @@ class OpCost:
     launches: np.ndarray | float = 1           # kernels per occurrence
     count: np.ndarray | float = 1              # occurrences per step
     experts_touched: np.ndarray | float | None = None  # MoE only: distinct routed experts read (this rank)
+    kernel: KernelClass = KernelClass.dense
+    sequences: np.ndarray | float = 0.0        # attention: sequences whose KV cache one call reads
+    kv_bytes_per_token: float = 0.0            # attention: cached bytes per token of one sequence (this rank)
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -112,7 +124,8 @@ def gemm(name: str, m, k: int, n: int, w_dtype: DType, act_dtype: DType, tile_m:
 
 
 def attention(name: str, batch, q, context, num_heads: int, qk_dim: int, v_dim: int,
-              kv_elements_per_token: int, kv_dtype: DType, act_dtype: DType) -> OpCost:
+              kv_elements_per_token: int, kv_dtype: DType, act_dtype: DType,
+              kernel: KernelClass = KernelClass.flash_decode) -> OpCost:
     """Scores and weighted values for q new tokens per sequence against context + q keys.
 
     FLOPs = 2*B*q*n_q*(d_qk + d_v)*(c + q)  (= 4*B*q*n_q*d*(c + q) when d_qk = d_v).
@@ -129,6 +142,7 @@ def attention(name: str, batch, q, context, num_heads: int, qk_dim: int, v_dim: 
         name=name, kind=OpKind.attention, dtype=act_dtype, flops=flops, flops_padded=flops,
         act_in_bytes=b * q * num_heads * qk_dim * a, act_out_bytes=b * q * num_heads * v_dim * a,
         kv_read_bytes=b * c * kv_elements_per_token * kvb, kv_write_bytes=b * q * kv_elements_per_token * kvb,
+        kernel=kernel, sequences=b, kv_bytes_per_token=kv_elements_per_token * kvb,
         extra={"shape": {"batch": b, "q": q, "context": c, "heads": num_heads, "qk_dim": qk_dim, "v_dim": v_dim,
                          "kv_elements_per_token": kv_elements_per_token}},
     )
@@ -158,7 +172,7 @@ def moe_experts(name: str, tokens, top_k: int, hidden: int, expert_width: int, e
         # gather the routed rows in, write gate_up out and read it back, scatter the results out
         act_in_bytes=assignments * (hidden + 2 * expert_width) * a,
         act_out_bytes=assignments * (hidden + 2 * expert_width) * a,
-        launches=2, experts_touched=experts_touched,
+        launches=2, experts_touched=experts_touched, kernel=KernelClass.fused_moe,
         extra={"shape": {"tokens": np.asarray(tokens, dtype=float), "top_k": top_k, "hidden": hidden,
                          "width": expert_width, "experts_touched": experts_touched, "token_share": token_share}},
     )

@@ -127,7 +127,8 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
     b, kk, c = _check_grid(batch, k, context, s.drafter)
     m, hw, dep = s.model, s.hardware, s.deployment
     pc = PassContext.build(m, hw, dep)
-    q = kk + 1.0
+    tree = s.drafter.tree if s.drafter is not None else None
+    q = np.where(kk > 0, tree.tokens + 1.0, 1.0) if tree is not None else kk + 1.0   # a tree verifies TOKENS + 1
     sampling_passes = np.where(kk > 0, 2.0, 1.0)   # rejection sampling reads target and draft probabilities
     verify_ops = pass_ops(m, pc, b, q, c, sampling_passes=sampling_passes)
     d_ops: list[OpCost] = []

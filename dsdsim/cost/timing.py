@@ -1,9 +1,15 @@
-"""Roofline time of an operator on a hardware spec.
+"""Kernel time of an operator on a hardware spec: the roofline, bent the way real kernels bend it.
 
-t = count * ( max(F_padded / (P_dtype * eta_c), bytes / (BW * eta_m,kind))  device work
-              + [alpha + comm_bytes / (link_BW * eta_coll)]                 collectives
-              + launches * t_launch + host_s )                              fixed costs
-eta and t_launch come from the hardware spec (datasheet defaults, replaced by calibration).
+Per occurrence, with t_c = F_padded / (P_dtype * eta_c) and t_m = bytes / (BW * eta_m):
+    GEMMs           (t_c^p + t_m^p)^(1/p)            time keeps rising with M before the ridge point
+    fused MoE       the same over expert weights at eta_moe, plus a fixed latency per call
+    decode attention t_m with eta_m = eta_max * c / (c + c_ramp) at c cached tokens per sequence
+    other kernels   max(t_c, t_m)
+    every kernel    at least ``kernel_floor_s`` per launch, plus the launch gap ``launch_overhead_s``
+    collectives     the fastest all-reduce tier for the message size (one-shot, two-shot, NCCL), and the
+                    scale-out network once the group spans more than one node
+t = count * (work + collective + fixed). Without a ``kernels`` block in the spec this is the flat roofline
+max(t_c, t_m) + launches * t_launch. Figures come from the hardware spec; calibration replaces them.
 """
 from __future__ import annotations
 
@@ -11,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dsdsim.cost.ops import Bound, OpCost, OpKind
-from dsdsim.specs.hardware import HardwareSpec
+from dsdsim.cost.ops import Bound, KernelClass, OpCost, OpKind
+from dsdsim.specs.hardware import AllReduceAlgorithm, AllReduceTier, HardwareSpec
 
 _BOUNDS = (Bound.compute, Bound.memory, Bound.communication, Bound.overhead)
 
@@ -22,7 +28,8 @@ class OpTime:
     """Seconds per step spent on one operator (all its occurrences), split by what bounds it.
 
     The split is kept per occurrence (``*_per``) and scaled by ``count`` only when asked for: a grid sweep
-    needs ``time_s`` alone.
+    needs ``time_s`` alone. ``overhead_per`` holds launch gaps, host time, fixed per-call latencies and the
+    time a kernel floor adds; ``transition_per`` the time the smooth GEMM transition adds above max(t_c, t_m).
     """
 
     op: OpCost
@@ -31,6 +38,7 @@ class OpTime:
     comm_per: np.ndarray
     overhead_per: np.ndarray
     time_s: np.ndarray
+    transition_per: np.ndarray | float = 0.0
 
     @property
     def compute_s(self) -> np.ndarray:
@@ -59,6 +67,8 @@ class OpTime:
 
 
 _VECTOR_KINDS = (OpKind.elementwise, OpKind.logits)
+_COLLECTIVE_KINDS = (OpKind.all_reduce, OpKind.all_to_all, OpKind.gather)
+_GEMM_KINDS = (OpKind.gemm, OpKind.moe_experts, OpKind.router)
 
 
 def memory_efficiency(hw: HardwareSpec, kind: OpKind) -> float:
@@ -77,21 +87,167 @@ def launch_overhead(hw: HardwareSpec, cuda_graphs: bool) -> float:
     return hw.launch_overhead_s.value if cuda_graphs else hw.eager_launch_overhead_s.value
 
 
+# --- kernel classes -------------------------------------------------------------------------------------------
+
+
+def p_norm_time(compute_s, memory_s, p: float):
+    """(t_c^p + t_m^p)^(1/p): equal to max(t_c, t_m) far from the ridge point, up to 2^(1/p) x at it."""
+    hi = np.maximum(compute_s, memory_s)
+    lo = np.minimum(compute_s, memory_s)
+    ratio = np.divide(lo, hi, out=np.zeros(np.shape(hi)), where=np.asarray(hi) > 0)
+    return hi * (1.0 + ratio ** p) ** (1.0 / p)
+
+
+def attention_bandwidth_fraction(hw: HardwareSpec, kernel: KernelClass, cached_tokens):
+    """Fraction of bandwidth a decode-attention call reaches with ``cached_tokens`` per sequence:
+    eta_max * c / (c + c_ramp). Without kernel figures: the flat ``attention_memory`` fraction."""
+    kf = hw.kernels
+    c = np.asarray(cached_tokens, dtype=float)
+    if kf is None:
+        return np.full(c.shape, hw.efficiency.attention_memory_value)
+    eta_max, ramp = _attention_curve(hw, kernel)
+    return eta_max * c / (c + ramp)
+
+
+def _attention_curve(hw: HardwareSpec, kernel: KernelClass) -> tuple[float, float]:
+    """(eta_max, ramp tokens) of an attention kernel class. A calibrated ``attention_memory`` replaces eta_max of
+    the FlashAttention/FlashInfer class."""
+    kf = hw.kernels
+    if kernel is KernelClass.mla_decode:
+        return kf.mla_attention_bandwidth_fraction.value, kf.mla_attention_ramp_tokens.value
+    eta = hw.efficiency.attention_memory
+    eta_max = eta.value if eta is not None else kf.decode_attention_bandwidth_fraction.value
+    return eta_max, kf.decode_attention_ramp_tokens.value
+
+
+def attention_memory_time(op: OpCost, hw: HardwareSpec):
+    """Bytes / (BW * eta_max), where every sequence also pays for c_ramp tokens it does not read: the per-call
+    ramp that keeps short-context decode attention far below bandwidth."""
+    eta_max, ramp = _attention_curve(hw, op.kernel)
+    ramp_bytes = np.asarray(op.sequences, dtype=float) * (op.kv_bytes_per_token * ramp)
+    return (np.asarray(op.bytes, dtype=float) + ramp_bytes) / (hw.bandwidth * eta_max)
+
+
+def _compute_fraction(op: OpCost, hw: HardwareSpec) -> float:
+    if op.kernel is KernelClass.fused_moe and hw.kernels is not None:
+        return hw.kernels.moe_compute_fraction.value
+    return hw.efficiency.compute.value
+
+
+def _memory_time(op: OpCost, hw: HardwareSpec):
+    kf = hw.kernels
+    if kf is not None and op.kind is OpKind.attention:
+        return attention_memory_time(op, hw)
+    if kf is not None and op.kernel is KernelClass.fused_moe:
+        return np.asarray(op.bytes, dtype=float) / (hw.bandwidth * kf.moe_bandwidth_fraction.value)
+    return np.asarray(op.bytes, dtype=float) / (hw.bandwidth * memory_efficiency(hw, op.kind))
+
+
+# --- collectives ----------------------------------------------------------------------------------------------
+
+
+def _tier_time(tier: AllReduceTier, payload_bytes, group: int, link_bytes_per_s: float):
+    traffic = ((group - 1) if tier.algorithm is AllReduceAlgorithm.one_shot else 2.0 * (group - 1) / group)
+    t = tier.latency_s + payload_bytes * traffic / (link_bytes_per_s * tier.bandwidth_fraction)
+    return np.where(payload_bytes <= tier.max_bytes, t, np.inf)
+
+
+def scale_up_all_reduce_time(hw: HardwareSpec, payload_bytes, group: int):
+    """All-reduce of ``payload_bytes`` per rank over ``group`` GPUs of one node: the fastest tier the engine
+    allows at that size; without a tier table, ring traffic at ``collective`` efficiency plus ``link_latency_s``."""
+    s = np.asarray(payload_bytes, dtype=float)
+    link = hw.link_bandwidth_bytes_per_s.value
+    tiers = hw.kernels.all_reduce if hw.kernels is not None else ()
+    if group <= 1:
+        return np.zeros(s.shape)
+    if not tiers:
+        return hw.link_latency_s.value + 2.0 * (group - 1) / group * s / (link * hw.efficiency.collective.value)
+    best = np.full(s.shape, np.inf)
+    for tier in tiers:
+        best = np.minimum(best, _tier_time(tier, s, group, link))
+    ring = hw.link_latency_s.value + 2.0 * (group - 1) / group * s / (link * hw.efficiency.collective.value)
+    return np.where(np.isfinite(best), best, ring)
+
+
+def nodes_spanned(hw: HardwareSpec, group: int) -> int:
+    gpn = int(hw.gpus_per_node.value)
+    return -(-group // gpn)
+
+
+def nccl_all_reduce_time(hw: HardwareSpec, payload_bytes, group: int):
+    """NCCL's all-reduce inside a node: the ``ring`` tier, else ring traffic at ``collective`` efficiency plus
+    ``link_latency_s``."""
+    s = np.asarray(payload_bytes, dtype=float)
+    tiers = [t for t in (hw.kernels.all_reduce if hw.kernels is not None else ()) if t.algorithm is
+             AllReduceAlgorithm.ring]
+    if tiers:
+        return _tier_time(tiers[0], s, group, hw.link_bandwidth_bytes_per_s.value)
+    link = hw.link_bandwidth_bytes_per_s.value * hw.efficiency.collective.value
+    return hw.link_latency_s.value + 2.0 * (group - 1) / group * s / link
+
+
+def all_reduce_time(hw: HardwareSpec, payload_bytes, group: int):
+    """Within a node: ``scale_up_all_reduce_time``. Across nodes the custom (one-/two-shot) kernels do not apply:
+    NCCL runs it hierarchically, reducing within each node, all-reducing each GPU's 1/g shard over the scale-out
+    network (one NIC per GPU, ``scale_out_latency_s`` per call), and gathering within the node."""
+    nodes = nodes_spanned(hw, group)
+    out_bw, out_lat = hw.scale_out_bandwidth_bytes_per_s, hw.scale_out_latency_s
+    if nodes <= 1 or out_bw is None or out_lat is None:
+        return scale_up_all_reduce_time(hw, payload_bytes, group)
+    g = min(group, int(hw.gpus_per_node.value))
+    s = np.asarray(payload_bytes, dtype=float)
+    inter = out_lat.value + 2.0 * (nodes - 1) / nodes * (s / g) / (out_bw.value * hw.efficiency.collective.value)
+    return nccl_all_reduce_time(hw, s, g) + inter
+
+
+def exchange_time(hw: HardwareSpec, sent_bytes, group: int):
+    """All-to-all / all-gather: a rank sends ``sent_bytes``; past one node the off-node share goes over the
+    scale-out network (NIC and NVLink work in parallel: the slower sets the time)."""
+    s = np.asarray(sent_bytes, dtype=float)
+    eff = hw.efficiency.collective.value
+    link = hw.link_bandwidth_bytes_per_s.value
+    nodes = nodes_spanned(hw, group)
+    out_bw, out_lat = hw.scale_out_bandwidth_bytes_per_s, hw.scale_out_latency_s
+    if nodes <= 1 or out_bw is None or out_lat is None:
+        return hw.link_latency_s.value + s / (link * eff)
+    g = min(group, int(hw.gpus_per_node.value))
+    off_node = (group - g) / (group - 1)
+    return np.maximum(hw.link_latency_s.value + s * (1 - off_node) / (link * eff),
+                      out_lat.value + s * off_node / (out_bw.value * eff))
+
+
+def collective_time(op: OpCost, hw: HardwareSpec):
+    if op.kind is OpKind.all_reduce:
+        return all_reduce_time(hw, op.act_in_bytes, op.comm_group)
+    return exchange_time(hw, op.comm_bytes, op.comm_group)
+
+
+# --- one operator ---------------------------------------------------------------------------------------------
+
+
 def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs: bool = True) -> OpTime:
-    eff = hw.efficiency
+    kf = hw.kernels
     count = np.asarray(op.count, dtype=float)
-    compute = np.asarray(op.flops_padded, dtype=float) / (hw.peak(op.dtype) * eff.compute.value)
-    memory = np.asarray(op.bytes, dtype=float) / (hw.bandwidth * memory_efficiency(hw, op.kind))
+    compute = np.asarray(op.flops_padded, dtype=float) / (hw.peak(op.dtype) * _compute_fraction(op, hw))
+    memory = _memory_time(op, hw)
     comm = np.zeros(())
-    if op.kind in (OpKind.all_reduce, OpKind.all_to_all, OpKind.gather) and op.comm_group > 1:
-        link = hw.link_bandwidth_bytes_per_s.value * eff.collective.value
-        comm = hw.link_latency_s.value + np.asarray(op.comm_bytes, dtype=float) / link
+    if op.kind in _COLLECTIVE_KINDS and op.comm_group > 1:
+        comm = collective_time(op, hw)
         memory = np.zeros(())  # the collective's own buffer traffic hides under the link time
+    if kf is not None and op.kind in _GEMM_KINDS:
+        work = p_norm_time(compute, memory, kf.gemm_transition_p.value)
+    else:
+        work = np.maximum(compute, memory)             # a new array: the adds below may work in place
+    transition = work - np.maximum(compute, memory) if kf is not None and op.kind in _GEMM_KINDS else 0.0
     overhead = op.launches * launch_overhead(hw, cuda_graphs) + np.asarray(op.host_s, dtype=float)
-    per = np.maximum(compute, memory)                   # a new array: the adds below may work in place
-    per = _in_place(per, comm + overhead, np.add)       # fixed terms are usually scalars
+    if kf is not None and op.kind is not OpKind.host and not (op.kind in _COLLECTIVE_KINDS and op.comm_group > 1):
+        if op.kernel is KernelClass.fused_moe:
+            overhead = overhead + kf.moe_call_latency_s.value
+        floor = np.asarray(op.launches, dtype=float) * kf.kernel_floor_s.value
+        overhead = overhead + np.maximum(floor - work, 0.0)  # the time a kernel floor adds to short kernels
+    per = _in_place(np.asarray(work, dtype=float) + 0.0, comm + overhead, np.add)
     return OpTime(op=op, compute_per=compute, memory_per=memory, comm_per=comm, overhead_per=overhead,
-                  time_s=_in_place(per, count, np.multiply))
+                  time_s=_in_place(per, count, np.multiply), transition_per=transition)
 
 
 def _in_place(a, b, ufunc):

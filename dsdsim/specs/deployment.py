@@ -24,6 +24,10 @@ class Deployment(BaseModel):
     memory_utilization: float = Field(default=0.9, gt=0, le=1)   # vLLM gpu_memory_utilization default
     expert_overlap: float = Field(default=0.0, ge=0, lt=1)       # share of a token's experts kept by the next
     expert_popularity: Optional[tuple[float, ...]] = None        # P(token picks expert e), any scale
+    # Data-parallel attention (SGLang --enable-dp-attention, for MLA models): each of the tp GPUs runs attention
+    # for its own B/tp sequences with all heads (no attention all-reduce); MoE tokens are dispatched to and
+    # combined from the expert ranks by all-to-all. False: tensor-parallel attention, as vLLM runs it.
+    dp_attention: bool = False
 
     def weight_dtype(self, model: ModelSpec) -> DType:
         return self.dtype or model.default_dtype

@@ -25,6 +25,17 @@ class DrafterKind(str, Enum):
     self_spec = "self-spec"       # the target itself with a sparse KV budget
 
 
+class DraftTree(BaseModel):
+    """A draft tree as SGLang / TensorRT-LLM run EAGLE-2/3 (--speculative-num-steps, -eagle-topk,
+    -num-draft-tokens): ``steps`` draft passes over ``topk`` candidates per sequence (the first over the tokens
+    accepted last step), and a verify pass over ``tokens`` + 1 tokens per sequence under a tree mask."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    steps: int = Field(ge=1, le=64)
+    topk: int = Field(ge=1, le=64)
+    tokens: int = Field(ge=1, le=1024)
+
+
 class DrafterSpec(BaseModel):
     """A drafter and its fixed costs. Defaults are stated assumptions, overridable per field."""
 
@@ -35,6 +46,7 @@ class DrafterSpec(BaseModel):
     kv_budget: Optional[int] = Field(default=None, gt=0)  # self-spec: KV tokens the draft attends to
     intermediate_size: Optional[int] = Field(default=None, gt=0)  # eagle/eagle3 head FFN width override
     max_k: int = Field(default=MAX_K, ge=1, le=64)
+    tree: Optional[DraftTree] = None          # None: a chain of K tokens; else any K >= 1 runs this tree
     # Fixed per-step cost of handing over between draft and verify (input preparation, the extra sync).
     # Assumption, not a measurement: about 25 kernel-launch gaps of a graphed engine; calibrate replaces it.
     handoff_s: float = Field(default=50e-6, ge=0)

@@ -71,6 +71,71 @@ class Efficiency(BaseModel):
         return (self.vector_memory or self.memory).value
 
 
+class AllReduceAlgorithm(str, Enum):
+    one_shot = "one-shot"      # every rank reads all n-1 peers' buffers and reduces locally: (n-1)*S per rank
+    two_shot = "two-shot"      # reduce-scatter then all-gather over the same link: 2(n-1)/n*S per rank
+    ring = "ring"              # NCCL ring/tree: 2(n-1)/n*S per rank, a larger fixed latency
+
+
+class AllReduceTier(BaseModel):
+    """One all-reduce algorithm an engine uses on this link, up to ``max_bytes`` per call.
+
+    t(S) = latency_s + traffic(S, n) / (link bandwidth * bandwidth_fraction); engines pick the fastest tier
+    allowed for the message size (vLLM custom all-reduce: one-shot for small, two-shot up to its buffer, NCCL beyond).
+    """
+
+    model_config = _FROZEN
+    algorithm: AllReduceAlgorithm
+    max_bytes: float = Field(gt=0)            # largest message this algorithm takes (inf: no limit)
+    latency_s: float = Field(ge=0, le=1e-3)
+    bandwidth_fraction: float = Field(gt=0, le=1.2)
+    source: str = Field(min_length=1)
+    verified: Verified
+    note: Optional[str] = None
+
+
+class KernelFigures(BaseModel):
+    """How kernels depart from the flat roofline ``max(F/P, bytes/BW)``; each figure sourced.
+
+    * ``gemm_transition_p``: GEMM time is the p-norm (t_c^p + t_m^p)^(1/p) of compute and memory time, so time
+      keeps rising with M well before the ridge point (p -> inf recovers the max).
+    * ``kernel_floor_s``: the shortest a launched kernel runs (ramp-up and tail), on top of the launch gap.
+    * ``decode_attention_bandwidth_fraction`` / ``decode_attention_ramp_tokens``: paged decode attention
+      (FlashAttention / FlashInfer) reaches fraction * c / (c + ramp) of bandwidth at c cached tokens per
+      sequence: every sequence costs as if ``ramp`` more tokens were read.
+    * ``mla_attention_*``: the same for MLA decode kernels (FlashMLA) over the latent cache.
+    * ``moe_*``: fused-MoE grouped GEMMs (routing align, gate_up, activation, down, combine): a fixed latency per
+      call, expert weights streamed at their own bandwidth fraction, grouped-GEMM compute at its own fraction.
+    """
+
+    model_config = _FROZEN
+    gemm_transition_p: Figure
+    kernel_floor_s: Figure
+    decode_attention_bandwidth_fraction: Figure
+    decode_attention_ramp_tokens: Figure
+    mla_attention_bandwidth_fraction: Figure
+    mla_attention_ramp_tokens: Figure
+    moe_call_latency_s: Figure
+    moe_bandwidth_fraction: Figure
+    moe_compute_fraction: Figure
+    all_reduce: tuple[AllReduceTier, ...] = ()
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "KernelFigures":
+        if not 1.0 <= self.gemm_transition_p.value <= 64.0:
+            raise ValueError(f"kernels.gemm_transition_p = {self.gemm_transition_p.value} must be in [1, 64]")
+        for name in ("decode_attention_bandwidth_fraction", "mla_attention_bandwidth_fraction",
+                     "moe_bandwidth_fraction", "moe_compute_fraction"):
+            v = getattr(self, name).value
+            if not 0.01 <= v <= 1.2:
+                raise ValueError(f"kernels.{name} = {v} is not a fraction of peak; use a value in (0, 1.2]")
+        for name in ("kernel_floor_s", "moe_call_latency_s"):
+            if getattr(self, name).value > 1e-3:
+                raise ValueError(f"kernels.{name} = {getattr(self, name).value:g} s is implausible; write seconds "
+                                 "(3 us -> 3.0e-6)")
+        return self
+
+
 class Measurement(BaseModel):
     """Provenance of a measured spec (written by `dsdsim probe` / `dsdsim calibrate`)."""
 
@@ -112,6 +177,11 @@ class HardwareSpec(BaseModel):
     eager_launch_overhead_s: Figure
     step_overhead_s: Figure
     gemm_tile_m: Figure
+    kernels: Optional[KernelFigures] = None           # absent: the flat roofline (no shape effects)
+    # Scale-out network per GPU (one direction) and its collective latency: used once a group spans more than
+    # gpus_per_node GPUs. Absent: the scale-up figures apply.
+    scale_out_bandwidth_bytes_per_s: Optional[Figure] = None
+    scale_out_latency_s: Optional[Figure] = None
     measured: Optional[Measurement] = None
 
     @field_validator("memory_bandwidth_bytes_per_s")
@@ -131,11 +201,18 @@ class HardwareSpec(BaseModel):
             raise ValueError(f"{f.value:g} bytes is outside {lo:g}..{hi:g}; write capacity in bytes (80 GB -> 80.0e+9)")
         return f
 
-    @field_validator("link_bandwidth_bytes_per_s")
+    @field_validator("link_bandwidth_bytes_per_s", "scale_out_bandwidth_bytes_per_s")
     @classmethod
-    def _link_units(cls, f: Figure) -> Figure:
-        if not 1e8 <= f.value <= 1e13:
+    def _link_units(cls, f: Optional[Figure]) -> Optional[Figure]:
+        if f is not None and not 1e8 <= f.value <= 1e13:
             raise ValueError(f"{f.value:g} bytes/s is implausible for a link; write it in bytes/s, one direction")
+        return f
+
+    @field_validator("scale_out_latency_s")
+    @classmethod
+    def _latency_units(cls, f: Optional[Figure]) -> Optional[Figure]:
+        if f is not None and f.value > 1e-2:
+            raise ValueError(f"{f.value:g} s is implausible for a network latency; write seconds (20 us -> 20.0e-6)")
         return f
 
     @field_validator("gemm_tile_m", "gpus_per_node")
