@@ -1,10 +1,14 @@
 """Fit the roofline's efficiencies and overheads to measured times (``dsdsim calibrate``).
 
-The model being fitted is the one in dsdsim.cost.timing, per operator occurrence:
-
-    t = max(F_padded(tile) / (P_dtype * eta_c), bytes / (BW * eta_m)) + launches * t_launch + host_s
-
-and, for a measured whole step, the sum over its operators plus ``step_overhead_s``. Estimator conventions:
+The model being fitted is the cost model itself: every point keeps the operators it is made of (OpRecord:
+FLOPs, bytes, launches, kernel class, ...), and a candidate set of parameters is written into a copy of the
+hardware spec and re-evaluated with dsdsim.cost.timing.op_time, the function predictions use. Fitted: compute
+efficiency; memory efficiency per kernel class (GEMM weights, attention KV, vector kernels); the launch gap;
+the GEMM tile; and, where the spec has a ``kernels`` block, the kernel floor, the GEMM transition exponent, the
+decode-attention ramp and the fused-MoE call latency and bandwidth. A whole step adds ``step_overhead_s``;
+kernels a torch measurement ran beyond the model's launches (eager torch does not fuse) cost one launch gap and
+kernel floor each. Reports written before operator records existed keep the flat roofline they were
+predicted with (OpFeatures). Estimator conventions:
 parameters in ``__init__``, ``fit(points) -> self``, learned values end in ``_``. The loss is a robust
 (soft-L1) least squares on log(predicted / measured), fitted with scipy for each candidate GEMM tile; the tile
 with the lowest loss wins.
@@ -90,6 +94,48 @@ def op_features(op: OpCost, hw: HardwareSpec) -> OpFeatures:
                       count=f(op.count), pad=pad, rows=rows, groups=groups, memory_class=memory_class)
 
 
+_RECORD_FIELDS = ("flops", "weight_bytes", "act_in_bytes", "act_out_bytes", "kv_read_bytes", "kv_write_bytes",
+                  "host_s", "launches", "count", "sequences", "kv_bytes_per_token")
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One operator of a point as the cost model sees it (scalars), enough to rebuild its OpCost under new
+    hardware figures. ``pad``/``rows``/``groups`` say how the padded FLOPs follow the GEMM tile (as OpFeatures)."""
+
+    kind: str
+    dtype: str
+    kernel: str
+    values: dict
+    pad: str = "none"
+    rows: float = 0.0
+    groups: float = 1.0
+
+    @classmethod
+    def from_op(cls, op: OpCost) -> "OpRecord":
+        f = op_features(op, _NO_HW)
+        vals = {name: float(np.asarray(getattr(op, name), dtype=float)) for name in _RECORD_FIELDS}
+        vals["flops_padded"] = float(np.asarray(op.flops_padded, dtype=float))
+        return cls(kind=op.kind.value, dtype=op.dtype.value, kernel=op.kernel.value, values=vals, pad=f.pad,
+                   rows=f.rows, groups=f.groups)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class _NoHardware:
+    """op_features needs a spec only for peaks and bandwidth, which an OpRecord does not keep."""
+
+    bandwidth = 0.0
+
+    @staticmethod
+    def peak(_dtype) -> float:
+        return 0.0
+
+
+_NO_HW = _NoHardware()
+
+
 @dataclass
 class Point:
     """One measured thing: an operator ("gemm", "attention", ...) or a whole pass ("step")."""
@@ -108,13 +154,14 @@ class Point:
     kernels: Optional[int] = None     # kernels the torch implementation launched per call (None: the model's)
     measured_as: str = "operator"     # "operator" | "pass" (one whole forward pass) | "spec_step" (draft + verify)
     timing_mode: str = "eager"        # "eager" (host dispatch included) | "graph" (CUDA-graph replay)
+    ops: list[OpRecord] = field(default_factory=list)   # the cost model's operators (empty in older reports)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "name": self.name, "shape": self.shape, "predicted_s": self.predicted_s,
                 "measured_s": self.measured_s, "calibrated_s": self.calibrated_s, "p10_s": self.p10_s,
                 "p90_s": self.p90_s, "split": self.split, "is_step": self.is_step, "kernels": self.kernels,
                 "measured_as": self.measured_as, "timing_mode": self.timing_mode,
-                "components": [asdict(c) for c in self.components]}
+                "components": [asdict(c) for c in self.components], "ops": [r.to_json() for r in self.ops]}
 
     @classmethod
     def from_json(cls, d: dict) -> "Point":
@@ -123,7 +170,7 @@ class Point:
                    is_step=bool(d.get("is_step", False)), calibrated_s=d.get("calibrated_s"),
                    p10_s=d.get("p10_s"), p90_s=d.get("p90_s"), split=d.get("split", "train"),
                    kernels=d.get("kernels"), measured_as=d.get("measured_as", "pass" if d.get("is_step") else "operator"),
-                   timing_mode=d.get("timing_mode", "eager"))
+                   timing_mode=d.get("timing_mode", "eager"), ops=[OpRecord(**r) for r in d.get("ops", [])])
 
 
 def split_points(points: Sequence[Point]) -> None:
@@ -165,6 +212,7 @@ class Params:
     step_overhead_s: float
     attention_memory: Optional[float] = None    # None: same as memory
     vector_memory: Optional[float] = None
+    kernels: Optional[dict] = None              # kernel figures (name -> value) where the spec has a kernels block
 
     def memory_for(self, memory_class: str) -> float:
         value = getattr(self, memory_class, None) if memory_class != "memory" else None
@@ -202,12 +250,99 @@ def step_overhead_fit(measured: np.ndarray, predicted_ops: np.ndarray) -> float:
     return float(r.x) if loss(float(r.x)) < loss(0.0) else 0.0
 
 
+# --- re-prediction through the cost model ----------------------------------------------------------------
+
+# kernel figures calibration fits, with (low, high) bounds: physical ranges, not tuned values
+KERNEL_FIT_BOUNDS = {"kernel_floor_s": (1e-8, 5e-5), "gemm_transition_p": (1.0, 16.0),
+                     "decode_attention_ramp_tokens": (1.0, 8192.0), "moe_call_latency_s": (1e-8, 5e-4),
+                     "moe_bandwidth_fraction": (0.05, 1.2)}
+
+
+def spec_with(hw: HardwareSpec, p: Params, cuda_graphs: bool, source: str = "fit") -> HardwareSpec:
+    """``hw`` with the parameters ``p`` written in: what op_time then evaluates."""
+    def frac(v: float) -> float:
+        return float(min(max(v, 0.01), 1.2))
+
+    values = {"compute": frac(p.compute), "memory": frac(p.memory), "gemm_tile_m": p.tile,
+              "step_overhead_s": max(p.step_overhead_s, 0.0),
+              ("launch_overhead_s" if cuda_graphs else "eager_launch_overhead_s"): p.launch_s}
+    if not cuda_graphs and hw.launch_overhead_s.value == hw.eager_launch_overhead_s.value:
+        values["launch_overhead_s"] = p.launch_s            # a device without graphs: one launch cost
+    if p.attention_memory is not None:
+        values["attention_memory"] = frac(p.attention_memory)
+    if p.vector_memory is not None:
+        values["vector_memory"] = frac(p.vector_memory)
+    out = hw.with_efficiency(source=source, **values)
+    if p.kernels and out.kernels is not None:
+        out = out.with_kernels(source=source, **{k: float(np.clip(v, *KERNEL_FIT_BOUNDS[k])) for k, v in p.kernels.items()})
+    return out
+
+
+class Evaluator:
+    """Seconds per point under candidate parameters, by the cost model's own op_time: the points' operator
+    records are stacked by (kind, dtype, kernel class) into one array-valued OpCost each, so one evaluation
+    costs a few vectorised op_time calls whatever the number of points."""
+
+    def __init__(self, points: Sequence[Point], hw: HardwareSpec, cuda_graphs: bool):
+        from dsdsim.cost.ops import KernelClass
+        from dsdsim.units import DType
+
+        self.hw, self.cuda_graphs, self.n = hw, cuda_graphs, len(points)
+        buckets: dict[tuple, list[tuple[int, OpRecord]]] = {}
+        model_launches = np.zeros(len(points))
+        for i, pt in enumerate(points):
+            for r in pt.ops:
+                buckets.setdefault((r.kind, r.dtype, r.kernel), []).append((i, r))
+                model_launches[i] += r.values["launches"] * r.values["count"]
+        self.groups = []
+        for (kind, dtype, kernel), items in buckets.items():
+            idx = np.array([i for i, _ in items])
+            cols = {name: np.array([r.values[name] for _, r in items]) for name in (*_RECORD_FIELDS, "flops_padded")}
+            pad = np.array([r.pad for _, r in items])
+            rows = np.array([r.rows for _, r in items])
+            groups = np.array([max(r.groups, 1e-12) for _, r in items])
+            self.groups.append((OpKind(kind), DType(dtype), KernelClass(kernel), idx, cols, pad, rows, groups))
+        measured_kernels = np.array([np.nan if pt.kernels is None else float(pt.kernels) for pt in points])
+        self.extra_kernels = np.where(np.isfinite(measured_kernels), np.maximum(measured_kernels - model_launches, 0.0), 0.0)
+        self.is_step = np.array([pt.is_step for pt in points], dtype=float)
+
+    def times(self, p: Params) -> np.ndarray:
+        from dsdsim.cost.timing import launch_overhead, op_time
+
+        spec = spec_with(self.hw, p, self.cuda_graphs)
+        out = np.zeros(self.n)
+        for kind, dtype, kernel, idx, cols, pad, rows, groups in self.groups:
+            padded = _padded_flops(cols["flops"], cols["flops_padded"], pad, rows, groups, p.tile)
+            op = OpCost(name="calibration", kind=kind, dtype=dtype, kernel=kernel, flops=cols["flops"],
+                        flops_padded=padded, weight_bytes=cols["weight_bytes"], act_in_bytes=cols["act_in_bytes"],
+                        act_out_bytes=cols["act_out_bytes"], kv_read_bytes=cols["kv_read_bytes"],
+                        kv_write_bytes=cols["kv_write_bytes"], host_s=cols["host_s"], launches=cols["launches"],
+                        count=cols["count"], sequences=cols["sequences"], kv_bytes_per_token=cols["kv_bytes_per_token"])
+            np.add.at(out, idx, np.broadcast_to(np.asarray(op_time(op, spec, self.cuda_graphs).time_s, dtype=float),
+                                                idx.shape))
+        per_extra = launch_overhead(spec, self.cuda_graphs) + (spec.kernels.kernel_floor_s.value if spec.kernels else 0.0)
+        return out + self.extra_kernels * per_extra + self.is_step * spec.step_overhead_s.value
+
+
+def _padded_flops(flops, flops_padded, pad, rows, groups, tile: float) -> np.ndarray:
+    """The cost model's padding rule (dsdsim.cost.ops.pad_rows) at another tile, per record."""
+    out = np.array(flops_padded, dtype=float)
+    gemm = (pad == "gemm") & (rows > 0) & (flops > 0)
+    out[gemm] = flops[gemm] * pad_rows(rows[gemm], int(tile)) / rows[gemm]
+    moe = (pad == "moe") & (rows > 0) & (flops > 0)
+    per = rows[moe] / groups[moe]
+    out[moe] = flops[moe] * groups[moe] * pad_rows(per, int(tile)) / rows[moe]
+    return out
+
+
 @dataclass
 class Calibrator:
-    """Fits compute / memory efficiency, per-kernel launch cost, GEMM tile and (with step points) step overhead.
+    """Fits compute / memory efficiency, per-kernel launch cost, GEMM tile, the spec's kernel figures and (with
+    step points) step overhead.
 
     tiles: candidate GEMM M tiles (None: keep ``start.tile``). bounds follow the spec's validators
-    (efficiencies in [0.01, 1.2]). ``start`` seeds the fit (usually the spec's current values).
+    (efficiencies in [0.01, 1.2]; kernel figures in KERNEL_FIT_BOUNDS). ``start`` seeds the fit (usually the
+    spec's current values). ``hardware`` and ``cuda_graphs`` are what the points are re-predicted on.
     """
 
     start: Params
@@ -215,6 +350,8 @@ class Calibrator:
     loss: str = "soft_l1"
     f_scale: float = 0.1         # log-error scale beyond which a point counts as an outlier (~10%)
     balance_kinds: bool = False  # weight points 1/n_kind (no operator kind outvotes the others by number)
+    hardware: Optional[HardwareSpec] = None
+    cuda_graphs: bool = False
     compute_efficiency_: float = field(default=float("nan"), init=False)
     memory_efficiency_: float = field(default=float("nan"), init=False)
     attention_memory_efficiency_: Optional[float] = field(default=None, init=False)
@@ -222,6 +359,7 @@ class Calibrator:
     launch_overhead_s_: float = field(default=float("nan"), init=False)
     gemm_tile_m_: int = field(default=1, init=False)
     step_overhead_s_: Optional[float] = field(default=None, init=False)
+    kernels_: Optional[dict] = field(default=None, init=False)
     cost_: float = field(default=float("nan"), init=False)
     n_train_: int = field(default=0, init=False)
 
@@ -229,21 +367,36 @@ class Calibrator:
     def for_spec(cls, hw: HardwareSpec, cuda_graphs: bool = False, **kw) -> "Calibrator":
         launch = hw.launch_overhead_s.value if cuda_graphs else hw.eager_launch_overhead_s.value
         eff = hw.efficiency
+        kernels = None
+        if hw.kernels is not None:
+            kernels = {name: getattr(hw.kernels, name).value for name in KERNEL_FIT_BOUNDS}
+            if eff.attention_memory is None:          # with kernel figures, the attention ceiling starts at the
+                eff = eff.model_copy(update={"attention_memory": hw.kernels.decode_attention_bandwidth_fraction})
         return cls(start=Params(eff.compute.value, eff.memory.value, max(launch, 1e-7), hw.gemm_tile_m.value,
-                                hw.step_overhead_s.value, eff.attention_memory_value, eff.vector_memory_value), **kw)
+                                hw.step_overhead_s.value, eff.attention_memory_value, eff.vector_memory_value,
+                                kernels=kernels), hardware=hw, cuda_graphs=cuda_graphs, **kw)
+
+    def _uses_records(self, pts: Sequence[Point]) -> bool:
+        return self.hardware is not None and all(p.ops for p in pts)
+
+    def _predict_with(self, pts: Sequence[Point], p: Params, evaluator: Optional[Evaluator] = None) -> np.ndarray:
+        if self._uses_records(pts):
+            return (evaluator or Evaluator(pts, self.hardware, self.cuda_graphs)).times(p)
+        return predict(pts, p)
 
     def fit(self, points: Sequence[Point]) -> "Calibrator":
         """Operator points fix the efficiencies (compute; memory per kernel class: GEMM weight streaming,
-        attention KV reads, vector kernels — each only where the points contain that class), launch cost and
-        tile; step points then give the step overhead. Without operator points everything is fitted together."""
-        pts = [p for p in points if p.measured_s > 0 and p.components]
+        attention KV reads, vector kernels — each only where the points contain that class), launch cost, tile
+        and kernel figures; step points then give the step overhead. Without operator points everything is
+        fitted together."""
+        pts = [p for p in points if p.measured_s > 0 and (p.components or p.ops)]
         if len(pts) < 3:
             raise ValueError(f"calibration needs at least 3 measured points, got {len(pts)}")
         ops_only = [p for p in pts if not p.is_step]
         steps = [p for p in pts if p.is_step]
         core = ops_only if len(ops_only) >= 3 else pts
         joint_step = any(p.is_step for p in core)
-        classes = sorted({c.memory_class for p in core for c in p.components} - {"memory"})
+        classes = sorted(self._memory_classes(core) - {"memory"})
         cost, tile, params = self._fit_core(core, joint_step, classes)
         self.compute_efficiency_ = params.compute
         self.memory_efficiency_ = params.memory
@@ -251,10 +404,11 @@ class Calibrator:
         self.vector_memory_efficiency_ = params.vector_memory if "vector_memory" in classes else None
         self.launch_overhead_s_ = params.launch_s
         self.gemm_tile_m_ = int(tile)
+        self.kernels_ = params.kernels
         if joint_step:
             self.step_overhead_s_ = params.step_overhead_s
         elif steps:
-            base = predict(steps, replace(params, step_overhead_s=0.0))
+            base = self._predict_with(steps, replace(params, step_overhead_s=0.0))
             self.step_overhead_s_ = step_overhead_fit(np.array([p.measured_s for p in steps]), base)
         else:
             self.step_overhead_s_ = None
@@ -262,36 +416,61 @@ class Calibrator:
         self.n_train_ = len(pts)
         return self
 
+    def _memory_classes(self, pts: Sequence[Point]) -> set[str]:
+        if self._uses_records(pts):
+            names = {"attention": "attention_memory", "elementwise": "vector_memory", "logits": "vector_memory"}
+            return {names.get(r.kind, "memory") for p in pts for r in p.ops}
+        return {c.memory_class for p in pts for c in p.components}
+
     def _fit_core(self, pts: Sequence[Point], has_step: bool, classes: Sequence[str]):
-        """Least squares on log time over x = [log eta_c, log eta_m, log t_launch, log eta_m,class..., step_s]."""
-        uses_tile = any(c.pad != "none" for p in pts for c in p.components)
+        """Least squares on log time over x = [log eta_c, log eta_m, log t_launch, log eta_m,class...,
+        log kernel figure..., step_s]."""
+        records = self._uses_records(pts)
+        evaluator = Evaluator(pts, self.hardware, self.cuda_graphs) if records else None
+        if records:
+            uses_tile = any(r.pad != "none" for p in pts for r in p.ops)
+            kinds = {r.kind for p in pts for r in p.ops}
+            kernel_names = [k for k in (self.start.kernels or {})
+                            if not (k.startswith("moe_") and "moe_experts" not in kinds)
+                            and not (k == "decode_attention_ramp_tokens" and "attention" not in kinds)]
+        else:
+            uses_tile = any(c.pad != "none" for p in pts for c in p.components)
+            kernel_names = []
         tiles = list(self.tiles) if (self.tiles and uses_tile) else [self.start.tile]
         log_meas = np.log([p.measured_s for p in pts])
         counts: dict[str, int] = {}
         for p in pts:
             counts[p.kind] = counts.get(p.kind, 0) + 1
         w = np.sqrt([len(pts) / (len(counts) * counts[p.kind]) for p in pts]) if self.balance_kinds else 1.0
-        n_cls = len(classes)
-        lo = [np.log(0.01), np.log(0.01), np.log(1e-8)] + [np.log(0.01)] * n_cls + ([0.0] if has_step else [])
-        hi = [np.log(1.2), np.log(1.2), np.log(1e-2)] + [np.log(1.2)] * n_cls + ([10.0] if has_step else [])
+        n_cls, n_k = len(classes), len(kernel_names)
+        lo = ([np.log(0.01), np.log(0.01), np.log(1e-8)] + [np.log(0.01)] * n_cls
+              + [np.log(KERNEL_FIT_BOUNDS[k][0]) for k in kernel_names] + ([0.0] if has_step else []))
+        hi = ([np.log(1.2), np.log(1.2), np.log(1e-2)] + [np.log(1.2)] * n_cls
+              + [np.log(KERNEL_FIT_BOUNDS[k][1]) for k in kernel_names] + ([10.0] if has_step else []))
 
         def params(x, tile) -> Params:
             extra = dict(zip(classes, np.exp(x[3:3 + n_cls])))
-            so = float(x[3 + n_cls]) if has_step else self.start.step_overhead_s
+            kern = dict(self.start.kernels or {})
+            kern.update(zip(kernel_names, np.exp(x[3 + n_cls:3 + n_cls + n_k])))
+            so = float(x[3 + n_cls + n_k]) if has_step else self.start.step_overhead_s
             return Params(float(np.exp(x[0])), float(np.exp(x[1])), float(np.exp(x[2])), tile, so,
-                          attention_memory=extra.get("attention_memory"), vector_memory=extra.get("vector_memory"))
+                          attention_memory=extra.get("attention_memory"), vector_memory=extra.get("vector_memory"),
+                          kernels=kern or None)
 
         best = None
         for tile in tiles:
             def resid(x, tile=tile):
-                pr = predict(pts, params(x, tile))
+                pr = self._predict_with(pts, params(x, tile), evaluator)
                 return (np.log(np.maximum(pr, 1e-15)) - log_meas) * w
 
             start_cls = [self.start.memory_for(c) for c in classes]
+            start_k = [(self.start.kernels or {})[k] for k in kernel_names]
             for seed in ((self.start.compute, self.start.memory, self.start.launch_s, *start_cls),
                          (0.5, 0.5, 1e-5, *[0.5] * n_cls)):
                 x0 = [np.log(np.clip(seed[0], 0.011, 1.19)), np.log(np.clip(seed[1], 0.011, 1.19)),
                       np.log(np.clip(seed[2], 1.1e-8, 0.9e-2))] + [np.log(np.clip(v, 0.011, 1.19)) for v in seed[3:]]
+                x0 += [np.log(np.clip(v, KERNEL_FIT_BOUNDS[k][0] * 1.01, KERNEL_FIT_BOUNDS[k][1] * 0.99))
+                       for k, v in zip(kernel_names, start_k)]
                 x0 += [max(self.start.step_overhead_s, 0.0)] if has_step else []
                 r = least_squares(resid, x0, bounds=(lo, hi), loss=self.loss, f_scale=self.f_scale)
                 if best is None or r.cost < best[0] - 1e-12:
@@ -302,37 +481,27 @@ class Calibrator:
     def params_(self) -> Params:
         so = self.step_overhead_s_ if self.step_overhead_s_ is not None else self.start.step_overhead_s
         return Params(self.compute_efficiency_, self.memory_efficiency_, self.launch_overhead_s_, self.gemm_tile_m_, so,
-                      attention_memory=self.attention_memory_efficiency_, vector_memory=self.vector_memory_efficiency_)
+                      attention_memory=self.attention_memory_efficiency_, vector_memory=self.vector_memory_efficiency_,
+                      kernels=self.kernels_)
 
     def predict(self, points: Sequence[Point]) -> np.ndarray:
-        return predict(points, self.params_)
+        return self._predict_with(points, self.params_)
 
     def fitted(self) -> dict:
         return {"compute_efficiency": self.compute_efficiency_, "memory_efficiency": self.memory_efficiency_,
                 "attention_memory_efficiency": self.attention_memory_efficiency_,
                 "vector_memory_efficiency": self.vector_memory_efficiency_,
                 "launch_overhead_s": self.launch_overhead_s_, "gemm_tile_m": self.gemm_tile_m_,
-                "step_overhead_s": self.step_overhead_s_, "n_train": self.n_train_, "loss": self.loss,
-                "cost": self.cost_}
+                "step_overhead_s": self.step_overhead_s_, "kernels": self.kernels_, "n_train": self.n_train_,
+                "loss": self.loss, "cost": self.cost_}
 
     def calibrated_spec(self, hw: HardwareSpec, what: str = "", cuda_graphs: bool = False) -> HardwareSpec:
         """``hw`` with the fitted values (verified: measured, source naming the calibration)."""
         source = f"dsdsim calibrate {_dt.date.today().isoformat()} on {self.n_train_} points" + (f" ({what})" if what else "")
-        def frac(v: float) -> float:
-            return min(max(v, 0.01), 1.2)
-
-        values = {"compute": frac(self.compute_efficiency_), "memory": frac(self.memory_efficiency_),
-                  "gemm_tile_m": self.gemm_tile_m_}
-        if self.attention_memory_efficiency_ is not None:
-            values["attention_memory"] = frac(self.attention_memory_efficiency_)
-        if self.vector_memory_efficiency_ is not None:
-            values["vector_memory"] = frac(self.vector_memory_efficiency_)
-        values["launch_overhead_s" if cuda_graphs else "eager_launch_overhead_s"] = self.launch_overhead_s_
-        if not cuda_graphs and hw.launch_overhead_s.value == hw.eager_launch_overhead_s.value:
-            values["launch_overhead_s"] = self.launch_overhead_s_      # a device without graphs: one launch cost
-        if self.step_overhead_s_ is not None:
-            values["step_overhead_s"] = self.step_overhead_s_
-        return hw.with_efficiency(source=source, **values)
+        p = self.params_
+        if self.step_overhead_s_ is None:
+            p = replace(p, step_overhead_s=hw.step_overhead_s.value)
+        return spec_with(hw, p, cuda_graphs, source=source)
 
 
 # --- calibration from a validation report ---------------------------------------------------------------

@@ -234,25 +234,29 @@ def attend_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
 
     The query heads that share a KV head are packed into the row dimension (B, H_kv, g*q_len, d), so each KV
     head is read once per sequence by one kernel whose row tile holds g*q_len real rows (FlashAttention-3 /
-    FlashInfer "pack GQA"; FA2 does the same for q_len = 1). Timing-faithful simplification: the q_len x q_len
+    FlashInfer "pack GQA"). For q_len = 1 on a GPU, SDPA's own GQA path runs (FA2 packs and splits the KV). Timing-faithful simplification: the q_len x q_len
     causal block among the new tokens is not masked (it moves no extra bytes and is q_len/(T) of the FLOPs);
     use ``attend`` where exact outputs matter (the speculative loop). On CUDA the math backend is forbidden."""
     b, h, ql, d = q.shape
     kvh, total = k.shape[1], k.shape[2]
     g = h // kvh
+    if ql == 1 and q.device.type == "cuda" and g > 1:
+        # one query per sequence: FlashAttention-2 packs the groups and splits the KV itself (measured on an
+        # H200: 16.7 us against 20.0 us for the packed call at 8 x 1024 tokens, 76 vs 105 us at 8 x 8192)
+        return _sdpa_no_math(q, k, v, enable_gqa=True)
     qp = q.reshape(b, kvh, g * ql, d)
     out = _sdpa_no_math(qp, k, v)
     return out.reshape(b, h, ql, v.shape[-1])
 
 
-def _sdpa_no_math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _sdpa_no_math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_gqa: bool = False) -> torch.Tensor:
     if q.device.type != "cuda":
-        return F.scaled_dot_product_attention(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=enable_gqa)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backends = [getattr(SDPBackend, name) for name in _FLASH_FIRST if hasattr(SDPBackend, name)]
     with sdpa_kernel(backends):
-        return F.scaled_dot_product_attention(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=enable_gqa)
 
 
 def decode_backend(device, dtype: torch.dtype) -> str:

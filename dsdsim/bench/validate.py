@@ -29,8 +29,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from dsdsim.bench.calibrate import (Calibrator, OpFeatures, Point, calibrate_points, error_summary, op_features,
-                                    split_points)
+from dsdsim.bench.calibrate import (Calibrator, OpFeatures, OpRecord, Point, calibrate_points, error_summary,
+                                    op_features, split_points)
 from dsdsim.cost.drafts import draft_ops, eagle_layer
 from dsdsim.cost.layers import PassContext, pass_ops
 from dsdsim.cost.ops import OpCost, OpKind
@@ -271,7 +271,8 @@ def _measure_ops(unique: dict[str, OpCost], model: ModelSpec, drafter, hw: Hardw
             graphed = t.mode == "graph"
             pred = float(np.asarray(op_time(op, hw, cuda_graphs=graphed).time_s))
             out[key] = Point(kind=op.kind.value, name=name, shape=shape, measured_s=t.median_s,
-                             predicted_s=pred, components=[op_features(op, hw)], p10_s=t.p10_s, p90_s=t.p90_s,
+                             predicted_s=pred, components=[op_features(op, hw)], ops=[OpRecord.from_op(op)],
+                             p10_s=t.p10_s, p90_s=t.p90_s,
                              kernels=count_kernels(bench.fn, bench.make_inputs(0), device), measured_as="operator",
                              timing_mode=t.mode)
         except Exception as exc:                      # one shape must not end the run
@@ -388,8 +389,10 @@ def _measure_steps(model: ModelSpec, drafter: Optional[DrafterSpec], pc: PassCon
 def _step_point(name: str, shape: dict, t, ops: Sequence[OpCost], hw: HardwareSpec, kernels: int) -> Point:
     graphed = t.mode == "graph"
     pred = float(sum(np.asarray(op_time(o, hw, cuda_graphs=graphed).time_s) for o in ops))
+    whole = name == "spec_step"            # only a whole speculative step carries the per-step overhead
     return Point(kind="step", name=name, shape=shape, measured_s=t.median_s, predicted_s=pred,
-                 components=[op_features(o, hw) for o in ops], is_step=True, p10_s=t.p10_s, p90_s=t.p90_s,
+                 components=[op_features(o, hw) for o in ops], ops=[OpRecord.from_op(o) for o in ops], is_step=whole,
+                 p10_s=t.p10_s, p90_s=t.p90_s,
                  kernels=kernels, measured_as="pass", timing_mode=t.mode)
 
 

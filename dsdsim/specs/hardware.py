@@ -291,6 +291,19 @@ class HardwareSpec(BaseModel):
         data.update(top)
         return HardwareSpec.model_validate(data)
 
+    def with_kernels(self, source: str = "override", **values: float) -> "HardwareSpec":
+        """A copy with some kernel figures replaced (calibration). Keys: the scalar figures of KernelFigures
+        (gemm_transition_p, kernel_floor_s, decode_attention_ramp_tokens, moe_call_latency_s, ...)."""
+        if self.kernels is None:
+            raise SpecError(f"{self.name} has no kernels block to update")
+        names = {n for n, f in KernelFigures.model_fields.items() if n != "all_reduce"}
+        unknown = set(values) - names
+        if unknown:
+            raise SpecError(f"unknown kernel figure(s) {sorted(unknown)}; use one of {sorted(names)}")
+        update = {k: Figure(value=float(v), source=source, verified=Verified.measured) for k, v in values.items()}
+        kernels = KernelFigures.model_validate({**self.kernels.model_dump(), **{k: f.model_dump() for k, f in update.items()}})
+        return self.model_copy(update={"kernels": kernels})
+
 
 def hardware_from_dict(data: object, where: str = "hardware spec") -> HardwareSpec:
     if not isinstance(data, dict):
