@@ -818,6 +818,9 @@ def validate(
     time_budget: Optional[float] = typer.Option(None, "--time-budget", min=1.0,
                                                 help="Seconds of measuring at most; items past it are skipped and "
                                                      "listed, and the report is still complete"),
+    reanalyse: Optional[Path] = typer.Option(None, "--reanalyse",
+                                             help="Measure nothing: re-predict, re-calibrate and re-check the K "
+                                                  "table of this report.json with the current cost model"),
 ) -> None:
     """Time the model's real operator shapes, whole passes and whole speculative steps (draft passes + verify
     pass + rejection sampling) with torch, compare with the prediction, calibrate on half the points and report
@@ -836,6 +839,9 @@ def validate(
 
     if grid is not None and grid not in GRIDS:
         raise DsdsimError(f"--grid {grid!r} is unknown; use one of {', '.join(GRIDS)}")
+    if reanalyse is not None:
+        _reanalyse(reanalyse, hardware, output)
+        return
     _need_torch()
     _check_device(device)
     from dsdsim.bench.validate import run_validate
@@ -847,14 +853,23 @@ def validate(
     rep = run_validate(model, hardware, device, quick, output, show_progress=sys.stderr.isatty(), progress_lines=True,
                        drafter=None if drafter in ("none", "") else drafter, reduce=reduce, layers=layers,
                        grid=GRIDS[grid] if grid else None, time_budget_s=time_budget)
+    _print_validation(rep)
+
+
+def _print_validation(rep) -> None:
     s = rep.summary
     con = _console()
     for key, label in (("uncalibrated", "uncalibrated (all points)"), ("calibrated", "calibrated (held-out half)")):
         b = s[key]
         con.print(f"{label}: n={b['n']}, median |error| {b['median_abs_pct_error']:.1f}%, "
                   f"MAPE {b['mape']:.1f}%, max {b['max_abs_pct_error']:.1f}%")
+    whole = s.get("by_measurement", {}).get("spec_step")
+    if whole:
+        u, c = whole["uncalibrated"], whole["calibrated_test"]
+        con.print(f"whole speculative steps: n={u['n']}, median |error| {u['median_abs_pct_error']:.1f}% uncalibrated, "
+                  f"{c['median_abs_pct_error']:.1f}% calibrated held-out (max {c['max_abs_pct_error']:.1f}%)")
     tc = rep.table_check
-    if tc:
+    if tc and tc.get("per_batch"):
         cal = (f"; calibrated mean {tc['mean_regret_calibrated']:.3f}, max {tc['max_regret_calibrated']:.3f}"
                if "mean_regret_calibrated" in tc else "")
         con.print(f"K-table regret ({tc['measured_from'].split(' (')[0]}): mean {tc['mean_regret']:.3f}, "
@@ -863,6 +878,20 @@ def validate(
         con.print(f"{len(rep.data['errors'])} item(s) failed or were skipped: see 'errors' in the report")
     for what, path in rep.paths.items():
         con.print(f"{what}: {path}")
+
+
+def _reanalyse(report: Path, hardware: str, output: Path) -> None:
+    from dsdsim.bench.validate import reanalyse
+    from dsdsim.specs.catalog import load_hardware
+
+    if not report.is_file():
+        raise DsdsimError(f"--reanalyse {report}: no such file")
+    load_hardware(hardware)
+    try:
+        rep = reanalyse(report, hardware, output)
+    except (KeyError, ValueError) as exc:
+        raise DsdsimError(f"--reanalyse {report}: {exc}") from None
+    _print_validation(rep)
 
 
 @app.command()

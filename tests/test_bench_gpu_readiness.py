@@ -239,3 +239,27 @@ def test_gpu_script_full_path_on_cpu_produces_its_archive(tmp_path):
               "loop.json", "comm_check.json", "probe/h100-sxm@measured.yaml"):
         assert f"gpu-run/{f}" in names, (f, sorted(names))
     assert "preflight ok" in log and "[" in log
+
+
+@pytest.mark.slow
+def test_reanalyse_reproduces_the_predictions_and_refits(tmp_path):
+    """Re-analysing a report with the same code re-predicts every point exactly from its operator records."""
+    from dsdsim.bench.validate import reanalyse
+
+    rep = _tiny(tmp_path / "a")
+    again = reanalyse(tmp_path / "a" / "report.json", "h100-sxm", tmp_path / "b")
+    before = {(p.kind, p.name, json.dumps(p.shape, sort_keys=True, default=str)): p.predicted_s for p in rep.points}
+    for p in again.points:
+        key = (p.kind, p.name, json.dumps(p.shape, sort_keys=True, default=str))
+        assert p.predicted_s == pytest.approx(before[key], rel=1e-9)
+    assert again.data["reanalysed"]["from"].endswith("report.json")
+    assert (tmp_path / "b" / "summary.md").read_text().count("re-analysed") == 1
+    assert again.data["calibration"]["per_kernel_cost_fitted_on"] == "whole steps"
+
+
+def test_reanalyse_refuses_a_report_without_operator_records(tmp_path):
+    from dsdsim.bench.validate import reanalyse
+
+    old = REPO / "results" / "gpu-h200" / "run1-flat-roofline" / "llama-3.1-8b" / "report.json"
+    with pytest.raises(ValueError, match="no operator records"):
+        reanalyse(old, "h200-sxm")

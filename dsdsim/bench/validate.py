@@ -802,6 +802,51 @@ def _write_json(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
+def reanalyse(report: str | Path, hardware, output_dir: Optional[str | Path] = None, acceptance=None
+              ) -> ValidationReport:
+    """Re-analyse a report's measurements with the current cost model, no re-measuring: every point is
+    re-predicted from its operator records on ``hardware``, the same train / held-out halves are re-calibrated,
+    and the K table is checked again on the measured whole steps. Writes report.json, summary.md, the plot and
+    the calibrated spec to ``output_dir`` (the original report is left as it is)."""
+    from dsdsim.bench.calibrate import Evaluator
+
+    src = Path(report)
+    data = json.loads(src.read_text(encoding="utf-8"))
+    points = [Point.from_json(p) for p in data.get("points", [])]
+    if not points or not all(p.ops for p in points):
+        raise ValueError(f"{src}: its points carry no operator records (a report from an older dsdsim); "
+                         "re-run dsdsim validate to measure them again")
+    hw = load_hardware(hardware)
+    graphs = bool(data.get("cuda_graphs", False))
+    start = Calibrator.for_spec(hw, graphs).start
+    for p, t in zip(points, Evaluator(points, hw, graphs).times(replace(start, step_overhead_s=0.0),
+                                                               extra_kernels=False)):
+        p.predicted_s = float(t)
+    cal, summary = calibrate_points(points, hw, cuda_graphs=graphs)
+    cal_hw = cal.calibrated_spec(hw, what=f"dsdsim validate --reanalyse {src.parent.name}", cuda_graphs=graphs)
+    summary["by_kind"] = _by_kind(points)
+    summary["by_measurement"] = _by_measurement(points)
+    g = data["grid"]
+    grid = replace(TINY_GRID, batches=tuple(g["batches"]), ks=tuple(g["ks"]), contexts=tuple(g["contexts"]),
+                   spec_batches=tuple(g.get("spec_batches", ())), spec_ks=tuple(g.get("spec_ks", ())),
+                   spec_contexts=tuple(g.get("spec_contexts", ())))
+    acc = acceptance or _default_acceptance()
+    tc = _table_from_whole_steps([p for p in points if p.measured_as == "spec_step"], acc, grid) or {
+        "measured_from": "nothing (no whole steps in the report)", "per_batch": [], "acceptance": acc.describe(1),
+        "context": grid.contexts[0], "mean_regret": float("nan"), "max_regret": float("nan")}
+    tc["composition"] = data.get("table_check", {}).get("composition", {"n": 0})
+    out = {**data, "hardware": hw.name, "points": [p.to_json() for p in points], "summary": summary,
+           "calibration": cal.fitted(), "calibrated_hardware": cal_hw.model_dump(mode="json", exclude_none=True),
+           "table_check": tc,
+           "reanalysed": {"date": _dt.date.today().isoformat(), "from": str(src),
+                          "measured_on": data.get("date"), "note": "measurements unchanged; predictions, "
+                          "calibration and the table check recomputed with the current cost model"}}
+    rep = ValidationReport(data=out, points=points, calibrated_hardware=cal_hw)
+    if output_dir is not None:
+        rep.paths = write_report(rep, output_dir)
+    return rep
+
+
 def _device_name(dev: str) -> str:
     from dsdsim.bench.timing import device_name
 
@@ -886,7 +931,9 @@ def summary_markdown(data: dict) -> str:
         f"- grid: B {data['grid']['batches']}, K {data['grid']['ks']}, context {data['grid']['contexts']}; "
         f"whole steps B {data['grid'].get('spec_batches')}, K {data['grid'].get('spec_ks')}, context "
         f"{data['grid'].get('spec_contexts')}; {len(data['points'])} points",
-        f"- timing: {data.get('timing', 'eager')}"
+        (f"- re-analysed {data['reanalysed']['date']} with the current cost model from measurements of "
+         f"{data['reanalysed']['measured_on']} ({data['reanalysed']['note']})\n" if data.get("reanalysed") else "")
+        + f"- timing: {data.get('timing', 'eager')}"
         + (f"; attention kernel {data['attention_backend']}" if data.get("attention_backend") else "")
         + (f"; MoE kernel {data['moe_kernel']}" if data.get("moe_kernel") else ""),
         f"- SM clock (MHz) start / end: {data.get('clocks', {}).get('sm_mhz_start')} / "
@@ -925,7 +972,10 @@ def summary_markdown(data: dict) -> str:
               f"{cal['memory_efficiency']:.3f}, attention KV {_frac(cal.get('attention_memory_efficiency'))}, "
               f"vector kernels {_frac(cal.get('vector_memory_efficiency'))}",
               f"- launch overhead {cal['launch_overhead_s'] * 1e6:.2f} us per kernel, GEMM tile m {cal['gemm_tile_m']}"
-              + (f", step overhead {so * 1e6:.1f} us" if so is not None else ""),
+              + (f", step overhead {so * 1e6:.1f} us" if so is not None else "")
+              + (f"; per-kernel cost fitted on {cal['per_kernel_cost_fitted_on']}" if cal.get("per_kernel_cost_fitted_on") else ""),
+              *([f"- kernel figures: " + ", ".join(f"{k} {v:.3g}" for k, v in cal["kernels"].items())]
+                if cal.get("kernels") else []),
               "", "## K table check", "",
               f"Acceptance {tc['acceptance']}; measured step = {tc['measured_from']}.", ""]
     for t in tc.get("contexts", [tc]):
