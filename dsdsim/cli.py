@@ -880,6 +880,25 @@ def _print_validation(rep) -> None:
         con.print(f"{what}: {path}")
 
 
+def _comm_sweep(backend: str, world_size: int, hardware: Optional[str], output: Optional[Path]) -> None:
+    import torch
+
+    from dsdsim.bench.distributed import run_distributed
+
+    if backend == "nccl" and torch.cuda.device_count() < world_size:
+        raise DsdsimError(f"--world-size {world_size} with nccl needs {world_size} GPUs; "
+                          f"{torch.cuda.device_count()} visible")
+    if hardware is not None:
+        from dsdsim.specs.catalog import load_hardware
+
+        load_hardware(hardware)
+    rep = run_distributed(backend, world_size, hardware)
+    if output is not None:
+        write_atomic(output, to_json(rep.to_json()) + "\n")
+        typer.echo(f"wrote {output}", err=True)
+    typer.echo(to_json(rep.to_json()))
+
+
 def _reanalyse(report: Path, hardware: str, output: Path) -> None:
     from dsdsim.bench.validate import reanalyse
     from dsdsim.specs.catalog import load_hardware
@@ -940,17 +959,27 @@ def comm_check(
     device: str = typer.Option("cpu", "--device", help="torch device of this rank: cpu, cuda, cuda:1 "
                                                       "(LOCAL_RANK picks the GPU under torchrun)"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the result as JSON to this file"),
+    world_size: int = typer.Option(1, "--world-size", "-n",
+                                   help="1: the one-process check; N > 1: N spawned ranks time all-reduce sizes "
+                                        "and a tensor-parallel MLP against the link model (N GPUs for nccl)"),
+    hardware: Optional[str] = typer.Option(None, "--hardware", "-g",
+                                           help="Spec whose link figures the N-rank sweep is compared with"),
 ) -> None:
-    """Prove the collective code path on one process: init_process_group, all_reduce (small and 64 MiB, timed),
-    barrier, destroy. Multi-GPU link timing needs two or more GPUs (probe measures it there).
+    """Prove the collective code path: with one process, init_process_group, all_reduce (small and 64 MiB,
+    timed), barrier, destroy; with --world-size N, an all-reduce sweep and a tensor-parallel MLP over N ranks.
     Example: dsdsim comm-check --backend nccl --device cuda -o comm.json"""
     check_writable(output)
     if backend not in ("nccl", "gloo"):
         raise DsdsimError(f"--backend {backend!r}: use nccl (GPU) or gloo (CPU)")
+    if world_size < 1:
+        raise DsdsimError(f"--world-size must be >= 1, got {world_size}")
     _need_torch()
     _check_device(device)
     if backend == "nccl" and not device.startswith("cuda"):
         raise DsdsimError("--backend nccl needs --device cuda (NCCL runs on GPUs); use --backend gloo on a CPU")
+    if world_size > 1:
+        _comm_sweep(backend, world_size, hardware, output)
+        return
     from dsdsim.bench.distributed import nccl_smoke
 
     res = nccl_smoke(device=device, backend=backend)

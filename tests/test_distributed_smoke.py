@@ -61,16 +61,21 @@ def test_device_id_is_supported_by_this_torch():
 
 def test_smoke_cli(tmp_path):
     out = tmp_path / "smoke.json"
-    proc = subprocess.run([sys.executable, "-m", "dsdsim.bench.distributed", "--smoke", "--backend", "gloo",
-                           "--output", str(out)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "dsdsim", "comm-check", "--backend", "gloo", "-o", str(out)],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["ok"] is True
 
 
-def test_smoke_main_reports_failure_with_exit_1(tmp_path, monkeypatch, capsys):
-    _clean_env(monkeypatch)
-    out = tmp_path / "nccl.json"
-    assert distributed.main(["--smoke", "--backend", "nccl", "--output", str(out)]) == 1
+def test_comm_check_refuses_nccl_without_a_gpu(cli):
+    code, out, err = cli("comm-check", "--backend", "nccl", "--device", "cpu")
+    assert code == 2 and "needs --device cuda" in err
+
+
+def test_comm_check_sweeps_two_gloo_ranks(cli, tmp_path):
+    out = tmp_path / "sweep.json"
+    code, _, err = cli("comm-check", "--backend", "gloo", "--world-size", "2", "-o", out)
+    assert code == 0, err
     data = json.loads(out.read_text())
-    assert data["ok"] is False and data["backend"] == "nccl" and data["error"]
-    assert json.loads(capsys.readouterr().out)["error"] == data["error"]
+    assert data["world_size"] == 2 and data["sweep"]
+

@@ -22,12 +22,11 @@ Two sources of measurements:
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -684,23 +683,3 @@ def run_calibrate(source: str | Path, hardware, output: Optional[str | Path] = N
     if output is not None:
         write_calibrated_spec(spec, output)
     return spec, summary
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m dsdsim.bench.calibrate", description=__doc__.splitlines()[0])
-    ap.add_argument("--report", required=True, help="validation report.json, or a vLLM batch_stats JSON")
-    ap.add_argument("--hardware", required=True, help="the spec the report was predicted with (name or path)")
-    ap.add_argument("--output", required=True, help="calibrated spec YAML to write")
-    ap.add_argument("--model", default=None, help="model (batch_stats input only)")
-    ap.add_argument("--drafter", default="eagle3", help="drafter (batch_stats input only)")
-    ap.add_argument("--context", type=float, default=1024, help="context length (batch_stats input only)")
-    ap.add_argument("--name", default=None, help="name of the calibrated spec")
-    a = ap.parse_args(argv)
-    _, summary = run_calibrate(a.report, a.hardware, a.output, model=a.model, drafter=a.drafter,
-                               context=a.context, name=a.name)
-    print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=2, default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -4,20 +4,19 @@ single-device result.
 
 Where it runs:
 - CPU: gloo, ``world_size`` spawned processes on localhost (a free port), one torch thread each;
-- GPUs: NCCL, one process per GPU, spawned here or launched by ``torchrun --nproc-per-node N -m
-  dsdsim.bench.distributed --backend nccl`` (the code path exists; it is not exercised on a CPU machine).
+- GPUs: NCCL, one process per GPU, spawned here (``dsdsim comm-check --backend nccl --device cuda
+  --world-size N``); a rank started by torchrun initialises from its environment (env://).
 
 The link model is dsdsim's: ops.all_reduce (a rank sends 2(n-1)/n of the buffer) timed by op_time,
 t = link_latency + sent / (link_bandwidth * collective_efficiency). The sweep also fits that line (latency,
 bus bandwidth) to what was measured, which is what a spec's link figures should be for this transport.
 
 ``nccl_smoke`` proves the NCCL code path on one GPU (world size 1: init with ``device_id``, all-reduce, barrier,
-destroy) and reports instead of raising: ``python3 -m dsdsim.bench.distributed --smoke --backend nccl --output
+destroy) and reports instead of raising: ``dsdsim comm-check --backend nccl --device cuda -o
 smoke.json`` (the same with ``--backend gloo`` runs on a CPU).
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import inspect
 import json
@@ -361,46 +360,3 @@ def _nccl_version() -> Optional[str]:
         return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     except Exception:                         # noqa: BLE001 (a version string is informative only)
         return None
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m dsdsim.bench.distributed", description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
-    ap.add_argument("--world-size", type=int, default=2)
-    ap.add_argument("--hardware", default=None, help="spec whose link figures to compare with")
-    ap.add_argument("--output", default=None, help="JSON file to write")
-    ap.add_argument("--smoke", action="store_true",
-                    help="world-size-1 smoke test (init, all-reduce 4 KiB and 64 MiB, barrier, destroy); exit 1 if "
-                         "it failed, the JSON says why")
-    ap.add_argument("--device", default=None, help="smoke device (default: cuda for nccl, cpu for gloo)")
-    a = ap.parse_args(argv)
-    if a.smoke:
-        return _smoke_main(a.backend, a.device or ("cuda" if a.backend == "nccl" else "cpu"), a.output)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:      # under torchrun: this process is one rank
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        out = a.output or os.path.join(tempfile.gettempdir(), "dsdsim_distributed.json")
-        _worker(rank, world, a.backend, 0, DEFAULT_SIZES + (64 << 20,), 10,
-                {"tokens": 64, "hidden": 4096, "inter": 14336}, out)
-        if rank == 0:
-            print(Path(out).read_text())
-        return 0
-    rep = run_distributed(a.backend, a.world_size, a.hardware)
-    text = json.dumps(rep.to_json(), indent=2)
-    if a.output:
-        Path(a.output).write_text(text + "\n")
-    print(text)
-    return 0
-
-
-def _smoke_main(backend: str, device: str, output: Optional[str]) -> int:
-    res = nccl_smoke(device, backend)
-    text = json.dumps(res, indent=2)
-    if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(text + "\n")
-    print(text)
-    return 0 if res["ok"] else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -8,7 +8,6 @@ Weights are random (seeded); nothing is loaded.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import torch

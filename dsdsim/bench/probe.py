@@ -22,14 +22,12 @@ is recorded in the sweep and the probe carries on. The SM clock is logged before
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as _dt
 import json
 import math
 import os
 import re
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -869,28 +867,3 @@ def _sm_major(device: str) -> int:
         return torch.cuda.get_device_capability(torch.device(device))[0]
     except Exception:
         return 0
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m dsdsim.bench.probe", description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1")
-    p.add_argument("--output", default="probe.yaml", help="YAML spec file to write")
-    p.add_argument("--name", default=None, help="spec name (default: derived from the device name)")
-    p.add_argument("--threads", type=int, default=DEFAULT_CPU_THREADS, help="torch threads on a CPU (default 1)")
-    p.add_argument("--quick", action="store_true", help="smaller CPU measurements and sweeps (tests, smoke runs)")
-    p.add_argument("--no-sweeps", action="store_true", help="spec figures only: skip the raw sweeps")
-    p.add_argument("--sweeps-output", default=None,
-                   help="JSON file for the raw sweeps (default: <output stem>.sweeps.json beside the spec)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    a = p.parse_args(argv)
-    say = None if a.quiet else (lambda msg: print(f"[probe] {msg}", file=sys.stderr, flush=True))
-    path = run_probe(a.device, a.output, a.name, say, a.threads, sweeps=not a.no_sweeps, quick=a.quick,
-                     sweeps_output=a.sweeps_output)
-    print(path)
-    if not a.no_sweeps:
-        print(a.sweeps_output or sweeps_path(path))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -18,10 +18,8 @@ made for THAT reduced spec; the report records the factor and the dimensions use
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
-import math
 import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,7 +27,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from dsdsim.bench.calibrate import (Calibrator, OpFeatures, OpRecord, Point, calibrate_points, error_summary,
+from dsdsim.bench.calibrate import (Calibrator, OpRecord, Point, calibrate_points, error_summary,
                                     op_features, split_points)
 from dsdsim.cost.drafts import draft_ops, eagle_layer
 from dsdsim.cost.layers import PassContext, pass_ops
@@ -40,7 +38,7 @@ from dsdsim.specs.catalog import load_hardware, load_model
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec, parse_drafter
 from dsdsim.specs.hardware import HardwareSpec
-from dsdsim.specs.model import Attention, FFN, FFNKind, Layer, ModelSpec
+from dsdsim.specs.model import Attention, FFN, Layer, ModelSpec
 from dsdsim.units import DType
 
 ProgressFn = Callable[[int, int, str], None]      # (done, total, what)
@@ -974,7 +972,7 @@ def summary_markdown(data: dict) -> str:
               f"- launch overhead {cal['launch_overhead_s'] * 1e6:.2f} us per kernel, GEMM tile m {cal['gemm_tile_m']}"
               + (f", step overhead {so * 1e6:.1f} us" if so is not None else "")
               + (f"; per-kernel cost fitted on {cal['per_kernel_cost_fitted_on']}" if cal.get("per_kernel_cost_fitted_on") else ""),
-              *([f"- kernel figures: " + ", ".join(f"{k} {v:.3g}" for k, v in cal["kernels"].items())]
+              *(["- kernel figures: " + ", ".join(f"{k} {v:.3g}" for k, v in cal["kernels"].items())]
                 if cal.get("kernels") else []),
               "", "## K table check", "",
               f"Acceptance {tc['acceptance']}; measured step = {tc['measured_from']}.", ""]
@@ -1070,27 +1068,3 @@ def _line_progress(every_s: float = 5.0) -> ProgressFn:
             last[0], last[1] = now, stage
 
     return cb
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m dsdsim.bench.validate", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--hardware", required=True, help="spec to predict with (name or YAML path, e.g. a probe)")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--output", default="validation", help="output folder")
-    ap.add_argument("--quick", action="store_true", help="small grid (about a minute on a laptop CPU)")
-    ap.add_argument("--reduce", type=int, default=None, help="divide widths by this factor (default: 1 on GPU)")
-    ap.add_argument("--drafter", default="eagle3", help="eagle3 or none")
-    ap.add_argument("--no-progress", action="store_true")
-    a = ap.parse_args(argv)
-    rep = run_validate(a.model, a.hardware, a.device, a.quick, a.output, show_progress=not a.no_progress,
-                       reduce=a.reduce, drafter=None if a.drafter == "none" else a.drafter)
-    s = rep.summary
-    print(json.dumps({"uncalibrated": s["uncalibrated"], "calibrated_held_out": s["calibrated"],
-                      "calibration": rep.data["calibration"], "mean_regret": rep.table_check["mean_regret"],
-                      "paths": {k: str(v) for k, v in rep.paths.items()}}, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
