@@ -92,7 +92,7 @@ def _best_under_slo(p: Prediction, slo_s: float, k_rows: np.ndarray) -> tuple[Op
 def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: float, context: int = 1024,
               drafter="eagle3", acceptance=None, target_tokens_per_s: Optional[float] = None,
               price_per_gpu_hour: Optional[Union[float, dict]] = None, batch_sizes=None, max_k: int = 8,
-              dtype=None, kv_dtype=None) -> list[PlanRow]:
+              dtype=None, kv_dtype=None, engine="vllm") -> list[PlanRow]:
     """One PlanRow per candidate (see module doc). price_per_gpu_hour: one price, or {hardware: price}."""
     if not itl_slo_ms or math.isnan(itl_slo_ms) or itl_slo_ms <= 0:       # inf: no latency limit
         raise DsdsimError(f"the ITL SLO must be > 0 ms, got {itl_slo_ms}")
@@ -107,7 +107,8 @@ def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: fl
     rows = []
     for cand in cands:
         rows.append(_plan_one(spec, cand, itl_slo_ms / 1e3, context, drafter, acceptance, target_tokens_per_s,
-                              _price(price_per_gpu_hour, cand.hardware), batch_sizes, max_k, dtype, kv_dtype))
+                              _price(price_per_gpu_hour, cand.hardware), batch_sizes, max_k, dtype, kv_dtype,
+                              engine))
     return rows
 
 
@@ -124,7 +125,7 @@ def _price(price, hardware: str) -> Optional[float]:
 
 
 def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, acceptance, target, price, batch_sizes,
-              max_k, dtype, kv_dtype) -> PlanRow:
+              max_k, dtype, kv_dtype, engine="vllm") -> PlanRow:
     gpus = cand.tp
     empty = dict(max_batch_vanilla=None, tokens_per_s_vanilla=None, max_batch_dsd=None, k_at_max_batch=None,
                  tokens_per_s_dsd=None, tokens_per_s_per_gpu_vanilla=None, tokens_per_s_per_gpu_dsd=None,
@@ -142,7 +143,8 @@ def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, accept
     except DsdsimError as exc:
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False, str(exc), **empty)
     # Anything else wrong (names, acceptance, drafter, batch sizes, context) is the user's input: raise.
-    p = predict(model, cand.hardware, dep, drafter, acceptance, context, batch_sizes, max_k=max_k, fixed_k=0)
+    p = predict(model, cand.hardware, dep, drafter, acceptance, context, batch_sizes, max_k=max_k, fixed_k=0,
+                engine=engine)
     if not p.feasible.any():
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False,
                        f"memory: weights and KV do not fit in {gpus} GPU(s) at context {context}", **empty)
@@ -186,7 +188,7 @@ def plan(model, candidates, itl_slo_ms: float, **kwargs):
 
 
 def sensitivity(model, hardware, alphas: Sequence[float], contexts: Sequence[int], deployment=None,
-                drafter="eagle3", batch_sizes=None, max_k: int = 8):
+                drafter="eagle3", batch_sizes=None, max_k: int = 8, engine="vllm"):
     """How K* and the DSD speedup move with acceptance (constant alpha) and context: a tidy DataFrame with
     one row per (alpha, context, batch size)."""
     import pandas as pd
@@ -196,7 +198,8 @@ def sensitivity(model, hardware, alphas: Sequence[float], contexts: Sequence[int
     recs = []
     for a in alphas:
         for c in contexts:
-            p = predict(model, hardware, deployment, drafter, constant(float(a)), int(c), batch_sizes, max_k=max_k)
+            p = predict(model, hardware, deployment, drafter, constant(float(a)), int(c), batch_sizes, max_k=max_k,
+                        engine=engine)
             for r in p.rows:
                 recs.append({"alpha": float(a), "context": int(c), "batch_size": r.batch_size, "k": r.k,
                              "speedup_vs_vanilla": r.speedup_vs_vanilla, "tokens_per_s": r.tokens_per_s})
