@@ -175,12 +175,13 @@ def plan(
     fmt: TableFmt = TableFormat.table,
     output: Output = None,
 ) -> None:
-    """Capacity planning: per candidate GPU and parallelism, the largest batch meeting an ITL SLO with and
-    without dynamic speculation, tokens/s per GPU, GPUs for a target rate and cost per million tokens.
+    """Capacity planning: per candidate GPU and parallelism, the operating point (batch, K) with the most tokens/s
+    whose inter-token latency meets the SLO, with and without dynamic speculation; tokens/s per GPU there, GPUs
+    for a target rate and cost per million tokens.
 
     \b
     Example:
-      dsdsim plan -m llama-3.1-70b -g h100-sxm:tp4,h100-sxm:tp8,h200-sxm:tp4 --itl-slo-ms 30 \
+      dsdsim plan -m llama-3.1-70b -g h100-sxm:tp4,h100-sxm:tp8,h200-sxm:tp4 --itl-slo-ms 30 \\
           --target-tokens-per-s 50000 --price-per-gpu-hour 2.5
     """
     from dataclasses import asdict

@@ -241,13 +241,13 @@ def plan_table(title: str, rows: Sequence) -> "object":
         return "-" if x is None else format(x, spec)
 
     t = Table(title=title)
-    for col in ("candidate", "GPUs", "max B (K=0)", "tok/s/GPU (K=0)", "max B (DSD)", "K", "tok/s/GPU (DSD)",
+    for col in ("candidate", "GPUs", "B (K=0)", "tok/s/GPU (K=0)", "B (DSD)", "K", "tok/s/GPU (DSD)",
                 "gain", "GPUs needed", "$/M tok (DSD)", "note"):
         t.add_column(col, justify="left" if col in ("candidate", "note") else "right")
     for r in rows:
         t.add_row(f"{r.hardware}:tp{r.tp}" + (f":ep{r.ep}" if r.ep > 1 else ""), str(r.gpus),
-                  f(r.max_batch_vanilla, "d"), f(r.tokens_per_s_per_gpu_vanilla), f(r.max_batch_dsd, "d"),
-                  f(r.k_at_max_batch, "d"), f(r.tokens_per_s_per_gpu_dsd), f(r.dsd_gain, ".2f"),
+                  f(r.batch_vanilla, "d"), f(r.tokens_per_s_per_gpu_vanilla), f(r.batch_dsd, "d"),
+                  f(r.k_dsd, "d"), f(r.tokens_per_s_per_gpu_dsd), f(r.dsd_gain, ".2f"),
                   f(r.gpus_needed_dsd, "d"), f(r.cost_per_million_tokens_dsd, ".3f"),
                   r.reason if not r.feasible else "")
     return t
