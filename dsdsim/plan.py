@@ -1,6 +1,7 @@
-"""Capacity planning on top of the K policy: for each candidate (accelerator, parallelism), the largest batch
-that meets a per-sequence inter-token-latency SLO with and without dynamic speculation, tokens/s per GPU,
-GPUs for a target aggregate rate, and cost per million output tokens at a user-supplied GPU-hour price.
+"""Capacity planning on top of the K policy: for each candidate (accelerator, parallelism), the operating point
+with the most tokens/s whose per-sequence inter-token latency meets an SLO, with and without dynamic
+speculation; tokens/s per GPU there, GPUs for a target aggregate rate, and cost per million output tokens at a
+user-supplied GPU-hour price. Every figure in a row describes that one (batch, K) point.
 
 Prices are inputs, never shipped as facts.
 """
@@ -62,11 +63,11 @@ class PlanRow:
     gpus: int
     feasible: bool
     reason: str                         # why infeasible ("" when feasible)
-    max_batch_vanilla: Optional[int]
+    batch_vanilla: Optional[int]            # K = 0 operating point: the batch with the most tokens/s under the SLO
     tokens_per_s_vanilla: Optional[float]   # one replica at that batch
-    max_batch_dsd: Optional[int]
-    k_at_max_batch: Optional[int]
-    tokens_per_s_dsd: Optional[float]
+    batch_dsd: Optional[int]                # speculative operating point (any K, 0 included) ...
+    k_dsd: Optional[int]                    # ... and its K
+    tokens_per_s_dsd: Optional[float]       # one replica at (batch_dsd, k_dsd)
     tokens_per_s_per_gpu_vanilla: Optional[float]
     tokens_per_s_per_gpu_dsd: Optional[float]
     dsd_gain: Optional[float]               # DSD tokens/s per GPU over vanilla
@@ -77,16 +78,19 @@ class PlanRow:
 
 
 def _best_under_slo(p: Prediction, slo_s: float, k_rows: np.ndarray) -> tuple[Optional[int], Optional[int], float]:
-    """Largest batch whose ITL meets the SLO using K in k_rows, that batch's K, and the best goodput under SLO."""
+    """The operating point (batch, K, goodput) with the most tokens/s among K in k_rows whose ITL meets the SLO.
+
+    Ties go to the larger batch (more headroom for bursts is not claimed: the same goodput is simply reached
+    there). One point: the batch, its K and its goodput always belong together.
+    """
     itl = p.step_s[k_rows] / p.tau[k_rows, None]                          # (K', B)
     ok = p.feasible[k_rows] & (itl <= slo_s)
-    g = np.where(ok, p.goodput[k_rows], -np.inf)
-    meets = ok.any(axis=0)
-    if not meets.any():
+    if not ok.any():
         return None, None, float("nan")
-    j_last = int(np.nonzero(meets)[0][-1])
-    k_last = int(p.k_values[k_rows][int(np.argmax(g[:, j_last]))])
-    return int(p.batch_sizes[j_last]), k_last, float(np.max(g))
+    g = np.where(ok, p.goodput[k_rows], -np.inf)
+    best = g.max()
+    i, j = max(zip(*np.nonzero(g == best)), key=lambda ij: (ij[1], -ij[0]))   # largest batch, then smallest K
+    return int(p.batch_sizes[j]), int(p.k_values[k_rows][i]), float(best)
 
 
 def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: float, context: int = 1024,
@@ -127,7 +131,7 @@ def _price(price, hardware: str) -> Optional[float]:
 def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, acceptance, target, price, batch_sizes,
               max_k, dtype, kv_dtype, engine="vllm") -> PlanRow:
     gpus = cand.tp
-    empty = dict(max_batch_vanilla=None, tokens_per_s_vanilla=None, max_batch_dsd=None, k_at_max_batch=None,
+    empty = dict(batch_vanilla=None, tokens_per_s_vanilla=None, batch_dsd=None, k_dsd=None,
                  tokens_per_s_dsd=None, tokens_per_s_per_gpu_vanilla=None, tokens_per_s_per_gpu_dsd=None,
                  dsd_gain=None, gpus_needed_vanilla=None, gpus_needed_dsd=None, cost_per_million_tokens_vanilla=None,
                  cost_per_million_tokens_dsd=None)
@@ -171,8 +175,8 @@ def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, accept
 
     return PlanRow(
         cand.hardware, cand.tp, cand.ep, gpus, True, "",
-        max_batch_vanilla=b_v, tokens_per_s_vanilla=g_v if math.isfinite(g_v) else None,
-        max_batch_dsd=b_d, k_at_max_batch=k_d, tokens_per_s_dsd=g_d,
+        batch_vanilla=b_v, tokens_per_s_vanilla=g_v if math.isfinite(g_v) else None,
+        batch_dsd=b_d, k_dsd=k_d, tokens_per_s_dsd=g_d,
         tokens_per_s_per_gpu_vanilla=per_gpu(g_v), tokens_per_s_per_gpu_dsd=per_gpu(g_d),
         dsd_gain=(g_d / g_v) if math.isfinite(g_v) and g_v > 0 else None,
         gpus_needed_vanilla=needed(g_v), gpus_needed_dsd=needed(g_d),

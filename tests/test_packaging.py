@@ -51,7 +51,8 @@ def test_wheel_contains_every_shipped_spec(wheel):
         assert f"dsdsim/model_specs/{stem}.json" in names, stem
     for stem in SHIPPED_MEASUREMENTS:
         assert f"dsdsim/measurements/{stem}" in names, stem
-    for module in ("dsdsim/__init__.py", "dsdsim/cli.py", "dsdsim/specs/catalog.py", "dsdsim/cost/step.py"):
+    for module in ("dsdsim/__init__.py", "dsdsim/cli/__init__.py", "dsdsim/cli/model.py", "dsdsim/specs/catalog.py",
+                   "dsdsim/cost/step.py"):
         assert module in names, module
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "dsdsim = dsdsim.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
