@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
 from dsdsim.cli.app import app
-from dsdsim.cli.options import Context, Device, Drafter, Hardware, Model, OptionalHardware
+from dsdsim.cli.options import Context, Device, Drafter, Engine, Hardware, Model, OptionalHardware, Tp
 from dsdsim.cli.output import check_device, check_writable, console, need_torch, show, write_atomic
-from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_LOOP_BATCH, DEFAULT_LOOP_K,
-                             DEFAULT_LOOP_NEW_TOKENS, DEFAULT_MODEL)
+from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE,
+                             DEFAULT_LOOP_BATCH, DEFAULT_LOOP_K, DEFAULT_LOOP_NEW_TOKENS, DEFAULT_MODEL)
 from dsdsim.errors import DsdsimError
 from dsdsim.export.render import kv_table, to_json
 
@@ -187,20 +187,45 @@ def comm_check(
 
 @app.command()
 def calibrate(
-    report: Path = typer.Option(..., "--report", "-r",
-                                help="A validation report.json, or a vLLM batch_stats JSON of measured ITL per (B, K)"),
-    hardware: Hardware = ...,
-    output: Path = typer.Option(..., "--output", "-o", help="Calibrated hardware spec YAML to write"),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (batch_stats input only)"),
+    report: Optional[Path] = typer.Option(None, "--report", "-r",
+                                          help="A validation report.json, or a vLLM batch_stats JSON of measured step "
+                                               "times per (B, K): fits the HARDWARE spec"),
+    measurements: Optional[List[Path]] = typer.Option(
+        None, "--measurements", help="Your measured points: a CSV batch_size,k,context,itl_ms,acceptance_length "
+                                     "(itl_ms per output token), vllm bench serve --save-result JSON, or SGLang "
+                                     "bench_serving JSON lines (repeatable): fits an ENGINE spec"),
+    hardware: OptionalHardware = None,
+    output: Path = typer.Option(..., "--output", "-o", help="Calibrated spec YAML to write"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model that was measured"),
     drafter: Drafter = DEFAULT_DRAFTER,
     context: Context = DEFAULT_CONTEXT,
+    tp: Tp = 1,
+    engine: Engine = DEFAULT_ENGINE,
     name: Optional[str] = typer.Option(None, "--name", help="Name of the calibrated spec"),
+    date: Optional[str] = typer.Option(None, "--date", help="Date written into the fit's provenance (default today)"),
 ) -> None:
-    """Fit efficiencies (compute; memory for GEMMs, attention and vector kernels), launch and step overhead
-    and the GEMM tile to measurements; write a spec that predict accepts. A report is fitted on its train half
-    and scored on its held-out half. --model, --drafter and --context describe a batch_stats input."""
+    """Fit a spec to measurements and write it.
+
+    \b
+    --report: efficiencies (compute; memory for GEMMs, attention and vector kernels), launch and step overhead and
+      the GEMM tile of the hardware spec -g; a report is fitted on its train half and scored on the held-out half.
+    --measurements: the engine figures only (the kernel model and hardware held fixed), from a few (batch, K)
+      points; prints measured vs fitted ITL and the leave-one-out error per point, writes engine spec --name.
+    \b
+    Example: dsdsim calibrate --measurements points.csv -m llama-3.1-8b -g h100-sxm --name my-vllm -o my-vllm.yaml"""
     import json as _json
 
+    if (report is None) == (not measurements):
+        raise DsdsimError("give exactly one of --report (fit a hardware spec) or --measurements (fit an engine spec)")
+    if measurements:
+        from dsdsim.cli.engine import calibrate_measurements
+        from dsdsim.cli.options import deployment_from_options
+
+        dep = deployment_from_options(tp, 1, None, DEFAULT_KV_DTYPE, 0.0)
+        return calibrate_measurements(measurements, model or DEFAULT_MODEL, hardware or DEFAULT_HARDWARE, dep,
+                                      drafter, engine, context, name, output, date)
+    if hardware is None:
+        raise DsdsimError("calibrate --report needs --hardware (the spec the report was predicted with)")
     check_writable(output)
     if not report.is_file():
         raise DsdsimError(f"--report {report}: no such file")

@@ -8,12 +8,12 @@ from typing import Optional
 import typer
 
 from dsdsim.cli.app import app
-from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, Drafter, Eager, Ep, ExpertOverlap,
+from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, Drafter, Eager, Engine, Ep, ExpertOverlap,
                                 Hardware, K, KvDType, MaxK, MemoryUtilization, Model, OptionalDrafter, Output, Plot,
                                 PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat, Tp, WeightDType,
                                 deployment_from_options)
 from dsdsim.cli.output import check_png, check_writable, emit, show, with_progress
-from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_EXPLAIN_BATCH, DEFAULT_FIXED_K,
+from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_EXPLAIN_BATCH, DEFAULT_FIXED_K,
                              DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MAX_K, DEFAULT_MEMORY_UTILIZATION,
                              DEFAULT_MODEL, DEFAULT_STEP_K)
 from dsdsim.errors import DsdsimError
@@ -38,10 +38,12 @@ def explain(
     kv_dtype: KvDType = DEFAULT_KV_DTYPE,
     expert_overlap: ExpertOverlap = 0.0,
     eager: Eager = False,
+    engine: Engine = DEFAULT_ENGINE,
     fmt: ShowFmt = ShowFormat.table,
     output: Output = None,
 ) -> None:
-    """Per-operator breakdown of one speculative step: FLOPs, bytes, intensity, time, what bounds it."""
+    """Per-operator breakdown of one speculative step: FLOPs, bytes, intensity, time, what bounds it; the engine's
+    terms (host time, speculative fixed cost, draft passes, rejection sampling, CUDA-graph padding) as their own rows."""
     from dsdsim.cost.step import simulate_step
     from dsdsim.export.render import explain_view
     from dsdsim.report import explain_dict
@@ -55,7 +57,7 @@ def explain(
         raise DsdsimError(f"--context must be >= 0, got {context}")
     dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager)
     d = None if (drafter in (None, "", "none") or k == 0) else drafter
-    step = simulate_step(model, hardware, dep, d, batch, k, context)
+    step = simulate_step(model, hardware, dep, d, batch, k, context, engine=engine)
     data = explain_dict(step)
     if fmt is ShowFormat.json:
         return emit(to_json(data), output)
@@ -91,6 +93,7 @@ def predict(
         None, "--max-distinct-k", help="At most this many distinct K in the table (each is a CUDA-graph capture)"),
     eager: Eager = False,
     memory_utilization: MemoryUtilization = DEFAULT_MEMORY_UTILIZATION,
+    engine: Engine = DEFAULT_ENGINE,
     fmt: PredictFmt = PredictFormat.table,
     output: Output = None,
     plot: Plot = None,
@@ -113,9 +116,9 @@ def predict(
     if contexts is not None:
         return _predict_contexts(contexts, fmt, output, model=model, hardware=hardware, deployment=dep,
                                  drafter=drafter, acceptance=acceptance, batch_sizes=batch_sizes, max_k=max_k,
-                                 fixed_k=fixed_k, max_distinct_k=max_distinct_k)
+                                 fixed_k=fixed_k, max_distinct_k=max_distinct_k, engine=engine)
     p = run_predict(model, hardware, dep, drafter, acceptance, context, batch_sizes, max_k, fixed_k, max_distinct_k,
-                    acceptance_band)
+                    acceptance_band, engine=engine)
     text = None if fmt is PredictFormat.table else render(p, fmt)
     if plot is not None:
         from dsdsim.plot import PredictionDisplay, save_png
@@ -172,6 +175,7 @@ def plan(
                                                        help="Your price per GPU-hour (no prices are shipped)"),
     batch_sizes: BatchSizes = None,
     max_k: MaxK = DEFAULT_MAX_K,
+    engine: Engine = DEFAULT_ENGINE,
     fmt: TableFmt = TableFormat.table,
     output: Output = None,
 ) -> None:
@@ -191,7 +195,7 @@ def plan(
     check_writable(output)
     rows = plan_rows(model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, context=context,
                      drafter=drafter, acceptance=acceptance, target_tokens_per_s=target_tokens_per_s,
-                     price_per_gpu_hour=price_per_gpu_hour, batch_sizes=batch_sizes, max_k=max_k)
+                     price_per_gpu_hour=price_per_gpu_hour, batch_sizes=batch_sizes, max_k=max_k, engine=engine)
     recs = [asdict(r) for r in rows]
     if fmt is TableFormat.json:
         return emit(to_json({"model": model, "itl_slo_ms": itl_slo_ms, "context": context, "drafter": drafter,
@@ -220,9 +224,11 @@ class AccuracySplit(str, Enum):
 def accuracy(
     split: AccuracySplit = typer.Option(AccuracySplit.all, "--split", help="train (may be fitted on), test (never "
                                         "fitted on) or all"),
-    engine: Optional[str] = typer.Option(None, "--engine", help="Only cases measured on this engine (the case's "
-                                         "engine field: vllm, sglang, tensorrt-llm, gpt-fast, magicdec). A filter "
-                                         "for now: there are no engine specs yet, every case uses the same defaults"),
+    measured_on: Optional[str] = typer.Option(None, "--measured-on", help="Only cases measured on this engine (the "
+                                              "case's engine field: vllm, sglang, tensorrt-llm, gpt-fast, magicdec)"),
+    engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Predict every case with this engine spec "
+                                         "(name or YAML path; ideal = kernels only). Default: each case with the "
+                                         "engine it was measured on (vllm, sglang, trtllm; ideal for compiled loops)"),
     fmt: TableFmt = TableFormat.table,
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw predicted vs measured (PNG, log axes)"),
     output: Output = None,
@@ -236,7 +242,8 @@ def accuracy(
     Examples:
       dsdsim accuracy
       dsdsim accuracy --split test --format json -o accuracy.json
-      dsdsim accuracy --engine vllm --plot accuracy.png
+      dsdsim accuracy --measured-on vllm --plot accuracy.png
+      dsdsim accuracy --engine ideal          # kernels only: the gap the engine specs close
     """
     from dsdsim.corpus.evaluate import accuracy as run_accuracy
 
@@ -246,7 +253,7 @@ def accuracy(
     if fmt is TableFormat.table and output is not None:
         raise DsdsimError("--output with the table format is not supported; add --format json or csv")
     report = with_progress("predicting measurement cases", lambda progress: run_accuracy(
-        split.value, engine, corpus, progress=progress))
+        split.value, measured_on, corpus, progress=progress, engine=engine))
     if plot is not None:
         from dsdsim.corpus.display import AccuracyDisplay
         from dsdsim.plot import save_png

@@ -58,6 +58,9 @@ BatchSizes = Annotated[Optional[str], typer.Option(
 BatchSize = Annotated[int, typer.Option("--batch-size", "--batch", "-b", help="Sequences in the step (batch size B)")]
 K = Annotated[int, typer.Option("--k", "-k", help="Draft tokens K per sequence (0 = plain decoding)")]
 MaxK = Annotated[int, typer.Option("--max-k", help="Largest K considered")]
+ENGINE_HELP = ("Serving engine whose costs are added to the kernels: a name from `dsdsim list engines` (vllm, sglang, "
+               "trtllm, ideal = kernels only) or an engine spec YAML path (e.g. from `dsdsim calibrate --measurements`)")
+Engine = Annotated[str, typer.Option("--engine", "-e", help=ENGINE_HELP)]
 
 # --- where results go ---------------------------------------------------------------------------------
 

@@ -104,9 +104,10 @@ def explain_view(data: dict):
     from dsdsim.units import format_si
 
     dep = data["deployment"]
+    eng = data.get("engine") or {}
     parts: list = [f"[bold]{data['model']}[/bold] on {data['hardware']} (tp {dep['tp']}, ep {dep['ep']}, "
                    f"{dep['dtype']} weights, {dep['kv_dtype']} KV) — drafter {data['drafter']}, "
-                   f"B={data['batch_size']}, K={data['k']}, context {data['context']}"]
+                   f"B={data['batch_size']}, K={data['k']}, context {data['context']}, engine {eng.get('name')}"]
     for phase in ("draft", "verify"):
         ops = data[phase]["ops"]
         if not ops:
@@ -119,6 +120,14 @@ def explain_view(data: dict):
             t.add_row(r["name"], f"{r['count']:g}", format_si(r["flops"]), format_si(r["bytes"] + r["comm_bytes"], "B"),
                       "-" if ai is None else f"{ai:.1f}", format_si(r["time_s"], "s"), format_si(r["overhead_s"], "s"),
                       "-" if not bw or r["comm_bytes"] else f"{100 * bw:.0f}", r["bound"], f"{100 * r['share']:.1f}%")
+        parts.append(t)
+    if eng.get("rows"):
+        t = Table(title=f"engine {eng['name']} ({format_si(eng['time_s'], 's')})")
+        for col in ("term", "time", "note"):
+            t.add_column(col, justify="right" if col == "time" else "left")
+        for r in eng["rows"]:
+            t.add_row(r["term"], format_si(r["time_s"], "s"), r["note"])
+        t.add_row("CUDA graph", "-", eng["cuda_graph"])
         parts.append(t)
     mem = data["memory"]
     parts.append(f"fixed overheads {format_si(data['overhead_s'], 's')}; step time "
@@ -155,7 +164,7 @@ def prediction_view(p: "Prediction"):
     dep = d["deployment"]
     parts: list = [f"[bold]{d['model']}[/bold] on [bold]{d['hardware']}[/bold] (tp {dep['tp']}, ep {dep['ep']}, "
                    f"{dep['dtype']} weights, {dep['kv_dtype']} KV), drafter [bold]{d['drafter']}[/bold], context "
-                   f"{d['context']}",
+                   f"{d['context']}, engine [bold]{d['engine']['name']}[/bold]",
                    f"acceptance: {d['acceptance']['description']}"]
     rows = {r["batch_size"]: r for r in d["rows"]}
     shown = display_batches(p)
