@@ -1,4 +1,4 @@
-"""Shipped defaults of `dsdsim predict` with no arguments (one place, so docs and code agree).
+"""Shipped defaults of every command and API entry point (one place, so docs and code agree).
 
 llama-3.1-8b on h100-sxm with an EAGLE-3 head: a common dense model with a public EAGLE-3 head
 (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B) on the most common datacenter GPU.
@@ -6,6 +6,25 @@ llama-3.1-8b on h100-sxm with an EAGLE-3 head: a common dense model with a publi
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_HARDWARE = "h100-sxm"
 DEFAULT_DRAFTER = "eagle3"
-DEFAULT_CONTEXT = 1024
-DEFAULT_MAX_K = 8
-DEFAULT_FIXED_K = 3
+DEFAULT_CONTEXT = 1024               # tokens already in each sequence's KV cache
+DEFAULT_MAX_K = 8                    # largest K predict and plan consider
+DEFAULT_FIXED_K = 3                  # the static K predict compares against
+DEFAULT_ENGINE = "vllm"              # engine spec (engine_specs/) predict, explain, plan and plot use
+DEFAULT_BATCH_SIZES = "1-1024"       # batch sizes predict and plan evaluate
+DEFAULT_KV_DTYPE = "bf16"
+DEFAULT_MEMORY_UTILIZATION = 0.9     # share of GPU memory an engine may use (vLLM's gpu_memory_utilization)
+
+# One speculative step (explain, plot roofline)
+DEFAULT_STEP_K = 3
+DEFAULT_EXPLAIN_BATCH = 1
+DEFAULT_ROOFLINE_BATCH = 8
+
+# plot sensitivity
+DEFAULT_SENSITIVITY_ALPHAS = "0.6,0.7,0.8,0.9"
+DEFAULT_SENSITIVITY_CONTEXTS = "1024,8192"
+DEFAULT_SENSITIVITY_BATCH_SIZES = "1-512"
+
+# The real speculative loop on small random-weight models (dsdsim loop)
+DEFAULT_LOOP_K = 4
+DEFAULT_LOOP_BATCH = 8
+DEFAULT_LOOP_NEW_TOKENS = 48

@@ -1,6 +1,7 @@
-"""Capacity planning on top of the K policy: for each candidate (accelerator, parallelism), the largest batch
-that meets a per-sequence inter-token-latency SLO with and without dynamic speculation, tokens/s per GPU,
-GPUs for a target aggregate rate, and cost per million output tokens at a user-supplied GPU-hour price.
+"""Capacity planning on top of the K policy: for each candidate (accelerator, parallelism), the operating point
+with the most tokens/s whose per-sequence inter-token latency meets an SLO, with and without dynamic
+speculation; tokens/s per GPU there, GPUs for a target aggregate rate, and cost per million output tokens at a
+user-supplied GPU-hour price. Every figure in a row describes that one (batch, K) point.
 
 Prices are inputs, never shipped as facts.
 """
@@ -62,11 +63,11 @@ class PlanRow:
     gpus: int
     feasible: bool
     reason: str                         # why infeasible ("" when feasible)
-    max_batch_vanilla: Optional[int]
+    batch_vanilla: Optional[int]            # K = 0 operating point: the batch with the most tokens/s under the SLO
     tokens_per_s_vanilla: Optional[float]   # one replica at that batch
-    max_batch_dsd: Optional[int]
-    k_at_max_batch: Optional[int]
-    tokens_per_s_dsd: Optional[float]
+    batch_dsd: Optional[int]                # speculative operating point (any K, 0 included) ...
+    k_dsd: Optional[int]                    # ... and its K
+    tokens_per_s_dsd: Optional[float]       # one replica at (batch_dsd, k_dsd)
     tokens_per_s_per_gpu_vanilla: Optional[float]
     tokens_per_s_per_gpu_dsd: Optional[float]
     dsd_gain: Optional[float]               # DSD tokens/s per GPU over vanilla
@@ -77,22 +78,25 @@ class PlanRow:
 
 
 def _best_under_slo(p: Prediction, slo_s: float, k_rows: np.ndarray) -> tuple[Optional[int], Optional[int], float]:
-    """Largest batch whose ITL meets the SLO using K in k_rows, that batch's K, and the best goodput under SLO."""
+    """The operating point (batch, K, goodput) with the most tokens/s among K in k_rows whose ITL meets the SLO.
+
+    Ties go to the larger batch (more headroom for bursts is not claimed: the same goodput is simply reached
+    there). One point: the batch, its K and its goodput always belong together.
+    """
     itl = p.step_s[k_rows] / p.tau[k_rows, None]                          # (K', B)
     ok = p.feasible[k_rows] & (itl <= slo_s)
-    g = np.where(ok, p.goodput[k_rows], -np.inf)
-    meets = ok.any(axis=0)
-    if not meets.any():
+    if not ok.any():
         return None, None, float("nan")
-    j_last = int(np.nonzero(meets)[0][-1])
-    k_last = int(p.k_values[k_rows][int(np.argmax(g[:, j_last]))])
-    return int(p.batch_sizes[j_last]), k_last, float(np.max(g))
+    g = np.where(ok, p.goodput[k_rows], -np.inf)
+    best = g.max()
+    i, j = max(zip(*np.nonzero(g == best)), key=lambda ij: (ij[1], -ij[0]))   # largest batch, then smallest K
+    return int(p.batch_sizes[j]), int(p.k_values[k_rows][i]), float(best)
 
 
 def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: float, context: int = 1024,
               drafter="eagle3", acceptance=None, target_tokens_per_s: Optional[float] = None,
               price_per_gpu_hour: Optional[Union[float, dict]] = None, batch_sizes=None, max_k: int = 8,
-              dtype=None, kv_dtype=None) -> list[PlanRow]:
+              dtype=None, kv_dtype=None, engine="vllm") -> list[PlanRow]:
     """One PlanRow per candidate (see module doc). price_per_gpu_hour: one price, or {hardware: price}."""
     if not itl_slo_ms or math.isnan(itl_slo_ms) or itl_slo_ms <= 0:       # inf: no latency limit
         raise DsdsimError(f"the ITL SLO must be > 0 ms, got {itl_slo_ms}")
@@ -107,7 +111,8 @@ def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: fl
     rows = []
     for cand in cands:
         rows.append(_plan_one(spec, cand, itl_slo_ms / 1e3, context, drafter, acceptance, target_tokens_per_s,
-                              _price(price_per_gpu_hour, cand.hardware), batch_sizes, max_k, dtype, kv_dtype))
+                              _price(price_per_gpu_hour, cand.hardware), batch_sizes, max_k, dtype, kv_dtype,
+                              engine))
     return rows
 
 
@@ -124,9 +129,9 @@ def _price(price, hardware: str) -> Optional[float]:
 
 
 def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, acceptance, target, price, batch_sizes,
-              max_k, dtype, kv_dtype) -> PlanRow:
+              max_k, dtype, kv_dtype, engine="vllm") -> PlanRow:
     gpus = cand.tp
-    empty = dict(max_batch_vanilla=None, tokens_per_s_vanilla=None, max_batch_dsd=None, k_at_max_batch=None,
+    empty = dict(batch_vanilla=None, tokens_per_s_vanilla=None, batch_dsd=None, k_dsd=None,
                  tokens_per_s_dsd=None, tokens_per_s_per_gpu_vanilla=None, tokens_per_s_per_gpu_dsd=None,
                  dsd_gain=None, gpus_needed_vanilla=None, gpus_needed_dsd=None, cost_per_million_tokens_vanilla=None,
                  cost_per_million_tokens_dsd=None)
@@ -142,7 +147,8 @@ def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, accept
     except DsdsimError as exc:
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False, str(exc), **empty)
     # Anything else wrong (names, acceptance, drafter, batch sizes, context) is the user's input: raise.
-    p = predict(model, cand.hardware, dep, drafter, acceptance, context, batch_sizes, max_k=max_k, fixed_k=0)
+    p = predict(model, cand.hardware, dep, drafter, acceptance, context, batch_sizes, max_k=max_k, fixed_k=0,
+                engine=engine)
     if not p.feasible.any():
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False,
                        f"memory: weights and KV do not fit in {gpus} GPU(s) at context {context}", **empty)
@@ -169,8 +175,8 @@ def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, accept
 
     return PlanRow(
         cand.hardware, cand.tp, cand.ep, gpus, True, "",
-        max_batch_vanilla=b_v, tokens_per_s_vanilla=g_v if math.isfinite(g_v) else None,
-        max_batch_dsd=b_d, k_at_max_batch=k_d, tokens_per_s_dsd=g_d,
+        batch_vanilla=b_v, tokens_per_s_vanilla=g_v if math.isfinite(g_v) else None,
+        batch_dsd=b_d, k_dsd=k_d, tokens_per_s_dsd=g_d,
         tokens_per_s_per_gpu_vanilla=per_gpu(g_v), tokens_per_s_per_gpu_dsd=per_gpu(g_d),
         dsd_gain=(g_d / g_v) if math.isfinite(g_v) and g_v > 0 else None,
         gpus_needed_vanilla=needed(g_v), gpus_needed_dsd=needed(g_d),
@@ -186,7 +192,7 @@ def plan(model, candidates, itl_slo_ms: float, **kwargs):
 
 
 def sensitivity(model, hardware, alphas: Sequence[float], contexts: Sequence[int], deployment=None,
-                drafter="eagle3", batch_sizes=None, max_k: int = 8):
+                drafter="eagle3", batch_sizes=None, max_k: int = 8, engine="vllm"):
     """How K* and the DSD speedup move with acceptance (constant alpha) and context: a tidy DataFrame with
     one row per (alpha, context, batch size)."""
     import pandas as pd
@@ -196,7 +202,8 @@ def sensitivity(model, hardware, alphas: Sequence[float], contexts: Sequence[int
     recs = []
     for a in alphas:
         for c in contexts:
-            p = predict(model, hardware, deployment, drafter, constant(float(a)), int(c), batch_sizes, max_k=max_k)
+            p = predict(model, hardware, deployment, drafter, constant(float(a)), int(c), batch_sizes, max_k=max_k,
+                        engine=engine)
             for r in p.rows:
                 recs.append({"alpha": float(a), "context": int(c), "batch_size": r.batch_size, "k": r.k,
                              "speedup_vs_vanilla": r.speedup_vs_vanilla, "tokens_per_s": r.tokens_per_s})

@@ -93,13 +93,38 @@ def explain_dict(step: StepCost) -> dict:
         "drafter": step.drafter.label if step.drafter else None,
         "batch_size": int(_scalar(step.batch)), "k": int(_scalar(step.k)), "context": int(_scalar(step.context)),
         "verify": phase(step.verify), "draft": phase(step.draft),
-        "overhead_s": _scalar(step.overhead_s), "step_time_s": total,
+        "overhead_s": _scalar(step.overhead_s), "step_time_s": total, "engine": engine_dict(step),
         "experts_touched": touched, "num_experts": moe.num_experts if moe else None,
         "memory": {"used_bytes": _scalar(mem.used_bytes), "capacity_bytes": mem.capacity_bytes,
                    "weights_bytes": mem.weights_bytes, "kv_bytes": _scalar(mem.kv_bytes),
                    "activation_bytes": _scalar(mem.activation_bytes), "draft_bytes": _scalar(mem.draft_bytes),
                    "feasible": bool(np.asarray(mem.feasible).reshape(-1)[0])},
     }
+
+
+def engine_dict(step: StepCost) -> dict:
+    """The engine's terms of one (scalar) step as their own rows, so a reader sees where the time goes."""
+    eng, et = step.engine, step.engine_time
+    if eng is None or et is None:
+        return {"name": None, "rows": [], "time_s": 0.0}
+    b, q = _scalar(step.batch), _scalar(step.verify_tokens)
+    padded, graphed = _scalar(step.verify_padded_tokens), bool(np.asarray(step.verify_graphed).reshape(-1)[0])
+    hidden = _scalar(et.host_s) - _scalar(et.host_exposed_s)
+    rows = [
+        {"term": "host (scheduling, inputs, outputs)", "time_s": _scalar(et.host_exposed_s),
+         "note": f"{_scalar(et.host_s) * 1e6:.0f} us per step, {hidden * 1e6:.0f} us hidden behind device time"},
+        {"term": "speculative fixed cost", "time_s": _scalar(et.spec_fixed_s), "note": "per speculative step"},
+        {"term": "draft passes (beyond kernels)", "time_s": _scalar(et.draft_passes_s),
+         "note": f"{_scalar(step.draft_passes):g} passes"},
+        {"term": "rejection sampling", "time_s": _scalar(et.rejection_s), "note": f"{b * q:g} verified tokens"},
+    ]
+    if graphed:
+        pad = (f"verify replays a CUDA graph for {padded:g} tokens ({b * q:g} padded)" if padded > b * q
+               else "verify replays a CUDA graph (no padding)")
+    else:
+        pad = "verify runs eager (past the largest CUDA-graph capture size, or --eager)"
+    return {"name": eng.name, "rows": rows, "time_s": _scalar(et.added_s), "cuda_graph": pad,
+            "verify_padded_tokens": padded, "verify_graphed": graphed}
 
 
 def deployment_dict(model: ModelSpec, d) -> dict:

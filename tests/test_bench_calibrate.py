@@ -94,11 +94,9 @@ def test_step_overhead_from_step_points():
 
 
 def test_calibrate_from_batch_stats_round_trip(tmp_path):
-    """ITL = T / tau written from known efficiencies is fitted back to the same step times."""
-    from dsdsim.policy.acceptance import from_unconditional_rates
-
+    """batch_stats values are step times T(B, K) (vLLM PR #32374: median ITL between streamed chunks, one chunk
+    per step); written from known efficiencies, they are fitted back to the same step times."""
     rates = [0.68, 0.39, 0.20, 0.10, 0.06]
-    acc = from_unconditional_rates(rates)
     hw = load_hardware("h100-sxm")
     true_hw = hw.with_efficiency(source="truth", compute=0.55, memory=0.75, launch_overhead_s=3e-6,
                                  step_overhead_s=4e-4, gemm_tile_m=64)
@@ -108,7 +106,7 @@ def test_calibrate_from_batch_stats_round_trip(tmp_path):
         stats[str(b)] = {}
         for k in (0, 1, 3, 5):
             t = float(simulate_step(None, None, batch=b, k=k, context=1024, setup=setup).step_time_s)
-            stats[str(b)][str(k)] = t / float(acc.tau(k)) * 1e3
+            stats[str(b)][str(k)] = t * 1e3
     path = tmp_path / "dynamic_speculative_config.json"
     path.write_text(json.dumps({"batch_stats": stats, "acceptance_rate_per_pos": rates}))
     spec, summary = calibrate_from_batch_stats(path, "llama-3.1-8b", "h100-sxm", drafter="eagle3")
@@ -116,6 +114,24 @@ def test_calibrate_from_batch_stats_round_trip(tmp_path):
     assert summary["uncalibrated"]["median_abs_pct_error"] > summary["calibrated"]["median_abs_pct_error"]
     assert spec.efficiency.memory.value == pytest.approx(0.75, rel=0.1)
     assert "batch_stats" in spec.efficiency.memory.source
+
+
+def test_predict_batch_stats_export_calibrates_back_to_its_step_times(tmp_path):
+    """Round trip: the shipped prediction exported as vllm-batch-stats, calibrated on, gives the shipped spec's
+    step times back within 2% (one meaning, step time, on both sides)."""
+    from dsdsim.export.prediction import PredictFormat, render
+    from dsdsim.policy.predict import predict
+
+    p = predict(batch_sizes="1,2,4,8,16,32,64,128,256", max_k=5)
+    path = tmp_path / "dynamic_speculative_config.json"
+    path.write_text(render(p, PredictFormat.vllm_batch_stats))
+    spec, summary = calibrate_from_batch_stats(path, "llama-3.1-8b", "h100-sxm", drafter="eagle3")
+    assert summary["calibrated"]["max_abs_pct_error"] < 2.0
+    assert spec.efficiency.memory.value == pytest.approx(load_hardware("h100-sxm").efficiency.memory.value, rel=0.05)
+    setup = resolve("llama-3.1-8b", spec, None, "eagle3")
+    for row in summary["rows"]:
+        t = float(simulate_step(None, None, batch=row["batch"], k=row["k"], context=1024, setup=setup).step_time_s)
+        assert t == pytest.approx(row["measured_step_s"], rel=0.02)
 
 
 def test_calibrated_spec_yaml_loads(tmp_path):

@@ -219,7 +219,7 @@ def test_train_median_error_is_no_worse_than_the_committed_baseline(report):
 def test_engine_filter_keeps_only_that_engine():
     from dsdsim.corpus.evaluate import accuracy
 
-    r = accuracy(split="test", engine="sglang")
+    r = accuracy(split="test", measured_on="sglang")
     assert r.cases and {c.engine for c in r.cases} == {"sglang"} and {c.split for c in r.cases} == {"test"}
     assert r.summary["train"].n == 0
 
@@ -239,7 +239,7 @@ def test_accuracy_json_contract(cli):
 
 
 def test_accuracy_table_prints_cases_and_summary(cli):
-    code, out, err = cli("accuracy", "--split", "train", "--engine", "magicdec")
+    code, out, err = cli("accuracy", "--split", "train", "--measured-on", "magicdec")
     assert code == 0, err
     assert "magicdec-selfspec-h100-p8000-b64" in out and "median |err|" in out and "alpha" in out
 
@@ -255,7 +255,8 @@ def test_accuracy_csv_and_plot(cli, tmp_path):
 
 @pytest.mark.parametrize("argv,fragment", [
     (["--split", "validation"], "--split"),
-    (["--engine", "tgi"], "no measurement case has engine 'tgi'"),
+    (["--measured-on", "tgi"], "no measurement case was measured on 'tgi'"),
+    (["--engine", "tgi"], "unknown engine 'tgi'"),
     (["--plot", "{tmp}/a.jpg"], "ending in .png"),
     (["-o", "{tmp}/x.txt"], "--output with the table format"),
     (["--format", "json", "-o", "{tmp}/missing/x.json"], "does not exist"),

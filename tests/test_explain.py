@@ -66,8 +66,10 @@ def test_explain_json(cli, case, model, hw, extra, drafter, B, K, C):
     assert d["verify"]["ops"], "verify always has operators"
     step = d["step_time_s"]
     assert step > 0 and np.isfinite(step)
-    assert step == pytest.approx(d["verify"]["totals"]["time_s"] + d["draft"]["totals"]["time_s"] + d["overhead_s"],
-                                 rel=1e-9)
+    assert step == pytest.approx(d["verify"]["totals"]["time_s"] + d["draft"]["totals"]["time_s"] + d["overhead_s"]
+                                 + d["engine"]["time_s"], rel=1e-9)
+    assert d["engine"]["name"] == "vllm"
+    assert d["engine"]["time_s"] == pytest.approx(sum(r["time_s"] for r in d["engine"]["rows"]), rel=1e-9)
     if K == 0:
         assert d["draft"]["ops"] == [] and d["draft"]["totals"]["time_s"] == 0
     else:

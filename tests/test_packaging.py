@@ -28,7 +28,7 @@ pytest.importorskip("setuptools")
 def wheel(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("src")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
-    for name in ("dsdsim", "hw_specs", "model_specs", "measurements"):
+    for name in ("dsdsim", "hw_specs", "model_specs", "measurements", "engine_specs"):
         shutil.copytree(REPO_ROOT / name, src / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         if (REPO_ROOT / name).exists():
@@ -51,7 +51,10 @@ def test_wheel_contains_every_shipped_spec(wheel):
         assert f"dsdsim/model_specs/{stem}.json" in names, stem
     for stem in SHIPPED_MEASUREMENTS:
         assert f"dsdsim/measurements/{stem}" in names, stem
-    for module in ("dsdsim/__init__.py", "dsdsim/cli.py", "dsdsim/specs/catalog.py", "dsdsim/cost/step.py"):
+    for stem in ("vllm", "sglang", "trtllm", "ideal"):
+        assert f"dsdsim/engine_specs/{stem}.yaml" in names, stem
+    for module in ("dsdsim/__init__.py", "dsdsim/cli/__init__.py", "dsdsim/cli/model.py", "dsdsim/specs/catalog.py",
+                   "dsdsim/cost/step.py"):
         assert module in names, module
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "dsdsim = dsdsim.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

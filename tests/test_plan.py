@@ -12,6 +12,7 @@ import io
 import json
 import math
 
+import numpy as np
 import pytest
 
 from dsdsim.errors import DsdsimError
@@ -62,15 +63,14 @@ def test_plan_rows_invariants(rows_by_model, name):
         assert r.hardware == HW and r.gpus == r.tp and r.ep == 1
         if not r.feasible:
             assert r.reason and ("memory" in r.reason.lower() or "slo" in r.reason.lower()), r.reason
-            assert r.max_batch_dsd is None and r.tokens_per_s_per_gpu_dsd is None
+            assert r.batch_dsd is None and r.tokens_per_s_per_gpu_dsd is None
             continue
         assert r.reason == ""
-        assert r.max_batch_dsd is not None and 1 <= r.max_batch_dsd <= 256
-        assert r.k_at_max_batch is not None and 0 <= r.k_at_max_batch <= 8
+        assert r.batch_dsd is not None and 1 <= r.batch_dsd <= 256
+        assert r.k_dsd is not None and 0 <= r.k_dsd <= 8
         assert r.tokens_per_s_dsd > 0 and r.tokens_per_s_per_gpu_dsd > 0
         assert r.tokens_per_s_per_gpu_dsd == pytest.approx(r.tokens_per_s_dsd / r.gpus)
-        if r.max_batch_vanilla is not None:
-            assert r.max_batch_dsd >= r.max_batch_vanilla
+        if r.batch_vanilla is not None:
             assert r.tokens_per_s_vanilla > 0
             assert r.tokens_per_s_dsd >= r.tokens_per_s_vanilla * (1 - 1e-12)
             assert r.dsd_gain >= 1 - 1e-12
@@ -94,14 +94,15 @@ def test_fits_somewhere_within_a_node(rows_by_model):
         assert any(r.feasible for r in rows), name
 
 
-def test_more_gpus_never_shrink_the_max_batch(rows_by_model):
-    """More tensor-parallel GPUs hold more KV and run each step faster: the SLO-feasible batch cannot shrink."""
+def test_more_gpus_never_lower_a_replicas_rate(rows_by_model):
+    """More tensor-parallel GPUs hold more KV and run each step faster: one replica's best rate under the SLO
+    cannot drop."""
     for name, (_, rows) in rows_by_model.items():
-        prev = 0
+        prev = 0.0
         for r in rows:
-            b = r.max_batch_dsd or 0
-            assert b >= prev, (name, r.tp, b, prev)
-            prev = b
+            g = r.tokens_per_s_dsd or 0.0
+            assert g >= prev * (1 - 1e-9), (name, r.tp, g, prev)
+            prev = g
 
 
 def test_tight_slo_is_reported_as_slo():
@@ -133,11 +134,11 @@ def test_candidate_validates_itself():
 
 def test_unlimited_slo_is_allowed():
     (r,) = plan_rows("llama-3.1-8b", [f"{HW}:tp1"], float("inf"), batch_sizes="1-64")
-    assert r.feasible and r.max_batch_vanilla == r.max_batch_dsd == 64
+    assert r.feasible and r.batch_vanilla == 64
 
 
 def _by_hand(name, tp, slo_ms, batches, max_k=8):
-    """(max batch K=0, max batch DSD, best goodput K=0, best goodput DSD) with plain loops over a Prediction."""
+    """(batch K=0, batch DSD, goodput K=0, goodput DSD) at the best point under the SLO, by plain loops."""
     p = predict(name, HW, Deployment(tp=tp), "eagle3", None, 1024, batches, max_k=max_k, fixed_k=0)
     best = {"vanilla": (None, -math.inf), "dsd": (None, -math.inf)}
     for i, k in enumerate(p.k_values):
@@ -149,8 +150,8 @@ def _by_hand(name, tp, slo_ms, batches, max_k=8):
                 continue
             g = int(b) * p.tau[i] / p.step_s[i, j]
             for key in (("vanilla", "dsd") if k == 0 else ("dsd",)):
-                bmax, gmax = best[key]
-                best[key] = (max(bmax or 0, int(b)), max(gmax, g))
+                if g > best[key][1] * (1 + 1e-12):
+                    best[key] = (int(b), g)
     return best["vanilla"][0], best["dsd"][0], best["vanilla"][1], best["dsd"][1]
 
 
@@ -160,7 +161,7 @@ def test_gpus_and_cost_by_hand():
     (r,) = plan_rows(name, [f"{HW}:tp{tp}"], slo, target_tokens_per_s=target, price_per_gpu_hour=price,
                      batch_sizes="1-256")
     assert r.feasible
-    assert (r.max_batch_vanilla, r.max_batch_dsd) == (b_v, b_d)
+    assert (r.batch_vanilla, r.batch_dsd) == (b_v, b_d)
     assert r.tokens_per_s_vanilla == pytest.approx(g_v, rel=1e-9)
     assert r.tokens_per_s_dsd == pytest.approx(g_d, rel=1e-9)
     # replicas of tp GPUs each, rounded up: ceil(50000 / G) * 4
@@ -214,7 +215,7 @@ def test_plan_dataframe():
     df = plan("qwen3-30b-a3b", [f"{HW}:tp1", f"{HW}:tp2:ep2"], SLO_MS, batch_sizes="1-128", price_per_gpu_hour=3.0)
     assert list(df["tp"]) == [1, 2] and list(df["ep"]) == [1, 2]
     assert df["feasible"].all()
-    assert (df["max_batch_dsd"] >= df["max_batch_vanilla"]).all()
+    assert (df["tokens_per_s_dsd"] >= df["tokens_per_s_vanilla"]).all()
     assert (df["cost_per_million_tokens_dsd"] > 0).all()
 
 
@@ -260,8 +261,8 @@ def test_cli_plan_csv(cli):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert len(rows) == 3
     assert rows[0]["hardware"] == "h100-sxm" and rows[0]["feasible"] == "true"
-    assert rows[2]["feasible"] == "false" and rows[2]["max_batch_dsd"] == ""
-    assert int(rows[0]["max_batch_dsd"]) >= int(rows[0]["max_batch_vanilla"])
+    assert rows[2]["feasible"] == "false" and rows[2]["batch_dsd"] == ""
+    assert float(rows[0]["tokens_per_s_dsd"]) >= float(rows[0]["tokens_per_s_vanilla"])
     assert float(rows[0]["tokens_per_s_per_gpu_dsd"]) > 0
 
 
@@ -269,3 +270,21 @@ def test_cli_plan_table(cli):
     code, out, err = cli(*PLAN_ARGS)
     assert code == 0, err
     assert "h100-sxm:tp4" in out and "h200-sxm:tp2" in out and "does not" in out   # the reason (wrapped)
+
+
+def test_a_row_is_one_operating_point():
+    """Issue 12 defect 2: deepseek-v3 on 8 x H200 with MTP at a 50 ms SLO showed max batch 566 with K=0 but the
+    tokens/s of B=560, K=3. Every DSD column must describe the same (batch, K): its goodput, its ITL within the
+    SLO, and no other point under the SLO with more tokens/s."""
+    slo_ms = 50.0
+    (r,) = plan_rows("deepseek-v3", ["h200-sxm:tp8"], slo_ms, drafter="mtp", acceptance="0.8", batch_sizes="1-1024")
+    assert r.feasible
+    p = predict("deepseek-v3", "h200-sxm", Deployment(tp=8), "mtp", "0.8", 1024, "1-1024", max_k=8, fixed_k=0)
+    i, j = list(p.k_values).index(r.k_dsd), list(p.batch_sizes).index(r.batch_dsd)
+    assert r.tokens_per_s_dsd == pytest.approx(float(p.goodput[i, j]), rel=1e-12)
+    assert p.step_s[i, j] / p.tau[i] * 1e3 <= slo_ms
+    itl_ms = p.step_s / p.tau[:, None] * 1e3
+    assert np.nanmax(np.where(p.feasible & (itl_ms <= slo_ms), p.goodput, np.nan)) == pytest.approx(
+        r.tokens_per_s_dsd, rel=1e-12)
+    j0 = list(p.batch_sizes).index(r.batch_vanilla)
+    assert r.tokens_per_s_vanilla == pytest.approx(float(p.goodput[0, j0]), rel=1e-12)

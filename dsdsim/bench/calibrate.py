@@ -564,7 +564,12 @@ def calibrate_points(points: Sequence[Point], hw: HardwareSpec, cuda_graphs: boo
 
 
 def read_batch_stats(path: str | Path) -> tuple[dict[int, dict[int, float]], list[float]]:
-    """{bs: {k: itl_ms}} and acceptance_rate_per_pos from a vLLM dynamic-SD profile (keys may be strings)."""
+    """{bs: {k: step_ms}} and acceptance_rate_per_pos from a vLLM dynamic-SD profile (keys may be strings).
+
+    The values are STEP times T(B, K) in ms, one meaning with ``predict --format vllm-batch-stats``: vLLM PR #32374
+    fills batch_stats with ``median_itl_ms`` of ``vllm bench serve``, whose ITL is the time between streamed chunks
+    (one chunk per engine step under speculation), and its manager scores K by (1 + sum a_i) / ITL, tokens per
+    second only if ITL is the step time."""
     data = json.loads(Path(path).read_text())
     stats = data.get("batch_stats")
     if not isinstance(stats, dict) or not stats:
@@ -581,12 +586,14 @@ def _acceptance_from_rates(rates: list[float]):
 
 
 def calibrate_from_batch_stats(path: str | Path, model, hardware, drafter="eagle3", acceptance=None,
-                               context: float = 1024, deployment=None, tiles: Optional[Sequence[int]] = TILE_CANDIDATES
-                               ) -> tuple[HardwareSpec, dict]:
+                               context: float = 1024, deployment=None, tiles: Optional[Sequence[int]] = TILE_CANDIDATES,
+                               engine="vllm") -> tuple[HardwareSpec, dict]:
     """Fit efficiencies, launch cost (graphed, as engines run), GEMM tile and step overhead so that
-    simulate_step reproduces measured step times T(B, K) = ITL(B, K) x tau(K).
+    simulate_step (with ``engine``'s terms, vLLM by default: batch_stats is vLLM's format) reproduces the measured
+    step times T(B, K) = batch_stats[B][K] (``read_batch_stats``: the values are step times, not T / tau).
 
-    acceptance: an Acceptance (default: from the file's unconditional acceptance_rate_per_pos)."""
+    acceptance: an Acceptance (default: from the file's unconditional acceptance_rate_per_pos); reported only,
+    step times do not depend on it."""
     from dsdsim.cost.step import resolve, simulate_step
 
     table, rates = read_batch_stats(path)
@@ -594,24 +601,23 @@ def calibrate_from_batch_stats(path: str | Path, model, hardware, drafter="eagle
         if not rates:
             raise ValueError(f"{path}: no acceptance_rate_per_pos; pass an acceptance model")
         acceptance = _acceptance_from_rates(rates)
-    setup = resolve(model, hardware, deployment, drafter)
+    setup = resolve(model, hardware, deployment, drafter, engine)
     hw = setup.hardware
-    bs, ks, itl = [], [], []
+    bs, ks, step_ms = [], [], []
     for b, row in sorted(table.items()):
         for k, ms in sorted(row.items()):
             bs.append(b)
             ks.append(k)
-            itl.append(ms * 1e-3)
+            step_ms.append(ms * 1e-3)
     b, k = np.asarray(bs, dtype=float), np.asarray(ks, dtype=float)
-    tau = np.asarray(acceptance.tau(np.asarray(ks, dtype=int)), dtype=float)
-    measured = np.asarray(itl) * tau
+    measured = np.asarray(step_ms)
     graphs = setup.deployment.cuda_graphs
 
     def step_times(p: Params) -> np.ndarray:
         keys = {"compute": p.compute, "memory": p.memory, "gemm_tile_m": p.tile, "step_overhead_s": p.step_overhead_s,
                 ("launch_overhead_s" if graphs else "eager_launch_overhead_s"): p.launch_s}
         s = setup.__class__(setup.model, hw.with_efficiency(source="fit", **keys), setup.deployment, setup.drafter,
-                            setup.draft_model)
+                            setup.draft_model, setup.engine)
         return np.asarray(simulate_step(None, None, batch=b, k=k, context=context, setup=s).step_time_s, dtype=float)
 
     start_launch = hw.launch_overhead_s.value if graphs else hw.eager_launch_overhead_s.value

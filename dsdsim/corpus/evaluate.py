@@ -92,45 +92,65 @@ class AccuracyReport:
 
 # --- physics of one case --------------------------------------------------------------------------------
 
+# The engine spec a case is predicted with when none is forced: the engine it was measured on. gpt-fast and
+# MagicDec run whole compiled decode loops without a serving scheduler: kernels only.
+ENGINE_OF_CASE = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm"}
+NO_ENGINE = "ideal"
 
-def case_times(case: Case) -> CaseTimes:
-    """T and T0 for an evaluated case, through the public cost model (dsdsim.simulate_step)."""
+
+def case_engine(case: Case, engine=None):
+    """The engine spec (name, path or spec) for a case: ``engine`` when given, else the one it was measured on."""
+    if engine is not None:
+        return engine
+    return ENGINE_OF_CASE.get(case.conditions.engine, NO_ENGINE)
+
+
+@dataclass(frozen=True)
+class CaseSteps:
+    """The two simulated steps of a case (plain decoding and the case's own), kernels and engine terms."""
+
+    plain: object          # dsdsim.cost.step.StepCost
+    step: object
+    architecture: str
+    drafter_kind: str
+
+    def times(self, params=None) -> CaseTimes:
+        """CaseTimes with the steps' own engine figures, or with ``params`` (EngineParams) in their place."""
+        if params is None:
+            t, t0 = float(self.step.step_time_s), float(self.plain.step_time_s)
+        else:
+            t, t0 = float(self.step.step_time_with(params)), float(self.plain.step_time_with(params))
+        return CaseTimes(t, t0, bool(self.step.feasible), self.architecture, self.drafter_kind)
+
+
+def case_steps(case: Case, engine=None) -> CaseSteps:
+    """Simulate an evaluated case through the public cost model (dsdsim.simulate_step). A tree draft runs as the
+    cost layer models trees: STEPS draft passes over TOPK candidates, a verify of draft_tokens per sequence."""
     from dsdsim.cost.step import resolve, simulate_step
     from dsdsim.specs.deployment import Deployment
-    from dsdsim.specs.drafter import parse_drafter
+    from dsdsim.specs.drafter import DraftTree, parse_drafter
     from dsdsim.units import parse_dtype
 
     c = case.conditions
     dep = Deployment(tp=c.tp, ep=c.ep, dtype=parse_dtype(c.dtype) if c.dtype else None)
     drafter = parse_drafter(c.drafter) if c.drafter else None
+    k = c.k
     if drafter is not None and c.tree is not None:
-        drafter = drafter.model_copy(update={"max_k": 64})   # the verify pass carries the whole tree
-    setup = resolve(c.model, c.hardware, dep, drafter)
+        tree = DraftTree(steps=c.tree.steps, topk=c.tree.topk, tokens=c.tree.draft_tokens - 1)
+        drafter = drafter.model_copy(update={"max_k": 64, "tree": tree})
+        k = c.tree.steps
+    setup = resolve(c.model, c.hardware, dep, drafter, engine=case_engine(case, engine))
     plain = simulate_step(None, None, batch=c.batch_size, k=0, context=c.context_tokens, setup=setup)
-    if drafter is None or (c.k == 0 and c.tree is None):
-        step, fits = float(plain.step_time_s), bool(plain.feasible)
-    elif c.tree is not None:
-        step, fits = _tree_step(setup, c.batch_size, c.context_tokens, c.tree)
-    else:
-        s = simulate_step(None, None, batch=c.batch_size, k=c.k, context=c.context_tokens, setup=setup)
-        step, fits = float(s.step_time_s), bool(s.feasible)
+    step = plain if drafter is None or k == 0 else simulate_step(None, None, batch=c.batch_size, k=k,
+                                                                   context=c.context_tokens, setup=setup)
     arch = "moe" if setup.model.moe_ffn is not None else "dense"
     kind = drafter.kind.value if drafter is not None else "none"
-    return CaseTimes(step, float(plain.step_time_s), fits, arch, kind)
+    return CaseSteps(plain, step, arch, kind)
 
 
-def _tree_step(setup, batch: int, context: int, tree: Tree) -> tuple[float, bool]:
-    """A tree step as a chain draft of ``steps`` passes plus one verify of ``draft_tokens`` tokens per sequence.
-
-    An approximation until trees are modelled: each draft pass is charged as one token per sequence (the
-    tree's ``topk`` candidates per pass are not), and the tree mask is not.
-    """
-    from dsdsim.cost.step import simulate_step
-
-    draft = simulate_step(None, None, batch=batch, k=tree.steps, context=context, setup=setup)
-    verify = simulate_step(None, None, batch=batch, k=tree.draft_tokens - 1, context=context, setup=setup)
-    t = float(draft.draft.time_s + verify.verify.time_s + draft.overhead_s)
-    return t, bool(verify.feasible)
+def case_times(case: Case, engine=None) -> CaseTimes:
+    """T and T0 for an evaluated case."""
+    return case_steps(case, engine).times()
 
 
 # --- quantities and acceptance ----------------------------------------------------------------------------
@@ -213,22 +233,30 @@ def _skipped(cf: CorpusFile, case: Case) -> CaseResult:
                       "unknown", f"{case.acceptance.handling.value}", None, None, case.not_evaluated)
 
 
-def _times_or_error(case: Case) -> CaseTimes:
+def steps_or_error(case: Case, engine=None) -> CaseSteps:
     try:
-        return case_times(case)
+        return case_steps(case, engine)
     except DsdsimError as exc:
         raise type(exc)(f"measurement case {case.id}: {exc}") from None
 
 
-def evaluate(corpus: list[tuple[CorpusFile, Case]],
-             progress: Optional[Callable[[int, int], None]] = None) -> tuple[list[CaseResult], list[FittedAcceptance]]:
-    """Every case of the corpus, in corpus order; fitted acceptance per fit group. progress(done, total)."""
+def evaluate(corpus: list[tuple[CorpusFile, Case]], progress: Optional[Callable[[int, int], None]] = None,
+             engine=None) -> tuple[list[CaseResult], list[FittedAcceptance]]:
+    """Every case of the corpus, in corpus order; fitted acceptance per fit group. progress(done, total).
+    ``engine``: one engine spec for every case; None: each case's own engine (``case_engine``)."""
     times: dict[str, CaseTimes] = {}
     todo = [(cf, c) for cf, c in corpus if c.not_evaluated is None]
     for i, (_, case) in enumerate(todo):
-        times[case.id] = _times_or_error(case)
+        times[case.id] = steps_or_error(case, engine).times()
         if progress is not None:
             progress(i + 1, len(todo))
+    return score(corpus, times)
+
+
+def score(corpus: list[tuple[CorpusFile, Case]], times: dict[str, CaseTimes]
+          ) -> tuple[list[CaseResult], list[FittedAcceptance]]:
+    """Results from predicted times: acceptance fitted per fit group over the cases present, then each quantity."""
+    todo = [(cf, c) for cf, c in corpus if c.not_evaluated is None and c.id in times]
     groups: dict[str, list[tuple[Case, CaseTimes]]] = {}
     for _, case in todo:
         if case.acceptance.handling is AcceptanceHandling.fitted:
@@ -240,6 +268,8 @@ def evaluate(corpus: list[tuple[CorpusFile, Case]],
     for cf, case in corpus:
         if case.not_evaluated is not None:
             results.append(_skipped(cf, case))
+            continue
+        if case.id not in times:
             continue
         t = times[case.id]
         if case.acceptance.handling is AcceptanceHandling.fitted:
@@ -270,18 +300,27 @@ def group_summaries(results: list[CaseResult]) -> list[GroupSummary]:
 SPLITS = ("train", "test", "all")
 
 
-def accuracy(split: str = "all", engine: Optional[str] = None, corpus: Optional[Path | str] = None,
-             progress: Optional[Callable[[int, int], None]] = None) -> AccuracyReport:
+def accuracy(split: str = "all", measured_on: Optional[str] = None, corpus: Optional[Path | str] = None,
+             progress: Optional[Callable[[int, int], None]] = None, engine=None) -> AccuracyReport:
     """Evaluate the measurement corpus with shipped defaults; keep the cases of ``split`` (train | test | all) and,
-    when given, of one ``engine`` (the case's conditions.engine, e.g. vllm, sglang)."""
+    when given, those ``measured_on`` one engine (the case's conditions.engine, e.g. vllm, sglang).
+
+    ``engine``: an engine spec (name, path or spec) used for every case, e.g. ``ideal`` for kernels only; None:
+    each case is predicted with the engine it was measured on (``ENGINE_OF_CASE``; kernels only for the rest)."""
     if split not in SPLITS:
         raise DsdsimError(f"unknown split {split!r}; use one of: {', '.join(SPLITS)}")
     cases = load_corpus(corpus)
-    if engine is not None:
+    if measured_on is not None:
         engines = sorted({c.conditions.engine for _, c in cases})
-        if engine not in engines:
-            raise DsdsimError(f"no measurement case has engine {engine!r}; engines in the corpus: {', '.join(engines)}")
-    results, fitted = evaluate(cases, progress)
-    keep = [r for r in results if (split == "all" or r.split == split) and (engine is None or r.engine == engine)]
+        if measured_on not in engines:
+            raise DsdsimError(f"no measurement case was measured on {measured_on!r}; engines in the corpus: "
+                              f"{', '.join(engines)}")
+    if engine is not None:
+        from dsdsim.specs.catalog import load_engine
+
+        engine = load_engine(engine)
+    results, fitted = evaluate(cases, progress, engine)
+    keep = [r for r in results if (split == "all" or r.split == split)
+            and (measured_on is None or r.engine == measured_on)]
     summary = {s: summarize(r for r in keep if r.split == s) for s in (Split.train.value, Split.test.value)}
     return AccuracyReport(keep, summary, group_summaries(keep), fitted)

@@ -1,7 +1,12 @@
-"""One speculative step: draft (K tokens) + verify (q = K + 1 tokens per sequence) + fixed overheads.
+"""One speculative step: draft (K tokens) + verify (q = K + 1 tokens per sequence) + the engine's terms.
 
-T(B, K, c) = draft + verify + step overhead (+ hand-off when K >= 1). K = 0 is plain decoding: no draft,
-a q = 1 pass sampled once. Everything broadcasts over numpy arrays of batch, k and context.
+T(B, K, c) = engine(draft + verify kernels at the CUDA-graph padded size): the engine adds the speculative
+machinery and the host time it does not hide (``dsdsim.cost.engine``). K = 0 is plain decoding: no draft, a
+q = 1 pass sampled once. Everything broadcasts over numpy arrays of batch, k and context.
+
+Without an engine spec (``Setup.engine`` None, what ``dsdsim.bench`` measures: kernels replayed as a graph) a step
+is its kernels plus the drafter's hand-off, as before engine specs existed. A hardware spec that still carries
+``step_overhead_s`` has it charged on every step in either case.
 """
 from __future__ import annotations
 
@@ -11,14 +16,17 @@ from typing import Optional
 import numpy as np
 
 from dsdsim.cost.drafts import draft_ops
+from dsdsim.cost.engine import EngineParams, EngineTime, engine_time, padded_tokens
 from dsdsim.cost.layers import PassContext, pass_ops
 from dsdsim.cost.memory import MemoryUse, memory_use
 from dsdsim.cost.ops import OpCost, OpKind
 from dsdsim.cost.timing import OpTime, op_time, total_time
 from dsdsim.errors import DsdsimError
-from dsdsim.specs.catalog import load_hardware, load_model
+from dsdsim.defaults import DEFAULT_ENGINE
+from dsdsim.specs.catalog import engine_source, load_engine, load_hardware, load_model
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec, parse_drafter
+from dsdsim.specs.engine import EngineSpec
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import ModelSpec
 
@@ -53,13 +61,29 @@ class StepCost:
     context: np.ndarray
     verify: PassCost
     draft: PassCost
-    overhead_s: np.ndarray
+    overhead_s: np.ndarray                    # hardware step_overhead_s (legacy specs) + hand-off without an engine
     memory: MemoryUse
     experts_touched: Optional[np.ndarray]     # mean distinct routed experts per MoE layer (verify, all ranks)
+    engine: Optional[EngineSpec] = None
+    engine_time: Optional[EngineTime] = None
+    verify_padded_tokens: Optional[np.ndarray] = None   # tokens the verify kernels ran for (CUDA-graph padding)
+    verify_graphed: Optional[np.ndarray] = None     # whether the verify pass replayed a CUDA graph
+    draft_passes: Optional[np.ndarray] = None       # sequential draft passes per step
+    verify_tokens: Optional[np.ndarray] = None      # q: tokens per sequence in the verify pass
+
+    def step_time_with(self, params: EngineParams) -> np.ndarray:
+        """The step time under other engine figures, kernels held fixed (engine fitting and calibration)."""
+        device = self.kernel_time_s + self.overhead_s
+        return device + engine_time(params, device, self.batch, self.k, self.draft_passes, self.verify_tokens).added_s
+
+    @property
+    def kernel_time_s(self) -> np.ndarray:
+        return self.verify.time_s + self.draft.time_s
 
     @property
     def step_time_s(self) -> np.ndarray:
-        return self.verify.time_s + self.draft.time_s + self.overhead_s
+        t = self.kernel_time_s + self.overhead_s
+        return t if self.engine_time is None else t + self.engine_time.added_s
 
     @property
     def feasible(self) -> np.ndarray:
@@ -75,6 +99,9 @@ class Setup:
     deployment: Deployment
     drafter: Optional[DrafterSpec]
     draft_model: Optional[ModelSpec]
+    engine: Optional[EngineSpec] = None       # None: kernels only (what dsdsim.bench measures)
+    engine_params: Optional[EngineParams] = None   # overrides the engine's figures (fitting); None: the spec's
+    engine_source: Optional[str] = None       # the engine spec's file (engine_specs/NAME.yaml for shipped ones)
 
     @property
     def draft_deployment(self) -> Deployment:
@@ -84,14 +111,16 @@ class Setup:
                           cuda_graphs=d.cuda_graphs)
 
 
-def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=None) -> Setup:
-    """Accept names, paths or spec objects; check the deployment against the model."""
+def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=None, engine=DEFAULT_ENGINE) -> Setup:
+    """Accept names, paths or spec objects; check the deployment against the model. ``engine``: an engine name,
+    path or spec (default vLLM); None for kernels only."""
     m = load_model(model)
     hw = load_hardware(hardware)
     dep = (deployment or Deployment()).check(m)
     d = parse_drafter(drafter) if isinstance(drafter, str) else drafter
     draft_model = load_model(d.model) if d is not None and d.kind is DrafterKind.draft_model else None
-    setup = Setup(m, hw, dep, d, draft_model)
+    eng = load_engine(engine) if engine is not None else None
+    setup = Setup(m, hw, dep, d, draft_model, eng, engine_source=engine_source(engine) if engine is not None else None)
     if draft_model is not None:
         setup.draft_deployment.check(draft_model)
         if draft_model.vocab_size != m.vocab_size:
@@ -121,28 +150,69 @@ def _check_grid(batch, k, context, drafter: Optional[DrafterSpec]) -> tuple[np.n
 
 
 def simulate_step(model, hardware, deployment: Optional[Deployment] = None, drafter=None, batch=1, k=0,
-                  context=1024, setup: Optional[Setup] = None) -> StepCost:
-    """Cost of one speculative step. batch, k, context: scalars or broadcastable numpy arrays."""
-    s = setup or resolve(model, hardware, deployment, drafter)
+                  context=1024, setup: Optional[Setup] = None, engine=DEFAULT_ENGINE) -> StepCost:
+    """Cost of one speculative step. batch, k, context: scalars or broadcastable numpy arrays. ``engine`` is used
+    only when no ``setup`` is given (a Setup carries its engine)."""
+    s = setup or resolve(model, hardware, deployment, drafter, engine)
     b, kk, c = _check_grid(batch, k, context, s.drafter)
-    m, hw, dep = s.model, s.hardware, s.deployment
+    m, hw, dep, eng = s.model, s.hardware, s.deployment, s.engine
     pc = PassContext.build(m, hw, dep)
     tree = s.drafter.tree if s.drafter is not None else None
     q = np.where(kk > 0, tree.tokens + 1.0, 1.0) if tree is not None else kk + 1.0   # a tree verifies TOKENS + 1
+    graphs = eng.cuda_graphs if eng is not None else None
+    q_verify, graphed = padded_tokens(graphs, b, q, dep.cuda_graphs)
+    draft_on = dep.cuda_graphs and (graphs is None or graphs.draft_graphs)
+    _, draft_graphed = padded_tokens(graphs, b, 1.0, draft_on)   # draft passes: graphed or not, not padded
     sampling_passes = np.where(kk > 0, 2.0, 1.0)   # rejection sampling reads target and draft probabilities
-    verify_ops = pass_ops(m, pc, b, q, c, sampling_passes=sampling_passes)
+    verify_ops = pass_ops(m, pc, b, q_verify, c, sampling_passes=sampling_passes)
     d_ops: list[OpCost] = []
     if s.drafter is not None:
         dpc = PassContext.build(s.draft_model, hw, s.draft_deployment) if s.draft_model else None
         d_ops = draft_ops(m, s.drafter, pc, b, kk, c, draft_model=s.draft_model, draft_pc=dpc)
-    verify = PassCost([op_time(o, hw, dep.cuda_graphs) for o in verify_ops])
-    draft = PassCost([op_time(o, hw, dep.cuda_graphs) for o in d_ops])
-    handoff = s.drafter.handoff_s if s.drafter is not None and s.drafter.kind is not DrafterKind.ngram else 0.0
-    overhead = hw.step_overhead_s.value + handoff * (kk > 0)
-    overhead = np.broadcast_to(overhead, np.broadcast_shapes(b.shape, kk.shape, c.shape)).astype(float)
+    verify = _pass_cost(verify_ops, hw, graphed)
+    draft = _pass_cost(d_ops, hw, draft_graphed)
+    shape = np.broadcast_shapes(b.shape, kk.shape, c.shape)
+    handoff = s.drafter.handoff_s if (eng is None and s.drafter is not None
+                                      and s.drafter.kind is not DrafterKind.ngram) else 0.0
+    overhead = np.broadcast_to(hw.step_overhead_s.value + handoff * (kk > 0), shape).astype(float)
     memory = memory_use(m, hw, dep, s.drafter, b, kk, c, s.draft_model)
     touched = _mean_touched(verify_ops)
-    return StepCost(m, hw, dep, s.drafter, b, kk, c, verify, draft, overhead, memory, touched)
+    et = None
+    passes = _draft_passes(s.drafter, kk)
+    if eng is not None:
+        params = s.engine_params or EngineParams.of(eng)
+        device = verify.time_s + draft.time_s + overhead
+        et = engine_time(params, device, b, kk, passes, q)
+    return StepCost(m, hw, dep, s.drafter, b, kk, c, verify, draft, overhead, memory, touched, eng, et,
+                    np.broadcast_to(b * q_verify, shape), np.broadcast_to(graphed, shape), passes, np.asarray(q))
+
+
+def _draft_passes(drafter: Optional[DrafterSpec], k: np.ndarray) -> np.ndarray:
+    """Sequential draft passes per step: K (a tree: its steps); Medusa one; n-gram none (host lookup)."""
+    if drafter is None:
+        return np.zeros(np.shape(k))
+    if drafter.kind is DrafterKind.ngram:
+        return np.zeros(np.shape(k))
+    if drafter.kind is DrafterKind.medusa:
+        return (k > 0).astype(float)
+    if drafter.tree is not None:
+        return np.where(k > 0, float(drafter.tree.steps), 0.0)
+    return np.asarray(k, dtype=float)
+
+
+def _pass_cost(ops: list[OpCost], hw: HardwareSpec, graphed: np.ndarray) -> PassCost:
+    """Operator times replayed under a CUDA graph where ``graphed``, eager (per-kernel launches) elsewhere."""
+    g = np.asarray(graphed, dtype=bool)
+    if g.all() or not ops:
+        return PassCost([op_time(o, hw, True) for o in ops])
+    if not g.any():
+        return PassCost([op_time(o, hw, False) for o in ops])
+    out = []
+    for o in ops:
+        a, e = op_time(o, hw, True), op_time(o, hw, False)
+        out.append(OpTime(o, a.compute_per, a.memory_per, a.comm_per, np.where(g, a.overhead_per, e.overhead_per),
+                          np.where(g, a.time_s, e.time_s), a.transition_per))
+    return PassCost(out)
 
 
 def _mean_touched(verify_ops: list[OpCost]) -> Optional[np.ndarray]:
@@ -155,11 +225,12 @@ def _mean_touched(verify_ops: list[OpCost]) -> Optional[np.ndarray]:
 
 
 def step_time_grid(model, hardware, deployment: Optional[Deployment] = None, drafter=None, batch_sizes=(1,),
-                   k_values=(0,), contexts=(1024,), setup: Optional[Setup] = None) -> tuple[np.ndarray, np.ndarray]:
+                   k_values=(0,), contexts=(1024,), setup: Optional[Setup] = None,
+                   engine=DEFAULT_ENGINE) -> tuple[np.ndarray, np.ndarray]:
     """(step_time_s, feasible), each shaped (len(batch_sizes), len(k_values), len(contexts))."""
     b = np.asarray(batch_sizes, dtype=float)[:, None, None]
     kk = np.asarray(k_values, dtype=float)[None, :, None]
     c = np.asarray(contexts, dtype=float)[None, None, :]
-    step = simulate_step(model, hardware, deployment, drafter, b, kk, c, setup=setup)
+    step = simulate_step(model, hardware, deployment, drafter, b, kk, c, setup=setup, engine=engine)
     shape = (b.shape[0], kk.shape[1], c.shape[2])
     return np.broadcast_to(step.step_time_s, shape), np.broadcast_to(step.feasible, shape)

@@ -35,6 +35,7 @@ def prediction_dict(p: "Prediction") -> dict:
                for i in range(len(p.k_values))]
     out = {
         "model": s.model.name, "hardware": s.hardware.name,
+        "engine": {"name": s.engine.name if s.engine is not None else None, "source": s.engine_source},
         "deployment": deployment_dict(s.model, dep),
         "drafter": s.drafter.label,
         "acceptance": {"alpha": [float(a) for a in p.acceptance.alpha_at(int(p.k_values.max()))],

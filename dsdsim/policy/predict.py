@@ -17,8 +17,8 @@ from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
 from dsdsim.policy.table import CompressedTable, RobustChoice, compress, robust_k
 from dsdsim.specs.deployment import Deployment
 
-from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_FIXED_K, DEFAULT_HARDWARE, DEFAULT_MAX_K,
-                             DEFAULT_MODEL)
+from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_FIXED_K, DEFAULT_HARDWARE,
+                             DEFAULT_MAX_K, DEFAULT_MODEL)
 
 MAX_BATCH = 65536
 
@@ -135,13 +135,14 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
             drafter=DEFAULT_DRAFTER, acceptance: Acceptance | str | float | None = None,
             context: int = DEFAULT_CONTEXT, batch_sizes=None, max_k: int = DEFAULT_MAX_K,
             fixed_k: int = DEFAULT_FIXED_K, max_distinct_k: Optional[int] = None,
-            acceptance_band: Optional[float] = None) -> Prediction:
+            acceptance_band: Optional[float] = None, engine=DEFAULT_ENGINE) -> Prediction:
     """Best K per batch size. acceptance: an Acceptance, a parse_acceptance string, or a constant alpha.
+    engine: an engine name, path or spec (default vLLM; ``ideal`` for kernels only).
 
     acceptance_band: +/- absolute change of every alpha; adds a robust K choice and the regret at the edges.
     """
     acc = _acceptance(acceptance)
-    setup = resolve(model, hardware, deployment, drafter)
+    setup = resolve(model, hardware, deployment, drafter, engine)
     if setup.drafter is None:
         raise DsdsimError("predict needs a drafter (e.g. eagle3)")
     if max_k < 1:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from dsdsim.errors import SpecError
+from dsdsim.specs.engine import EngineSpec, engine_from_dict
 from dsdsim.specs.hardware import HardwareSpec, hardware_from_dict
 from dsdsim.specs.io import read_structured
 from dsdsim.specs.model import ModelSpec
@@ -23,14 +24,14 @@ _user_dirs: list[Path] = []
 
 
 def shipped_dir(kind: str) -> Path:
-    """``hw_specs`` or ``model_specs``: inside the installed package, or at the source checkout's root."""
+    """``hw_specs``, ``model_specs``, ``engine_specs`` or ``measurements``: inside the installed package, or at the source checkout's root."""
     here = Path(__file__).resolve().parent.parent  # dsdsim/
     installed = here / kind
     return installed if installed.is_dir() else here.parent / kind
 
 
 def add_specs_dir(path: str | Path) -> None:
-    """Search this folder (and its hw_specs/, model_specs/ subfolders) before the shipped specs."""
+    """Search this folder (and its hw_specs/, model_specs/, engine_specs/ subfolders) before the shipped specs."""
     p = Path(path).expanduser()
     if not p.is_dir():
         raise SpecError(f"specs folder {p} does not exist; pass an existing folder to --specs-dir")
@@ -52,25 +53,34 @@ def _search_dirs(kind: str) -> list[Path]:
 def _index(kind: str, env_value: str) -> dict[str, Path]:
     """name -> file for one kind; `env_value` (DSDSIM_SPECS_DIRS) is part of the cache key so a changed
     environment is seen; add_specs_dir clears the cache."""
-    suffixes = _HW_SUFFIXES if kind == "hw_specs" else _MODEL_SUFFIXES
+    suffixes = _MODEL_SUFFIXES if kind == "model_specs" else _HW_SUFFIXES
     found: dict[str, Path] = {}
     for d in _search_dirs(kind):
         for f in sorted(d.iterdir()):
             if f.suffix.lower() in suffixes and f.is_file() and f.stem not in found:
-                if d.name not in ("hw_specs", "model_specs") and not _looks_like(kind, f):
+                if d.name not in _KINDS and not _looks_like(kind, f):
                     continue
                 found[f.stem] = f
     return found
 
 
+_KINDS = ("hw_specs", "model_specs", "engine_specs")
+
+
 def _looks_like(kind: str, path: Path) -> bool:
-    """In a mixed user folder, tell model configs (have model_type) from hardware specs."""
+    """In a mixed user folder, tell model configs (have model_type) from engine specs (have host_step_s) from
+    hardware specs."""
     try:
         text = path.read_text(encoding="utf-8", errors="ignore")
     except OSError:
         return False
     is_model = '"model_type"' in text
-    return is_model if kind == "model_specs" else not is_model
+    is_engine = not is_model and "host_step_s" in text
+    if kind == "model_specs":
+        return is_model
+    if kind == "engine_specs":
+        return is_engine
+    return not is_model and not is_engine
 
 
 def _names(kind: str) -> dict[str, Path]:
@@ -85,8 +95,12 @@ def model_names() -> list[str]:
     return sorted(_names("model_specs"))
 
 
+def engine_names() -> list[str]:
+    return sorted(_names("engine_specs"))
+
+
 def _resolve(kind: str, name_or_path: str, what: str) -> Path:
-    listing = "models" if kind == "model_specs" else "hardware"
+    listing = {"model_specs": "models", "hw_specs": "hardware", "engine_specs": "engines"}[kind]
     text = str(name_or_path).strip()
     if not text:
         raise SpecError(f"empty {what} name; run `dsdsim list {listing}` to see the known names")
@@ -107,6 +121,32 @@ def _resolve(kind: str, name_or_path: str, what: str) -> Path:
 @lru_cache(maxsize=128)
 def _load_hardware_file(path: Path) -> HardwareSpec:
     return hardware_from_dict(read_structured(path), where=path.name)
+
+
+@lru_cache(maxsize=64)
+def _load_engine_file(path: Path) -> EngineSpec:
+    return engine_from_dict(read_structured(path), where=path.name)
+
+
+def load_engine(name_or_path: "str | Path | EngineSpec") -> EngineSpec:
+    """A shipped or user engine spec by name (``vllm``, ``sglang``, ``trtllm``, ``ideal``) or by path to a YAML file."""
+    if isinstance(name_or_path, EngineSpec):
+        return name_or_path
+    return _load_engine_file(_resolve("engine_specs", str(name_or_path), "engine").resolve())
+
+
+def engine_source(name_or_path: "str | Path | EngineSpec") -> Optional[str]:
+    """The file an engine spec was read from (None for an object built in memory)."""
+    if isinstance(name_or_path, EngineSpec):
+        return None
+    path = _resolve("engine_specs", str(name_or_path), "engine").resolve()
+    shipped = shipped_dir("engine_specs").resolve()
+    return f"engine_specs/{path.name}" if path.parent == shipped else str(path)
+
+
+def is_shipped_engine(name: str) -> bool:
+    d = shipped_dir("engine_specs")
+    return any((d / f"{name}{s}").is_file() for s in _HW_SUFFIXES)
 
 
 @lru_cache(maxsize=128)

@@ -21,6 +21,7 @@ class Verified(str, Enum):
     derived = "derived"        # arithmetic on other figures (sparse/2, per-GPU share, ...)
     unverified = "unverified"  # placeholder or conflicting sources
     measured = "measured"      # measured by `dsdsim probe` or fitted by `dsdsim calibrate`
+    fitted = "fitted"          # fitted by least squares on named measurement cases (engine specs)
 
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -175,7 +176,11 @@ class HardwareSpec(BaseModel):
     efficiency: Efficiency
     launch_overhead_s: Figure
     eager_launch_overhead_s: Figure
-    step_overhead_s: Figure
+    # Host time per engine step used to live here. Engine time now has its own spec (engine_specs/, --engine);
+    # shipped hardware specs leave this at 0. A user spec that still carries it keeps working: it is charged on
+    # every step, on top of the engine's terms (with --engine ideal, exactly as before).
+    step_overhead_s: Figure = Figure(value=0.0, source="engine time lives in engine_specs/ (dsdsim --engine)",
+                                     verified=Verified.derived)
     gemm_tile_m: Figure
     kernels: Optional[KernelFigures] = None           # absent: the flat roofline (no shape effects)
     # Scale-out network per GPU (one direction) and its collective latency: used once a group spans more than

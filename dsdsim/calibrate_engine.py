@@ -1,0 +1,295 @@
+"""A full (batch, K) table from a few measured points: fit an engine spec to your deployment.
+
+Input points come from a CSV ``batch_size,k,context,itl_ms,acceptance_length``, from result JSON files of
+``vllm bench serve --save-result``, or from SGLang ``bench_serving`` JSON lines. ``itl_ms`` is the time per
+output token of one sequence (vLLM's and SGLang's mean TPOT), so a step takes itl_ms x acceptance_length.
+
+The hardware and the kernel model stay fixed: only engine figures are fitted (bounded least squares on log step
+time, ``dsdsim.corpus.fit.BOUNDS``), the rest of the base engine is kept. Which figures depend on what the points
+can tell apart: spec_fixed_s and host_per_sequence_s always; host_step_s only where the base engine does not
+hide host time behind plain steps (otherwise it adds exactly like spec_fixed_s); draft_pass_s only with two or
+more K > 0; never more figures than points - 1.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from dsdsim.errors import DsdsimError
+
+CSV_HEADER = ("batch_size", "k", "context", "itl_ms", "acceptance_length")
+MIN_POINTS = 3
+AGREE = 0.2          # rows of one (batch, K) more than 20% apart contradict one another
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    batch: int
+    k: int
+    context: int
+    itl_ms: float              # per output token of one sequence
+    acceptance_length: float   # tokens per step (1 for k = 0)
+
+    @property
+    def step_ms(self) -> float:
+        return self.itl_ms * self.acceptance_length
+
+
+# --- reading ---------------------------------------------------------------------------------------------------
+
+
+def _num(value, what: str, where: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise DsdsimError(f"{where}: {what} {value!r} is not a number") from None
+    if not math.isfinite(x):
+        raise DsdsimError(f"{where}: {what} {value!r} is not a finite number")
+    return x
+
+
+def _whole(value, what: str, where: str) -> int:
+    x = _num(value, what, where)
+    if x != int(x):
+        raise DsdsimError(f"{where}: {what} {value!r} must be a whole number")
+    return int(x)
+
+
+def _read_csv(path: Path, context: int) -> list[tuple[MeasuredPoint, str]]:
+    text = path.read_text(encoding="utf-8")
+    rows = list(csv.reader(text.splitlines()))
+    if not rows:
+        raise DsdsimError(f"{path}: empty file; expected the header {','.join(CSV_HEADER)}")
+    head = [h.strip() for h in rows[0]]
+    required = [h for h in CSV_HEADER if h != "context"]
+    missing = [h for h in required if h not in head]
+    if missing:
+        raise DsdsimError(f"{path}: header lacks {', '.join(missing)}; expected {','.join(CSV_HEADER)} "
+                          "(context optional)")
+    out, seen = [], set()
+    for n, row in enumerate(rows[1:], start=2):
+        if not any(c.strip() for c in row):
+            continue
+        where = f"{path.name} line {n}"
+        if len(row) != len(head):
+            raise DsdsimError(f"{where}: {len(row)} fields, the header has {len(head)}")
+        rec = dict(zip(head, (c.strip() for c in row)))
+        key = tuple(rec.get(h, "") for h in CSV_HEADER)
+        if key in seen:
+            raise DsdsimError(f"{where}: duplicate row (the same line appears twice); remove one")
+        seen.add(key)
+        ctx = _whole(rec["context"], "context", where) if rec.get("context") else context
+        out.append((MeasuredPoint(_whole(rec["batch_size"], "batch_size", where), _whole(rec["k"], "k", where), ctx,
+                                  _num(rec["itl_ms"], "itl_ms", where),
+                                  _num(rec["acceptance_length"], "acceptance_length", where)), where))
+    return out
+
+
+def _k_of(rec: dict, where: str, has_acceptance: bool) -> int:
+    """K of a benchmark result: num_speculative_tokens (vllm bench serve --metadata num_speculative_tokens=K),
+    speculative_num_steps (SGLang), or a speculative_config; none and no acceptance reported: plain decoding."""
+    for key in ("num_speculative_tokens", "speculative_num_steps"):
+        if key in rec:
+            return _whole(rec[key], key, where)
+    cfg = rec.get("speculative_config")
+    if isinstance(cfg, str):
+        try:
+            cfg = json.loads(cfg)
+        except ValueError:
+            cfg = None
+    if isinstance(cfg, dict) and "num_speculative_tokens" in cfg:
+        return _whole(cfg["num_speculative_tokens"], "speculative_config.num_speculative_tokens", where)
+    if has_acceptance:
+        raise DsdsimError(f"{where}: reports speculative acceptance but not K; add it to the result (vllm bench "
+                          "serve --metadata num_speculative_tokens=K)")
+    return 0
+
+
+def _from_result(rec: dict, where: str, context: int) -> MeasuredPoint:
+    """One benchmark result: vLLM (mean_tpot_ms, spec_decode_acceptance_length, max_concurrency) or SGLang
+    bench_serving (mean_tpot_ms, accept_length, max_concurrency)."""
+    if "mean_tpot_ms" not in rec:
+        raise DsdsimError(f"{where}: no mean_tpot_ms; expected a vllm bench serve --save-result JSON or an SGLang "
+                          "bench_serving JSON line")
+    batch = rec.get("max_concurrency")
+    if batch is None:
+        raise DsdsimError(f"{where}: no max_concurrency; run the benchmark with --max-concurrency B (the batch)")
+    al = rec.get("spec_decode_acceptance_length", rec.get("accept_length"))
+    has_al = al is not None and _num(al, "acceptance length", where) > 1.0
+    k = _k_of(rec, where, has_al)
+    acceptance = _num(al, "acceptance length", where) if (al is not None and k > 0) else 1.0
+    return MeasuredPoint(_whole(batch, "max_concurrency", where), k, context,
+                         _num(rec["mean_tpot_ms"], "mean_tpot_ms", where), acceptance)
+
+
+def _read_json(path: Path, context: int) -> list[tuple[MeasuredPoint, str]]:
+    text = path.read_text(encoding="utf-8").strip()
+    if not text:
+        raise DsdsimError(f"{path}: empty file")
+    try:
+        data = json.loads(text)
+        records = data if isinstance(data, list) else [data]
+        wheres = [f"{path.name}" if len(records) == 1 else f"{path.name} item {i + 1}" for i in range(len(records))]
+    except ValueError:
+        records, wheres = [], []
+        for n, line in enumerate(text.splitlines(), start=1):     # JSON lines (SGLang bench_serving)
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    raise DsdsimError(f"{path.name} line {n}: not JSON") from None
+                wheres.append(f"{path.name} line {n}")
+    out = []
+    for rec, where in zip(records, wheres):
+        if not isinstance(rec, dict):
+            raise DsdsimError(f"{where}: expected a JSON object (one benchmark result)")
+        out.append((_from_result(rec, where, context), where))
+    return out
+
+
+def read_measurements(paths: Sequence[str | Path], context: int) -> list[MeasuredPoint]:
+    """Points from CSV / JSON / JSON-lines files, checked, rows of one (batch, K, context) averaged."""
+    rows: list[tuple[MeasuredPoint, str]] = []
+    for p in paths:
+        path = Path(p).expanduser()
+        if not path.is_file():
+            raise DsdsimError(f"--measurements {path}: no such file")
+        try:
+            rows += _read_csv(path, context) if path.suffix.lower() == ".csv" else _read_json(path, context)
+        except UnicodeDecodeError:
+            raise DsdsimError(f"--measurements {path}: not a text file") from None
+    return merge_points(rows)
+
+
+def merge_points(rows: list[tuple[MeasuredPoint, str]]) -> list[MeasuredPoint]:
+    for pt, where in rows:
+        if pt.batch < 1 or pt.k < 0 or pt.context < 0:
+            raise DsdsimError(f"{where}: batch_size must be >= 1, k >= 0 and context >= 0")
+        if pt.itl_ms <= 0:
+            raise DsdsimError(f"{where}: itl_ms must be > 0 (got {pt.itl_ms:g})")
+        if not 1.0 <= pt.acceptance_length <= pt.k + 1:
+            raise DsdsimError(f"{where}: acceptance_length {pt.acceptance_length:g} is outside [1, K+1] = "
+                              f"[1, {pt.k + 1}] (it counts the bonus token; 1 for k = 0)")
+    groups: dict[tuple[int, int, int], list[tuple[MeasuredPoint, str]]] = {}
+    for pt, where in rows:
+        groups.setdefault((pt.batch, pt.k, pt.context), []).append((pt, where))
+    out = []
+    for (b, k, c), members in sorted(groups.items()):
+        steps = [m.step_ms for m, _ in members]
+        if max(steps) > (1 + AGREE) * min(steps):
+            raise DsdsimError(f"{members[0][1]} and {members[-1][1]}: contradictory rows for batch {b}, K {k} "
+                              f"(step times {min(steps):.3g} and {max(steps):.3g} ms differ by more than "
+                              f"{100 * AGREE:.0f}%)")
+        itl = float(np.mean([m.itl_ms for m, _ in members]))
+        al = float(np.mean([m.acceptance_length for m, _ in members]))
+        out.append(MeasuredPoint(b, k, c, itl, al))
+    if len(out) < MIN_POINTS:
+        raise DsdsimError(f"{len(out)} distinct (batch, K) point(s); calibrate needs at least {MIN_POINTS} "
+                          "(e.g. batch 1, 16, 64 x K 0, 3)")
+    if not any(p.k == 0 for p in out):
+        raise DsdsimError("no K = 0 point: measure plain decoding at one batch size or more (K = 0 anchors the "
+                          "kernel time the engine terms add to)")
+    if not any(p.k > 0 for p in out):
+        raise DsdsimError("no K > 0 point: measure at least one speculative configuration")
+    return out
+
+
+# --- fitting ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EngineCalibration:
+    """Fitted engine figures for one deployment; estimator conventions (fit -> self, learned values end in _)."""
+
+    model: object
+    hardware: object
+    base_engine: object = "vllm"
+    deployment: object = None
+    drafter: object = "eagle3"
+    keys_: tuple[str, ...] = field(default=(), init=False)
+    values_: dict[str, float] = field(default_factory=dict, init=False)
+    fitted_ms_: list[float] = field(default_factory=list, init=False)
+    loo_error_: list[Optional[float]] = field(default_factory=list, init=False)
+    points_: list[MeasuredPoint] = field(default_factory=list, init=False)
+
+    def _steps(self, points: Sequence[MeasuredPoint]):
+        from dsdsim.cost.step import resolve, simulate_step
+
+        setup = resolve(self.model, self.hardware, self.deployment, self.drafter, self.base_engine)
+        self._setup = setup
+        return [simulate_step(None, None, batch=p.batch, k=p.k, context=p.context, setup=setup) for p in points]
+
+    def _keys(self, points: Sequence[MeasuredPoint]) -> tuple[str, ...]:
+        eng = self._setup.engine
+        keys = ["spec_fixed_s", "host_per_sequence_s"]
+        if not eng.host_overlaps_plain.value:
+            keys.insert(0, "host_step_s")
+        if len({p.k for p in points if p.k > 0}) >= 2:
+            keys.append("draft_pass_s")
+        return tuple(keys[:max(1, len(points) - 1)])
+
+    def _solve(self, steps, measured_s: np.ndarray, keys: tuple[str, ...]) -> dict[str, float]:
+        from scipy.optimize import least_squares
+
+        from dsdsim.corpus.fit import BOUNDS, START_FRACTION
+        from dsdsim.cost.engine import EngineParams
+
+        base = EngineParams.of(self._setup.engine)
+        lo = np.array([BOUNDS[k][0] for k in keys])
+        hi = np.array([BOUNDS[k][1] for k in keys])
+
+        def resid(x):
+            p = EngineParams(**{**base.__dict__, **dict(zip(keys, map(float, x)))})
+            pred = np.array([float(s.step_time_with(p)) for s in steps])
+            return np.log(pred / measured_s)
+
+        res = least_squares(resid, lo + START_FRACTION * (hi - lo), bounds=(lo, hi), x_scale=hi - lo,
+                            diff_step=1e-3, method="trf")
+        return {k: float(v) for k, v in zip(keys, res.x)}
+
+    def _predict(self, steps, values: dict[str, float]) -> np.ndarray:
+        from dsdsim.cost.engine import EngineParams
+
+        p = EngineParams(**{**EngineParams.of(self._setup.engine).__dict__, **values})
+        return np.array([float(s.step_time_with(p)) for s in steps])
+
+    def fit(self, points: Sequence[MeasuredPoint]) -> "EngineCalibration":
+        self.points_ = list(points)
+        steps = self._steps(self.points_)
+        measured = np.array([p.step_ms * 1e-3 for p in self.points_])
+        self.keys_ = self._keys(self.points_)
+        self.values_ = self._solve(steps, measured, self.keys_)
+        self.fitted_ms_ = [1e3 * t / p.acceptance_length for t, p in zip(self._predict(steps, self.values_),
+                                                                          self.points_)]
+        self.loo_error_ = []
+        for i, p in enumerate(self.points_):      # leave one out: refit without point i, predict it
+            rest = [j for j in range(len(self.points_)) if j != i]
+            keys = self.keys_[:max(1, len(rest) - 1)]
+            vals = self._solve([steps[j] for j in rest], measured[rest], keys)
+            t = float(self._predict([steps[i]], vals)[0])
+            self.loo_error_.append(t / measured[i] - 1.0)
+        return self
+
+    def engine_spec(self, name: str, source_files: Sequence[str], date: str):
+        """The base engine with the fitted figures, named ``name``, provenance naming the points."""
+        from dsdsim.corpus.fit import BOUNDS
+        from dsdsim.corpus.fit import _round as round_s
+        from dsdsim.specs.engine import FitProvenance
+
+        ids = tuple(f"b{p.batch}-k{p.k}-c{p.context}" for p in self.points_)
+        res = {i: round(f / p.itl_ms - 1.0, 4) for i, f, p in zip(ids, self.fitted_ms_, self.points_)}
+        fit = FitProvenance(method="dsdsim calibrate --measurements: bounded least squares on log step time, "
+                                   "kernel model and hardware fixed", date=date, cases=ids, residuals=res,
+                            median_abs_residual=round(float(np.median(np.abs(list(res.values())))), 4),
+                            max_abs_residual=round(float(np.max(np.abs(list(res.values())))), 4),
+                            note="measured points: " + ", ".join(source_files))
+        values = {k: round_s(v) for k, v in self.values_.items()}
+        return self._setup.engine.with_values(
+            values, f"dsdsim calibrate --measurements ({', '.join(source_files)})", cases=ids,
+            bounds={k: BOUNDS[k] for k in values}, fit=fit, name=name)

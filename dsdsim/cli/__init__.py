@@ -1,0 +1,17 @@
+"""The `dsdsim` command line: thin commands over the public API.
+
+One module per command group, each registering its commands on the one typer app:
+
+    model.py     explain, predict, plan, accuracy      (the simulator and the K policy)
+    bench.py     probe, validate, loop, comm-check, calibrate   (measuring with torch)
+    catalog.py   list models|hardware, show model|hardware
+    engine.py    list engines, show engine, and calibrate --measurements (fit an engine spec to your points)
+    plots.py     plot roofline|sensitivity
+
+Options shared by several commands are declared once in options.py; output files, progress and torch checks
+live in output.py; rich tables and JSON are rendered by dsdsim.export.render.
+"""
+from dsdsim.cli.app import app, main
+from dsdsim.cli import model, bench, catalog, engine, plots  # noqa: E402,F401  (order = order in `dsdsim --help`)
+
+__all__ = ["app", "main"]

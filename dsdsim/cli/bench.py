@@ -1,0 +1,315 @@
+"""dsdsim probe | validate | loop | comm-check | calibrate: measuring with torch (imported only when one runs)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from dsdsim.cli.app import app
+from dsdsim.cli.options import Context, Device, Drafter, Engine, Hardware, Model, OptionalHardware, Tp
+from dsdsim.cli.output import check_device, check_writable, console, need_torch, show, write_atomic
+from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE,
+                             DEFAULT_LOOP_BATCH, DEFAULT_LOOP_K, DEFAULT_LOOP_NEW_TOKENS, DEFAULT_MODEL)
+from dsdsim.errors import DsdsimError
+from dsdsim.export.render import kv_table, to_json
+
+
+@app.command()
+def probe(
+    device: Device = "cpu",
+    output: Path = typer.Option(Path("probe.yaml"), "--output", "-o", help="Hardware spec YAML to write"),
+    name: Optional[str] = typer.Option(None, "--name", help="Spec name (default: from the device name)"),
+    threads: int = typer.Option(1, "--threads", help="torch threads on a CPU (validate uses the same)"),
+    quick: bool = typer.Option(False, "--quick", help="Smaller sweeps (a few seconds on a CPU)"),
+    sweeps: bool = typer.Option(True, "--sweeps/--no-sweeps",
+                                help="Also run the sweeps (GEMM over M, decode attention over context, kernel "
+                                     "floor, copy sizes) into SPEC.sweeps.json beside the spec"),
+) -> None:
+    """Measure a device (streaming bandwidth, matmul peak per dtype, launch overhead eager and under CUDA
+    graphs) into a hardware spec that every command accepts (`-g probe.yaml`); every figure is flagged
+    measured, with date and torch version. The sweeps go to a JSON file beside the spec.
+    Example: dsdsim probe --device cuda --name h200-sxm@measured -o h200-sxm@measured.yaml"""
+    check_writable(output)
+    if threads < 1:
+        raise DsdsimError(f"--threads must be >= 1, got {threads}")
+    need_torch()
+    check_device(device)
+    from dsdsim.bench.probe import run_probe, sweeps_path
+    from dsdsim.specs.catalog import load_hardware
+
+    path = run_probe(device, output, name, lambda msg: typer.echo(f"  {msg}", err=True), threads, sweeps=sweeps,
+                     quick=quick)
+    spec = load_hardware(path)
+    typer.echo(f"wrote {path}" + (f" and {sweeps_path(path)}" if sweeps else ""), err=True)
+    show(kv_table(f"Probed {spec.name}", {
+        "memory_bandwidth_bytes_per_s": spec.bandwidth,
+        "peak_flops_per_s": {d.value: f.value for d, f in spec.peak_flops_per_s.items()},
+        "launch_overhead_s": spec.launch_overhead_s.value,
+        "eager_launch_overhead_s": spec.eager_launch_overhead_s.value}))
+
+
+@app.command()
+def validate(
+    model: Model = DEFAULT_MODEL,
+    hardware: Hardware = ...,
+    device: Device = "cpu",
+    quick: bool = typer.Option(False, "--quick", help="Small grid (well under 2 minutes on a laptop CPU)"),
+    output: Path = typer.Option(Path("validation"), "--output", "-o", help="Folder for report.json, summary.md, plot"),
+    drafter: Drafter = DEFAULT_DRAFTER,
+    reduce: Optional[int] = typer.Option(None, "--reduce",
+                                         help="Divide widths by this factor where the real layer is too big "
+                                              "(default: 1 on GPU, 2 on CPU, 4 with --quick on CPU)"),
+    layers: Optional[int] = typer.Option(None, "--layers",
+                                         help="Keep only the first N layers (real widths; predictions use the "
+                                              "same truncated model), e.g. a large MoE on one GPU"),
+    grid: Optional[str] = typer.Option(None, "--grid",
+                                       help="Measurement grid: quick, full, gpu or tiny (default: gpu on CUDA, "
+                                            "quick with --quick, else full)"),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", min=1.0,
+                                                help="Seconds of measuring at most; items past it are skipped and "
+                                                     "listed, and the report is still complete"),
+    reanalyse: Optional[Path] = typer.Option(None, "--reanalyse",
+                                             help="Measure nothing: re-predict, re-calibrate and re-check the K "
+                                                  "table of this report.json with the current cost model"),
+) -> None:
+    """Time the model's real operator shapes, whole passes and whole speculative steps (draft passes + verify
+    pass + rejection sampling) with torch, compare with the prediction, calibrate on half the points and report
+    the error on the other half, and check the predicted K table's regret on the measured whole steps.
+
+    On a GPU every item is captured in a CUDA graph and replayed (kernel time, as engines run decode steps).
+    Example: dsdsim validate -m llama-3.1-8b -g h200-sxm --device cuda -o val/"""
+    if output.exists() and not output.is_dir():
+        raise DsdsimError(f"--output {output} is a file; give a folder")
+    check_writable(output / "report.json" if output.is_dir() else output)
+    if reduce is not None and reduce < 1:
+        raise DsdsimError(f"--reduce must be >= 1, got {reduce}")
+    if layers is not None and layers < 1:
+        raise DsdsimError(f"--layers must be >= 1, got {layers}")
+    from dsdsim.bench.validate import GRIDS
+
+    if grid is not None and grid not in GRIDS:
+        raise DsdsimError(f"--grid {grid!r} is unknown; use one of {', '.join(GRIDS)}")
+    if reanalyse is not None:
+        _reanalyse(reanalyse, hardware, output)
+        return
+    need_torch()
+    check_device(device)
+    from dsdsim.bench.validate import run_validate
+    from dsdsim.specs.catalog import load_hardware, load_model
+
+    load_model(model)          # resolve names before any measuring (unknown names fail in one line)
+    load_hardware(hardware)
+    output.mkdir(parents=True, exist_ok=True)
+    rep = run_validate(model, hardware, device, quick, output, show_progress=sys.stderr.isatty(), progress_lines=True,
+                       drafter=None if drafter in ("none", "") else drafter, reduce=reduce, layers=layers,
+                       grid=GRIDS[grid] if grid else None, time_budget_s=time_budget)
+    _print_validation(rep)
+
+
+def _print_validation(rep) -> None:
+    s = rep.summary
+    con = console()
+    for key, label in (("uncalibrated", "uncalibrated (all points)"), ("calibrated", "calibrated (held-out half)")):
+        b = s[key]
+        con.print(f"{label}: n={b['n']}, median |error| {b['median_abs_pct_error']:.1f}%, "
+                  f"MAPE {b['mape']:.1f}%, max {b['max_abs_pct_error']:.1f}%")
+    whole = s.get("by_measurement", {}).get("spec_step")
+    if whole:
+        u, c = whole["uncalibrated"], whole["calibrated_test"]
+        con.print(f"whole speculative steps: n={u['n']}, median |error| {u['median_abs_pct_error']:.1f}% uncalibrated, "
+                  f"{c['median_abs_pct_error']:.1f}% calibrated held-out (max {c['max_abs_pct_error']:.1f}%)")
+    tc = rep.table_check
+    if tc and tc.get("per_batch"):
+        cal = (f"; calibrated mean {tc['mean_regret_calibrated']:.3f}, max {tc['max_regret_calibrated']:.3f}"
+               if "mean_regret_calibrated" in tc else "")
+        con.print(f"K-table regret ({tc['measured_from'].split(' (')[0]}): mean {tc['mean_regret']:.3f}, "
+                  f"max {tc['max_regret']:.3f}{cal}")
+    if rep.data.get("errors"):
+        con.print(f"{len(rep.data['errors'])} item(s) failed or were skipped: see 'errors' in the report")
+    for what, path in rep.paths.items():
+        con.print(f"{what}: {path}")
+
+
+def _reanalyse(report: Path, hardware: str, output: Path) -> None:
+    from dsdsim.bench.validate import reanalyse
+    from dsdsim.specs.catalog import load_hardware
+
+    if not report.is_file():
+        raise DsdsimError(f"--reanalyse {report}: no such file")
+    load_hardware(hardware)
+    try:
+        rep = reanalyse(report, hardware, output)
+    except (KeyError, ValueError) as exc:
+        raise DsdsimError(f"--reanalyse {report}: {exc}") from None
+    _print_validation(rep)
+
+
+@app.command()
+def loop(
+    device: Device = "cpu",
+    k: int = typer.Option(DEFAULT_LOOP_K, "--k", "-k", help="Draft tokens per step (K >= 1)"),
+    batch: int = typer.Option(DEFAULT_LOOP_BATCH, "--batch-size", "--batch", "-b", help="Sequences decoded together"),
+    new_tokens: int = typer.Option(DEFAULT_LOOP_NEW_TOKENS, "--new-tokens", help="Tokens generated per sequence"),
+    hardware: OptionalHardware = None,
+    seed: int = typer.Option(0, "--seed", help="Seed of the random weights (prompts and samples follow it)"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the result as JSON to this file"),
+) -> None:
+    """Run a real speculative-decoding loop (draft -> verify -> rejection sampling, batched, KV caches) on small
+    random-weight models; report per-position acceptance, the measured tau against the acceptance model's, and
+    step times; -g predicts the loop's step time with that spec. Example: dsdsim loop --device cuda -k 4 -b 32 -o loop.json"""
+    check_writable(output)
+    if k < 1:
+        raise DsdsimError(f"--k must be >= 1 for a speculative loop, got {k}")
+    if batch < 1 or new_tokens < 1:
+        raise DsdsimError("--batch and --new-tokens must be >= 1")
+    need_torch()
+    check_device(device)
+    from dsdsim.bench.loop import run_loop
+
+    if hardware is not None:
+        from dsdsim.specs.catalog import load_hardware
+
+        load_hardware(hardware)
+    res = run_loop(k=k, batch=batch, new_tokens=new_tokens, hardware=hardware, device=device, seed=seed,
+                   prompt=max(16, k + 2))
+    data = res.to_json()
+    data["device"] = device
+    if output is not None:
+        write_atomic(output, to_json(data) + "\n")
+        typer.echo(f"wrote {output}", err=True)
+    show(kv_table(f"speculative loop K={k}, B={batch} on {device}", {
+        "alpha per position": ", ".join(f"{a:.3f}" for a in res.alpha), "tau measured": f"{res.tau_measured:.3f}",
+        "tau from alpha (model)": f"{res.tau_model:.3f}", "step ms (median)": f"{res.step_s_median * 1e3:.3f}",
+        "predicted step ms": "-" if res.predicted_step_s is None else f"{res.predicted_step_s * 1e3:.3f}"}))
+
+
+@app.command("comm-check")
+def comm_check(
+    backend: str = typer.Option("gloo", "--backend", help="nccl (GPU) or gloo (CPU)"),
+    device: str = typer.Option("cpu", "--device", help="torch device of this rank: cpu, cuda, cuda:1 "
+                                                      "(LOCAL_RANK picks the GPU under torchrun)"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the result as JSON to this file"),
+    world_size: int = typer.Option(1, "--world-size", "-n",
+                                   help="1: the one-process check; N > 1: N spawned ranks time all-reduce sizes "
+                                        "and a tensor-parallel MLP against the link model (N GPUs for nccl)"),
+    hardware: OptionalHardware = None,
+) -> None:
+    """Prove the collective code path: with one process, init_process_group, all_reduce (small and 64 MiB,
+    timed), barrier, destroy; with --world-size N, an all-reduce sweep and a tensor-parallel MLP over N ranks
+    (-g: the spec whose link figures the sweep is compared with).
+    Example: dsdsim comm-check --backend nccl --device cuda -o comm.json"""
+    check_writable(output)
+    if backend not in ("nccl", "gloo"):
+        raise DsdsimError(f"--backend {backend!r}: use nccl (GPU) or gloo (CPU)")
+    if world_size < 1:
+        raise DsdsimError(f"--world-size must be >= 1, got {world_size}")
+    need_torch()
+    check_device(device)
+    if backend == "nccl" and not device.startswith("cuda"):
+        raise DsdsimError("--backend nccl needs --device cuda (NCCL runs on GPUs); use --backend gloo on a CPU")
+    if world_size > 1:
+        _comm_sweep(backend, world_size, hardware, output)
+        return
+    from dsdsim.bench.distributed import nccl_smoke
+
+    res = nccl_smoke(device=device, backend=backend)
+    if output is not None:
+        write_atomic(output, to_json(res) + "\n")
+        typer.echo(f"wrote {output}", err=True)
+    show(kv_table(f"{backend} world-size-1 check on {device}",
+                  {k: v for k, v in res.items() if not isinstance(v, (dict, list))}))
+    if not res.get("ok"):
+        raise DsdsimError(f"{backend} check failed: {res.get('error')}")
+
+
+def _comm_sweep(backend: str, world_size: int, hardware: Optional[str], output: Optional[Path]) -> None:
+    import torch
+
+    from dsdsim.bench.distributed import run_distributed
+
+    if backend == "nccl" and torch.cuda.device_count() < world_size:
+        raise DsdsimError(f"--world-size {world_size} with nccl needs {world_size} GPUs; "
+                          f"{torch.cuda.device_count()} visible")
+    if hardware is not None:
+        from dsdsim.specs.catalog import load_hardware
+
+        load_hardware(hardware)
+    rep = run_distributed(backend, world_size, hardware)
+    if output is not None:
+        write_atomic(output, to_json(rep.to_json()) + "\n")
+        typer.echo(f"wrote {output}", err=True)
+    typer.echo(to_json(rep.to_json()))
+
+
+@app.command()
+def calibrate(
+    report: Optional[Path] = typer.Option(None, "--report", "-r",
+                                          help="A validation report.json, or a vLLM batch_stats JSON of measured step "
+                                               "times per (B, K): fits the HARDWARE spec"),
+    measurements: Optional[List[Path]] = typer.Option(
+        None, "--measurements", help="Your measured points: a CSV batch_size,k,context,itl_ms,acceptance_length "
+                                     "(itl_ms per output token), vllm bench serve --save-result JSON, or SGLang "
+                                     "bench_serving JSON lines (repeatable): fits an ENGINE spec"),
+    hardware: OptionalHardware = None,
+    output: Path = typer.Option(..., "--output", "-o", help="Calibrated spec YAML to write"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model that was measured"),
+    drafter: Drafter = DEFAULT_DRAFTER,
+    context: Context = DEFAULT_CONTEXT,
+    tp: Tp = 1,
+    engine: Engine = DEFAULT_ENGINE,
+    name: Optional[str] = typer.Option(None, "--name", help="Name of the calibrated spec"),
+    date: Optional[str] = typer.Option(None, "--date", help="Date written into the fit's provenance (default today)"),
+) -> None:
+    """Fit a spec to measurements and write it.
+
+    \b
+    --report: efficiencies (compute; memory for GEMMs, attention and vector kernels), launch and step overhead and
+      the GEMM tile of the hardware spec -g; a report is fitted on its train half and scored on the held-out half.
+    --measurements: the engine figures only (the kernel model and hardware held fixed), from a few (batch, K)
+      points; prints measured vs fitted ITL and the leave-one-out error per point, writes engine spec --name.
+    \b
+    Example: dsdsim calibrate --measurements points.csv -m llama-3.1-8b -g h100-sxm --name my-vllm -o my-vllm.yaml"""
+    import json as _json
+
+    if (report is None) == (not measurements):
+        raise DsdsimError("give exactly one of --report (fit a hardware spec) or --measurements (fit an engine spec)")
+    if measurements:
+        from dsdsim.cli.engine import calibrate_measurements
+        from dsdsim.cli.options import deployment_from_options
+
+        dep = deployment_from_options(tp, 1, None, DEFAULT_KV_DTYPE, 0.0)
+        return calibrate_measurements(measurements, model or DEFAULT_MODEL, hardware or DEFAULT_HARDWARE, dep,
+                                      drafter, engine, context, name, output, date)
+    if hardware is None:
+        raise DsdsimError("calibrate --report needs --hardware (the spec the report was predicted with)")
+    check_writable(output)
+    if not report.is_file():
+        raise DsdsimError(f"--report {report}: no such file")
+    try:
+        data = _json.loads(report.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise DsdsimError(f"--report {report}: not JSON; give a validation report.json or a batch_stats file") from None
+    if not isinstance(data, dict) or not ("points" in data or "batch_stats" in data):
+        raise DsdsimError(f"--report {report}: has neither 'points' (validation report) nor 'batch_stats'")
+    if "batch_stats" in data and model is None:
+        raise DsdsimError("calibrating from a batch_stats file needs --model (the model that was measured)")
+    from dsdsim.bench.calibrate import run_calibrate
+    from dsdsim.specs.catalog import load_hardware
+
+    load_hardware(hardware)
+    try:
+        spec, summary = run_calibrate(report, hardware, output, model=model, drafter=drafter, context=context, name=name)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, DsdsimError):
+            raise
+        raise DsdsimError(f"--report {report}: cannot calibrate from it ({exc})") from None
+    typer.echo(f"wrote {output}", err=True)
+    con = console()
+    for key in ("uncalibrated", "calibrated"):
+        b = summary.get(key)
+        if b and b.get("n"):
+            con.print(f"{key}: n={b['n']}, median |error| {b['median_abs_pct_error']:.1f}%, MAPE {b['mape']:.1f}%")
+    fitted = summary.get("fitted", {})
+    con.print("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in fitted.items() if isinstance(v, (int, float))))

@@ -1,0 +1,273 @@
+"""dsdsim explain | predict | plan | accuracy: the simulator and the K policy."""
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from dsdsim.cli.app import app
+from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, Drafter, Eager, Engine, Ep, ExpertOverlap,
+                                Hardware, K, KvDType, MaxK, MemoryUtilization, Model, OptionalDrafter, Output, Plot,
+                                PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat, Tp, WeightDType,
+                                deployment_from_options)
+from dsdsim.cli.output import check_png, check_writable, emit, show, with_progress
+from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_EXPLAIN_BATCH, DEFAULT_FIXED_K,
+                             DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MAX_K, DEFAULT_MEMORY_UTILIZATION,
+                             DEFAULT_MODEL, DEFAULT_STEP_K)
+from dsdsim.errors import DsdsimError
+from dsdsim.export.prediction import PredictFormat
+from dsdsim.export.render import to_json
+
+
+# --- explain ------------------------------------------------------------------------------------------
+
+
+@app.command()
+def explain(
+    model: Model = DEFAULT_MODEL,
+    hardware: Hardware = DEFAULT_HARDWARE,
+    tp: Tp = 1,
+    ep: Ep = 1,
+    drafter: OptionalDrafter = DEFAULT_DRAFTER,
+    batch: BatchSize = DEFAULT_EXPLAIN_BATCH,
+    k: K = DEFAULT_STEP_K,
+    context: Context = DEFAULT_CONTEXT,
+    dtype: WeightDType = None,
+    kv_dtype: KvDType = DEFAULT_KV_DTYPE,
+    expert_overlap: ExpertOverlap = 0.0,
+    eager: Eager = False,
+    engine: Engine = DEFAULT_ENGINE,
+    fmt: ShowFmt = ShowFormat.table,
+    output: Output = None,
+) -> None:
+    """Per-operator breakdown of one speculative step: FLOPs, bytes, intensity, time, what bounds it; the engine's
+    terms (host time, speculative fixed cost, draft passes, rejection sampling, CUDA-graph padding) as their own rows."""
+    from dsdsim.cost.step import simulate_step
+    from dsdsim.export.render import explain_view
+    from dsdsim.report import explain_dict
+
+    check_writable(output)
+    if batch < 1:
+        raise DsdsimError(f"--batch must be >= 1, got {batch}")
+    if k < 0:
+        raise DsdsimError(f"--k must be >= 0, got {k}")
+    if context < 0:
+        raise DsdsimError(f"--context must be >= 0, got {context}")
+    dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager)
+    d = None if (drafter in (None, "", "none") or k == 0) else drafter
+    step = simulate_step(model, hardware, dep, d, batch, k, context, engine=engine)
+    data = explain_dict(step)
+    if fmt is ShowFormat.json:
+        return emit(to_json(data), output)
+    if output is not None:
+        raise DsdsimError("--output with the table format is not supported; add --format json")
+    show(explain_view(data))
+
+
+# --- predict ------------------------------------------------------------------------------------------
+
+
+@app.command()
+def predict(
+    model: Model = DEFAULT_MODEL,
+    hardware: Hardware = DEFAULT_HARDWARE,
+    tp: Tp = 1,
+    ep: Ep = 1,
+    dtype: WeightDType = None,
+    kv_dtype: KvDType = DEFAULT_KV_DTYPE,
+    drafter: Drafter = DEFAULT_DRAFTER,
+    acceptance: Acceptance = None,
+    acceptance_band: Optional[float] = typer.Option(
+        None, "--acceptance-band", help="+/- change of every alpha: adds a robust K choice and its regret"),
+    expert_overlap: ExpertOverlap = 0.0,
+    context: Context = DEFAULT_CONTEXT,
+    contexts: Optional[str] = typer.Option(None, "--contexts",
+                                           help="Context axis: a comma list (1024,8192,32768) gives K* over batch x "
+                                                "context (table or json)"),
+    batch_sizes: BatchSizes = None,
+    max_k: MaxK = DEFAULT_MAX_K,
+    fixed_k: int = typer.Option(DEFAULT_FIXED_K, "--fixed-k", help="The static K to compare against"),
+    max_distinct_k: Optional[int] = typer.Option(
+        None, "--max-distinct-k", help="At most this many distinct K in the table (each is a CUDA-graph capture)"),
+    eager: Eager = False,
+    memory_utilization: MemoryUtilization = DEFAULT_MEMORY_UTILIZATION,
+    engine: Engine = DEFAULT_ENGINE,
+    fmt: PredictFmt = PredictFormat.table,
+    output: Output = None,
+    plot: Plot = None,
+) -> None:
+    """Best number of draft tokens K at every batch size, as a table an engine accepts.
+
+    \b
+    Examples:
+      dsdsim predict
+      dsdsim predict -m llama-3.1-70b -g h100-sxm --tp 8 -a 0.8,0.7,0.6 --format vllm
+      dsdsim predict -m qwen3-30b-a3b -g h200-sxm --expert-overlap 0.38 --max-distinct-k 3 --plot k.png
+    """
+    from dsdsim.export.prediction import render
+    from dsdsim.policy.predict import predict as run_predict
+
+    check_writable(output)
+    if plot is not None:
+        check_png(plot, "--plot")
+    dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, memory_utilization)
+    if contexts is not None:
+        return _predict_contexts(contexts, fmt, output, model=model, hardware=hardware, deployment=dep,
+                                 drafter=drafter, acceptance=acceptance, batch_sizes=batch_sizes, max_k=max_k,
+                                 fixed_k=fixed_k, max_distinct_k=max_distinct_k, engine=engine)
+    p = run_predict(model, hardware, dep, drafter, acceptance, context, batch_sizes, max_k, fixed_k, max_distinct_k,
+                    acceptance_band, engine=engine)
+    text = None if fmt is PredictFormat.table else render(p, fmt)
+    if plot is not None:
+        from dsdsim.plot import PredictionDisplay, save_png
+
+        save_png(PredictionDisplay.from_prediction(p).plot(), plot)
+        typer.echo(f"wrote {plot}", err=True)
+    if text is not None:
+        return emit(text, output)
+    if output is not None:
+        from dsdsim.export.render import prediction_tsv
+
+        return emit(prediction_tsv(p), output)
+    from dsdsim.export.render import prediction_view
+
+    show(prediction_view(p))
+
+
+def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **kwargs) -> None:
+    """K* over (batch range x context range): one prediction per context length."""
+    from dsdsim.export.render import context_grid_dict, context_grid_table
+    from dsdsim.policy.predict import predict_context_grid
+
+    try:
+        ctxs = [int(c) for c in text.split(",") if c.strip()]
+    except ValueError:
+        raise DsdsimError(f"cannot read --contexts {text!r}; write a comma list such as 1024,8192,32768") from None
+    if not ctxs or min(ctxs) < 0:
+        raise DsdsimError("--contexts needs one or more context lengths >= 0, e.g. 1024,8192")
+    if fmt not in (PredictFormat.table, PredictFormat.json):
+        raise DsdsimError("--contexts gives a batch x context table: use --format table or json")
+    preds = predict_context_grid(ctxs, **kwargs)
+    if fmt is PredictFormat.json:
+        return emit(to_json(context_grid_dict(ctxs, preds)), output)
+    if output is not None:
+        raise DsdsimError("--output with the table format is not supported; add --format json")
+    show(context_grid_table(ctxs, preds))
+
+
+# --- plan ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def plan(
+    model: str = typer.Option(..., "--model", "-m", help="Target model name or config.json path"),
+    candidates: str = typer.Option(..., "--candidates", "-g",
+                                   help="Comma list of HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8,h200-sxm:tp4"),
+    itl_slo_ms: float = typer.Option(..., "--itl-slo-ms", help="Per-sequence inter-token latency target (ms)"),
+    context: Context = DEFAULT_CONTEXT,
+    drafter: Drafter = DEFAULT_DRAFTER,
+    acceptance: Acceptance = None,
+    target_tokens_per_s: Optional[float] = typer.Option(None, "--target-tokens-per-s",
+                                                        help="Aggregate output rate to size the fleet for"),
+    price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour",
+                                                       help="Your price per GPU-hour (no prices are shipped)"),
+    batch_sizes: BatchSizes = None,
+    max_k: MaxK = DEFAULT_MAX_K,
+    engine: Engine = DEFAULT_ENGINE,
+    fmt: TableFmt = TableFormat.table,
+    output: Output = None,
+) -> None:
+    """Capacity planning: per candidate GPU and parallelism, the operating point (batch, K) with the most tokens/s
+    whose inter-token latency meets the SLO, with and without dynamic speculation; tokens/s per GPU there, GPUs
+    for a target rate and cost per million tokens.
+
+    \b
+    Example:
+      dsdsim plan -m llama-3.1-70b -g h100-sxm:tp4,h100-sxm:tp8,h200-sxm:tp4 --itl-slo-ms 30 \\
+          --target-tokens-per-s 50000 --price-per-gpu-hour 2.5
+    """
+    from dataclasses import asdict
+
+    from dsdsim.plan import plan_rows
+
+    check_writable(output)
+    rows = plan_rows(model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, context=context,
+                     drafter=drafter, acceptance=acceptance, target_tokens_per_s=target_tokens_per_s,
+                     price_per_gpu_hour=price_per_gpu_hour, batch_sizes=batch_sizes, max_k=max_k, engine=engine)
+    recs = [asdict(r) for r in rows]
+    if fmt is TableFormat.json:
+        return emit(to_json({"model": model, "itl_slo_ms": itl_slo_ms, "context": context, "drafter": drafter,
+                             "candidates": recs}), output)
+    if fmt is TableFormat.csv:
+        from dsdsim.export.engines import table_csv
+
+        return emit(table_csv(recs), output)
+    if output is not None:
+        raise DsdsimError("--output with the table format is not supported; add --format json or csv")
+    from dsdsim.export.render import plan_table
+
+    show(plan_table(f"{model}: ITL SLO {itl_slo_ms:g} ms, context {context}, drafter {drafter}", rows))
+
+
+# --- accuracy -----------------------------------------------------------------------------------------
+
+
+class AccuracySplit(str, Enum):
+    train = "train"
+    test = "test"
+    all = "all"
+
+
+@app.command()
+def accuracy(
+    split: AccuracySplit = typer.Option(AccuracySplit.all, "--split", help="train (may be fitted on), test (never "
+                                        "fitted on) or all"),
+    measured_on: Optional[str] = typer.Option(None, "--measured-on", help="Only cases measured on this engine (the "
+                                              "case's engine field: vllm, sglang, tensorrt-llm, gpt-fast, magicdec)"),
+    engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Predict every case with this engine spec "
+                                         "(name or YAML path; ideal = kernels only). Default: each case with the "
+                                         "engine it was measured on (vllm, sglang, trtllm; ideal for compiled loops)"),
+    fmt: TableFmt = TableFormat.table,
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw predicted vs measured (PNG, log axes)"),
+    output: Output = None,
+    corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR",
+                                          help="A folder of measurement YAML files (default: the shipped corpus)"),
+) -> None:
+    """Predict every public measurement in the corpus with the shipped defaults (no calibration) and report the
+    relative error per case, then the median and max |error| per split and per group.
+
+    \b
+    Examples:
+      dsdsim accuracy
+      dsdsim accuracy --split test --format json -o accuracy.json
+      dsdsim accuracy --measured-on vllm --plot accuracy.png
+      dsdsim accuracy --engine ideal          # kernels only: the gap the engine specs close
+    """
+    from dsdsim.corpus.evaluate import accuracy as run_accuracy
+
+    check_writable(output)
+    if plot is not None:
+        check_png(plot, "--plot")
+    if fmt is TableFormat.table and output is not None:
+        raise DsdsimError("--output with the table format is not supported; add --format json or csv")
+    report = with_progress("predicting measurement cases", lambda progress: run_accuracy(
+        split.value, measured_on, corpus, progress=progress, engine=engine))
+    if plot is not None:
+        from dsdsim.corpus.display import AccuracyDisplay
+        from dsdsim.plot import save_png
+
+        save_png(AccuracyDisplay.from_report(report).plot(), plot)
+        typer.echo(f"wrote {plot}", err=True)
+    if fmt is TableFormat.json:
+        return emit(to_json(report.to_dict()), output)
+    if fmt is TableFormat.csv:
+        from dataclasses import asdict
+
+        from dsdsim.export.engines import table_csv
+
+        return emit(table_csv([asdict(c) for c in report.cases]), output)
+    from dsdsim.export.render import accuracy_view
+
+    show(accuracy_view(report))

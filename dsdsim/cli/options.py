@@ -1,0 +1,100 @@
+"""Every command-line option that more than one command takes, declared once.
+
+Each alias is ``Annotated[type, typer.Option(...)]``: a command writes ``model: Model = DEFAULT_MODEL`` and gets
+the same long name, short flag and help text as every other command. Defaults come from dsdsim.defaults.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dsdsim.errors import DsdsimError
+from dsdsim.export.prediction import PredictFormat
+
+MODEL_HELP = "Target model: a name from `dsdsim list models`, or a config.json path"
+HARDWARE_HELP = "Accelerator: a name from `dsdsim list hardware`, or a hardware spec YAML/JSON path"
+DRAFTER_HELP = "eagle3 | eagle | mtp | medusa | ngram | draft-model:MODEL | self-spec:KV_BUDGET"
+ACCEPTANCE_HELP = ("Acceptance: a constant (0.8), conditional per-position alphas (0.8,0.7,0.6), a mean acceptance "
+                   "length measured at K (al=2.79@3), beta:MEAN:CONCENTRATION for spread across requests, or a file "
+                   "(vLLM Prometheus metrics text, or per-request metrics JSON). Default: the per-position rates in "
+                   "vLLM's DSD test data (an example, not your drafter).")
+SPECS_DIR_HELP = "Extra folder of your own specs (YAML hardware files, config.json models); also DSDSIM_SPECS_DIRS."
+
+
+class ShowFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class TableFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+# --- what is simulated --------------------------------------------------------------------------------
+
+Model = Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP)]
+Hardware = Annotated[str, typer.Option("--hardware", "-g", help=HARDWARE_HELP)]
+OptionalHardware = Annotated[Optional[str], typer.Option("--hardware", "-g", help=HARDWARE_HELP)]
+Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel GPUs (weights and heads split tp ways)")]
+Ep = Annotated[int, typer.Option("--ep", help="Expert-parallel groups inside the tp GPUs (must divide tp)")]
+WeightDType = Annotated[Optional[str], typer.Option("--dtype", help="Weight format (default: the checkpoint's)")]
+KvDType = Annotated[str, typer.Option("--kv-dtype", help="KV-cache format")]
+ExpertOverlap = Annotated[float, typer.Option(
+    "--expert-overlap", help="MoE: share of a token's experts reused by the next token of the same sequence "
+                             "(0 = independent routing; e.g. 0.38 reported for a 128-expert top-8 model)")]
+Eager = Annotated[bool, typer.Option("--eager", help="No CUDA graphs: eager per-kernel launch cost")]
+MemoryUtilization = Annotated[float, typer.Option("--memory-utilization", help="Usable share of GPU memory")]
+Drafter = Annotated[str, typer.Option("--drafter", "-d", help=DRAFTER_HELP)]
+OptionalDrafter = Annotated[Optional[str], typer.Option("--drafter", "-d", help=DRAFTER_HELP)]
+Acceptance = Annotated[Optional[str], typer.Option("--acceptance", "-a", help=ACCEPTANCE_HELP)]
+Context = Annotated[int, typer.Option("--context", "-c", help="Tokens already in each sequence's KV cache")]
+BatchSizes = Annotated[Optional[str], typer.Option(
+    "--batch-sizes", "-b", help="Batch sizes: a list (1,2,4,8) or a range (1-1024, 1-256:8); default 1-1024")]
+BatchSize = Annotated[int, typer.Option("--batch-size", "--batch", "-b", help="Sequences in the step (batch size B)")]
+K = Annotated[int, typer.Option("--k", "-k", help="Draft tokens K per sequence (0 = plain decoding)")]
+MaxK = Annotated[int, typer.Option("--max-k", help="Largest K considered")]
+ENGINE_HELP = ("Serving engine whose costs are added to the kernels: a name from `dsdsim list engines` (vllm, sglang, "
+               "trtllm, ideal = kernels only) or an engine spec YAML path (e.g. from `dsdsim calibrate --measurements`)")
+Engine = Annotated[str, typer.Option("--engine", "-e", help=ENGINE_HELP)]
+
+# --- where results go ---------------------------------------------------------------------------------
+
+Output = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout")]
+PngOutput = Annotated[Path, typer.Option("--output", "-o", help="PNG file to write")]
+Plot = Annotated[Optional[Path], typer.Option("--plot", help="Also draw a figure into this PNG file")]
+ShowFmt = Annotated[ShowFormat, typer.Option("--format", "-f", help="table | json")]
+TableFmt = Annotated[TableFormat, typer.Option("--format", "-f", help="table | json | csv")]
+PredictFmt = Annotated[PredictFormat, typer.Option(
+    "--format", "-f", help="table | json | csv | vllm | vllm-batch-stats | sglang | trtllm")]
+
+# --- measuring (torch) --------------------------------------------------------------------------------
+
+Device = Annotated[str, typer.Option("--device", help="torch device: cpu, cuda, cuda:1")]
+
+
+def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: str, expert_overlap: float,
+                            eager: bool = False, memory_utilization: float = 0.9):
+    """A Deployment from the shared options, with one-line errors naming the option."""
+    from pydantic import ValidationError
+
+    from dsdsim.errors import pydantic_one_line
+    from dsdsim.specs.deployment import Deployment
+    from dsdsim.units import parse_dtype
+
+    if tp < 1 or ep < 1:
+        raise DsdsimError(f"--tp and --ep must be >= 1 (got tp={tp}, ep={ep})")
+    if not 0.0 <= expert_overlap < 1.0:
+        raise DsdsimError(f"--expert-overlap must be in [0, 1), got {expert_overlap}")
+    if not 0.0 < memory_utilization <= 1.0:
+        raise DsdsimError(f"--memory-utilization must be in (0, 1], got {memory_utilization}")
+    w_dtype, c_dtype = (parse_dtype(dtype) if dtype else None), parse_dtype(kv_dtype)
+    try:
+        return Deployment(tp=tp, ep=ep, dtype=w_dtype, kv_dtype=c_dtype, expert_overlap=expert_overlap,
+                          cuda_graphs=not eager, memory_utilization=memory_utilization)
+    except ValidationError as exc:
+        raise DsdsimError(pydantic_one_line(exc, "deployment")) from None

@@ -1,0 +1,108 @@
+"""Where command output goes: stdout or a file written atomically, progress bars, torch checks.
+
+Bad input ends with one line on stderr naming the problem and the fix, exit code 2, no traceback, and no file
+written half-way.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from dsdsim.errors import DsdsimError
+
+
+def console():
+    from rich.console import Console
+
+    return Console(width=max(140, int(os.environ.get("COLUMNS", "0") or 0)), highlight=False)
+
+
+def show(renderable) -> None:
+    """Print a rich renderable (a table, a group of lines and tables) to stdout."""
+    console().print(renderable)
+
+
+def check_writable(path: Optional[Path]) -> None:
+    """Fail early (before any work) when an output path cannot be written."""
+    if path is None:
+        return
+    parent = path.expanduser().resolve().parent
+    if path.exists() and path.is_dir():
+        raise DsdsimError(f"output path {path} is a directory; give a file name")
+    if not parent.is_dir():
+        raise DsdsimError(f"cannot write {path}: folder {parent} does not exist; create it or choose another path")
+    if not os.access(parent, os.W_OK):
+        raise DsdsimError(f"cannot write {path}: folder {parent} is not writable; choose another path")
+
+
+def check_png(path: Path, option: str) -> None:
+    """A writable path ending in .png (plots are written as PNG)."""
+    check_writable(path)
+    if path.suffix.lower() != ".png":
+        raise DsdsimError(f"{option} writes a PNG; give a file name ending in .png (got {path})")
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write to a temporary file beside `path`, then rename: never a half-written output."""
+    path = path.expanduser()
+    check_writable(path)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.resolve().parent))
+    try:
+        with os.fdopen(fd, mode) as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def emit(text: str, output: Optional[Path]) -> None:
+    """Text to stdout, or to `output` (atomically) with a 'wrote' line on stderr."""
+    if output is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        write_atomic(output, text if text.endswith("\n") else text + "\n")
+        typer.echo(f"wrote {output}", err=True)
+
+
+def with_progress(label: str, run):
+    """Run `run(progress)`; a transient progress bar on a terminal when it takes more than about a second."""
+    if not sys.stderr.isatty():
+        return run(None)
+    import time
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    start = time.monotonic()
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=None, visible=False)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, visible=time.monotonic() - start > 1.0)
+
+        return run(progress)
+
+
+def need_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise DsdsimError("this command measures with torch: pip install 'dsdsim[validate]' (CPU: pip install "
+                          "torch)") from None
+
+
+def check_device(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise DsdsimError(f"--device {device}: no CUDA device is visible to torch; use --device cpu")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise DsdsimError(f"--device {device!r} is not supported; use cpu or cuda (cuda:N)")

@@ -1,0 +1,69 @@
+"""dsdsim plot roofline | sensitivity: figures (matplotlib is imported only when a command draws)."""
+from __future__ import annotations
+
+import typer
+
+from dsdsim.cli.app import plot_app
+from dsdsim.cli.options import (BatchSize, Context, Drafter, Engine, Hardware, K, Model, PngOutput, Tp,
+                                deployment_from_options)
+from dsdsim.cli.output import check_png
+from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MODEL,
+                             DEFAULT_ROOFLINE_BATCH, DEFAULT_SENSITIVITY_ALPHAS, DEFAULT_SENSITIVITY_BATCH_SIZES,
+                             DEFAULT_SENSITIVITY_CONTEXTS, DEFAULT_STEP_K)
+from dsdsim.errors import DsdsimError
+
+
+@plot_app.command("roofline")
+def plot_roofline(
+    output: PngOutput,
+    model: Model = DEFAULT_MODEL,
+    hardware: Hardware = DEFAULT_HARDWARE,
+    tp: Tp = 1,
+    drafter: Drafter = DEFAULT_DRAFTER,
+    batch: BatchSize = DEFAULT_ROOFLINE_BATCH,
+    k: K = DEFAULT_STEP_K,
+    context: Context = DEFAULT_CONTEXT,
+    engine: Engine = DEFAULT_ENGINE,
+) -> None:
+    """The hardware roofline with the verify (and draft) step's operators placed on it (drafter ops as triangles)."""
+    from dsdsim.cost.step import simulate_step
+    from dsdsim.plot import RooflineDisplay, save_png
+
+    check_png(output, "--output")
+    if batch < 1 or k < 0 or context < 0:
+        raise DsdsimError("--batch must be >= 1, --k >= 0 and --context >= 0")
+    dep = deployment_from_options(tp, 1, None, DEFAULT_KV_DTYPE, 0.0)
+    step = simulate_step(model, hardware, dep, drafter if k > 0 else None, batch, k, context, engine=engine)
+    save_png(RooflineDisplay.from_step(step).plot(), output)
+    typer.echo(f"wrote {output}", err=True)
+
+
+@plot_app.command("sensitivity")
+def plot_sensitivity(
+    output: PngOutput,
+    model: Model = DEFAULT_MODEL,
+    hardware: Hardware = DEFAULT_HARDWARE,
+    tp: Tp = 1,
+    drafter: Drafter = DEFAULT_DRAFTER,
+    alphas: str = typer.Option(DEFAULT_SENSITIVITY_ALPHAS, "--alphas", help="Constant acceptance values to compare"),
+    contexts: str = typer.Option(DEFAULT_SENSITIVITY_CONTEXTS, "--contexts", help="Context lengths to compare"),
+    batch_sizes: str = typer.Option(DEFAULT_SENSITIVITY_BATCH_SIZES, "--batch-sizes", "-b", help="Batch sizes"),
+    engine: Engine = DEFAULT_ENGINE,
+) -> None:
+    """How the K table and the speedup move when acceptance or context change (K* and speedup vs batch)."""
+    from dsdsim.plan import sensitivity
+    from dsdsim.plot import SensitivityDisplay, save_png
+
+    check_png(output, "--output")
+    try:
+        a_list = [float(x) for x in alphas.split(",") if x.strip()]
+        c_list = [int(x) for x in contexts.split(",") if x.strip()]
+    except ValueError:
+        raise DsdsimError("--alphas takes numbers (0.6,0.8) and --contexts whole numbers (1024,8192)") from None
+    if not a_list or not c_list:
+        raise DsdsimError("--alphas and --contexts need at least one value each")
+    dep = deployment_from_options(tp, 1, None, DEFAULT_KV_DTYPE, 0.0)
+    frame = sensitivity(model, hardware, a_list, c_list, deployment=dep, drafter=drafter, batch_sizes=batch_sizes,
+                        engine=engine)
+    save_png(SensitivityDisplay.from_frame(frame).plot(), output)
+    typer.echo(f"wrote {output}", err=True)

@@ -1,0 +1,310 @@
+"""Results as text for people: rich tables (returned as renderables, never printed here), JSON and TSV.
+
+Each function takes a result the library computed (a step breakdown, a Prediction, plan rows, an accuracy
+report, a spec summary) and returns something to print; the command line prints it. rich is imported
+inside the functions so that importing this module stays cheap.
+"""
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import TYPE_CHECKING, Optional, Sequence
+
+if TYPE_CHECKING:
+    from dsdsim.policy.predict import Prediction
+
+
+# --- JSON ---------------------------------------------------------------------------------------------
+
+
+def to_json(data) -> str:
+    """Indented JSON; numpy scalars and arrays and enums become plain values."""
+    return json.dumps(data, indent=2, default=_json_default)
+
+
+def _json_default(o):
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Enum):
+        return o.value
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+# --- spec summaries -----------------------------------------------------------------------------------
+
+
+def models_table(rows: Sequence[dict]):
+    from rich.table import Table
+
+    from dsdsim.units import format_count, format_si
+
+    t = Table(title="Models (dsdsim list models)")
+    for col in ("name", "family", "params", "active", "layers", "attention", "MoE", "KV/token (bf16)"):
+        t.add_column(col, justify="right" if col in ("params", "active", "layers", "KV/token (bf16)") else "left")
+    for r in rows:
+        moe = f"{r['num_experts']}e top-{r['experts_per_token']}" if r["num_experts"] else "dense"
+        if r["shared_experts"]:
+            moe += f" +{r['shared_experts']} shared"
+        t.add_row(r["name"], r["family"], format_count(r["params_total"]), format_count(r["params_active"]),
+                  str(r["num_layers"]), r["attention"], moe, format_si(r["kv_bytes_per_token"], "B"))
+    return t
+
+
+def hardware_table(rows: Sequence[dict]):
+    from rich.table import Table
+
+    from dsdsim.units import format_si
+
+    t = Table(title="Hardware (dense peaks; dsdsim list hardware)")
+    for col in ("name", "memory", "bandwidth", "bf16 peak", "fp8 peak", "ridge bf16", "link (1 dir)", "description"):
+        t.add_column(col, justify="left" if col in ("name", "description") else "right")
+    for r in rows:
+        peaks = r["peak_flops_per_s"]
+        ridge = r["ridge_point_flop_per_byte"].get("bf16")
+        t.add_row(r["name"], format_si(r["memory_bytes"], "B"), format_si(r["memory_bandwidth_bytes_per_s"], "B/s"),
+                  format_si(peaks["bf16"], "FLOP/s") if "bf16" in peaks else "-",
+                  format_si(peaks["fp8"], "FLOP/s") if "fp8" in peaks else "-",
+                  f"{ridge:.0f} FLOP/B" if ridge else "-", format_si(r["link_bandwidth_bytes_per_s"], "B/s"),
+                  r["description"])
+    return t
+
+
+def kv_table(title: str, data: dict):
+    """A two-column field/value table; byte and FLOP figures get SI prefixes."""
+    from rich.table import Table
+
+    from dsdsim.units import format_si
+
+    t = Table(title=title, show_header=False)
+    t.add_column("field")
+    t.add_column("value")
+    for k, v in data.items():
+        if isinstance(v, dict):
+            v = ", ".join(f"{a}={format_si(b) if isinstance(b, float) else b}" for a, b in v.items())
+        elif isinstance(v, float) and ("bytes" in k or "flops" in k):
+            v = format_si(v, ("B/s" if "per_s" in k else "B") if "bytes" in k else ("FLOP/s" if "per_s" in k else "FLOP"))
+        elif isinstance(v, int) and k.startswith("params"):
+            v = f"{v:,}"
+        t.add_row(k, str(v))
+    return t
+
+
+# --- explain ------------------------------------------------------------------------------------------
+
+
+def explain_view(data: dict):
+    """The per-operator breakdown of one step (from report.explain_dict) as header, tables and footer."""
+    from rich.console import Group
+    from rich.table import Table
+
+    from dsdsim.units import format_si
+
+    dep = data["deployment"]
+    eng = data.get("engine") or {}
+    parts: list = [f"[bold]{data['model']}[/bold] on {data['hardware']} (tp {dep['tp']}, ep {dep['ep']}, "
+                   f"{dep['dtype']} weights, {dep['kv_dtype']} KV) — drafter {data['drafter']}, "
+                   f"B={data['batch_size']}, K={data['k']}, context {data['context']}, engine {eng.get('name')}"]
+    for phase in ("draft", "verify"):
+        ops = data[phase]["ops"]
+        if not ops:
+            continue
+        t = Table(title=f"{phase} ({format_si(data[phase]['totals']['time_s'], 's')})")
+        for col in ("operator", "count", "FLOPs", "bytes", "FLOP/B", "time", "fixed", "BW %", "bound", "share"):
+            t.add_column(col, justify="left" if col in ("operator", "bound") else "right")
+        for r in ops:
+            ai, bw = r["intensity_flop_per_byte"], r.get("bandwidth_fraction")
+            t.add_row(r["name"], f"{r['count']:g}", format_si(r["flops"]), format_si(r["bytes"] + r["comm_bytes"], "B"),
+                      "-" if ai is None else f"{ai:.1f}", format_si(r["time_s"], "s"), format_si(r["overhead_s"], "s"),
+                      "-" if not bw or r["comm_bytes"] else f"{100 * bw:.0f}", r["bound"], f"{100 * r['share']:.1f}%")
+        parts.append(t)
+    if eng.get("rows"):
+        t = Table(title=f"engine {eng['name']} ({format_si(eng['time_s'], 's')})")
+        for col in ("term", "time", "note"):
+            t.add_column(col, justify="right" if col == "time" else "left")
+        for r in eng["rows"]:
+            t.add_row(r["term"], format_si(r["time_s"], "s"), r["note"])
+        t.add_row("CUDA graph", "-", eng["cuda_graph"])
+        parts.append(t)
+    mem = data["memory"]
+    parts.append(f"fixed overheads {format_si(data['overhead_s'], 's')}; step time "
+                 f"[bold]{format_si(data['step_time_s'], 's')}[/bold]")
+    if data["experts_touched"] is not None:
+        parts.append(f"experts touched per MoE layer (verify): {data['experts_touched']:.1f} of {data['num_experts']}")
+    parts.append(f"memory per GPU: {format_si(mem['used_bytes'], 'B')} of {format_si(mem['capacity_bytes'], 'B')} "
+                 f"usable (weights {format_si(mem['weights_bytes'], 'B')}, KV {format_si(mem['kv_bytes'], 'B')}) — "
+                 + ("fits" if mem["feasible"] else "[red]DOES NOT FIT[/red]"))
+    return Group(*parts)
+
+
+# --- predict ------------------------------------------------------------------------------------------
+
+
+def display_batches(p: "Prediction") -> list[int]:
+    """The batch sizes a table shows: all of them up to 24, else the ends, powers of two and range starts."""
+    b = [int(x) for x in p.batch_sizes]
+    if len(b) <= 24:
+        return b
+    keep = {b[0], b[-1]} | {x for x in b if x & (x - 1) == 0}
+    keep |= {start for start, _, _ in p.ranges() if start in set(b)}
+    return sorted(keep)
+
+
+def prediction_view(p: "Prediction"):
+    """Header, the K* table over the displayed batch sizes, the vLLM ranges and the notes."""
+    from rich.console import Group
+    from rich.table import Table
+
+    from dsdsim.export.prediction import prediction_dict
+
+    d = prediction_dict(p)
+    dep = d["deployment"]
+    parts: list = [f"[bold]{d['model']}[/bold] on [bold]{d['hardware']}[/bold] (tp {dep['tp']}, ep {dep['ep']}, "
+                   f"{dep['dtype']} weights, {dep['kv_dtype']} KV), drafter [bold]{d['drafter']}[/bold], context "
+                   f"{d['context']}, engine [bold]{d['engine']['name']}[/bold]",
+                   f"acceptance: {d['acceptance']['description']}"]
+    rows = {r["batch_size"]: r for r in d["rows"]}
+    shown = display_batches(p)
+    t = Table(title=f"Best K per batch size (rows shown: {len(shown)} of {len(rows)})")
+    for col in ("batch", "K*", "tau", "step ms", "ITL ms", "tokens/s", "vs K=0", f"vs K={p.fixed_k}", "fits"):
+        t.add_column(col, justify="right")
+
+    def f(x, spec):
+        return "-" if x is None else format(x, spec)
+
+    for b in shown:
+        r = rows[b]
+        t.add_row(str(b), f(r["k"], "d"), f(r["tau"], ".2f"), f(r["step_ms"], ".2f"), f(r["itl_ms"], ".2f"),
+                  f(r["tokens_per_s"], ",.0f"), f(r["speedup_vs_vanilla"], ".2f") + ("x" if r["k"] is not None and
+                  r["speedup_vs_vanilla"] is not None else ""),
+                  f(r["speedup_vs_fixed_k"], ".2f") + ("x" if r["speedup_vs_fixed_k"] is not None else ""),
+                  "yes" if r["feasible"] else "[red]no[/red]")
+    parts.append(t)
+    parts.append("K table (vLLM num_speculative_tokens_per_batch_size): " + json.dumps(d["table"]["ranges"]))
+    if p.table.mean_goodput_loss:
+        parts.append(f"compressed to {len(d['table']['distinct_k'])} distinct K: mean goodput given up "
+                     f"{100 * p.table.mean_goodput_loss:.2f}%, worst batch {100 * p.table.max_goodput_loss:.2f}%")
+    if "robust" in d:
+        r = d["robust"]
+        parts.append(f"robust K over acceptance band {r['band'][0]} .. {r['band'][1]}: worst regret at the low edge "
+                     f"{100 * (r['regret_low_edge_max'] or 0):.1f}%, high edge "
+                     f"{100 * (r['regret_high_edge_max'] or 0):.1f}%")
+    for note in d["notes"]:
+        if not note.startswith("acceptance:"):   # already in the header
+            parts.append(f"note: {note}")
+    parts.append("Paste into vLLM: dsdsim predict ... --format vllm   (also sglang, trtllm, json, csv)")
+    return Group(*parts)
+
+
+def prediction_tsv(p: "Prediction") -> str:
+    """The prediction rows as tab-separated text with a two-line '#' header (what `predict -o FILE` writes)."""
+    from dsdsim.export.prediction import prediction_dict
+
+    d = prediction_dict(p)
+    lines = [f"# {d['model']} on {d['hardware']}, drafter {d['drafter']}, context {d['context']}",
+             f"# acceptance: {d['acceptance']['description']}",
+             "batch\tK\ttau\tstep_ms\titl_ms\ttokens_per_s\tspeedup_vs_vanilla\tspeedup_vs_fixed_k\tfeasible"]
+    for r in d["rows"]:
+        lines.append("\t".join(str(r[k]) for k in ("batch_size", "k", "tau", "step_ms", "itl_ms", "tokens_per_s",
+                                                   "speedup_vs_vanilla", "speedup_vs_fixed_k", "feasible")))
+    return "\n".join(lines)
+
+
+def context_grid_dict(contexts: Sequence[int], preds: Sequence["Prediction"]) -> dict:
+    """K* over (batch x context): one table per context length."""
+    p0 = preds[0]
+    return {"model": p0.setup.model.name, "hardware": p0.setup.hardware.name, "drafter": p0.setup.drafter.label,
+            "contexts": list(contexts),
+            "tables": [{"context": c, "ranges": [list(r) for r in p.ranges()],
+                        "k_per_batch": [int(k) for k in p.table.k_per_batch]} for c, p in zip(contexts, preds)],
+            "batch_sizes": [int(b) for b in p0.batch_sizes]}
+
+
+def context_grid_table(contexts: Sequence[int], preds: Sequence["Prediction"]):
+    from rich.table import Table
+
+    p0 = preds[0]
+    t = Table(title=f"K* by batch size (rows) and context (columns): {p0.setup.model.name} on "
+                    f"{p0.setup.hardware.name}, {p0.setup.drafter.label}")
+    t.add_column("batch", justify="right")
+    for c in contexts:
+        t.add_column(f"ctx {c}", justify="right")
+    index = {int(b): j for j, b in enumerate(p0.batch_sizes)}
+    for b in display_batches(p0):
+        t.add_row(str(b), *["-" if p.table.k_per_batch[index[b]] < 0 else str(int(p.table.k_per_batch[index[b]]))
+                            for p in preds])
+    return t
+
+
+# --- plan ---------------------------------------------------------------------------------------------
+
+
+def plan_table(title: str, rows: Sequence) -> "object":
+    """Plan rows (dsdsim.plan.PlanRow) as one table, one candidate per line."""
+    from rich.table import Table
+
+    def f(x, spec=",.0f"):
+        return "-" if x is None else format(x, spec)
+
+    t = Table(title=title)
+    for col in ("candidate", "GPUs", "B (K=0)", "tok/s/GPU (K=0)", "B (DSD)", "K", "tok/s/GPU (DSD)",
+                "gain", "GPUs needed", "$/M tok (DSD)", "note"):
+        t.add_column(col, justify="left" if col in ("candidate", "note") else "right")
+    for r in rows:
+        t.add_row(f"{r.hardware}:tp{r.tp}" + (f":ep{r.ep}" if r.ep > 1 else ""), str(r.gpus),
+                  f(r.batch_vanilla, "d"), f(r.tokens_per_s_per_gpu_vanilla), f(r.batch_dsd, "d"),
+                  f(r.k_dsd, "d"), f(r.tokens_per_s_per_gpu_dsd), f(r.dsd_gain, ".2f"),
+                  f(r.gpus_needed_dsd, "d"), f(r.cost_per_million_tokens_dsd, ".3f"),
+                  r.reason if not r.feasible else "")
+    return t
+
+
+# --- accuracy -----------------------------------------------------------------------------------------
+
+
+def _pct(x: Optional[float]) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def accuracy_view(report):
+    """Per-case predicted vs measured, then |relative error| by split and group (an AccuracyReport)."""
+    from rich.console import Group
+    from rich.table import Table
+
+    parts: list = []
+    t = Table(title="Predicted vs measured (shipped defaults, no calibration)")
+    for col in ("case", "split", "quantity", "measured", "predicted", "error", "acceptance"):
+        t.add_column(col, justify="right" if col in ("measured", "predicted", "error") else "left")
+    skipped = []
+    for c in report.cases:
+        if c.predicted is None:
+            skipped.append(c)
+            continue
+        t.add_row(c.id, c.split, c.quantity, f"{c.measured:.4g}", f"{c.predicted:.4g}", _pct(c.rel_error),
+                  c.acceptance + ("" if c.fits_in_memory else " [red](does not fit)[/red]"))
+    parts.append(t)
+    if skipped:
+        parts.append(f"{len(skipped)} cases in the corpus are not predicted (kernel-level, acceptance-only or "
+                     f"missing conditions); `--format json` lists each with its reason.")
+    g = Table(title="|relative error| by split and group")
+    for col in ("split", "group", "n", "median |err|", "max |err|"):
+        g.add_column(col, justify="right" if col in ("n", "median |err|", "max |err|") else "left")
+
+    def row(split: str, group: str, s) -> None:
+        if s.n:
+            g.add_row(split, group, str(s.n), f"{100 * s.median_abs_rel_error:.1f}%",
+                      f"{100 * s.max_abs_rel_error:.1f}%")
+
+    for split, s in report.summary.items():
+        row(split, "all", s)
+        for grp in report.groups:
+            if grp.split == split:
+                row(split, f"{grp.axis}={grp.value}", grp.summary)
+    parts.append(g)
+    for f in report.fitted:
+        parts.append(f"acceptance fitted where the source gives none: {f.group} ({f.split}, n={f.n}): "
+                     f"alpha {f.alpha:.3f}")
+    return Group(*parts)
