@@ -88,131 +88,202 @@ def _perturbed_draft(target, draft_spec: ModelSpec, noise: float, seed: int):
     return draft
 
 
+@dataclass(frozen=True)
+class LoopConfig:
+    """One run of the loop. ``seed`` fixes the weights; ``sample_seed`` (default: derived from ``seed``) the
+    prompts and every random draw of sampling and acceptance, so two runs can share models but not samples."""
+
+    k: int = 4
+    batch: int = 8
+    new_tokens: int = 48
+    prompt: int = 16
+    noise: float = 0.2                  # draft weights = target's + noise x their std
+    logit_scale: float = 4.0            # sharpens the random target's distributions
+    device: str = "cpu"
+    seed: int = 0
+    sample_seed: Optional[int] = None
+    threads: Optional[int] = 1
+    warmup_steps: int = 2               # steps left out of the step-time median
+
+    @property
+    def samples_seed(self) -> int:
+        return self.seed + 11 if self.sample_seed is None else self.sample_seed
+
+
 def run_loop(k: int = 4, batch: int = 8, new_tokens: int = 48, prompt: int = 16, *, hardware=None,
              target_spec: Optional[ModelSpec] = None, draft_spec: Optional[ModelSpec] = None, noise: float = 0.2,
              logit_scale: float = 4.0, device: str = "cpu", seed: int = 0, threads: Optional[int] = 1,
              sample_seed: Optional[int] = None) -> LoopResult:
     """Generate ``new_tokens`` per sequence for ``batch`` sequences with K-token speculation; measure
     acceptance, tau and step times; predict tau from the measured alpha and the step time with simulate_step
-    (draft-model drafter, eager launches) on ``hardware`` when given. ``seed`` fixes the weights; ``sample_seed``
-    (default: derived from ``seed``) the prompts and sampling, so two runs can share models but not samples."""
+    (draft-model drafter, eager launches) on ``hardware`` when given. See LoopConfig for the seeds."""
+    cfg = LoopConfig(k=k, batch=batch, new_tokens=new_tokens, prompt=prompt, noise=noise, logit_scale=logit_scale,
+                     device=device, seed=seed, sample_seed=sample_seed, threads=threads)
+    return run(cfg, hardware=hardware, target_spec=target_spec, draft_spec=draft_spec)
+
+
+def run(cfg: LoopConfig, hardware=None, target_spec: Optional[ModelSpec] = None,
+        draft_spec: Optional[ModelSpec] = None) -> LoopResult:
     import torch
 
     from dsdsim.bench.timing import cpu_threads
 
-    with cpu_threads(device, threads), torch.inference_mode():
-        return _run(k, batch, new_tokens, prompt, hardware, target_spec, draft_spec, noise, logit_scale, device,
-                    seed, seed + 11 if sample_seed is None else sample_seed)
+    if cfg.k < 1:
+        raise ValueError(f"a speculative loop needs K >= 1, got {cfg.k}")
+    if cfg.prompt < cfg.k + 2:
+        raise ValueError(f"the prompt ({cfg.prompt} tokens) must be longer than K + 1 = {cfg.k + 1}")
+    if target_spec is None or draft_spec is None:
+        target_spec, draft_spec = loop_specs()
+    with cpu_threads(cfg.device, cfg.threads), torch.inference_mode():
+        target, draft = _models(cfg, target_spec, draft_spec)
+        tally = _decode(cfg, target, draft, target_spec.vocab_size)
+    result = tally.result(cfg)
+    if hardware is not None:
+        result.predicted_step_s = predicted_step(target_spec, draft_spec, hardware, cfg.batch, cfg.k,
+                                                 context=cfg.prompt + cfg.new_tokens / 2)
+        result.extra["hardware"] = getattr(hardware, "name", str(hardware))
+    return result
 
 
-def _run(k, batch, new_tokens, prompt, hardware, target_spec, draft_spec, noise, logit_scale, device, seed,
-         sample_seed):
+def _models(cfg: LoopConfig, target_spec: ModelSpec, draft_spec: ModelSpec):
+    """The random-weight target and its perturbed draft (the global RNG is left as it was)."""
     import torch
 
     from dsdsim.bench.model import TorchDecoder
-    from dsdsim.bench.timing import synchronize
-    from dsdsim.policy.acceptance import constant, from_list
 
-    if target_spec is None or draft_spec is None:
-        target_spec, draft_spec = loop_specs()
-    target = TorchDecoder(target_spec, dtype=torch.float32, device=device, seed=seed, logit_scale=logit_scale)
-    draft = _perturbed_draft(target, draft_spec, noise, seed + 7)
-    gen = torch.Generator(device="cpu").manual_seed(sample_seed)
-    max_len = prompt + (new_tokens + k + 1) * (k + 1) + 4    # a lucky sequence may run ahead of the slowest
+    with torch.random.fork_rng(devices=[]):
+        target = TorchDecoder(target_spec, dtype=torch.float32, device=cfg.device, seed=cfg.seed,
+                              logit_scale=cfg.logit_scale)
+        draft = _perturbed_draft(target, draft_spec, cfg.noise, cfg.seed + 7)
+    return target, draft
+
+
+def rejection_sample(p, q, drafts, generator):
+    """Speculative sampling (Leviathan et al. 2023, Algorithm 1), batched and pure.
+
+    p: target probabilities (B, K+1, V) at the K drafted positions and the bonus position; q: draft
+    probabilities (B, K, V); drafts: drafted tokens (B, K); generator: the only source of randomness.
+    Returns (accepted (B,): the accepted prefix length, emitted (B, K+1): drafts then the correction or bonus
+    token at index accepted; positions past it are meaningless)."""
+    import torch
+
+    b, k = drafts.shape
+    rows = torch.arange(b, device=drafts.device)
+    p_d = p[:, :k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)                      # p_i(d_i)
+    q_d = q.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)                             # q_i(d_i)
+    u = torch.rand(b, k, generator=generator, device=drafts.device)
+    ok = u < torch.clamp(p_d / q_d, max=1.0)
+    accepted = torch.cumprod(ok.int(), dim=1).sum(dim=1)                              # (B,)
+    idx = torch.clamp(accepted, max=k - 1)
+    resid = torch.clamp(p[rows, idx] - q[rows, idx], min=0.0)                         # max(0, p - q)
+    mass = resid.sum(-1, keepdim=True)
+    resid = torch.where(mass > 0, resid / mass.clamp_min(1e-30), p[rows, idx])
+    fix = torch.multinomial(resid, 1, generator=generator).squeeze(1)
+    bonus = torch.multinomial(p[:, k], 1, generator=generator).squeeze(1)            # all accepted: from p_{K+1}
+    extra = torch.where(accepted == k, bonus, fix)
+    emitted = torch.cat([drafts, torch.zeros_like(extra).unsqueeze(1)], dim=1)
+    emitted[rows, accepted] = extra
+    return accepted, emitted
+
+
+@dataclass
+class _Tally:
+    """Per-position acceptance counts, tokens emitted and step times of one run."""
+
+    k: int
+    accepted_at: np.ndarray
+    reached_at: np.ndarray
+    emitted: int = 0
+    seq_steps: int = 0
+    steps: int = 0
+    step_times: list = field(default_factory=list)
+
+    def add(self, accepted: np.ndarray, seconds: float, warmup: int) -> None:
+        for i in range(self.k):
+            self.reached_at[i] += int((accepted >= i).sum())
+            self.accepted_at[i] += int((accepted >= i + 1).sum())
+        self.emitted += int(accepted.sum()) + accepted.size
+        self.seq_steps += accepted.size
+        if self.steps >= warmup:
+            self.step_times.append(seconds)
+        self.steps += 1
+
+    def result(self, cfg: LoopConfig) -> LoopResult:
+        from dsdsim.policy.acceptance import constant, from_list
+
+        alpha = [float(a / r) if r else 0.0 for a, r in zip(self.accepted_at, self.reached_at)]
+        pooled = float(self.accepted_at.sum() / max(self.reached_at.sum(), 1))
+        res = LoopResult(k=cfg.k, batch=cfg.batch, steps=self.steps, alpha=alpha,
+                         reached=[int(r) for r in self.reached_at], tau_measured=self.emitted / self.seq_steps,
+                         tau_model=float(from_list(alpha).tau(cfg.k)) if any(alpha) else 1.0,
+                         tau_constant_alpha=float(constant(min(pooled, 0.999999)).tau(cfg.k)),
+                         step_s_median=float(np.median(self.step_times)) if self.step_times else float("nan"))
+        res.extra["context_mean"] = float(cfg.prompt + cfg.new_tokens / 2)
+        res.extra["sample_seed"] = cfg.samples_seed
+        return res
+
+
+def _decode(cfg: LoopConfig, target, draft, vocab: int) -> _Tally:
+    """Prefill, then speculative steps until every sequence has ``new_tokens`` more tokens."""
+    import torch
+
+    from dsdsim.bench.timing import synchronize
+
+    k, batch, prompt, device = cfg.k, cfg.batch, cfg.prompt, cfg.device
+    gen = torch.Generator(device=device).manual_seed(cfg.samples_seed)
+    max_len = prompt + (cfg.new_tokens + k + 1) * (k + 1) + 4    # a lucky sequence may run ahead of the slowest
     t_cache, d_cache = target.new_cache(batch, max_len), draft.new_cache(batch, max_len)
     tokens = torch.zeros(batch, max_len, dtype=torch.long, device=device)
-    tokens[:, :prompt] = torch.randint(0, target_spec.vocab_size, (batch, prompt), generator=gen).to(device)
+    tokens[:, :prompt] = torch.randint(0, vocab, (batch, prompt), generator=gen, device=device)
     n = torch.full((batch,), prompt, dtype=torch.long, device=device)        # committed tokens per sequence
     # prefill: the target caches all prompt tokens but the last, the draft all of them (its first pass of every
     # step re-reads the last K + 1 committed tokens anyway)
-    if prompt < k + 2:
-        raise ValueError(f"the prompt ({prompt} tokens) must be longer than K + 1 = {k + 1}")
     target.hidden(tokens[:, :prompt - 1], t_cache, uniform=0)
     t_cache.lengths.fill_(prompt - 1)
     draft.hidden(tokens[:, :prompt], d_cache, uniform=0)
     d_cache.lengths.fill_(prompt)
     rows = torch.arange(batch, device=device)
-
-    def probs(logits):
-        return torch.softmax(logits, dim=-1)
-
-    accepted_at = np.zeros(k, dtype=np.int64)
-    reached_at = np.zeros(k, dtype=np.int64)
-    emitted, seq_steps, step_times = 0, 0, []
-    warmup = 2
-    step = 0
-    while int(n.min()) < prompt + new_tokens:
+    tally = _Tally(k, np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64))
+    while int(n.min()) < prompt + cfg.new_tokens:
         synchronize(device)
         t0 = time.perf_counter()
-        # --- draft: first pass over the last K + 1 committed tokens, then K - 1 single-token passes ----------
-        start = n - (k + 1)
-        window = tokens[rows.unsqueeze(1), start.unsqueeze(1) + torch.arange(k + 1, device=device)]   # (B, K+1)
-        d_cache.lengths.copy_(start)
-        h = draft.hidden(window, d_cache)
-        d_cache.lengths.copy_(n)
-        q_list, d_tok = [], []
-        logits = draft.logits(h[:, -1])
-        for i in range(k):
-            q = probs(logits)                                                     # q_i (B, V)
-            tok = torch.multinomial(q, 1, generator=None).squeeze(1)              # d_i ~ q_i
-            q_list.append(q)
-            d_tok.append(tok)
-            if i + 1 < k:
-                h = draft.hidden(tok.unsqueeze(1), d_cache)
-                d_cache.lengths.add_(1)
-                logits = draft.logits(h[:, -1])
-        drafts = torch.stack(d_tok, dim=1)                                        # (B, K)
-        qs = torch.stack(q_list, dim=1)                                           # (B, K, V)
-        # --- verify: target over [last committed, d_1..d_K] ----------------------------------------------------
-        last = tokens[rows, n - 1].unsqueeze(1)
-        p = probs(target.logits(target.hidden(torch.cat([last, drafts], dim=1), t_cache)))     # (B, K+1, V)
-        # --- rejection sampling (Leviathan et al.) ------------------------------------------------------------
-        p_d = p[:, :k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)              # p_i(d_i)
-        q_d = qs.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)                    # q_i(d_i)
-        u = torch.rand(batch, k, device=device)
-        ok = u < torch.clamp(p_d / q_d, max=1.0)
-        n_acc = torch.cumprod(ok.int(), dim=1).sum(dim=1)                         # accepted prefix length (B,)
-        idx = torch.clamp(n_acc, max=k - 1)
-        resid = torch.clamp(p[rows, idx] - qs[rows, idx], min=0.0)
-        resid_sum = resid.sum(-1, keepdim=True)
-        resid = torch.where(resid_sum > 0, resid / resid_sum.clamp_min(1e-30), p[rows, idx])
-        fix = torch.multinomial(resid, 1).squeeze(1)                               # correction token
-        bonus = torch.multinomial(p[:, k], 1).squeeze(1)                            # all accepted: from p_{K+1}
-        extra = torch.where(n_acc == k, bonus, fix)
-        # --- commit ----------------------------------------------------------------------------------------
-        pos = n.unsqueeze(1) + torch.arange(k + 1, device=device)
-        new = torch.cat([drafts, torch.zeros_like(extra).unsqueeze(1)], dim=1)
-        new[rows, n_acc] = extra
-        keep = torch.arange(k + 1, device=device).unsqueeze(0) <= n_acc.unsqueeze(1)
-        tokens[rows.unsqueeze(1).expand_as(pos)[keep], pos[keep]] = new[keep]
-        n = n + n_acc + 1
+        drafts, qs = _draft(draft, d_cache, tokens, n, rows, k, gen)
+        last = tokens[rows, n - 1].unsqueeze(1)                                   # verify: [last, d_1..d_K]
+        p = torch.softmax(target.logits(target.hidden(torch.cat([last, drafts], dim=1), t_cache)), dim=-1)
+        accepted, emitted = rejection_sample(p, qs, drafts, gen)
+        pos = n.unsqueeze(1) + torch.arange(k + 1, device=device)                 # commit the accepted prefix
+        keep = torch.arange(k + 1, device=device).unsqueeze(0) <= accepted.unsqueeze(1)
+        tokens[rows.unsqueeze(1).expand_as(pos)[keep], pos[keep]] = emitted[keep]
+        n = n + accepted + 1
         t_cache.lengths.copy_(n - 1)
         synchronize(device)
-        dt = time.perf_counter() - t0
-        # --- bookkeeping -----------------------------------------------------------------------------------
-        acc = n_acc.cpu().numpy()
-        for i in range(k):
-            reached_at[i] += int((acc >= i).sum())
-            accepted_at[i] += int((acc >= i + 1).sum())
-        emitted += int(acc.sum()) + batch
-        seq_steps += batch
-        if step >= warmup:
-            step_times.append(dt)
-        step += 1
-    alpha = [float(a / r) if r else 0.0 for a, r in zip(accepted_at, reached_at)]
-    tau_measured = emitted / seq_steps
-    tau_model = float(from_list(alpha).tau(k)) if any(alpha) else 1.0
-    pooled = float(accepted_at.sum() / max(reached_at.sum(), 1))
-    tau_const = float(constant(min(pooled, 0.999999)).tau(k))
-    result = LoopResult(k=k, batch=batch, steps=step, alpha=alpha, reached=[int(r) for r in reached_at],
-                        tau_measured=tau_measured, tau_model=tau_model, tau_constant_alpha=tau_const,
-                        step_s_median=float(np.median(step_times)) if step_times else float("nan"))
-    result.extra["context_mean"] = float(prompt + new_tokens / 2)
-    if hardware is not None:
-        result.predicted_step_s = predicted_step(target_spec, draft_spec, hardware, batch, k,
-                                                 context=prompt + new_tokens / 2)
-        result.extra["hardware"] = getattr(hardware, "name", str(hardware))
-    return result
+        tally.add(accepted.cpu().numpy(), time.perf_counter() - t0, cfg.warmup_steps)
+    return tally
+
+
+def _draft(draft, d_cache, tokens, n, rows, k: int, gen):
+    """K draft tokens per sequence: a first pass over the last K + 1 committed tokens, then K - 1 single-token
+    passes; d_i ~ q_i drawn from ``gen``. Returns (drafts (B, K), q (B, K, V))."""
+    import torch
+
+    device = tokens.device
+    start = n - (k + 1)
+    window = tokens[rows.unsqueeze(1), start.unsqueeze(1) + torch.arange(k + 1, device=device)]   # (B, K+1)
+    d_cache.lengths.copy_(start)
+    h = draft.hidden(window, d_cache)
+    d_cache.lengths.copy_(n)
+    q_list, d_tok = [], []
+    logits = draft.logits(h[:, -1])
+    for i in range(k):
+        q = torch.softmax(logits, dim=-1)                                         # q_i (B, V)
+        tok = torch.multinomial(q, 1, generator=gen).squeeze(1)                   # d_i ~ q_i
+        q_list.append(q)
+        d_tok.append(tok)
+        if i + 1 < k:
+            h = draft.hidden(tok.unsqueeze(1), d_cache)
+            d_cache.lengths.add_(1)
+            logits = draft.logits(h[:, -1])
+    return torch.stack(d_tok, dim=1), torch.stack(q_list, dim=1)
 
 
 def predicted_step(target: ModelSpec, draft: ModelSpec, hardware, batch: int, k: int, context: float) -> float:

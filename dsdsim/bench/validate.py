@@ -556,21 +556,118 @@ def _default_acceptance():
 # --- the whole run --------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ValidateConfig:
+    """What one validation run measures and against what. ``reduce`` None: 1 on a GPU, 2 (4 with ``quick``)
+    on a CPU; ``grid`` None: GPU_GRID on a GPU, else QUICK_GRID or FULL_GRID; ``layers``: keep only the first
+    N layers (real widths); ``time_budget_s``: skip what is left past it, and still report."""
+
+    model: object
+    hardware: object
+    device: str = "cpu"
+    quick: bool = True
+    output_dir: Optional[str | Path] = None
+    drafter: Optional[str | DrafterSpec] = "eagle3"
+    reduce: Optional[int] = None
+    grid: Optional[Grid] = None
+    dtype: Optional[DType] = None
+    acceptance: object = None
+    steps: bool = True
+    threads: Optional[int] = 1
+    layers: Optional[int] = None
+    time_budget_s: Optional[float] = None
+
+
 def validate(model, hardware, device: str = "cpu", quick: bool = True, output_dir: Optional[str | Path] = None,
-             progress: Optional[ProgressFn] = None, *, drafter: Optional[str | DrafterSpec] = "eagle3",
-             reduce: Optional[int] = None, grid: Optional[Grid] = None, dtype: Optional[DType] = None,
-             acceptance=None, steps: bool = True, threads: Optional[int] = 1,
-             layers: Optional[int] = None, time_budget_s: Optional[float] = None) -> ValidationReport:
-    """Measure the model's operator and step shapes on ``device``, compare with the prediction on ``hardware``,
-    calibrate on half the points, check the K table. Writes report.json, summary.md and a plot to
-    ``output_dir`` when given. On a CPU, torch runs ``threads`` threads (as ``probe`` measured with)."""
+             progress: Optional[ProgressFn] = None, **options) -> ValidationReport:
+    """Measure the model's operator shapes, passes and whole speculative steps on ``device``, compare with the
+    prediction on ``hardware``, calibrate on half the points, check the K table on the whole steps. Writes
+    report.json, summary.md, a plot and the calibrated spec to ``output_dir`` when given. ``options``: the other
+    fields of ValidateConfig. On a CPU, torch runs ``threads`` threads (as ``probe`` measured with)."""
+    return run_config(ValidateConfig(model, hardware, device, quick, output_dir, **options), progress)
+
+
+def run_config(cfg: ValidateConfig, progress: Optional[ProgressFn] = None) -> ValidationReport:
+    from dsdsim.bench.timing import cpu_threads, on_device
+
+    run = _resolve(cfg)
+    with cpu_threads(cfg.device, cfg.threads), on_device(run.device):
+        points, errors, clocks = _measure(run, cfg, progress)
+    if progress is not None:
+        progress(len(points), len(points), "calibrating")
+    return _analyse(run, cfg, points, errors, clocks)
+
+
+@dataclass
+class _Run:
+    """A validation run's resolved inputs."""
+
+    model_full: ModelSpec
+    model: ModelSpec
+    reduced: dict
+    hw: HardwareSpec
+    device: str
+    drafter: Optional[DrafterSpec]
+    grid: Grid
+    graphs: bool
+    dtype: DType
+    deployment: Deployment
+    pc: PassContext
+    acceptance: object
+    steps_bk: dict = field(default_factory=dict)
+    unique: dict = field(default_factory=dict)
+    op_points: dict = field(default_factory=dict)        # filled by _measure
+    header: dict = field(default_factory=dict)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+
+def _resolve(cfg: ValidateConfig) -> _Run:
+    """Load and reduce the model, pick the grid and dtype, and list the distinct operator shapes to time."""
     import torch
 
-    from dsdsim.bench.timing import cpu_threads
+    model_full = load_model(cfg.model)
+    hw = load_hardware(cfg.hardware)
+    dev = str(torch.device(cfg.device))
+    factor = auto_reduction(dev, cfg.quick) if cfg.reduce is None else int(cfg.reduce)
+    m, reduced = reduce_model(model_full, factor)
+    if cfg.layers is not None and cfg.layers < m.num_layers:
+        m = m.model_copy(update={"layers": m.layers[:cfg.layers], "name": f"{m.name}[{cfg.layers} layers]"})
+        reduced = {**reduced, "layers_kept": [model_full.num_layers, cfg.layers]}
+    d = parse_drafter(cfg.drafter) if isinstance(cfg.drafter, str) else cfg.drafter
+    d = reduce_drafter(d, factor)
+    if d is not None and d.kind is not DrafterKind.eagle3:
+        raise ValueError("validate times the EAGLE-3 drafter's shapes; pass drafter='eagle3' or None")
+    cuda = dev.startswith("cuda")
+    grid = cfg.grid or (GPU_GRID if cuda and not cfg.quick else QUICK_GRID if cfg.quick else FULL_GRID)
+    graphs = grid.graphs and cuda
+    wdt = cfg.dtype or (m.default_dtype if m.default_dtype in (DType.bf16, DType.fp16, DType.fp32) else DType.bf16)
+    dep = Deployment(dtype=wdt, expert_dtype=wdt, act_dtype=wdt, kv_dtype=wdt, cuda_graphs=graphs)
+    run = _Run(model_full, m, reduced, hw, dev, d, grid, graphs, wdt, dep, PassContext.build(m, hw, dep),
+               cfg.acceptance or _default_acceptance())
+    run.steps_bk, run.unique = _operator_shapes(run)
+    return run
 
-    with cpu_threads(device, threads):
-        return _validate(model, hardware, device, quick, output_dir, progress, drafter, reduce, grid, dtype,
-                         acceptance, steps, layers, time_budget_s)
+
+def _operator_shapes(run: _Run) -> tuple[dict, dict[str, OpCost]]:
+    """Each (B, K) step's operators at the table context, and every distinct operator shape to time (attention
+    also at the grid's longer contexts)."""
+    g, m, d, pc = run.grid, run.model, run.drafter, run.pc
+    steps_bk = {(b, k): step_ops(m, d, pc, b, k, g.contexts[0]) for b in g.batches for k in g.ks}
+    unique: dict[str, OpCost] = {}
+    for so in steps_bk.values():
+        for key, op, _ in so.ops:
+            unique.setdefault(key, op)
+    for c in g.contexts[1:]:
+        for b in g.batches:
+            for k in g.ks:
+                for op in pass_ops(m, pc, b, k + 1, c):
+                    if op.kind is OpKind.attention:
+                        single = replace(op, count=1)
+                        unique.setdefault(_key(single, None), single)
+    return steps_bk, unique
 
 
 class StageBudget:
@@ -592,143 +689,135 @@ class StageBudget:
         return self.stage_end is not None and self._now() > self.stage_end
 
 
-def _validate(model, hardware, device, quick, output_dir, progress, drafter, reduce, grid, dtype, acceptance,
-              steps, layers=None, time_budget_s=None) -> ValidationReport:
-    import torch
+class _Tracker:
+    """Progress, the time budget and the list of what failed or was skipped, shared by the stages."""
 
-    from dsdsim.bench.timing import on_device, sm_clock_mhz
+    def __init__(self, total: int, progress: Optional[ProgressFn], budget_s: Optional[float]):
+        self.total, self.progress, self.done = total, progress, 0
+        self.budget = StageBudget(budget_s)
+        self.errors: list[dict] = []
 
-    model_full = load_model(model)
-    hw = load_hardware(hardware)
-    dev = str(torch.device(device))
-    cuda = dev.startswith("cuda")
-    factor = auto_reduction(dev, quick) if reduce is None else int(reduce)
-    m, reduced = reduce_model(model_full, factor)
-    if layers is not None and layers < m.num_layers:
-        m = m.model_copy(update={"layers": m.layers[:layers], "name": f"{m.name}[{layers} layers]"})
-        reduced = {**reduced, "layers_kept": [model_full.num_layers, layers]}
-    d = parse_drafter(drafter) if isinstance(drafter, str) else drafter
-    d = reduce_drafter(d, factor)
-    if d is not None and d.kind is not DrafterKind.eagle3:
-        raise ValueError("validate times the EAGLE-3 drafter's shapes; pass drafter='eagle3' or None")
-    grid = grid or (GPU_GRID if cuda and not quick else QUICK_GRID if quick else FULL_GRID)
-    graphs = grid.graphs and cuda
-    wdt = dtype or (m.default_dtype if m.default_dtype in (DType.bf16, DType.fp16, DType.fp32) else DType.bf16)
-    dep = Deployment(dtype=wdt, expert_dtype=wdt, act_dtype=wdt, kv_dtype=wdt, cuda_graphs=graphs)
-    pc = PassContext.build(m, hw, dep)
-    acc = acceptance or _default_acceptance()
-    torch.manual_seed(0)
-
-    table_c = grid.contexts[0]
-    steps_bk = {(b, k): step_ops(m, d, pc, b, k, table_c) for b in grid.batches for k in grid.ks}
-    unique: dict[str, OpCost] = {}
-    for so in steps_bk.values():
-        for key, op, _ in so.ops:
-            unique.setdefault(key, op)
-    for c in grid.contexts[1:]:          # attention at longer contexts
-        for b in grid.batches:
-            for k in grid.ks:
-                for op in pass_ops(m, pc, b, k + 1, c):
-                    if op.kind is OpKind.attention:
-                        single = replace(op, count=1)
-                        unique.setdefault(_key(single, None), single)
-    n_passes = (len(grid.step_batches) * len(grid.step_ks) * (1 + 2 * (d is not None))) if steps else 0
-    n_spec = len(grid.spec_batches) * len(grid.spec_ks) * len(grid.spec_contexts) if steps else 0
-    total = len(unique) + n_passes + n_spec
-    done = [0]
-
-    def tick(what: str) -> bool:
+    def tick(self, what: str) -> bool:
         """Report progress; False once the stage's share of the time budget is spent (the item is skipped)."""
-        if progress is not None:
-            progress(done[0], total, what)
-        done[0] += 1
-        if budget.exhausted():
-            errors.append({"what": what, "error": "skipped: time budget spent"})
+        if self.progress is not None:
+            self.progress(self.done, self.total, what)
+        self.done += 1
+        if self.budget.exhausted():
+            self.errors.append({"what": what, "error": "skipped: time budget spent"})
             return False
         return True
 
-    errors: list[dict] = []
-    clocks = {"sm_mhz_start": sm_clock_mhz(dev)}
-    budget = StageBudget(time_budget_s)
+
+def _header(run: _Run, cfg: ValidateConfig) -> dict:
+    import torch
+
+    g, dev = run.grid, run.device
     header = {
-        "model": model_full.name, "model_measured": m.name, "hardware": hw.name, "device": dev,
+        "model": run.model_full.name, "model_measured": run.model.name, "hardware": run.hw.name, "device": dev,
         "device_name": _device_name(dev), "date": _dt.date.today().isoformat(), "torch_version": torch.__version__,
-        "threads": torch.get_num_threads() if dev == "cpu" else None, "dtype": wdt.value,
-        "drafter": d.label if d else None, "cuda_graphs": graphs, "quick": quick, "reduced": reduced,
+        "threads": torch.get_num_threads() if dev == "cpu" else None, "dtype": run.dtype.value,
+        "drafter": run.drafter.label if run.drafter else None, "cuda_graphs": run.graphs, "quick": cfg.quick,
+        "reduced": run.reduced,
         "timing": ("kernel time: each operator, pass and whole step captured in a CUDA graph and replayed "
-                   "(no host dispatch); warm-up >= %.0f ms per item" % (grid.warmup_s * 1e3)) if graphs else
+                   "(no host dispatch); warm-up >= %.0f ms per item" % (g.warmup_s * 1e3)) if run.graphs else
                   "eager: one call between timers (host dispatch included)",
-        "grid": {"batches": list(grid.batches), "ks": list(grid.ks), "contexts": list(grid.contexts),
-                 "step_batches": list(grid.step_batches), "step_ks": list(grid.step_ks), "warmup": grid.warmup,
-                 "repeats": grid.repeats, "spec_batches": list(grid.spec_batches), "spec_ks": list(grid.spec_ks),
-                 "spec_contexts": list(grid.spec_contexts), "warmup_s": grid.warmup_s},
+        "grid": {"batches": list(g.batches), "ks": list(g.ks), "contexts": list(g.contexts),
+                 "step_batches": list(g.step_batches), "step_ks": list(g.step_ks), "warmup": g.warmup,
+                 "repeats": g.repeats, "spec_batches": list(g.spec_batches), "spec_ks": list(g.spec_ks),
+                 "spec_contexts": list(g.spec_contexts), "warmup_s": g.warmup_s},
     }
-    if cuda:
+    if run.cuda:
         from dsdsim.bench.shapes import decode_backend, grouped_mm_available
         from dsdsim.bench.timing import torch_dtype
 
-        header["attention_backend"] = decode_backend(dev, torch_dtype(wdt))
-        header["moe_kernel"] = ("torch._grouped_mm" if grouped_mm_available(dev, torch_dtype(wdt))
+        header["attention_backend"] = decode_backend(dev, torch_dtype(run.dtype))
+        header["moe_kernel"] = ("torch._grouped_mm" if grouped_mm_available(dev, torch_dtype(run.dtype))
                                 else "loop over touched experts")
+    return header
+
+
+def _measure(run: _Run, cfg: ValidateConfig, progress: Optional[ProgressFn]) -> tuple[list[Point], list[dict], dict]:
+    """The three stages (operators, passes, whole steps), a partial report written after each."""
+    import torch
+
+    from dsdsim.bench.timing import sm_clock_mhz
+
+    g, d = run.grid, run.drafter
+    n_passes = (len(g.step_batches) * len(g.step_ks) * (1 + 2 * (d is not None))) if cfg.steps else 0
+    n_spec = len(g.spec_batches) * len(g.spec_ks) * len(g.spec_contexts) if cfg.steps else 0
+    track = _Tracker(len(run.unique) + n_passes + n_spec, progress, cfg.time_budget_s)
+    clocks = {"sm_mhz_start": sm_clock_mhz(run.device)}
+    header = _header(run, cfg)
+    torch.manual_seed(0)
 
     def checkpoint(stage: str, pts: Sequence[Point]) -> None:
-        """A partial report after each stage, so a run cut short still leaves what it measured."""
-        if output_dir is None:
-            return
-        out = Path(output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        partial = {**header, "partial": True, "stage": stage, "errors": errors, "clocks": clocks,
-                   "points": [p.to_json() for p in pts]}
-        _write_json(out / "report.json", partial)
+        if cfg.output_dir is not None:
+            out = Path(cfg.output_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            _write_json(out / "report.json", {**header, "partial": True, "stage": stage, "errors": track.errors,
+                                              "clocks": clocks, "points": [p.to_json() for p in pts]})
 
-    with on_device(dev):
-        budget.stage(0.45 if steps else 1.0)
-        op_points = _measure_ops(unique, m, d, hw, wdt, dev, grid, tick, errors)
-        checkpoint("operators", list(op_points.values()))
-        budget.stage(0.10)
-        pass_points = _measure_steps(m, d, pc, hw, wdt, dev, grid, tick, errors) if steps else []
-        checkpoint("passes", list(op_points.values()) + pass_points)
-        if cuda:
-            torch.cuda.empty_cache()
-        budget.stage(1.0)
-        spec_points = _measure_spec_steps(m, d, pc, hw, wdt, dev, grid, tick, errors) if steps else []
-        points = list(op_points.values()) + pass_points + spec_points
-        checkpoint("whole steps", points)
-    clocks["sm_mhz_end"] = sm_clock_mhz(dev)
-    if progress is not None:
-        progress(total, total, "calibrating")
+    args = (run.model, run.drafter, run.hw, run.dtype, run.device, run.grid, track.tick, track.errors)
+    track.budget.stage(0.45 if cfg.steps else 1.0)
+    op_points = _measure_ops(run.unique, *args)
+    run.op_points = op_points
+    checkpoint("operators", list(op_points.values()))
+    track.budget.stage(0.10)
+    m, d, hw, wdt, dev, grid, tick, errors = args
+    pass_points = _measure_steps(m, d, run.pc, hw, wdt, dev, grid, tick, errors) if cfg.steps else []
+    checkpoint("passes", list(op_points.values()) + pass_points)
+    if run.cuda:
+        torch.cuda.empty_cache()
+    track.budget.stage(1.0)
+    spec_points = _measure_spec_steps(m, d, run.pc, hw, wdt, dev, grid, tick, errors) if cfg.steps else []
+    points = list(op_points.values()) + pass_points + spec_points
+    checkpoint("whole steps", points)
+    clocks["sm_mhz_end"] = sm_clock_mhz(run.device)
+    run.header = header
+    return points, track.errors, clocks
+
+
+def _calibrate(run: _Run, points: list[Point], errors: list[dict]) -> tuple[dict, HardwareSpec, dict]:
+    """Fit on the train half, fill every point's calibrated time; too few points: report them uncalibrated."""
     split_points(points)
     try:
-        cal, summary = calibrate_points(points, hw, cuda_graphs=graphs)
-        cal_hw = cal.calibrated_spec(hw, what=f"dsdsim validate {m.name} on {dev}", cuda_graphs=graphs)
-        fitted = cal.fitted()
-    except ValueError as exc:                      # too few points measured to fit: report them uncalibrated
+        cal, summary = calibrate_points(points, run.hw, cuda_graphs=run.graphs)
+        return (summary, cal.calibrated_spec(run.hw, what=f"dsdsim validate {run.model.name} on {run.device}",
+                                             cuda_graphs=run.graphs), cal.fitted())
+    except ValueError as exc:
         errors.append(_error("calibration", exc))
         for p in points:
             p.calibrated_s = p.predicted_s
-        summary = {key: error_summary([p.measured_s for p in pts], [p.predicted_s for p in pts])
-                   for key, pts in (("uncalibrated", points), ("uncalibrated_test", [p for p in points if p.split == "test"]),
-                                    ("calibrated", [p for p in points if p.split == "test"]),
-                                    ("calibrated_train", [p for p in points if p.split == "train"]))}
-        cal_hw = hw
-        fitted = {"error": str(exc), "note": "not calibrated: calibrated values are the uncalibrated prediction"}
+        halves = (("uncalibrated", points), ("uncalibrated_test", [p for p in points if p.split == "test"]),
+                  ("calibrated", [p for p in points if p.split == "test"]),
+                  ("calibrated_train", [p for p in points if p.split == "train"]))
+        summary = {key: error_summary([p.measured_s for p in pts], [p.predicted_s for p in pts]) for key, pts in halves}
+        return summary, run.hw, {"error": str(exc),
+                                 "note": "not calibrated: calibrated values are the uncalibrated prediction"}
+
+
+def _analyse(run: _Run, cfg: ValidateConfig, points: list[Point], errors: list[dict], clocks: dict
+             ) -> ValidationReport:
+    summary, cal_hw, fitted = _calibrate(run, points, errors)
     summary["by_kind"] = _by_kind(points)
     summary["by_measurement"] = _by_measurement(points)
-
-    tc = _table_from_whole_steps(spec_points, acc, grid)
+    spec_points = [p for p in points if p.measured_as == "spec_step"]
+    pass_points = [p for p in points if p.measured_as == "pass"]
+    op_points = run.op_points
+    tc = _table_from_whole_steps(spec_points, run.acceptance, run.grid)
     if tc is None and op_points:                   # no whole steps: the older sum-of-operators check, labelled
-        tc = _table_from_operator_sums(steps_bk, op_points, grid, m, hw, cal_hw, dep, d, acc)
+        tc = _table_from_operator_sums(run.steps_bk, op_points, run.grid, run.model, run.hw, cal_hw,
+                                       run.deployment, run.drafter, run.acceptance)
     tc = tc or {"measured_from": "nothing (no whole steps or operators measured)", "per_batch": [],
-                "acceptance": acc.describe(int(max(grid.ks))), "context": grid.contexts[0],
+                "acceptance": run.acceptance.describe(int(max(run.grid.ks))), "context": run.grid.contexts[0],
                 "mean_regret": float("nan"), "max_regret": float("nan")}
-    tc["composition"] = _composition(pass_points, op_points, m, d, pc)
-
-    data = {**header, "partial": False, "errors": errors, "clocks": clocks,
+    tc["composition"] = _composition(pass_points, op_points, run.model, run.drafter, run.pc)
+    data = {**run.header, "partial": False, "errors": errors, "clocks": clocks,
             "points": [p.to_json() for p in points], "summary": summary, "calibration": fitted,
             "calibrated_hardware": cal_hw.model_dump(mode="json", exclude_none=True), "table_check": tc}
     report = ValidationReport(data=data, points=points, calibrated_hardware=cal_hw)
-    if output_dir is not None:
-        report.paths = write_report(report, output_dir)
+    if cfg.output_dir is not None:
+        report.paths = write_report(report, cfg.output_dir)
     return report
 
 
