@@ -409,7 +409,7 @@ class Calibrator:
         self.kernels_ = params.kernels
         if joint_step:
             self.step_overhead_s_ = params.step_overhead_s
-        elif len(steps) >= 3 and self._uses_records(steps):
+        elif len(steps) >= 3 and self.cuda_graphs and self._uses_records(steps):
             self._fit_per_kernel_on_steps(steps)
         elif steps:
             base = self._predict_with(steps, replace(params, step_overhead_s=0.0))
@@ -424,7 +424,9 @@ class Calibrator:
         """Whole steps set what each kernel costs beyond its work (launch gap, kernel floor) and the step
         overhead; the efficiencies stay as the operators fixed them. In a step, a kernel's launch overlaps the
         previous kernel's execution, which an operator timed alone cannot show: fitted on operators, the
-        per-kernel cost over-predicts whole steps (by about 20% on an H200, 1,900 kernels per llama-3.1-8b step)."""
+        per-kernel cost over-predicts whole steps (by about 20% on an H200, 1,900 kernels per llama-3.1-8b step).
+        Under CUDA graphs only: eagerly, a step's extra host time is Python around the kernels, not the kernels'
+        launches, and the step overhead takes it."""
         base = self.params_
         ev = Evaluator(steps, self.hardware, self.cuda_graphs)
         meas = np.log([p.measured_s for p in steps])
