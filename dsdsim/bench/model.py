@@ -172,17 +172,28 @@ class MoE(nn.Module):
         self.last_touched = 0
         self.grouped = False           # timing mode: grouped GEMMs with device-side offsets (no host sync)
 
+    def _route(self, x2):
+        """Top-k routing: (weights of the assignments sorted by expert, expert of each assignment, the sort
+        order, the token of each sorted assignment)."""
+        top = torch.topk(self.router(x2).float(), self.top_k, dim=-1)
+        weights = torch.softmax(top.values, dim=-1).to(x2.dtype).flatten()
+        flat = top.indices.flatten()
+        order = torch.argsort(flat, stable=True)
+        return weights[order].unsqueeze(1), flat, order, order // self.top_k
+
+    def _combine(self, x2, token_of, out, weights, shape):
+        y = torch.zeros_like(x2).index_add_(0, token_of, out * weights)
+        if self.shared is not None:
+            y = y + self.shared(x2)
+        return y.view(shape)
+
     def forward(self, x):
         if self.grouped:
             return self._forward_grouped(x)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
-        top = torch.topk(self.router(x2).float(), self.top_k, dim=-1)
-        weights = torch.softmax(top.values, dim=-1).to(x.dtype).flatten()
-        flat = top.indices.flatten()
-        order = torch.argsort(flat, stable=True)
+        weights, flat, order, token_of = self._route(x2)
         counts = torch.bincount(flat, minlength=self.experts).tolist()            # host sync: the group sizes
-        token_of = order // self.top_k
         xs = x2.index_select(0, token_of)
         out = torch.empty_like(xs)
         start, touched = 0, 0
@@ -194,31 +205,21 @@ class MoE(nn.Module):
             out[start:start + n] = F.linear(F.silu(g) * u, self.w2[e])
             start += n
         self.last_touched = touched
-        y = torch.zeros_like(x2).index_add_(0, token_of, out * weights[order].unsqueeze(1))
-        if self.shared is not None:
-            y = y + self.shared(x2)
-        return y.view(shape)
+        return self._combine(x2, token_of, out, weights, shape)
 
     def _forward_grouped(self, x):
         """The fused-MoE shape of serving engines: route, sort assignments by expert, one grouped GEMM per
         projection. Group sizes stay on the device, so the pass can be captured in a CUDA graph."""
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
-        top = torch.topk(self.router(x2).float(), self.top_k, dim=-1)
-        weights = torch.softmax(top.values, dim=-1).to(x.dtype).flatten()
-        flat = top.indices.flatten()
-        order = torch.argsort(flat, stable=True)
+        weights, flat, order, token_of = self._route(x2)
         counts = torch.zeros(self.experts, dtype=torch.int64, device=x.device).scatter_add_(
             0, flat, torch.ones_like(flat))
         offsets = counts.cumsum(0).to(torch.int32)
-        token_of = order // self.top_k
         xs = x2.index_select(0, token_of)
         g, u = grouped_linear(xs, self.w13, offsets).chunk(2, dim=-1)
         out = grouped_linear(F.silu(g) * u, self.w2, offsets)
-        y = torch.zeros_like(x2).index_add_(0, token_of, out * weights[order].unsqueeze(1))
-        if self.shared is not None:
-            y = y + self.shared(x2)
-        return y.view(shape)
+        return self._combine(x2, token_of, out, weights, shape)
 
 
 class DecoderLayer(nn.Module):

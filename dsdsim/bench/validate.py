@@ -326,11 +326,7 @@ def _measure_steps(model: ModelSpec, drafter: Optional[DrafterSpec], pc: PassCon
 
     for b in grid.step_batches:
         try:
-            cache = decoder.new_cache(b, c + qmax + 1)
-            cache.fill_random(c, seed=10)
-            dcache = head.new_cache(b, c + 2 * qmax + 1) if head is not None else None
-            if dcache is not None:
-                dcache.fill_random(c, seed=20)
+            cache, dcache = _filled_caches(decoder, head, b, c, qmax, seed=10)
         except Exception as exc:
             errors.append(_error(f"pass caches B={b}", exc))
             continue
@@ -443,11 +439,7 @@ def _measure_spec_steps(model: ModelSpec, drafter: Optional[DrafterSpec], pc: Pa
             continue
         bmax = max(batches)
         try:
-            cache_all = decoder.new_cache(bmax, c + qmax + 1)
-            cache_all.fill_random(c, seed=30)
-            dcache_all = head.new_cache(bmax, c + 2 * qmax + 1) if head is not None else None
-            if dcache_all is not None:
-                dcache_all.fill_random(c, seed=40)
+            cache_all, dcache_all = _filled_caches(decoder, head, bmax, c, qmax, seed=30)
         except Exception as exc:
             errors.append(_error(f"whole-step caches c={c} B={bmax}", exc))
             continue
@@ -492,6 +484,17 @@ def _measure_spec_steps(model: ModelSpec, drafter: Optional[DrafterSpec], pc: Pa
         if cuda:
             torch.cuda.empty_cache()
     return points
+
+
+def _filled_caches(decoder, head, batch: int, context: int, qmax: int, seed: int):
+    """KV caches of the target and the draft head holding ``context`` random tokens per sequence, with room for
+    the verify tokens (and the head's later passes)."""
+    cache = decoder.new_cache(batch, context + qmax + 1)
+    cache.fill_random(context, seed=seed)
+    dcache = head.new_cache(batch, context + 2 * qmax + 1) if head is not None else None
+    if dcache is not None:
+        dcache.fill_random(context, seed=seed + 10)
+    return cache, dcache
 
 
 def _batch_view(cache, b: int):
