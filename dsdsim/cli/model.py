@@ -12,7 +12,7 @@ from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, Draf
                                 Hardware, K, KvDType, MaxK, MemoryUtilization, Model, OptionalDrafter, Output, Plot,
                                 PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat, Tp, WeightDType,
                                 deployment_from_options)
-from dsdsim.cli.output import check_png, check_writable, emit, show, with_progress
+from dsdsim.cli.output import check_png, check_writable, emit, given, show, with_progress
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_EXPLAIN_BATCH, DEFAULT_FIXED_K,
                              DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MAX_K, DEFAULT_MEMORY_UTILIZATION,
                              DEFAULT_MODEL, DEFAULT_STEP_K)
@@ -69,6 +69,7 @@ def explain(
 
 @app.command()
 def predict(
+    ctx: typer.Context,
     model: Model = DEFAULT_MODEL,
     hardware: Hardware = DEFAULT_HARDWARE,
     tp: Tp = 1,
@@ -111,6 +112,8 @@ def predict(
         check_png(plot, "--plot")
     dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, memory_utilization)
     if contexts is not None:
+        if given(ctx, "context"):
+            raise DsdsimError("give either --context (one length) or --contexts (a list), not both")
         return _predict_contexts(contexts, fmt, output, model=model, hardware=hardware, deployment=dep,
                                  drafter=drafter, acceptance=acceptance, batch_sizes=batch_sizes, max_k=max_k,
                                  fixed_k=fixed_k, max_distinct_k=max_distinct_k)

@@ -27,6 +27,12 @@ def show(renderable) -> None:
     console().print(renderable)
 
 
+def given(ctx, name: str) -> bool:
+    """Whether the user typed option `name` (its value did not come from the default)."""
+    source = ctx.get_parameter_source(name)       # an enum of whichever click typer runs on: compare names
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
 def check_writable(path: Optional[Path]) -> None:
     """Fail early (before any work) when an output path cannot be written."""
     if path is None:

@@ -5,6 +5,7 @@ acceptance model's tau(K), and picks K*(B) = argmax_K B*tau(K)/T(B, K) over feas
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -99,36 +100,50 @@ def _fill_infeasible(ks: np.ndarray) -> np.ndarray:
 
 
 def parse_batch_sizes(text: str | Sequence[int] | None) -> np.ndarray:
-    """'1-1024', '1,2,4,8', '1-64:8' (step) or a list; whole numbers in 1..65536, sorted, unique."""
+    """'1-1024', '1,2,4,8', '1-64:8' (step) or a list; whole numbers in 1..65536, sorted, unique.
+
+    Bounds are checked on each item before a range is expanded, so '1-100000000' fails at once.
+    """
     if text is None:
         return np.arange(1, 1025)
     if not isinstance(text, str):
-        values = list(text)
+        values = [_batch_value(v, text) for v in text]
     else:
-        values = []
-        for part in text.replace(" ", "").split(","):
-            if not part:
-                continue
-            try:
-                if "-" in part:
-                    lo_hi, _, step = part.partition(":")
-                    lo, hi = lo_hi.split("-", 1)
-                    lo_i, hi_i, st = int(lo), int(hi), int(step or 1)
-                    if hi_i < lo_i or st < 1:
-                        raise ValueError
-                    values += list(range(lo_i, hi_i + 1, st))
-                else:
-                    values.append(int(part))
-            except ValueError:
-                raise DsdsimError(f"cannot read batch sizes {text!r}; write a list (1,2,4,8) or a range (1-1024)") from None
+        parts = text.replace(" ", "").split(",")
+        values = [] if not any(parts) else [v for part in parts for v in _batch_item(part, text)]
     if not values:
         raise DsdsimError("no batch sizes given; write a list (1,2,4,8) or a range (1-1024)")
-    arr = np.unique(np.asarray(values))
-    if arr.dtype.kind not in "iu" or arr.min() < 1:
-        raise DsdsimError(f"batch sizes must be whole numbers >= 1 (got {arr.min()})")
-    if arr.max() > MAX_BATCH:
-        raise DsdsimError(f"batch size {arr.max()} is absurd; the largest accepted is {MAX_BATCH}")
-    return arr.astype(int)
+    return np.unique(np.asarray(values, dtype=np.int64)).astype(int)
+
+
+_BATCH_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?", re.ASCII)
+
+
+def _batch_item(part: str, text: str) -> list[int]:
+    """One comma-separated item: N, LO-HI or LO-HI:STEP (ASCII digits), checked before expanding."""
+    if not part:
+        raise DsdsimError(f"batch sizes {text!r} have an empty item (two commas in a row, or one at an end)")
+    m = _BATCH_ITEM.fullmatch(part)
+    if m is None:
+        raise DsdsimError(f"cannot read batch sizes {text!r} at {part!r}; write a list (1,2,4,8) or a range "
+                          "(1-1024, 1-256:8) in ASCII digits")
+    lo = _batch_value(int(m.group(1)), text)
+    if m.group(2) is None:
+        return [lo]
+    hi, step = _batch_value(int(m.group(2)), text), int(m.group(3) or 1)
+    if hi < lo or step < 1:
+        raise DsdsimError(f"batch sizes: range {part!r} is empty; write LO-HI with LO <= HI and a step >= 1")
+    return list(range(lo, hi + 1, step))
+
+
+def _batch_value(v, text) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise DsdsimError(f"batch sizes must be whole numbers >= 1 (got {v!r} in {text!r})")
+    if v < 1:
+        raise DsdsimError(f"batch sizes must be whole numbers >= 1 (got {v})")
+    if v > MAX_BATCH:
+        raise DsdsimError(f"batch size {v} is absurd; the largest accepted is {MAX_BATCH}")
+    return int(v)
 
 
 def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional[Deployment] = None,

@@ -1,0 +1,115 @@
+"""The defects a new user hit (issue 12, section 3), one test or more each.
+
+Each bad input must end in one line on stderr naming the problem (exit 2) or, where the input is usable,
+in a one-line warning; nothing is silently dropped.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conftest import REPO_ROOT
+from dsdsim.errors import DsdsimError
+from dsdsim.policy.acceptance import parse_acceptance
+from dsdsim.policy.predict import parse_batch_sizes
+
+
+def _one_line_error(code: int, err: str, fragment: str) -> None:
+    assert code == 2, (code, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dsdsim: error: "), err
+    assert fragment.lower() in lines[0].lower(), (fragment, lines[0])
+
+
+# --- 1. a huge batch range is refused before it is expanded ---------------------------------------------
+
+
+def test_huge_batch_range_is_refused_in_milliseconds(cli):
+    start = time.perf_counter()
+    code, _, err = cli("predict", "-b", "1-100000000")
+    elapsed = time.perf_counter() - start
+    _one_line_error(code, err, "absurd")
+    assert elapsed < 0.5, elapsed
+
+
+@pytest.mark.parametrize("text", ["1-100000000", "1-100000000:1000", "100000000", "1,2,99999999999999999999"])
+def test_batch_bounds_are_checked_per_item(text):
+    start = time.perf_counter()
+    with pytest.raises(DsdsimError, match="absurd"):
+        parse_batch_sizes(text)
+    assert time.perf_counter() - start < 0.05
+
+
+# --- 7. silently accepted or ignored input ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("1,,4", "empty item"), ("1,4,", "empty item"), (",1", "empty item"),
+    ("１,2", "ASCII"), ("1-６４", "ASCII"), ("2.5", "cannot read"),
+])
+def test_batch_sizes_refuse_empty_items_and_other_digits(text, fragment):
+    with pytest.raises(DsdsimError, match=fragment):
+        parse_batch_sizes(text)
+
+
+def test_batch_sizes_still_read_the_documented_forms():
+    assert list(parse_batch_sizes("1-4")) == [1, 2, 3, 4]
+    assert list(parse_batch_sizes("8, 1,2")) == [1, 2, 8]
+    assert list(parse_batch_sizes("1-20:8")) == [1, 9, 17]
+
+
+def test_contexts_and_context_together_is_an_error(cli):
+    code, _, err = cli("predict", "--contexts", "1024,8192", "-c", "4096", "-b", "1,2")
+    _one_line_error(code, err, "not both")
+    code, out, _ = cli("predict", "--contexts", "1024,8192", "-b", "1,2", "-f", "json")
+    assert code == 0 and json.loads(out)["contexts"] == [1024, 8192]
+
+
+def test_missing_specs_dir_in_the_environment_is_an_error(cli, clean_catalog, monkeypatch, tmp_path):
+    monkeypatch.setenv("DSDSIM_SPECS_DIRS", str(tmp_path / "nope"))
+    code, _, err = cli("predict", "-b", "1")
+    _one_line_error(code, err, "DSDSIM_SPECS_DIRS")
+
+
+@pytest.mark.parametrize("text", ["０.８", "0.８,0.7", "al=２.5@3", "unconditional:0.６,0.4"])
+def test_acceptance_refuses_non_ascii_digits(text):
+    with pytest.raises(DsdsimError):
+        parse_acceptance(text)
+
+
+def test_acceptance_names_a_directory_as_such(tmp_path):
+    with pytest.raises(DsdsimError, match="is a directory"):
+        parse_acceptance(str(tmp_path))
+
+
+def test_expert_overlap_on_a_dense_model_is_an_error(cli):
+    code, _, err = cli("predict", "-b", "1", "--expert-overlap", "0.3")
+    _one_line_error(code, err, "dense")
+    code, _, _ = cli("predict", "-b", "1", "-m", "qwen3-30b-a3b", "--expert-overlap", "0.3")
+    assert code == 0
+
+
+# --- 8. checkpoint folders and hub ids --------------------------------------------------------------------
+
+
+def test_show_model_accepts_a_checkpoint_folder(cli, tmp_path):
+    folder = tmp_path / "Llama-3.1-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text((REPO_ROOT / "model_specs" / "llama-3.1-8b.json").read_text())
+    code, out, err = cli("show", "model", str(folder), "-f", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["name"] == "Llama-3.1-8B" and data["params_total"] > 8e9
+
+
+def test_a_folder_without_config_json_says_so(cli, tmp_path):
+    code, _, err = cli("show", "model", str(tmp_path))
+    _one_line_error(code, err, "no config.json")
+
+
+def test_a_hub_id_says_it_is_not_fetched(cli):
+    code, _, err = cli("predict", "-m", "meta-llama/Llama-3.1-8B", "-b", "1")
+    _one_line_error(code, err, "hub id")
+    assert "config.json" in err
