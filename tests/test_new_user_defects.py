@@ -113,3 +113,42 @@ def test_a_hub_id_says_it_is_not_fetched(cli):
     code, _, err = cli("predict", "-m", "meta-llama/Llama-3.1-8B", "-b", "1")
     _one_line_error(code, err, "hub id")
     assert "config.json" in err
+
+
+# --- 3. calibrating another device's spec; two specs with one name ------------------------------------------
+
+CPU_RESULTS = REPO_ROOT / "results" / "cpu"
+
+
+def test_calibrate_refuses_a_cpu_report_for_a_shipped_gpu_spec(cli, tmp_path):
+    out = tmp_path / "x.yaml"
+    code, _, err = cli("calibrate", "-r", CPU_RESULTS / "report.json", "-g", "h100-sxm", "-o", out)
+    _one_line_error(code, err, "allow-other-device")
+    assert not out.exists()
+
+
+def test_calibrate_names_the_spec_distinctly(cli, tmp_path):
+    import datetime
+
+    from dsdsim.specs.catalog import load_hardware
+
+    out = tmp_path / "cal.yaml"
+    code, _, err = cli("calibrate", "-r", CPU_RESULTS / "report.json", "-g", CPU_RESULTS / "probe-cpu.yaml",
+                       "-o", out)
+    assert code == 0, err
+    spec = load_hardware(out)
+    assert spec.name == f"probe-cpu-intel-xeon@calibrated-{datetime.date.today().isoformat()}"
+    code, _, err = cli("calibrate", "-r", CPU_RESULTS / "report.json", "-g", "h100-sxm", "-o", out,
+                       "--allow-other-device", "--name", "h100-on-my-cpu")
+    assert code == 0, err
+    assert load_hardware(out).name == "h100-on-my-cpu"
+
+
+def test_two_hardware_specs_with_one_name_is_an_error_naming_both(cli, clean_catalog, tmp_path):
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    text = (REPO_ROOT / "hw_specs" / "h100-sxm.yaml").read_text()
+    (folder / "x.yaml").write_text(text)                      # declares name: h100-sxm, like the shipped file
+    code, _, err = cli("--specs-dir", folder, "list", "hardware")
+    _one_line_error(code, err, "two hardware specs are named 'h100-sxm'")
+    assert "x.yaml" in err and "h100-sxm.yaml" in err

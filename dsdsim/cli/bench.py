@@ -194,7 +194,11 @@ def calibrate(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (batch_stats input only)"),
     drafter: Drafter = DEFAULT_DRAFTER,
     context: Context = DEFAULT_CONTEXT,
-    name: Optional[str] = typer.Option(None, "--name", help="Name of the calibrated spec"),
+    name: Optional[str] = typer.Option(None, "--name", help="Name of the calibrated spec (default: "
+                                       "HARDWARE@calibrated-YYYY-MM-DD)"),
+    allow_other_device: bool = typer.Option(False, "--allow-other-device",
+                                            help="Calibrate even when the report was measured on another device "
+                                                 "than the spec describes"),
 ) -> None:
     """Fit efficiencies (compute; memory for GEMMs, attention and vector kernels), launch and step overhead
     and the GEMM tile to measurements; write a spec that predict accepts. A report is fitted on its train half
@@ -215,7 +219,13 @@ def calibrate(
     from dsdsim.bench.calibrate import run_calibrate
     from dsdsim.specs.catalog import load_hardware
 
-    load_hardware(hardware)
+    hw = load_hardware(hardware)
+    if "points" in data and not allow_other_device:
+        _check_same_device(data, hw, report)
+    if name is None:
+        import datetime
+
+        name = f"{hw.name}@calibrated-{datetime.date.today().isoformat()}"
     try:
         spec, summary = run_calibrate(report, hardware, output, model=model, drafter=drafter, context=context, name=name)
     except (KeyError, TypeError, ValueError) as exc:
@@ -230,3 +240,19 @@ def calibrate(
             con.print(f"{key}: n={b['n']}, median |error| {b['median_abs_pct_error']:.1f}%, MAPE {b['mape']:.1f}%")
     fitted = summary.get("fitted", {})
     con.print("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in fitted.items() if isinstance(v, (int, float))))
+
+
+def _check_same_device(report: dict, hw, path: Path) -> None:
+    """A validation report calibrates only the spec of the device it was measured on."""
+    used, device, device_name = report.get("hardware"), str(report.get("device", "")), report.get("device_name")
+    if used is not None and used != hw.name:
+        raise DsdsimError(f"--report {path} was predicted with {used!r}, not {hw.name!r}; calibrate that spec "
+                          "(or pass --allow-other-device)")
+    measured_on = hw.measured.device_name if hw.measured is not None else None
+    if measured_on is not None and device_name is not None and measured_on != device_name:
+        raise DsdsimError(f"--report {path} was measured on {device_name}, but {hw.name} describes {measured_on}; "
+                          "pass --allow-other-device to calibrate it anyway")
+    if measured_on is None and device.startswith("cpu"):
+        raise DsdsimError(f"--report {path} was measured on a CPU ({device_name or 'cpu'}), but {hw.name} is a "
+                          "shipped accelerator spec; probe the CPU (dsdsim probe) and calibrate that spec, or pass "
+                          "--allow-other-device")

@@ -138,13 +138,30 @@ def _resolve(kind: str, name_or_path: str, what: str) -> Path:
     raise SpecError(f"unknown {what} {text!r}{hint} (run `dsdsim list {listing}`, or pass a path to a spec file)")
 
 
-@lru_cache(maxsize=128)
+def _stamp(path: Path) -> tuple[int, int]:
+    """(mtime_ns, size): part of the cache key, so a file rewritten in place is read again."""
+    try:
+        st = path.stat()
+    except OSError:
+        return (0, 0)
+    return (st.st_mtime_ns, st.st_size)
+
+
 def _load_hardware_file(path: Path) -> HardwareSpec:
+    return _load_hardware_cached(path, _stamp(path))
+
+
+@lru_cache(maxsize=128)
+def _load_hardware_cached(path: Path, stamp: tuple[int, int]) -> HardwareSpec:
     return hardware_from_dict(read_structured(path), where=path.name)
 
 
-@lru_cache(maxsize=128)
 def _load_model_file(path: Path, name: str) -> ModelSpec:
+    return _load_model_cached(path, name, _stamp(path))
+
+
+@lru_cache(maxsize=128)
+def _load_model_cached(path: Path, name: str, stamp: tuple[int, int]) -> ModelSpec:
     from dsdsim.specs.hf_config import model_from_hf_config
 
     data = read_structured(path)
