@@ -152,3 +152,44 @@ def test_two_hardware_specs_with_one_name_is_an_error_naming_both(cli, clean_cat
     code, _, err = cli("--specs-dir", folder, "list", "hardware")
     _one_line_error(code, err, "two hardware specs are named 'h100-sxm'")
     assert "x.yaml" in err and "h100-sxm.yaml" in err
+
+
+# --- 4. exports cover only what was evaluated and fits ------------------------------------------------------
+
+
+def test_export_refuses_when_nothing_fits(cli):
+    code, out, err = cli("predict", "-c", "2000000", "--format", "vllm")
+    _one_line_error(code, err, "no batch size fits")
+    assert out == ""
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "sglang", "trtllm"])
+def test_default_table_ends_at_the_last_batch_that_fits(cli, fmt):
+    from dsdsim.policy.predict import predict
+
+    p = predict()
+    last = p.last_feasible_batch
+    assert last is not None and last < 1024            # the default grid runs past what fits on one H100
+    assert not p.feasible[:, list(p.batch_sizes).index(last) + 1].any()
+    code, out, err = cli("predict", "--format", fmt)
+    assert code == 0
+    assert f"table ends at {last}" in err and err.startswith("dsdsim: warning:")
+    data = json.loads(out)
+    if fmt == "vllm":
+        assert data["num_speculative_tokens_per_batch_size"][-1][1] == last
+    elif fmt == "sglang":
+        assert max(int(b) for b in data) <= last
+    else:
+        assert max(int(b) for b in data["draft_len_schedule"]) <= last
+
+
+def test_ranges_between_evaluated_sizes_are_stated(cli):
+    code, out, err = cli("predict", "-b", "1,8,64,256", "--format", "vllm")
+    assert code == 0
+    assert "K of the evaluated size below" in err
+    ranges = json.loads(out)["num_speculative_tokens_per_batch_size"]
+    assert ranges[-1][1] == 256
+    code, out, _ = cli("predict", "-b", "1,8,64,256", "--format", "json")
+    assert any("K of the evaluated size below" in n for n in json.loads(out)["notes"])
+    code, _, err = cli("predict", "-b", "1-64", "--format", "vllm")
+    assert "evaluated size below" not in err                     # contiguous: nothing was filled

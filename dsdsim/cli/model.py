@@ -12,7 +12,7 @@ from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, Draf
                                 Hardware, K, KvDType, MaxK, MemoryUtilization, Model, OptionalDrafter, Output, Plot,
                                 PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat, Tp, WeightDType,
                                 deployment_from_options)
-from dsdsim.cli.output import check_png, check_writable, emit, given, show, with_progress
+from dsdsim.cli.output import check_png, check_writable, emit, given, show, warn, with_progress
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_EXPLAIN_BATCH, DEFAULT_FIXED_K,
                              DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MAX_K, DEFAULT_MEMORY_UTILIZATION,
                              DEFAULT_MODEL, DEFAULT_STEP_K)
@@ -120,6 +120,8 @@ def predict(
     p = run_predict(model, hardware, dep, drafter, acceptance, context, batch_sizes, max_k, fixed_k, max_distinct_k,
                     acceptance_band)
     text = None if fmt is PredictFormat.table else render(p, fmt)
+    if fmt in ENGINE_FORMATS:
+        _warn_about_table(p)
     if plot is not None:
         from dsdsim.plot import PredictionDisplay, save_png
 
@@ -134,6 +136,20 @@ def predict(
     from dsdsim.export.render import prediction_view
 
     show(prediction_view(p))
+
+
+ENGINE_FORMATS = (PredictFormat.vllm, PredictFormat.sglang, PredictFormat.trtllm)
+
+
+def _warn_about_table(p) -> None:
+    """An engine table carries no notes: say on stderr where it ends and how gaps were filled."""
+    last = p.last_feasible_batch
+    if last is not None and last < int(p.batch_sizes[-1]):
+        warn(f"batch sizes above {last} do not fit in memory at context {p.context}; the table ends at {last} "
+             "(engines use its last K beyond it)")
+    for note in p.notes:
+        if note.startswith("K table:"):
+            warn(note)
 
 
 def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **kwargs) -> None:

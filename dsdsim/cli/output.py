@@ -27,6 +27,11 @@ def show(renderable) -> None:
     console().print(renderable)
 
 
+def warn(message: str) -> None:
+    """One line on stderr; the command goes on."""
+    typer.echo(f"dsdsim: warning: {message}", err=True)
+
+
 def given(ctx, name: str) -> bool:
     """Whether the user typed option `name` (its value did not come from the default)."""
     source = ctx.get_parameter_source(name)       # an enum of whichever click typer runs on: compare names

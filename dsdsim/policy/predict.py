@@ -15,7 +15,7 @@ from dsdsim.cost.step import Setup, resolve, step_time_grid
 from dsdsim.errors import DsdsimError
 from dsdsim.policy.acceptance import Acceptance, DEFAULT_ACCEPTANCE, parse_acceptance
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
-from dsdsim.policy.table import CompressedTable, RobustChoice, compress, robust_k
+from dsdsim.policy.table import CompressedTable, Ranges, RobustChoice, compress, ranges_from_k_per_batch, robust_k
 from dsdsim.specs.deployment import Deployment
 
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_FIXED_K, DEFAULT_HARDWARE, DEFAULT_MAX_K,
@@ -76,27 +76,28 @@ class Prediction:
                 speedup_vs_fixed_k=float(g / gf) if np.isfinite(gf) else None, feasible=True))
         return out
 
-    def ranges(self, last_end: Optional[int] = None) -> list[tuple[int, int, int]]:
-        """The table as contiguous (start, end, K) batch ranges from 1 (vLLM's shape)."""
-        from dsdsim.export.engines import ranges_from_k_per_batch
+    @property
+    def last_feasible_batch(self) -> Optional[int]:
+        """The largest evaluated batch size at which some K fits in memory (None when none does)."""
+        ok = np.asarray(self.table.k_per_batch) >= 0
+        return int(self.batch_sizes[ok][-1]) if ok.any() else None
 
-        ks = _fill_infeasible(self.table.k_per_batch)
-        ranges = ranges_from_k_per_batch([int(b) for b in self.batch_sizes], [int(k) for k in ks])
-        if last_end is not None and ranges and last_end > ranges[-1][1]:
+    def ranges(self, last_end: Optional[int] = None) -> Ranges:
+        """The table as contiguous (start, end, K) batch ranges from 1 (vLLM's shape), ending at the last batch
+        size that fits in memory (engines use the last range's K beyond it); [] when nothing fits.
+
+        Batch sizes between two evaluated ones take the K of the evaluated size below (vLLM's step rule).
+        last_end: extend the last range to end there (never used to cover sizes that were found not to fit).
+        """
+        last = self.last_feasible_batch
+        if last is None:
+            return []
+        keep = np.asarray(self.table.k_per_batch) >= 0
+        ranges = ranges_from_k_per_batch([int(b) for b in self.batch_sizes[keep]],
+                                         [int(k) for k in self.table.k_per_batch[keep]])
+        if last_end is not None and last_end > ranges[-1][1] and last == int(self.batch_sizes[-1]):
             ranges[-1] = (ranges[-1][0], int(last_end), ranges[-1][2])
         return ranges
-
-
-def _fill_infeasible(ks: np.ndarray) -> np.ndarray:
-    """Batch sizes that do not fit take the K of the last feasible one (an engine never reaches them)."""
-    out = np.array(ks, dtype=int)
-    last = next((int(k) for k in out if k >= 0), 0)
-    for i, k in enumerate(out):
-        if k < 0:
-            out[i] = last
-        else:
-            last = int(k)
-    return out
 
 
 def parse_batch_sizes(text: str | Sequence[int] | None) -> np.ndarray:
@@ -189,9 +190,16 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     extra = acc.extrapolated_positions(max_k)
     if extra:
         notes.append(f"acceptance: {acc.describe(max_k)}")
-    if not feas_kb.any(axis=0).all():
-        first_bad = int(b[~feas_kb.any(axis=0)][0])
-        notes.append(f"batch sizes from {first_bad} do not fit in memory at context {context} (marked infeasible)")
+    fits = feas_kb.any(axis=0)
+    if not fits.any():
+        notes.append(f"no batch size fits in memory at context {context}: there is no table to export")
+    elif not fits.all():
+        first_bad = int(b[~fits][0])
+        notes.append(f"batch sizes from {first_bad} do not fit in memory at context {context} (marked infeasible); "
+                     f"the K table ends at {int(b[fits][-1])}, the last that fits")
+    if len(b) > 1 and (np.diff(b) > 1).any():
+        notes.append("K table: batch sizes between evaluated ones take the K of the evaluated size below "
+                     "(step rule, as vLLM reads its table)")
     return Prediction(setup, acc, int(context), b, ks, step_kb, feas_kb, tau, g, k_best, int(fixed_k), table,
                       robust, notes)
 
