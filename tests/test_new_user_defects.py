@@ -193,3 +193,40 @@ def test_ranges_between_evaluated_sizes_are_stated(cli):
     assert any("K of the evaluated size below" in n for n in json.loads(out)["notes"])
     code, _, err = cli("predict", "-b", "1-64", "--format", "vllm")
     assert "evaluated size below" not in err                     # contiguous: nothing was filled
+
+
+# --- 5. defaults adapt; only explicit conflicts are errors ----------------------------------------------------
+
+
+def test_max_k_alone_lowers_the_fixed_k(cli):
+    code, out, err = cli("predict", "--max-k", "2", "-b", "1,2", "-f", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["fixed_k"] == 2 and data["grid"]["k_values"] == [0, 1, 2]
+
+
+def test_medusa_alone_uses_its_head_count(cli):
+    from dsdsim.specs.drafter import parse_drafter
+
+    heads = parse_drafter("medusa").max_k
+    code, out, err = cli("predict", "-d", "medusa", "-b", "1,2", "-f", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["grid"]["k_values"] == list(range(min(8, heads) + 1))
+    assert data["fixed_k"] == min(3, heads)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--max-k", "4", "--fixed-k", "6"], "fixed K"),
+    (["-d", "medusa", "--max-k", "8"], "limit"),
+])
+def test_explicit_conflicts_are_still_errors(cli, argv, fragment):
+    code, _, err = cli("predict", "-b", "1", *argv)
+    _one_line_error(code, err, fragment)
+
+
+def test_plan_with_medusa_needs_no_max_k():
+    from dsdsim.plan import plan_rows
+
+    (r,) = plan_rows("llama-3.1-8b", ["h100-sxm"], 50.0, drafter="medusa", batch_sizes="1-16")
+    assert r.feasible

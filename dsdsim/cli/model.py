@@ -13,9 +13,8 @@ from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, Draf
                                 PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat, Tp, WeightDType,
                                 deployment_from_options)
 from dsdsim.cli.output import check_png, check_writable, emit, given, show, warn, with_progress
-from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_EXPLAIN_BATCH, DEFAULT_FIXED_K,
-                             DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MAX_K, DEFAULT_MEMORY_UTILIZATION,
-                             DEFAULT_MODEL, DEFAULT_STEP_K)
+from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_EXPLAIN_BATCH, DEFAULT_HARDWARE,
+                             DEFAULT_KV_DTYPE, DEFAULT_MEMORY_UTILIZATION, DEFAULT_MODEL, DEFAULT_STEP_K)
 from dsdsim.errors import DsdsimError
 from dsdsim.export.prediction import PredictFormat
 from dsdsim.export.render import to_json
@@ -86,8 +85,9 @@ def predict(
                                            help="Context axis: a comma list (1024,8192,32768) gives K* over batch x "
                                                 "context (table or json)"),
     batch_sizes: BatchSizes = None,
-    max_k: MaxK = DEFAULT_MAX_K,
-    fixed_k: int = typer.Option(DEFAULT_FIXED_K, "--fixed-k", help="The static K to compare against"),
+    max_k: MaxK = None,
+    fixed_k: Optional[int] = typer.Option(None, "--fixed-k",
+                                          help="The static K to compare against (default: 3, or --max-k if lower)"),
     max_distinct_k: Optional[int] = typer.Option(
         None, "--max-distinct-k", help="At most this many distinct K in the table (each is a CUDA-graph capture)"),
     eager: Eager = False,
@@ -190,7 +190,7 @@ def plan(
     price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour",
                                                        help="Your price per GPU-hour (no prices are shipped)"),
     batch_sizes: BatchSizes = None,
-    max_k: MaxK = DEFAULT_MAX_K,
+    max_k: MaxK = None,
     fmt: TableFmt = TableFormat.table,
     output: Output = None,
 ) -> None:

@@ -149,26 +149,32 @@ def _batch_value(v, text) -> int:
 
 def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional[Deployment] = None,
             drafter=DEFAULT_DRAFTER, acceptance: Acceptance | str | float | None = None,
-            context: int = DEFAULT_CONTEXT, batch_sizes=None, max_k: int = DEFAULT_MAX_K,
-            fixed_k: int = DEFAULT_FIXED_K, max_distinct_k: Optional[int] = None,
+            context: int = DEFAULT_CONTEXT, batch_sizes=None, max_k: Optional[int] = None,
+            fixed_k: Optional[int] = None, max_distinct_k: Optional[int] = None,
             acceptance_band: Optional[float] = None) -> Prediction:
     """Best K per batch size. acceptance: an Acceptance, a parse_acceptance string, or a constant alpha.
 
     acceptance_band: +/- absolute change of every alpha; adds a robust K choice and the regret at the edges.
+    max_k: largest K considered (default: 8, or the drafter's limit when lower, e.g. Medusa's heads).
+    fixed_k: the static K compared against (default: min(3, max_k)). Only values given explicitly can conflict.
     """
     acc = _acceptance(acceptance)
     setup = resolve(model, hardware, deployment, drafter)
     if setup.drafter is None:
         raise DsdsimError("predict needs a drafter (e.g. eagle3)")
+    if max_k is None:
+        max_k = min(DEFAULT_MAX_K, setup.drafter.max_k)
     if max_k < 1:
-        raise DsdsimError(f"--max-k must be >= 1, got {max_k}")
+        raise DsdsimError(f"max K must be >= 1, got {max_k}")
     if max_k > setup.drafter.max_k:
-        raise DsdsimError(f"--max-k {max_k} is beyond the {setup.drafter.label} drafter's limit of "
-                          f"{setup.drafter.max_k}; lower --max-k")
+        raise DsdsimError(f"max K {max_k} is beyond the {setup.drafter.label} drafter's limit of "
+                          f"{setup.drafter.max_k}; lower it")
+    if fixed_k is None:
+        fixed_k = min(DEFAULT_FIXED_K, max_k)
     if not 0 <= fixed_k <= max_k:
-        raise DsdsimError(f"--fixed-k must be in 0..--max-k ({max_k}), got {fixed_k}")
+        raise DsdsimError(f"fixed K must be in 0..max K ({max_k}), got {fixed_k}")
     if context < 0:
-        raise DsdsimError(f"--context must be >= 0 tokens, got {context}")
+        raise DsdsimError(f"context must be >= 0 tokens, got {context}")
     b = parse_batch_sizes(batch_sizes)
     ks = np.arange(0, max_k + 1)
     step, feas = step_time_grid(setup.model, setup.hardware, setup.deployment, setup.drafter, b, ks, [context],
@@ -182,7 +188,7 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     robust = None
     if acceptance_band:
         if not 0 < acceptance_band < 1:
-            raise DsdsimError(f"--acceptance-band must be in (0, 1), got {acceptance_band}")
+            raise DsdsimError(f"acceptance band must be in (0, 1), got {acceptance_band}")
         scenarios = [acc.shifted(-acceptance_band), acc, acc.shifted(+acceptance_band)]
         gs = [goodput(b[None, :], np.asarray(s.tau(ks))[:, None], step_kb, feas_kb) for s in scenarios]
         robust = robust_k(gs, ks, (f"alpha - {acceptance_band:g}", f"alpha + {acceptance_band:g}"))
