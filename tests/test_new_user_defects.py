@@ -230,3 +230,47 @@ def test_plan_with_medusa_needs_no_max_k():
 
     (r,) = plan_rows("llama-3.1-8b", ["h100-sxm"], 50.0, drafter="medusa", batch_sizes="1-16")
     assert r.feasible
+
+
+# --- 6. no tracebacks, nothing left behind; output files get the user's umask ------------------------------
+
+
+def test_validate_with_an_unsupported_drafter_leaves_no_folder(cli, tmp_path):
+    out = tmp_path / "val"
+    code, _, err = cli("validate", "-d", "mtp", "-g", "h100-sxm", "--quick", "-o", out)
+    _one_line_error(code, err, "eagle3")
+    assert not out.exists()
+
+
+def test_output_onto_a_read_only_file(cli, tmp_path):
+    target = tmp_path / "ro.json"
+    target.write_text("keep me\n")
+    target.chmod(0o444)
+    code, _, err = cli("predict", "-b", "1", "-f", "json", "-o", target)
+    _one_line_error(code, err, "read-only")
+    assert target.read_text() == "keep me\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ro.json"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["predict", "-b", "1", "-f", "json", "-o", "/proc/version"],
+    ["predict", "-b", "1", "--plot", "/proc/x.png"],
+])
+def test_output_into_proc_is_one_line(cli, argv):
+    code, _, err = cli(*argv)
+    _one_line_error(code, err, "cannot write")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_output_files_follow_the_umask(cli, tmp_path, umask):
+    import os
+
+    old = os.umask(umask)
+    try:
+        code, _, err = cli("predict", "-b", "1,2", "-f", "json", "-o", tmp_path / "p.json", "--plot",
+                           tmp_path / "p.png")
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    for name in ("p.json", "p.png"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name

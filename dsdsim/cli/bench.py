@@ -50,6 +50,9 @@ def probe(
         "eager_launch_overhead_s": spec.eager_launch_overhead_s.value}))
 
 
+VALIDATED_DRAFTERS = ("eagle3", "none", "")   # the drafters whose step shapes bench.validate builds
+
+
 @app.command()
 def validate(
     model: Model = DEFAULT_MODEL,
@@ -93,12 +96,23 @@ def validate(
     from dsdsim.bench.validate import run_validate
     from dsdsim.specs.catalog import load_hardware, load_model
 
+    if drafter not in VALIDATED_DRAFTERS:
+        raise DsdsimError(f"validate measures the step shapes of an EAGLE-3 drafter; use -d eagle3 or -d none "
+                          f"(got {drafter!r})")
     load_model(model)          # resolve names before any measuring (unknown names fail in one line)
     load_hardware(hardware)
+    created = not output.exists()
     output.mkdir(parents=True, exist_ok=True)
-    rep = run_validate(model, hardware, device, quick, output, show_progress=sys.stderr.isatty(), progress_lines=True,
-                       drafter=None if drafter in ("none", "") else drafter, reduce=reduce, layers=layers,
-                       grid=GRIDS[grid] if grid else None, time_budget_s=time_budget)
+    try:
+        rep = run_validate(model, hardware, device, quick, output, show_progress=sys.stderr.isatty(),
+                           progress_lines=True, drafter=None if drafter in ("none", "") else drafter, reduce=reduce,
+                           layers=layers, grid=GRIDS[grid] if grid else None, time_budget_s=time_budget)
+    except (ValueError, KeyboardInterrupt) as exc:
+        if created and output.is_dir() and not any(output.iterdir()):
+            output.rmdir()                     # nothing measured: leave no empty folder behind
+        if isinstance(exc, ValueError) and not isinstance(exc, DsdsimError):
+            raise DsdsimError(str(exc).splitlines()[0] if str(exc) else "validate failed") from None
+        raise
     s = rep.summary
     con = console()
     for key, label in (("uncalibrated", "uncalibrated (all points)"), ("calibrated", "calibrated (held-out half)")):
