@@ -274,3 +274,26 @@ def test_output_files_follow_the_umask(cli, tmp_path, umask):
     assert code == 0, err
     for name in ("p.json", "p.png"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+
+
+# --- 9. labels ------------------------------------------------------------------------------------------------
+
+
+def test_mixed_weight_formats_are_shown(cli):
+    code, out, _ = cli("predict", "-m", "gpt-oss-120b", "-b", "1")
+    assert code == 0 and "bf16 weights, mxfp4 experts" in out.splitlines()[0]
+    code, out, _ = cli("explain", "-m", "gpt-oss-120b")
+    assert code == 0 and "mxfp4 experts" in out.splitlines()[0]
+    code, out, _ = cli("predict", "-b", "1")
+    assert "experts" not in out.splitlines()[0]               # dense: one format
+
+
+def test_show_hardware_prints_fractions_and_microseconds(cli):
+    from dsdsim.specs.catalog import load_hardware
+
+    hw = load_hardware("h100-sxm")
+    code, out, _ = cli("show", "hardware", "h100-sxm")
+    assert code == 0
+    assert f"compute={hw.efficiency.compute.value:.3g}" in out
+    assert " m," not in out and "e-0" not in out
+    assert f"{hw.launch_overhead_s.value * 1e6:.3g} µs" in out
