@@ -95,7 +95,8 @@ class AccuracyReport:
 
 def case_times(case: Case) -> CaseTimes:
     """T and T0 for an evaluated case, through the public cost model (dsdsim.simulate_step)."""
-    from dsdsim.cost.step import resolve, simulate_step
+    from dsdsim.cost.step import simulate_step
+    from dsdsim.specs.setup import resolve
     from dsdsim.specs.deployment import Deployment
     from dsdsim.specs.drafter import parse_drafter
     from dsdsim.units import parse_dtype

@@ -11,7 +11,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from dsdsim.cost.step import Setup, resolve, step_time_grid
+from dsdsim.cost.step import step_time_grid
+from dsdsim.specs.setup import Setup, resolve
 from dsdsim.errors import DsdsimError
 from dsdsim.policy.acceptance import Acceptance, DEFAULT_ACCEPTANCE, parse_acceptance
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
