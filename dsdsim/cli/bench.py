@@ -216,7 +216,12 @@ def calibrate(
 ) -> None:
     """Fit efficiencies (compute; memory for GEMMs, attention and vector kernels), launch and step overhead
     and the GEMM tile to measurements; write a spec that predict accepts. A report is fitted on its train half
-    and scored on its held-out half. --model, --drafter and --context describe a batch_stats input."""
+    and scored on its held-out half. --model, --drafter and --context describe a batch_stats input.
+
+    \b
+    Example:
+      dsdsim calibrate -r out/report.json -g my-cpu.yaml -o my-cpu-calibrated.yaml
+    """
     import json as _json
 
     check_writable(output)

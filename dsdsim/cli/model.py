@@ -40,7 +40,12 @@ def explain(
     fmt: ShowFmt = ShowFormat.table,
     output: Output = None,
 ) -> None:
-    """Per-operator breakdown of one speculative step: FLOPs, bytes, intensity, time, what bounds it."""
+    """Per-operator breakdown of one speculative step: FLOPs, bytes, intensity, time, what bounds it.
+
+    \b
+    Example:
+      dsdsim explain -m qwen3-30b-a3b -g h200-sxm -b 64 -k 3 -c 8192
+    """
     from dsdsim.cost.step import simulate_step
     from dsdsim.export.render import explain_view
     from dsdsim.report import explain_dict

@@ -23,7 +23,12 @@ def plot_roofline(
     k: K = DEFAULT_STEP_K,
     context: Context = DEFAULT_CONTEXT,
 ) -> None:
-    """The hardware roofline with the verify (and draft) step's operators placed on it (drafter ops as triangles)."""
+    """The hardware roofline with the verify (and draft) step's operators placed on it (drafter ops as triangles).
+
+    \b
+    Example:
+      dsdsim plot roofline -o roofline.png -m llama-3.1-8b -b 32 -k 3
+    """
     from dsdsim.cost.step import simulate_step
     from dsdsim.plot import RooflineDisplay, save_png
 
@@ -47,7 +52,12 @@ def plot_sensitivity(
     contexts: str = typer.Option(DEFAULT_SENSITIVITY_CONTEXTS, "--contexts", help="Context lengths to compare"),
     batch_sizes: str = typer.Option(DEFAULT_SENSITIVITY_BATCH_SIZES, "--batch-sizes", "-b", help="Batch sizes"),
 ) -> None:
-    """How the K table and the speedup move when acceptance or context change (K* and speedup vs batch)."""
+    """How the K table and the speedup move when acceptance or context change (K* and speedup vs batch).
+
+    \b
+    Example:
+      dsdsim plot sensitivity -o sens.png --alphas 0.6,0.8 --contexts 1024,8192
+    """
     from dsdsim.plan import sensitivity
     from dsdsim.plot import SensitivityDisplay, save_png
 
