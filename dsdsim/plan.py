@@ -13,6 +13,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from dsdsim.defaults import DEFAULT_CONTEXT, DEFAULT_DRAFTER
 from dsdsim.errors import DsdsimError
 from dsdsim.policy.predict import Prediction, predict
 from dsdsim.specs.deployment import Deployment
@@ -93,9 +94,9 @@ def _best_under_slo(p: Prediction, slo_s: float, k_rows: np.ndarray) -> tuple[Op
     return int(p.batch_sizes[j]), int(p.k_values[k_rows][i]), float(best)
 
 
-def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: float, context: int = 1024,
-              drafter="eagle3", acceptance=None, target_tokens_per_s: Optional[float] = None,
-              price_per_gpu_hour: Optional[Union[float, dict]] = None, batch_sizes=None, max_k: int = 8,
+def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: float, context: int = DEFAULT_CONTEXT,
+              drafter=DEFAULT_DRAFTER, acceptance=None, target_tokens_per_s: Optional[float] = None,
+              price_per_gpu_hour: Optional[Union[float, dict]] = None, batch_sizes=None, max_k: Optional[int] = None,
               dtype=None, kv_dtype=None, engine="vllm") -> list[PlanRow]:
     """One PlanRow per candidate (see module doc). price_per_gpu_hour: one price, or {hardware: price}."""
     if not itl_slo_ms or math.isnan(itl_slo_ms) or itl_slo_ms <= 0:       # inf: no latency limit
@@ -192,7 +193,7 @@ def plan(model, candidates, itl_slo_ms: float, **kwargs):
 
 
 def sensitivity(model, hardware, alphas: Sequence[float], contexts: Sequence[int], deployment=None,
-                drafter="eagle3", batch_sizes=None, max_k: int = 8, engine="vllm"):
+                drafter=DEFAULT_DRAFTER, batch_sizes=None, max_k: Optional[int] = None, engine="vllm"):
     """How K* and the DSD speedup move with acceptance (constant alpha) and context: a tidy DataFrame with
     one row per (alpha, context, batch size)."""
     import pandas as pd

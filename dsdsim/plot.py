@@ -150,18 +150,11 @@ def save_png(display, path: Optional[Path]) -> Optional[Path]:
     """Render to a temporary file and rename, so a failed plot leaves nothing behind."""
     if path is None:
         return None
-    import os
-    import tempfile
+    from dsdsim.export.files import atomic_path
 
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=str(path.expanduser().resolve().parent))
-    os.close(fd)
-    try:
-        display.save(Path(tmp))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path, suffix=".png") as tmp:
+        display.save(tmp)
     return path
 
 

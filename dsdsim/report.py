@@ -26,6 +26,7 @@ def model_summary(m: ModelSpec) -> dict:
         "num_experts": moe.num_experts if moe else None, "experts_per_token": moe.top_k if moe else None,
         "shared_experts": moe.num_shared_experts if moe else None, "mtp_layers": m.mtp_layers,
         "tie_word_embeddings": m.tie_word_embeddings, "default_dtype": m.default_dtype.value,
+        "expert_dtype": (m.default_expert_dtype or m.default_dtype).value if moe else None,
         "source": m.source,
     }
 

@@ -75,17 +75,20 @@ mkdir -p "$OUT/probe"
 PROBE_QUICK=(); [ -n "${DSDSIM_PROBE_QUICK:-}" ] && PROBE_QUICK=(--quick)
 stage probe 90 "${DSDSIM[@]}" probe --device "$DEVICE" --name "$HW@measured" "${PROBE_QUICK[@]}" -o "$PROBE"
 
+# A dry run on a CPU calibrates the GPU spec only to exercise the path: calibrate refuses that unless asked.
+OTHER_DEVICE=(); case "$DEVICE" in cpu*) OTHER_DEVICE=(--allow-other-device) ;; esac
+
 half=$((BUDGET * 55 / 100))
 rest=$((BUDGET - half))
 stage validate-llama-3.1-8b $((half + 60)) "${DSDSIM[@]}" validate -m llama-3.1-8b -g "$HW" --device "$DEVICE" \
     --grid "$GRID" --reduce "$REDUCE" "${DENSE_LAYERS[@]}" --time-budget "$half" -o "$OUT/llama-3.1-8b"
 stage calibrate-llama-3.1-8b 60 "${DSDSIM[@]}" calibrate -r "$OUT/llama-3.1-8b/report.json" -g "$HW" \
-    -o "$OUT/llama-3.1-8b/$HW-calibrated.yaml" --name "$HW-calibrated-llama-3.1-8b"
+    -o "$OUT/llama-3.1-8b/$HW-calibrated.yaml" --name "$HW-calibrated-llama-3.1-8b" "${OTHER_DEVICE[@]}"
 
 stage validate-qwen3-30b-a3b $((rest + 60)) "${DSDSIM[@]}" validate -m qwen3-30b-a3b -g "$HW" --device "$DEVICE" \
     --grid "$GRID" --reduce "$REDUCE" --layers "${DSDSIM_MOE_LAYERS:-8}" --time-budget "$rest" -o "$OUT/qwen3-30b-a3b"
 stage calibrate-qwen3-30b-a3b 60 "${DSDSIM[@]}" calibrate -r "$OUT/qwen3-30b-a3b/report.json" -g "$HW" \
-    -o "$OUT/qwen3-30b-a3b/$HW-calibrated.yaml" --name "$HW-calibrated-qwen3-30b-a3b"
+    -o "$OUT/qwen3-30b-a3b/$HW-calibrated.yaml" --name "$HW-calibrated-qwen3-30b-a3b" "${OTHER_DEVICE[@]}"
 
 stage loop 60 "${DSDSIM[@]}" loop --device "$DEVICE" -k 4 -b 32 --new-tokens 64 -o "$OUT/loop.json"
 stage comm-check 60 "${DSDSIM[@]}" comm-check --backend "$([ "${DEVICE%%:*}" = cuda ] && echo nccl || echo gloo)" \

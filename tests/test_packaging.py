@@ -99,3 +99,21 @@ def test_shipped_dir_in_the_checkout():
 
     assert sorted(p.stem for p in shipped_dir("hw_specs").glob("*.yaml")) == SHIPPED_HW
     assert sorted(p.stem for p in shipped_dir("model_specs").glob("*.json")) == SHIPPED_MODELS
+
+
+def test_test_extra_installs_the_build_backend():
+    """The README's `pip install -e ".[test]" && python3 -m pytest` runs this file's wheel build offline
+    (--no-build-isolation), so the test extra must carry every build requirement (a fresh venv has an old
+    setuptools and no wheel)."""
+    import re
+
+    try:
+        import tomllib
+    except ImportError:                      # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    name = re.compile(r"[A-Za-z0-9_.-]+")
+    test_extra = {name.match(r).group(0).lower() for r in data["project"]["optional-dependencies"]["test"]}
+    for req in data["build-system"]["requires"]:
+        assert name.match(req).group(0).lower() in test_extra, req
+    assert "wheel" in test_extra

@@ -201,8 +201,8 @@ def test_candidate_parse(text, expected):
     ({"candidates": ["h100-sxm:tp4096"]}, "tp must be"),
     # inputs shared by every candidate are errors, not a column of infeasible rows
     ({"model": "llama-9"}, "unknown model"), ({"batch_sizes": "0"}, "batch sizes"),
-    ({"acceptance": "1.5"}, "probability"), ({"drafter": "medusa"}, "limit"), ({"drafter": "mtp"}, "MTP"),
-    ({"context": -1}, "context"), ({"max_k": 0}, "max-k"), ({"dtype": "fp7"}, "fp7"),
+    ({"acceptance": "1.5"}, "probability"), ({"drafter": "medusa", "max_k": 8}, "limit"), ({"drafter": "mtp"}, "MTP"),
+    ({"context": -1}, "context"), ({"max_k": 0}, "max K"), ({"dtype": "fp7"}, "fp7"),
 ])
 def test_plan_rows_bad_input(kwargs, fragment):
     args = {"model": "llama-3.1-8b", "candidates": [f"{HW}:tp1"], "itl_slo_ms": SLO_MS, "batch_sizes": "1,2"}

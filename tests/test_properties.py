@@ -172,12 +172,17 @@ def test_predict_on_random_models(case):
     # JSON contract parses (no NaN/Infinity tokens) and covers every batch size
     data = json.loads(render(p, PredictFormat.json), parse_constant=_no_constants)
     assert [row["batch_size"] for row in data["rows"]] == sorted(batches)
+    if not any_fit.any():              # nothing fits: no table, and the engine formats refuse in one line
+        assert data["table"]["ranges"] == []
+        with pytest.raises(DsdsimError, match="no batch size fits"):
+            render(p, PredictFormat.vllm)
+        return
     assert engines.validate_ranges(data["table"]["ranges"])
 
-    # vLLM: every table passes vLLM's own schedule validation
+    # vLLM: every table passes vLLM's own schedule validation and ends at the last batch size that fits
     cfg = json.loads(render(p, PredictFormat.vllm))
     sched = engines.validate_vllm_schedule(cfg["num_speculative_tokens_per_batch_size"])
-    assert sched[-1][1] == max(batches)
+    assert sched[-1][1] == int(p.batch_sizes[any_fit][-1])
     assert cfg["num_speculative_tokens"] >= max(k for _, _, k in sched)
     assert cfg["num_speculative_tokens"] <= max(1, max_k)
 

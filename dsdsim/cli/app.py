@@ -24,8 +24,18 @@ app.add_typer(show_app, name="show")
 app.add_typer(plot_app, name="plot")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from dsdsim import __version__
+
+        typer.echo(f"dsdsim {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root(specs_dir: Optional[List[Path]] = typer.Option(None, "--specs-dir", metavar="DIR", help=SPECS_DIR_HELP)) -> None:
+def _root(specs_dir: Optional[List[Path]] = typer.Option(None, "--specs-dir", metavar="DIR", help=SPECS_DIR_HELP),
+          version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                       help="Print the version and exit")) -> None:
     from dsdsim.specs.catalog import add_specs_dir
 
     for d in specs_dir or []:

@@ -50,6 +50,9 @@ def probe(
         "eager_launch_overhead_s": spec.eager_launch_overhead_s.value}))
 
 
+VALIDATED_DRAFTERS = ("eagle3", "none", "")   # the drafters whose step shapes bench.validate builds
+
+
 @app.command()
 def validate(
     model: Model = DEFAULT_MODEL,
@@ -99,12 +102,23 @@ def validate(
     from dsdsim.bench.validate import run_validate
     from dsdsim.specs.catalog import load_hardware, load_model
 
+    if drafter not in VALIDATED_DRAFTERS:
+        raise DsdsimError(f"validate measures the step shapes of an EAGLE-3 drafter; use -d eagle3 or -d none "
+                          f"(got {drafter!r})")
     load_model(model)          # resolve names before any measuring (unknown names fail in one line)
     load_hardware(hardware)
+    created = not output.exists()
     output.mkdir(parents=True, exist_ok=True)
-    rep = run_validate(model, hardware, device, quick, output, show_progress=sys.stderr.isatty(), progress_lines=True,
-                       drafter=None if drafter in ("none", "") else drafter, reduce=reduce, layers=layers,
-                       grid=GRIDS[grid] if grid else None, time_budget_s=time_budget)
+    try:
+        rep = run_validate(model, hardware, device, quick, output, show_progress=sys.stderr.isatty(),
+                           progress_lines=True, drafter=None if drafter in ("none", "") else drafter, reduce=reduce,
+                           layers=layers, grid=GRIDS[grid] if grid else None, time_budget_s=time_budget)
+    except (ValueError, KeyboardInterrupt) as exc:
+        if created and output.is_dir() and not any(output.iterdir()):
+            output.rmdir()                     # nothing measured: leave no empty folder behind
+        if isinstance(exc, ValueError) and not isinstance(exc, DsdsimError):
+            raise DsdsimError(str(exc).splitlines()[0] if str(exc) else "validate failed") from None
+        raise
     _print_validation(rep)
 
 
@@ -259,8 +273,12 @@ def calibrate(
     context: Context = DEFAULT_CONTEXT,
     tp: Tp = 1,
     engine: Engine = DEFAULT_ENGINE,
-    name: Optional[str] = typer.Option(None, "--name", help="Name of the calibrated spec"),
+    name: Optional[str] = typer.Option(None, "--name", help="Name of the calibrated spec (default: "
+                                       "HARDWARE@calibrated-YYYY-MM-DD for a report)"),
     date: Optional[str] = typer.Option(None, "--date", help="Date written into the fit's provenance (default today)"),
+    allow_other_device: bool = typer.Option(False, "--allow-other-device",
+                                            help="Calibrate even when the report was measured on another device "
+                                                 "than the spec describes"),
 ) -> None:
     """Fit a spec to measurements and write it.
 
@@ -270,7 +288,9 @@ def calibrate(
     --measurements: the engine figures only (the kernel model and hardware held fixed), from a few (batch, K)
       points; prints measured vs fitted ITL and the leave-one-out error per point, writes engine spec --name.
     \b
-    Example: dsdsim calibrate --measurements points.csv -m llama-3.1-8b -g h100-sxm --name my-vllm -o my-vllm.yaml"""
+    Examples:
+      dsdsim calibrate -r out/report.json -g my-cpu.yaml -o my-cpu-calibrated.yaml
+      dsdsim calibrate --measurements points.csv -m llama-3.1-8b -g h100-sxm --name my-vllm -o my-vllm.yaml"""
     import json as _json
 
     if (report is None) == (not measurements):
@@ -298,7 +318,13 @@ def calibrate(
     from dsdsim.bench.calibrate import run_calibrate
     from dsdsim.specs.catalog import load_hardware
 
-    load_hardware(hardware)
+    hw = load_hardware(hardware)
+    if "points" in data and not allow_other_device:
+        _check_same_device(data, hw, report)
+    if name is None:
+        import datetime
+
+        name = f"{hw.name}@calibrated-{datetime.date.today().isoformat()}"
     try:
         spec, summary = run_calibrate(report, hardware, output, model=model, drafter=drafter, context=context, name=name)
     except (KeyError, TypeError, ValueError) as exc:
@@ -313,3 +339,19 @@ def calibrate(
             con.print(f"{key}: n={b['n']}, median |error| {b['median_abs_pct_error']:.1f}%, MAPE {b['mape']:.1f}%")
     fitted = summary.get("fitted", {})
     con.print("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in fitted.items() if isinstance(v, (int, float))))
+
+
+def _check_same_device(report: dict, hw, path: Path) -> None:
+    """A validation report calibrates only the spec of the device it was measured on."""
+    used, device, device_name = report.get("hardware"), str(report.get("device", "")), report.get("device_name")
+    if used is not None and used != hw.name:
+        raise DsdsimError(f"--report {path} was predicted with {used!r}, not {hw.name!r}; calibrate that spec "
+                          "(or pass --allow-other-device)")
+    measured_on = hw.measured.device_name if hw.measured is not None else None
+    if measured_on is not None and device_name is not None and measured_on != device_name:
+        raise DsdsimError(f"--report {path} was measured on {device_name}, but {hw.name} describes {measured_on}; "
+                          "pass --allow-other-device to calibrate it anyway")
+    if measured_on is None and device.startswith("cpu"):
+        raise DsdsimError(f"--report {path} was measured on a CPU ({device_name or 'cpu'}), but {hw.name} is a "
+                          "shipped accelerator spec; probe the CPU (dsdsim probe) and calibrate that spec, or pass "
+                          "--allow-other-device")

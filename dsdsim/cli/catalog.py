@@ -11,7 +11,12 @@ from dsdsim.export.render import to_json
 
 @list_app.command("models")
 def list_models(fmt: ShowFmt = ShowFormat.table) -> None:
-    """Every known model: family, parameters, active parameters, attention pattern, KV bytes per token."""
+    """Every known model: family, parameters, active parameters, attention pattern, KV bytes per token.
+
+    \b
+    Example:
+      dsdsim list models --format json
+    """
     from dsdsim.export.render import models_table
     from dsdsim.report import model_summary
     from dsdsim.specs.catalog import iter_models
@@ -24,7 +29,12 @@ def list_models(fmt: ShowFmt = ShowFormat.table) -> None:
 
 @list_app.command("hardware")
 def list_hardware(fmt: ShowFmt = ShowFormat.table) -> None:
-    """Every known accelerator: memory, bandwidth, dense bf16 peak, ridge point."""
+    """Every known accelerator: memory, bandwidth, dense bf16 peak, ridge point.
+
+    \b
+    Example:
+      dsdsim list hardware --format json
+    """
     from dsdsim.export.render import hardware_table
     from dsdsim.report import hardware_summary
     from dsdsim.specs.catalog import iter_hardware
@@ -38,7 +48,12 @@ def list_hardware(fmt: ShowFmt = ShowFormat.table) -> None:
 @show_app.command("model")
 def show_model(name: str = typer.Argument(..., help="A model name (dsdsim list models) or a path to a config.json"),
                fmt: ShowFmt = ShowFormat.table) -> None:
-    """One model: structure, parameter counts and KV-cache bytes per token, as dsdsim understood the config."""
+    """One model: structure, parameter counts and KV-cache bytes per token, as dsdsim understood the config.
+
+    \b
+    Example:
+      dsdsim show model ./Llama-3.1-8B/   (a folder holding config.json)
+    """
     from dsdsim.export.render import kv_table
     from dsdsim.report import model_summary
     from dsdsim.specs.catalog import load_model
@@ -53,7 +68,12 @@ def show_model(name: str = typer.Argument(..., help="A model name (dsdsim list m
 @show_app.command("hardware")
 def show_hardware(name: str = typer.Argument(..., help="A hardware name (dsdsim list hardware) or a YAML/JSON path"),
                   fmt: ShowFmt = ShowFormat.table) -> None:
-    """One accelerator: capacities, dense peaks per dtype, ridge points, efficiencies and overheads."""
+    """One accelerator: capacities, dense peaks per dtype, ridge points, efficiencies and overheads.
+
+    \b
+    Example:
+      dsdsim show hardware h200-sxm -f json
+    """
     from dsdsim.export.render import kv_table
     from dsdsim.report import hardware_summary
     from dsdsim.specs.catalog import load_hardware

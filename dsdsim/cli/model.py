@@ -12,10 +12,10 @@ from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, Draf
                                 Hardware, K, KvDType, MaxK, MemoryUtilization, Model, OptionalDrafter, Output, Plot,
                                 PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat, Tp, WeightDType,
                                 deployment_from_options)
-from dsdsim.cli.output import check_png, check_writable, emit, show, with_progress
-from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_EXPLAIN_BATCH, DEFAULT_FIXED_K,
-                             DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MAX_K, DEFAULT_MEMORY_UTILIZATION,
-                             DEFAULT_MODEL, DEFAULT_STEP_K)
+from dsdsim.cli.output import check_png, check_writable, emit, given, show, warn, with_progress
+from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_EXPLAIN_BATCH,
+                             DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MEMORY_UTILIZATION, DEFAULT_MODEL,
+                             DEFAULT_STEP_K)
 from dsdsim.errors import DsdsimError
 from dsdsim.export.prediction import PredictFormat
 from dsdsim.export.render import to_json
@@ -43,7 +43,12 @@ def explain(
     output: Output = None,
 ) -> None:
     """Per-operator breakdown of one speculative step: FLOPs, bytes, intensity, time, what bounds it; the engine's
-    terms (host time, speculative fixed cost, draft passes, rejection sampling, CUDA-graph padding) as their own rows."""
+    terms (host time, speculative fixed cost, draft passes, rejection sampling, CUDA-graph padding) as their own rows.
+
+    \b
+    Example:
+      dsdsim explain -m qwen3-30b-a3b -g h200-sxm -b 64 -k 3 -c 8192
+    """
     from dsdsim.cost.step import simulate_step
     from dsdsim.export.render import explain_view
     from dsdsim.report import explain_dict
@@ -71,6 +76,7 @@ def explain(
 
 @app.command()
 def predict(
+    ctx: typer.Context,
     model: Model = DEFAULT_MODEL,
     hardware: Hardware = DEFAULT_HARDWARE,
     tp: Tp = 1,
@@ -87,8 +93,9 @@ def predict(
                                            help="Context axis: a comma list (1024,8192,32768) gives K* over batch x "
                                                 "context (table or json)"),
     batch_sizes: BatchSizes = None,
-    max_k: MaxK = DEFAULT_MAX_K,
-    fixed_k: int = typer.Option(DEFAULT_FIXED_K, "--fixed-k", help="The static K to compare against"),
+    max_k: MaxK = None,
+    fixed_k: Optional[int] = typer.Option(None, "--fixed-k",
+                                          help="The static K to compare against (default: 3, or --max-k if lower)"),
     max_distinct_k: Optional[int] = typer.Option(
         None, "--max-distinct-k", help="At most this many distinct K in the table (each is a CUDA-graph capture)"),
     eager: Eager = False,
@@ -114,12 +121,16 @@ def predict(
         check_png(plot, "--plot")
     dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, memory_utilization)
     if contexts is not None:
+        if given(ctx, "context"):
+            raise DsdsimError("give either --context (one length) or --contexts (a list), not both")
         return _predict_contexts(contexts, fmt, output, model=model, hardware=hardware, deployment=dep,
                                  drafter=drafter, acceptance=acceptance, batch_sizes=batch_sizes, max_k=max_k,
                                  fixed_k=fixed_k, max_distinct_k=max_distinct_k, engine=engine)
     p = run_predict(model, hardware, dep, drafter, acceptance, context, batch_sizes, max_k, fixed_k, max_distinct_k,
                     acceptance_band, engine=engine)
     text = None if fmt is PredictFormat.table else render(p, fmt)
+    if fmt in ENGINE_FORMATS:
+        _warn_about_table(p)
     if plot is not None:
         from dsdsim.plot import PredictionDisplay, save_png
 
@@ -134,6 +145,20 @@ def predict(
     from dsdsim.export.render import prediction_view
 
     show(prediction_view(p))
+
+
+ENGINE_FORMATS = (PredictFormat.vllm, PredictFormat.sglang, PredictFormat.trtllm)
+
+
+def _warn_about_table(p) -> None:
+    """An engine table carries no notes: say on stderr where it ends and how gaps were filled."""
+    last = p.last_feasible_batch
+    if last is not None and last < int(p.batch_sizes[-1]):
+        warn(f"batch sizes above {last} do not fit in memory at context {p.context}; the table ends at {last} "
+             "(engines use its last K beyond it)")
+    for note in p.notes:
+        if note.startswith("K table:"):
+            warn(note)
 
 
 def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **kwargs) -> None:
@@ -174,7 +199,7 @@ def plan(
     price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour",
                                                        help="Your price per GPU-hour (no prices are shipped)"),
     batch_sizes: BatchSizes = None,
-    max_k: MaxK = DEFAULT_MAX_K,
+    max_k: MaxK = None,
     engine: Engine = DEFAULT_ENGINE,
     fmt: TableFmt = TableFormat.table,
     output: Output = None,

@@ -57,7 +57,8 @@ BatchSizes = Annotated[Optional[str], typer.Option(
     "--batch-sizes", "-b", help="Batch sizes: a list (1,2,4,8) or a range (1-1024, 1-256:8); default 1-1024")]
 BatchSize = Annotated[int, typer.Option("--batch-size", "--batch", "-b", help="Sequences in the step (batch size B)")]
 K = Annotated[int, typer.Option("--k", "-k", help="Draft tokens K per sequence (0 = plain decoding)")]
-MaxK = Annotated[int, typer.Option("--max-k", help="Largest K considered")]
+MaxK = Annotated[Optional[int], typer.Option(
+    "--max-k", help="Largest K considered (default: 8, or the drafter's limit when lower, e.g. medusa's heads)")]
 ENGINE_HELP = ("Serving engine whose costs are added to the kernels: a name from `dsdsim list engines` (vllm, sglang, "
                "trtllm, ideal = kernels only) or an engine spec YAML path (e.g. from `dsdsim calibrate --measurements`)")
 Engine = Annotated[str, typer.Option("--engine", "-e", help=ENGINE_HELP)]

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from dsdsim.errors import DsdsimError
+from dsdsim.export import files
 
 
 def console():
@@ -27,17 +27,21 @@ def show(renderable) -> None:
     console().print(renderable)
 
 
+def warn(message: str) -> None:
+    """One line on stderr; the command goes on."""
+    typer.echo(f"dsdsim: warning: {message}", err=True)
+
+
+def given(ctx, name: str) -> bool:
+    """Whether the user typed option `name` (its value did not come from the default)."""
+    source = ctx.get_parameter_source(name)       # an enum of whichever click typer runs on: compare names
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
 def check_writable(path: Optional[Path]) -> None:
     """Fail early (before any work) when an output path cannot be written."""
-    if path is None:
-        return
-    parent = path.expanduser().resolve().parent
-    if path.exists() and path.is_dir():
-        raise DsdsimError(f"output path {path} is a directory; give a file name")
-    if not parent.is_dir():
-        raise DsdsimError(f"cannot write {path}: folder {parent} does not exist; create it or choose another path")
-    if not os.access(parent, os.W_OK):
-        raise DsdsimError(f"cannot write {path}: folder {parent} is not writable; choose another path")
+    if path is not None:
+        files.check_writable(path)
 
 
 def check_png(path: Path, option: str) -> None:
@@ -47,20 +51,7 @@ def check_png(path: Path, option: str) -> None:
         raise DsdsimError(f"{option} writes a PNG; give a file name ending in .png (got {path})")
 
 
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write to a temporary file beside `path`, then rename: never a half-written output."""
-    path = path.expanduser()
-    check_writable(path)
-    mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.resolve().parent))
-    try:
-        with os.fdopen(fd, mode) as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+write_atomic = files.write_atomic
 
 
 def emit(text: str, output: Optional[Path]) -> None:

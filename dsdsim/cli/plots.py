@@ -25,7 +25,12 @@ def plot_roofline(
     context: Context = DEFAULT_CONTEXT,
     engine: Engine = DEFAULT_ENGINE,
 ) -> None:
-    """The hardware roofline with the verify (and draft) step's operators placed on it (drafter ops as triangles)."""
+    """The hardware roofline with the verify (and draft) step's operators placed on it (drafter ops as triangles).
+
+    \b
+    Example:
+      dsdsim plot roofline -o roofline.png -m llama-3.1-8b -b 32 -k 3
+    """
     from dsdsim.cost.step import simulate_step
     from dsdsim.plot import RooflineDisplay, save_png
 
@@ -50,7 +55,12 @@ def plot_sensitivity(
     batch_sizes: str = typer.Option(DEFAULT_SENSITIVITY_BATCH_SIZES, "--batch-sizes", "-b", help="Batch sizes"),
     engine: Engine = DEFAULT_ENGINE,
 ) -> None:
-    """How the K table and the speedup move when acceptance or context change (K* and speedup vs batch)."""
+    """How the K table and the speedup move when acceptance or context change (K* and speedup vs batch).
+
+    \b
+    Example:
+      dsdsim plot sensitivity -o sens.png --alphas 0.6,0.8 --contexts 1024,8192
+    """
     from dsdsim.plan import sensitivity
     from dsdsim.plot import SensitivityDisplay, save_png
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from statistics import median
 from typing import Callable, Iterable, Optional
 
-from dsdsim.corpus.schema import (AcceptanceHandling, Case, CorpusFile, Quantity, Split, Tree, load_corpus)
+from dsdsim.corpus.schema import (AcceptanceHandling, Case, CorpusFile, Quantity, Split, load_corpus)
 from dsdsim.errors import DsdsimError
 
 ALPHA_BOUNDS = (0.01, 0.99)     # a fitted constant alpha stays inside (0, 1)
@@ -126,7 +126,8 @@ class CaseSteps:
 def case_steps(case: Case, engine=None) -> CaseSteps:
     """Simulate an evaluated case through the public cost model (dsdsim.simulate_step). A tree draft runs as the
     cost layer models trees: STEPS draft passes over TOPK candidates, a verify of draft_tokens per sequence."""
-    from dsdsim.cost.step import resolve, simulate_step
+    from dsdsim.cost.step import simulate_step
+    from dsdsim.specs.setup import resolve
     from dsdsim.specs.deployment import Deployment
     from dsdsim.specs.drafter import DraftTree, parse_drafter
     from dsdsim.units import parse_dtype

@@ -11,27 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from dsdsim.specs.engine import FITTABLE, CudaGraphs, EngineSpec, GraphPadding
-
-
-@dataclass(frozen=True)
-class EngineParams:
-    """The fittable engine figures as plain floats (seconds), in ``FITTABLE`` order."""
-
-    host_step_s: float = 0.0
-    host_per_sequence_s: float = 0.0
-    spec_fixed_s: float = 0.0
-    draft_pass_s: float = 0.0
-    rejection_per_token_s: float = 0.0
-    host_overlaps_plain: bool = False
-    host_overlaps_speculative: bool = False
-
-    @classmethod
-    def of(cls, spec: EngineSpec, **override: float) -> "EngineParams":
-        values = {k: spec.figure(k).value for k in FITTABLE}
-        values.update(override)
-        return cls(**values, host_overlaps_plain=spec.host_overlaps_plain.value,
-                   host_overlaps_speculative=spec.host_overlaps_speculative.value)
+from dsdsim.specs.engine import CudaGraphs, EngineParams, GraphPadding  # noqa: F401 (EngineParams re-exported)
 
 
 @dataclass(frozen=True)

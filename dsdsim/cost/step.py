@@ -23,12 +23,12 @@ from dsdsim.cost.ops import OpCost, OpKind
 from dsdsim.cost.timing import OpTime, op_time, total_time
 from dsdsim.errors import DsdsimError
 from dsdsim.defaults import DEFAULT_ENGINE
-from dsdsim.specs.catalog import engine_source, load_engine, load_hardware, load_model
 from dsdsim.specs.deployment import Deployment
-from dsdsim.specs.drafter import DrafterKind, DrafterSpec, parse_drafter
+from dsdsim.specs.drafter import DrafterKind, DrafterSpec
 from dsdsim.specs.engine import EngineSpec
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import ModelSpec
+from dsdsim.specs.setup import Setup, resolve  # noqa: F401  (resolve re-exported for callers of the old place)
 
 
 @dataclass(frozen=True)
@@ -88,48 +88,6 @@ class StepCost:
     @property
     def feasible(self) -> np.ndarray:
         return self.memory.feasible
-
-
-@dataclass(frozen=True)
-class Setup:
-    """Resolved inputs of a simulation (names looked up, deployment checked)."""
-
-    model: ModelSpec
-    hardware: HardwareSpec
-    deployment: Deployment
-    drafter: Optional[DrafterSpec]
-    draft_model: Optional[ModelSpec]
-    engine: Optional[EngineSpec] = None       # None: kernels only (what dsdsim.bench measures)
-    engine_params: Optional[EngineParams] = None   # overrides the engine's figures (fitting); None: the spec's
-    engine_source: Optional[str] = None       # the engine spec's file (engine_specs/NAME.yaml for shipped ones)
-
-    @property
-    def draft_deployment(self) -> Deployment:
-        """A draft model runs on the target's GPUs with the same tp and number formats."""
-        d = self.deployment
-        return Deployment(tp=d.tp, dtype=d.dtype, kv_dtype=d.kv_dtype, act_dtype=d.act_dtype,
-                          cuda_graphs=d.cuda_graphs)
-
-
-def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=None, engine=DEFAULT_ENGINE) -> Setup:
-    """Accept names, paths or spec objects; check the deployment against the model. ``engine``: an engine name,
-    path or spec (default vLLM); None for kernels only."""
-    m = load_model(model)
-    hw = load_hardware(hardware)
-    dep = (deployment or Deployment()).check(m)
-    d = parse_drafter(drafter) if isinstance(drafter, str) else drafter
-    draft_model = load_model(d.model) if d is not None and d.kind is DrafterKind.draft_model else None
-    eng = load_engine(engine) if engine is not None else None
-    setup = Setup(m, hw, dep, d, draft_model, eng, engine_source=engine_source(engine) if engine is not None else None)
-    if draft_model is not None:
-        setup.draft_deployment.check(draft_model)
-        if draft_model.vocab_size != m.vocab_size:
-            raise DsdsimError(f"draft model {draft_model.name} has vocabulary {draft_model.vocab_size}, "
-                              f"target {m.name} has {m.vocab_size}: a draft model must share the tokenizer")
-    if d is not None and d.kind is DrafterKind.mtp and not m.mtp_layers:
-        raise DsdsimError(f"{m.name} has no MTP module (num_nextn_predict_layers = 0); "
-                          "choose eagle3, eagle or draft-model:MODEL")
-    return setup
 
 
 def _check_grid(batch, k, context, drafter: Optional[DrafterSpec]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -6,6 +6,8 @@ import math
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from dsdsim.errors import DsdsimError
+
 if TYPE_CHECKING:
     from dsdsim.policy.predict import Prediction
 
@@ -78,8 +80,11 @@ def render(p: "Prediction", fmt: PredictFormat) -> str:
         return json.dumps(prediction_dict(p), indent=2)
     if fmt is PredictFormat.csv:
         return prediction_csv(p)
-    max_bs = int(p.batch_sizes.max())
     ranges = p.ranges()
+    if not ranges:
+        raise DsdsimError(f"no batch size fits in memory at context {p.context} ({p.setup.model.name} on "
+                          f"{p.setup.deployment.tp} x {p.setup.hardware.name}): there is no K table to export")
+    max_bs = ranges[-1][1]
     if fmt is PredictFormat.vllm:
         cfg = engines.vllm_speculative_config(ranges, method=p.setup.drafter.label, max_num_seqs=max_bs)
         return json.dumps(cfg, indent=2)

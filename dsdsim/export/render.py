@@ -74,23 +74,72 @@ def hardware_table(rows: Sequence[dict]):
 
 
 def kv_table(title: str, data: dict):
-    """A two-column field/value table; byte and FLOP figures get SI prefixes."""
+    """A two-column field/value table. Units follow the key: *_bytes -> B, *_flops* -> FLOP, *_s -> µs/ms/s,
+    efficiencies and fractions as plain numbers; nested spec figures show their value (sources: --format json)."""
     from rich.table import Table
-
-    from dsdsim.units import format_si
 
     t = Table(title=title, show_header=False)
     t.add_column("field")
     t.add_column("value")
     for k, v in data.items():
-        if isinstance(v, dict):
-            v = ", ".join(f"{a}={format_si(b) if isinstance(b, float) else b}" for a, b in v.items())
-        elif isinstance(v, float) and ("bytes" in k or "flops" in k):
-            v = format_si(v, ("B/s" if "per_s" in k else "B") if "bytes" in k else ("FLOP/s" if "per_s" in k else "FLOP"))
-        elif isinstance(v, int) and k.startswith("params"):
-            v = f"{v:,}"
-        t.add_row(k, str(v))
+        t.add_row(k, format_field(k, v))
     return t
+
+
+def format_seconds(s: float) -> str:
+    """Seconds as µs below 1 ms, ms below 1 s (plain decimals, never 3.74e-06)."""
+    a = abs(s)
+    if a == 0:
+        return "0 s"
+    if a < 1e-3:
+        return f"{s * 1e6:.3g} µs"
+    if a < 1:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s:.3g} s"
+
+
+def format_field(key: str, v) -> str:
+    """One value for people, its unit taken from the key's suffix (the spec files' naming convention)."""
+    from dsdsim.units import format_si
+
+    if isinstance(v, dict):
+        if "value" in v:                           # a sourced figure: show the value only
+            return format_field(key, v["value"])
+        return ", ".join(f"{a}={format_field(a if _has_unit(a) else key, b)}" for a, b in v.items()
+                         if a not in _PROVENANCE)
+    if isinstance(v, list):
+        return "; ".join(format_field(key, x) for x in v)
+    if isinstance(v, float) and v == float("inf"):
+        return "unlimited"
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return str(v)
+    if isinstance(v, int) and key.startswith("params"):
+        return f"{v:,}"
+    if isinstance(v, (int, float)):
+        if key.endswith("_s") and not key.endswith("per_s"):
+            return format_seconds(float(v))
+        if "bytes" in key:
+            return format_si(float(v), "B/s" if "per_s" in key else "B")
+        if "flops" in key:
+            return format_si(float(v), "FLOP/s" if "per_s" in key else "FLOP")
+        if key in _UNIT_OF_PARENT:
+            return _UNIT_OF_PARENT[key](float(v))
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+    return str(v)
+
+
+_PROVENANCE = ("source", "verified", "note")      # shown by --format json, too long for a table cell
+
+
+def _has_unit(key: str) -> bool:
+    return key.endswith("_s") or "bytes" in key or "flops" in key or key.endswith(("fraction", "_p", "tokens"))
+
+
+# dict-valued fields whose entries share the parent's unit
+_UNIT_OF_PARENT = {
+    "efficiency": lambda x: f"{x:.3g}",
+    "ridge_point_flop_per_byte": lambda x: f"{x:.0f} FLOP/B",
+}
 
 
 # --- explain ------------------------------------------------------------------------------------------
@@ -106,7 +155,7 @@ def explain_view(data: dict):
     dep = data["deployment"]
     eng = data.get("engine") or {}
     parts: list = [f"[bold]{data['model']}[/bold] on {data['hardware']} (tp {dep['tp']}, ep {dep['ep']}, "
-                   f"{dep['dtype']} weights, {dep['kv_dtype']} KV) — drafter {data['drafter']}, "
+                   f"{weights_label(dep)}, {dep['kv_dtype']} KV) — drafter {data['drafter']}, "
                    f"B={data['batch_size']}, K={data['k']}, context {data['context']}, engine {eng.get('name')}"]
     for phase in ("draft", "verify"):
         ops = data[phase]["ops"]
@@ -143,6 +192,14 @@ def explain_view(data: dict):
 # --- predict ------------------------------------------------------------------------------------------
 
 
+def weights_label(dep: dict) -> str:
+    """'bf16 weights', or 'bf16 weights, mxfp4 experts' when the routed experts are stored in another format."""
+    expert = dep.get("expert_dtype")
+    if expert and expert != dep["dtype"]:
+        return f"{dep['dtype']} weights, {expert} experts"
+    return f"{dep['dtype']} weights"
+
+
 def display_batches(p: "Prediction") -> list[int]:
     """The batch sizes a table shows: all of them up to 24, else the ends, powers of two and range starts."""
     b = [int(x) for x in p.batch_sizes]
@@ -163,7 +220,7 @@ def prediction_view(p: "Prediction"):
     d = prediction_dict(p)
     dep = d["deployment"]
     parts: list = [f"[bold]{d['model']}[/bold] on [bold]{d['hardware']}[/bold] (tp {dep['tp']}, ep {dep['ep']}, "
-                   f"{dep['dtype']} weights, {dep['kv_dtype']} KV), drafter [bold]{d['drafter']}[/bold], context "
+                   f"{weights_label(dep)}, {dep['kv_dtype']} KV), drafter [bold]{d['drafter']}[/bold], context "
                    f"{d['context']}, engine [bold]{d['engine']['name']}[/bold]",
                    f"acceptance: {d['acceptance']['description']}"]
     rows = {r["batch_size"]: r for r in d["rows"]}

@@ -453,7 +453,7 @@ ACCEPTANCE_FORMS = ("0.8 (constant α)", "0.8,0.7,0.6 (conditional α per positi
                     "beta:0.8:20 (mean α 0.8, Beta concentration 20)", "default",
                     "a file: .json/.jsonl vLLM request metrics, otherwise a vLLM /metrics scrape")
 
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_NUMBER = r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"      # ASCII digits only
 
 
 def parse_acceptance(text: str) -> Acceptance:
@@ -472,7 +472,7 @@ def parse_acceptance(text: str) -> Acceptance:
         return from_list([float(v) for v in lower.rstrip(",").split(",")])
     if lower.startswith("unconditional:"):
         return from_unconditional_rates(_numbers(lower.partition(":")[2], raw))
-    match = re.fullmatch(rf"al=({_NUMBER})@(?:k=)?(\d+)", lower)
+    match = re.fullmatch(rf"al=({_NUMBER})@(?:k=)?([0-9]+)", lower)
     if match:
         return from_mean_acceptance_length(float(match.group(1)), int(match.group(2)))
     match = re.fullmatch(rf"beta:({_NUMBER}):({_NUMBER})", lower)
@@ -480,12 +480,19 @@ def parse_acceptance(text: str) -> Acceptance:
         return constant(float(match.group(1))).with_spread(float(match.group(2)))
     if os.path.isfile(raw):
         return _from_file(raw)
+    if os.path.isdir(raw):
+        raise DsdsimError(f"acceptance {raw!r} is a directory; give a file (vLLM metrics text or request metrics "
+                          "JSON) or one of the inline forms")
+    if not raw.isascii() and any(ch.isdigit() for ch in raw):
+        raise DsdsimError(f"acceptance {raw!r} has non-ASCII digits; write the numbers with 0-9")
     if raw.lower().endswith((".json", ".jsonl", ".txt", ".prom")) or os.sep in raw:
         raise DsdsimError(f"acceptance file {raw!r} not found; give an existing path or one of the inline forms")
     raise DsdsimError(f"unknown acceptance {raw!r}; use one of: " + "; ".join(ACCEPTANCE_FORMS))
 
 
 def _numbers(body: str, raw: str) -> list[float]:
+    if not body.isascii():
+        raise DsdsimError(f"cannot read numbers in {raw!r}; write them with ASCII digits like 0.68,0.39,0.20")
     try:
         return [float(v) for v in body.strip(",").split(",")]
     except ValueError:

@@ -5,16 +5,18 @@ acceptance model's tau(K), and picks K*(B) = argmax_K B*tau(K)/T(B, K) over feas
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
 
-from dsdsim.cost.step import Setup, resolve, step_time_grid
+from dsdsim.cost.step import step_time_grid
+from dsdsim.specs.setup import Setup, resolve
 from dsdsim.errors import DsdsimError
 from dsdsim.policy.acceptance import Acceptance, DEFAULT_ACCEPTANCE, parse_acceptance
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
-from dsdsim.policy.table import CompressedTable, RobustChoice, compress, robust_k
+from dsdsim.policy.table import CompressedTable, Ranges, RobustChoice, compress, ranges_from_k_per_batch, robust_k
 from dsdsim.specs.deployment import Deployment
 
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_FIXED_K, DEFAULT_HARDWARE,
@@ -75,85 +77,106 @@ class Prediction:
                 speedup_vs_fixed_k=float(g / gf) if np.isfinite(gf) else None, feasible=True))
         return out
 
-    def ranges(self, last_end: Optional[int] = None) -> list[tuple[int, int, int]]:
-        """The table as contiguous (start, end, K) batch ranges from 1 (vLLM's shape)."""
-        from dsdsim.export.engines import ranges_from_k_per_batch
+    @property
+    def last_feasible_batch(self) -> Optional[int]:
+        """The largest evaluated batch size at which some K fits in memory (None when none does)."""
+        ok = np.asarray(self.table.k_per_batch) >= 0
+        return int(self.batch_sizes[ok][-1]) if ok.any() else None
 
-        ks = _fill_infeasible(self.table.k_per_batch)
-        ranges = ranges_from_k_per_batch([int(b) for b in self.batch_sizes], [int(k) for k in ks])
-        if last_end is not None and ranges and last_end > ranges[-1][1]:
+    def ranges(self, last_end: Optional[int] = None) -> Ranges:
+        """The table as contiguous (start, end, K) batch ranges from 1 (vLLM's shape), ending at the last batch
+        size that fits in memory (engines use the last range's K beyond it); [] when nothing fits.
+
+        Batch sizes between two evaluated ones take the K of the evaluated size below (vLLM's step rule).
+        last_end: extend the last range to end there (never used to cover sizes that were found not to fit).
+        """
+        last = self.last_feasible_batch
+        if last is None:
+            return []
+        keep = np.asarray(self.table.k_per_batch) >= 0
+        ranges = ranges_from_k_per_batch([int(b) for b in self.batch_sizes[keep]],
+                                         [int(k) for k in self.table.k_per_batch[keep]])
+        if last_end is not None and last_end > ranges[-1][1] and last == int(self.batch_sizes[-1]):
             ranges[-1] = (ranges[-1][0], int(last_end), ranges[-1][2])
         return ranges
 
 
-def _fill_infeasible(ks: np.ndarray) -> np.ndarray:
-    """Batch sizes that do not fit take the K of the last feasible one (an engine never reaches them)."""
-    out = np.array(ks, dtype=int)
-    last = next((int(k) for k in out if k >= 0), 0)
-    for i, k in enumerate(out):
-        if k < 0:
-            out[i] = last
-        else:
-            last = int(k)
-    return out
-
-
 def parse_batch_sizes(text: str | Sequence[int] | None) -> np.ndarray:
-    """'1-1024', '1,2,4,8', '1-64:8' (step) or a list; whole numbers in 1..65536, sorted, unique."""
+    """'1-1024', '1,2,4,8', '1-64:8' (step) or a list; whole numbers in 1..65536, sorted, unique.
+
+    Bounds are checked on each item before a range is expanded, so '1-100000000' fails at once.
+    """
     if text is None:
         return np.arange(1, 1025)
     if not isinstance(text, str):
-        values = list(text)
+        values = [_batch_value(v, text) for v in text]
     else:
-        values = []
-        for part in text.replace(" ", "").split(","):
-            if not part:
-                continue
-            try:
-                if "-" in part:
-                    lo_hi, _, step = part.partition(":")
-                    lo, hi = lo_hi.split("-", 1)
-                    lo_i, hi_i, st = int(lo), int(hi), int(step or 1)
-                    if hi_i < lo_i or st < 1:
-                        raise ValueError
-                    values += list(range(lo_i, hi_i + 1, st))
-                else:
-                    values.append(int(part))
-            except ValueError:
-                raise DsdsimError(f"cannot read batch sizes {text!r}; write a list (1,2,4,8) or a range (1-1024)") from None
+        parts = text.replace(" ", "").split(",")
+        values = [] if not any(parts) else [v for part in parts for v in _batch_item(part, text)]
     if not values:
         raise DsdsimError("no batch sizes given; write a list (1,2,4,8) or a range (1-1024)")
-    arr = np.unique(np.asarray(values))
-    if arr.dtype.kind not in "iu" or arr.min() < 1:
-        raise DsdsimError(f"batch sizes must be whole numbers >= 1 (got {arr.min()})")
-    if arr.max() > MAX_BATCH:
-        raise DsdsimError(f"batch size {arr.max()} is absurd; the largest accepted is {MAX_BATCH}")
-    return arr.astype(int)
+    return np.unique(np.asarray(values, dtype=np.int64)).astype(int)
+
+
+_BATCH_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?", re.ASCII)
+
+
+def _batch_item(part: str, text: str) -> list[int]:
+    """One comma-separated item: N, LO-HI or LO-HI:STEP (ASCII digits), checked before expanding."""
+    if not part:
+        raise DsdsimError(f"batch sizes {text!r} have an empty item (two commas in a row, or one at an end)")
+    m = _BATCH_ITEM.fullmatch(part)
+    if m is None:
+        raise DsdsimError(f"cannot read batch sizes {text!r} at {part!r}; write a list (1,2,4,8) or a range "
+                          "(1-1024, 1-256:8) in ASCII digits")
+    lo = _batch_value(int(m.group(1)), text)
+    if m.group(2) is None:
+        return [lo]
+    hi, step = _batch_value(int(m.group(2)), text), int(m.group(3) or 1)
+    if hi < lo or step < 1:
+        raise DsdsimError(f"batch sizes: range {part!r} is empty; write LO-HI with LO <= HI and a step >= 1")
+    return list(range(lo, hi + 1, step))
+
+
+def _batch_value(v, text) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise DsdsimError(f"batch sizes must be whole numbers >= 1 (got {v!r} in {text!r})")
+    if v < 1:
+        raise DsdsimError(f"batch sizes must be whole numbers >= 1 (got {v})")
+    if v > MAX_BATCH:
+        raise DsdsimError(f"batch size {v} is absurd; the largest accepted is {MAX_BATCH}")
+    return int(v)
 
 
 def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional[Deployment] = None,
             drafter=DEFAULT_DRAFTER, acceptance: Acceptance | str | float | None = None,
-            context: int = DEFAULT_CONTEXT, batch_sizes=None, max_k: int = DEFAULT_MAX_K,
-            fixed_k: int = DEFAULT_FIXED_K, max_distinct_k: Optional[int] = None,
+            context: int = DEFAULT_CONTEXT, batch_sizes=None, max_k: Optional[int] = None,
+            fixed_k: Optional[int] = None, max_distinct_k: Optional[int] = None,
             acceptance_band: Optional[float] = None, engine=DEFAULT_ENGINE) -> Prediction:
     """Best K per batch size. acceptance: an Acceptance, a parse_acceptance string, or a constant alpha.
     engine: an engine name, path or spec (default vLLM; ``ideal`` for kernels only).
 
     acceptance_band: +/- absolute change of every alpha; adds a robust K choice and the regret at the edges.
+    max_k: largest K considered (default: 8, or the drafter's limit when lower, e.g. Medusa's heads).
+    fixed_k: the static K compared against (default: min(3, max_k)). Only values given explicitly can conflict.
     """
     acc = _acceptance(acceptance)
     setup = resolve(model, hardware, deployment, drafter, engine)
     if setup.drafter is None:
         raise DsdsimError("predict needs a drafter (e.g. eagle3)")
+    if max_k is None:
+        max_k = min(DEFAULT_MAX_K, setup.drafter.max_k)
     if max_k < 1:
-        raise DsdsimError(f"--max-k must be >= 1, got {max_k}")
+        raise DsdsimError(f"max K must be >= 1, got {max_k}")
     if max_k > setup.drafter.max_k:
-        raise DsdsimError(f"--max-k {max_k} is beyond the {setup.drafter.label} drafter's limit of "
-                          f"{setup.drafter.max_k}; lower --max-k")
+        raise DsdsimError(f"max K {max_k} is beyond the {setup.drafter.label} drafter's limit of "
+                          f"{setup.drafter.max_k}; lower it")
+    if fixed_k is None:
+        fixed_k = min(DEFAULT_FIXED_K, max_k)
     if not 0 <= fixed_k <= max_k:
-        raise DsdsimError(f"--fixed-k must be in 0..--max-k ({max_k}), got {fixed_k}")
+        raise DsdsimError(f"fixed K must be in 0..max K ({max_k}), got {fixed_k}")
     if context < 0:
-        raise DsdsimError(f"--context must be >= 0 tokens, got {context}")
+        raise DsdsimError(f"context must be >= 0 tokens, got {context}")
     b = parse_batch_sizes(batch_sizes)
     ks = np.arange(0, max_k + 1)
     step, feas = step_time_grid(setup.model, setup.hardware, setup.deployment, setup.drafter, b, ks, [context],
@@ -167,7 +190,7 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     robust = None
     if acceptance_band:
         if not 0 < acceptance_band < 1:
-            raise DsdsimError(f"--acceptance-band must be in (0, 1), got {acceptance_band}")
+            raise DsdsimError(f"acceptance band must be in (0, 1), got {acceptance_band}")
         scenarios = [acc.shifted(-acceptance_band), acc, acc.shifted(+acceptance_band)]
         gs = [goodput(b[None, :], np.asarray(s.tau(ks))[:, None], step_kb, feas_kb) for s in scenarios]
         robust = robust_k(gs, ks, (f"alpha - {acceptance_band:g}", f"alpha + {acceptance_band:g}"))
@@ -175,9 +198,16 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     extra = acc.extrapolated_positions(max_k)
     if extra:
         notes.append(f"acceptance: {acc.describe(max_k)}")
-    if not feas_kb.any(axis=0).all():
-        first_bad = int(b[~feas_kb.any(axis=0)][0])
-        notes.append(f"batch sizes from {first_bad} do not fit in memory at context {context} (marked infeasible)")
+    fits = feas_kb.any(axis=0)
+    if not fits.any():
+        notes.append(f"no batch size fits in memory at context {context}: there is no table to export")
+    elif not fits.all():
+        first_bad = int(b[~fits][0])
+        notes.append(f"batch sizes from {first_bad} do not fit in memory at context {context} (marked infeasible); "
+                     f"the K table ends at {int(b[fits][-1])}, the last that fits")
+    if len(b) > 1 and (np.diff(b) > 1).any():
+        notes.append("K table: batch sizes between evaluated ones take the K of the evaluated size below "
+                     "(step rule, as vLLM reads its table)")
     return Prediction(setup, acc, int(context), b, ks, step_kb, feas_kb, tau, g, k_best, int(fixed_k), table,
                       robust, notes)
 

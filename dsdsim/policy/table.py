@@ -6,14 +6,21 @@ over subsets (exact; the K axis is short), maximising the mean relative goodput 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import combinations
 from math import comb
+from typing import Iterable, Mapping, Sequence
+
 import numpy as np
 
 from dsdsim.errors import DsdsimError
 
 _MAX_SUBSETS = 200_000
+
+# A K table as engines take it: inclusive (start_bs, end_bs, K) ranges, contiguous and sorted from batch size 1;
+# K = 0 is plain decoding.
+Ranges = list[tuple[int, int, int]]
 
 
 @dataclass(frozen=True)
@@ -79,3 +86,84 @@ def robust_k(goodput_by_scenario: list[np.ndarray], k_values, band: tuple[str, s
         return np.where(ok, 1.0 - rel[s, idx, cols], np.nan)
 
     return RobustChoice(k_rob, regret(0), regret(len(stack) - 1), band)
+
+
+# --- K tables as batch ranges ------------------------------------------------------------------------
+
+
+def validate_ranges(ranges: Iterable[Sequence[int]]) -> Ranges:
+    """Check a dsdsim K table: non-empty, (start, end, K) whole numbers, contiguous from 1, K ≥ 0. Returns tuples."""
+    rows = _as_triples(ranges, "K table")
+    expected_start = 1
+    for start, end, k in rows:
+        if start != expected_start:
+            where = "must start at batch size 1" if expected_start == 1 else f"must start at {expected_start}"
+            raise DsdsimError(f"K table range ({start}, {end}, {k}) {where}; ranges are contiguous, sorted, from 1")
+        if end < start:
+            raise DsdsimError(f"K table range ({start}, {end}, {k}) ends before it starts; "
+                              "write (start, end, K) with start ≤ end")
+        if k < 0:
+            raise DsdsimError(f"K table range ({start}, {end}, {k}) has K < 0; K = 0 already means no speculation")
+        expected_start = end + 1
+    return rows
+
+
+def ranges_from_k_per_batch(batch_sizes: Sequence[int], ks: Sequence[int]) -> Ranges:
+    """Compress K per listed batch size into contiguous ranges covering 1..max(batch_sizes).
+
+    Step semantics, as vLLM's lookup: a batch size not listed takes the K of the nearest listed size below it;
+    sizes below the first listed one take the first K (the first range always starts at 1). Equal neighbours merge.
+    """
+    bs = [_whole(b, "batch size") for b in batch_sizes]
+    kk = [_whole(k, "K") for k in ks]
+    if not bs or len(bs) != len(kk):
+        raise DsdsimError(f"need one K per batch size, got {len(bs)} batch sizes and {len(kk)} K values")
+    if min(bs) < 1:
+        raise DsdsimError(f"batch sizes must be ≥ 1, got {min(bs)}")
+    pairs = sorted(zip(bs, kk))
+    for (b0, k0), (b1, k1) in zip(pairs, pairs[1:]):
+        if b0 == b1:
+            raise DsdsimError(f"batch size {b0} is listed twice (K={k0} and K={k1}); give one K per batch size")
+    out: Ranges = []
+    for i, (b, k) in enumerate(pairs):
+        start = 1 if i == 0 else b
+        end = pairs[i + 1][0] - 1 if i + 1 < len(pairs) else b
+        if out and out[-1][2] == k:
+            out[-1] = (out[-1][0], end, k)
+        else:
+            out.append((start, end, k))
+    return out
+
+
+def expand_ranges(ranges: Iterable[Sequence[int]]) -> list[int]:
+    """K for every batch size 1..end of the table, as a list indexed by batch size (index 0 unused, 0)."""
+    rows = validate_ranges(ranges)
+    out = [0]
+    for start, end, k in rows:
+        out.extend([k] * (end - start + 1))
+    return out
+
+
+def _as_triples(entries, what: str) -> Ranges:
+    if isinstance(entries, (str, bytes, Mapping)):
+        raise DsdsimError(f"{what} must be a list of (start_bs, end_bs, K) entries")
+    rows = []
+    for entry in list(entries):
+        if isinstance(entry, (str, bytes)) or not hasattr(entry, "__len__") or len(entry) != 3:
+            raise DsdsimError(f"{what} entry {entry!r} must have exactly 3 items: (start_bs, end_bs, K)")
+        rows.append(tuple(_whole(v, f"{what} entry {list(entry)!r}", allow_negative=True) for v in entry))
+    if not rows:
+        raise DsdsimError(f"{what} is empty; give at least one (start_bs, end_bs, K) range starting at 1")
+    return rows
+
+
+def _whole(value, what: str, allow_negative: bool = False) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise DsdsimError(f"{what}: expected a whole number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise DsdsimError(f"{what}: expected a whole number, got {value!r}") from None
+    if not (math.isfinite(v) and v == round(v)) or (v < 0 and not allow_negative):
+        raise DsdsimError(f"{what}: expected a whole number{'' if allow_negative else ' ≥ 0'}, got {value!r}")
+    return int(v)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Optional
@@ -21,6 +22,7 @@ ENV_SPECS_DIRS = "DSDSIM_SPECS_DIRS"
 _HW_SUFFIXES = (".yaml", ".yml", ".json")
 _MODEL_SUFFIXES = (".json",)
 _user_dirs: list[Path] = []
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")   # organisation/name
 
 
 def shipped_dir(kind: str) -> Path:
@@ -43,6 +45,9 @@ def add_specs_dir(path: str | Path) -> None:
 def _search_dirs(kind: str) -> list[Path]:
     dirs: list[Path] = []
     env = [Path(d).expanduser() for d in os.environ.get(ENV_SPECS_DIRS, "").split(os.pathsep) if d]
+    for d in env:
+        if not d.is_dir():
+            raise SpecError(f"{ENV_SPECS_DIRS} names {d}, which is not a folder; fix or unset {ENV_SPECS_DIRS}")
     for base in [*_user_dirs, *env]:
         dirs += [base / kind, base]
     dirs.append(shipped_dir(kind))
@@ -55,16 +60,34 @@ def _index(kind: str, env_value: str) -> dict[str, Path]:
     environment is seen; add_specs_dir clears the cache."""
     suffixes = _MODEL_SUFFIXES if kind == "model_specs" else _HW_SUFFIXES
     found: dict[str, Path] = {}
+    declared: dict[str, Path] = {}       # the name a hardware file declares inside it -> that file
+    shipped = shipped_dir(kind)
     for d in _search_dirs(kind):
         for f in sorted(d.iterdir()):
             if f.suffix.lower() in suffixes and f.is_file() and f.stem not in found:
                 if d.name not in _KINDS and not _looks_like(kind, f):
                     continue
                 found[f.stem] = f
+                if kind == "hw_specs":
+                    name = f.stem if d == shipped else _declared_name(f)
+                    if name in declared:
+                        raise SpecError(f"two hardware specs are named {name!r}: {declared[name]} and {f}; rename "
+                                        "one (its file and its name: field)")
+                    declared[name] = f
     return found
 
 
 _KINDS = ("hw_specs", "model_specs", "engine_specs")
+
+
+def _declared_name(path: Path) -> str:
+    """The `name:` inside a user's hardware file (its stem if it has none or cannot be read)."""
+    try:
+        data = read_structured(path)
+    except Exception:          # a broken file fails with its own message when it is loaded
+        return path.stem
+    name = data.get("name") if isinstance(data, dict) else None
+    return str(name) if name else path.stem
 
 
 def _looks_like(kind: str, path: Path) -> bool:
@@ -108,18 +131,42 @@ def _resolve(kind: str, name_or_path: str, what: str) -> Path:
     if text in known:
         return known[text]
     p = Path(text).expanduser()
+    if kind == "model_specs" and p.is_dir():          # a downloaded checkpoint folder holding config.json
+        if (p / "config.json").is_file():
+            return p / "config.json"
+        raise SpecError(f"folder {text} has no config.json; pass the folder of a Hugging Face checkpoint or the "
+                        "config.json itself")
     looks_like_path = os.sep in text or p.suffix.lower() in (".json", ".yaml", ".yml")
     if looks_like_path:
         if p.is_file():
             return p
+        if p.is_dir():
+            raise SpecError(f"{what} spec {text} is a folder; give a spec file")
+        if kind == "model_specs" and _HUB_ID.fullmatch(text):
+            raise SpecError(f"{text!r} looks like a Hugging Face hub id: dsdsim does not download; fetch its "
+                            "config.json (e.g. huggingface-cli download " + text + " config.json) and pass that "
+                            "file or its folder")
         raise SpecError(f"{what} spec file {text} does not exist")
     close = difflib.get_close_matches(text.lower(), list(known), n=4, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise SpecError(f"unknown {what} {text!r}{hint} (run `dsdsim list {listing}`, or pass a path to a spec file)")
 
 
-@lru_cache(maxsize=128)
+def _stamp(path: Path) -> tuple[int, int]:
+    """(mtime_ns, size): part of the cache key, so a file rewritten in place is read again."""
+    try:
+        st = path.stat()
+    except OSError:
+        return (0, 0)
+    return (st.st_mtime_ns, st.st_size)
+
+
 def _load_hardware_file(path: Path) -> HardwareSpec:
+    return _load_hardware_cached(path, _stamp(path))
+
+
+@lru_cache(maxsize=128)
+def _load_hardware_cached(path: Path, stamp: tuple[int, int]) -> HardwareSpec:
     return hardware_from_dict(read_structured(path), where=path.name)
 
 
@@ -151,6 +198,11 @@ def is_shipped_engine(name: str) -> bool:
 
 @lru_cache(maxsize=128)
 def _load_model_file(path: Path, name: str) -> ModelSpec:
+    return _load_model_cached(path, name, _stamp(path))
+
+
+@lru_cache(maxsize=128)
+def _load_model_cached(path: Path, name: str, stamp: tuple[int, int]) -> ModelSpec:
     from dsdsim.specs.hf_config import model_from_hf_config
 
     data = read_structured(path)

@@ -53,11 +53,13 @@ class Deployment(BaseModel):
         if ep > 1:
             moe = model.moe_ffn
             if moe is None:
-                raise DsdsimError(f"{model.name} is dense; expert parallelism needs an MoE model (use --ep 1)")
+                raise DsdsimError(f"{model.name} is dense; expert parallelism needs an MoE model (ep must be 1)")
             if moe.num_experts % ep:
                 raise DsdsimError(f"ep {ep} does not divide {model.name}'s {moe.num_experts} experts")
             if tp % ep:
                 raise DsdsimError(f"ep {ep} must divide tp {tp}: dsdsim places expert groups inside the tp GPUs")
+        if self.expert_overlap and model.moe_ffn is None:
+            raise DsdsimError(f"{model.name} is dense; expert overlap describes MoE routing (leave it 0)")
         if self.expert_popularity is not None:
             moe = model.moe_ffn
             if moe is None or len(self.expert_popularity) != moe.num_experts:

@@ -16,6 +16,8 @@ A figure fitted on the measurement corpus says ``verified: fitted`` and names it
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -168,3 +170,23 @@ def engine_yaml(spec: EngineSpec, header: str = YAML_HEADER) -> str:
 
     data = spec.model_dump(mode="json", exclude_none=True)
     return header + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
+
+
+@dataclass(frozen=True)
+class EngineParams:
+    """The fittable engine figures as plain floats (seconds), in ``FITTABLE`` order."""
+
+    host_step_s: float = 0.0
+    host_per_sequence_s: float = 0.0
+    spec_fixed_s: float = 0.0
+    draft_pass_s: float = 0.0
+    rejection_per_token_s: float = 0.0
+    host_overlaps_plain: bool = False
+    host_overlaps_speculative: bool = False
+
+    @classmethod
+    def of(cls, spec: EngineSpec, **override: float) -> "EngineParams":
+        values = {k: spec.figure(k).value for k in FITTABLE}
+        values.update(override)
+        return cls(**values, host_overlaps_plain=spec.host_overlaps_plain.value,
+                   host_overlaps_speculative=spec.host_overlaps_speculative.value)

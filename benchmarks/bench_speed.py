@@ -1,0 +1,77 @@
+"""Speed of the API and the CLI beside their targets (issue 12, section 4), printed, never asserted.
+
+  single point   simulate_step for one (B, K, c) with the Setup already resolved      target <= 100 us
+  grid           step_time_grid over B = 1..1024 x K = 0..8 x 1 context, points per second  target > 1e6 /s
+  predict        `python -m dsdsim predict` (defaults), wall-clock median of 5 runs    target <= 0.35 s
+  --help         `python -m dsdsim --help`, wall-clock median of 5 runs                target <= 0.2 s
+
+    python benchmarks/bench_speed.py
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from dsdsim.cost.step import simulate_step, step_time_grid  # noqa: E402
+from dsdsim.specs.deployment import Deployment  # noqa: E402
+from dsdsim.specs.setup import resolve  # noqa: E402
+
+
+def _median_wall(argv: list[str], runs: int = 5) -> float:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, *argv], env=env, capture_output=True, check=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> int:
+    setup = resolve("llama-3.1-8b", "h100-sxm", Deployment(), "eagle3")
+    simulate_step(None, None, setup=setup, batch=8, k=3, context=1024)           # warm-up
+    n = 300
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        float(simulate_step(None, None, setup=setup, batch=8, k=3, context=1024).step_time_s)
+        samples.append(time.perf_counter() - start)
+    point_s = statistics.median(samples)
+
+    b, ks = np.arange(1, 1025), np.arange(0, 9)
+    step_time_grid(None, None, batch_sizes=b, k_values=ks, contexts=[1024], setup=setup)
+    grid = []
+    for _ in range(5):
+        start = time.perf_counter()
+        step_time_grid(None, None, batch_sizes=b, k_values=ks, contexts=[1024], setup=setup)
+        grid.append(time.perf_counter() - start)
+    grid_s = min(grid)
+    per_point_grid = grid_s / (b.size * ks.size)
+
+    predict_s = _median_wall(["-m", "dsdsim", "predict"])
+    help_s = _median_wall(["-m", "dsdsim", "--help"])
+
+    def line(what, value, target, ok):
+        print(f"{what:<34} {value:>14}   target {target:<12} {'met' if ok else 'NOT MET'}")
+
+    print("llama-3.1-8b on h100-sxm, eagle3, context 1024")
+    line("simulate_step, one point", f"{point_s * 1e6:,.0f} us", "<= 100 us", point_s <= 100e-6)
+    line("step_time_grid, 9,216 points", f"{b.size * ks.size / grid_s:,.0f} pts/s", "> 1,000,000",
+         b.size * ks.size / grid_s > 1e6)
+    print(f"{'  one point / one grid point':<34} {point_s / per_point_grid:>14,.0f}x")
+    line("dsdsim predict (wall, median of 5)", f"{predict_s:.3f} s", "<= 0.35 s", predict_s <= 0.35)
+    line("dsdsim --help (wall, median of 5)", f"{help_s:.3f} s", "<= 0.2 s", help_s <= 0.2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

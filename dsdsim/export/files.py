@@ -1,0 +1,71 @@
+"""Output files: written whole or not at all, with the permissions the user's umask gives a new file.
+
+A temporary file beside the target is written, given mode 0o666 & ~umask (mkstemp alone makes 0600), then
+renamed over the target, so a reader never sees half a file and a failure leaves nothing behind. OS errors
+become one-line DsdsimErrors naming the path.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from dsdsim.errors import DsdsimError
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def check_writable(path: Path) -> None:
+    """Refuse, before any work, a path that cannot be written: a folder, a missing or read-only parent, or an
+    existing file without write permission (checked on the mode bits, so it holds for root too)."""
+    path = Path(path).expanduser()
+    parent = path.resolve().parent
+    if path.is_dir():
+        raise DsdsimError(f"output path {path} is a directory; give a file name")
+    if not parent.is_dir():
+        raise DsdsimError(f"cannot write {path}: folder {parent} does not exist; create it or choose another path")
+    if not os.access(parent, os.W_OK):
+        raise DsdsimError(f"cannot write {path}: folder {parent} is not writable; choose another path")
+    if path.exists():
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise DsdsimError(f"cannot write {path}: it is not a regular file")
+        if not st.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+            raise DsdsimError(f"cannot write {path}: the file is read-only; choose another path or make it writable")
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success it replaces `path` (mode from the umask)."""
+    path = Path(path).expanduser()
+    check_writable(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=str(path.resolve().parent))
+        os.close(fd)
+    except OSError as exc:
+        raise DsdsimError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise DsdsimError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write text or bytes to `path` whole or not at all."""
+    with atomic_path(path) as tmp:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data, encoding="utf-8")
