@@ -326,6 +326,7 @@ def spec_from_probe(r: ProbeResult, name: Optional[str] = None) -> HardwareSpec:
         "eager_launch_overhead_s": eager,
         "step_overhead_s": fig(0.0, host, "unverified", "dsdsim probe placeholder"),
         "gemm_tile_m": tile,
+        **({"kernels": kernels} if (kernels := _kernels_block(r, graphed["value"], fig)) else {}),
         "measured": {"date": r.date, "device_name": r.device_name, "torch_version": r.torch_version,
                      "method": "dsdsim probe: copy bandwidth, square GEMMs per dtype, one-element-add launches"
                                + ("" if cuda else f"; {r.threads} torch CPU thread(s)")
@@ -333,6 +334,36 @@ def spec_from_probe(r: ProbeResult, name: Optional[str] = None) -> HardwareSpec:
                                   "file beside this spec" if r.sweeps else "")},
     }
     return HardwareSpec.model_validate(data)
+
+
+REFERENCE_KERNELS_SPEC = "h100-sxm"     # where the figures the probe cannot measure come from (marked unverified)
+
+
+def _kernels_block(r: ProbeResult, launch_s: float, fig) -> Optional[dict]:
+    """The spec's kernel-shape figures fitted to the sweeps (dsdsim.bench.kernelfit); the MLA and fused-MoE
+    figures, which need kernels the probe does not run, from the reference spec, marked unverified. None
+    without sweeps or when the floor, GEMM or attention fits are missing."""
+    from dsdsim.bench.kernelfit import NOT_PROBED, fit_kernel_figures
+    from dsdsim.specs.catalog import load_hardware
+
+    if not r.sweeps:
+        return None
+    peak = r.peaks_flops_per_s.get(DType.bf16) or max(r.peaks_flops_per_s.values(), default=0.0)
+    fitted = fit_kernel_figures({w.name: w.points for w in r.sweeps}, peak, r.bandwidth_bytes_per_s, launch_s,
+                                graphs=r.device.startswith("cuda") and r.graph_launch_s is not None)
+    needed = ("kernel_floor_s", "gemm_transition_p", "decode_attention_bandwidth_fraction",
+              "decode_attention_ramp_tokens")
+    if not all(k in fitted for k in needed):
+        return None
+    ref = load_hardware(REFERENCE_KERNELS_SPEC).kernels
+    block = {k: fig(v, f"fitted to the probe's sweeps: {how}") for k, (v, how) in fitted.items()}
+    block["decode_attention_bandwidth_fraction"]["value"] = min(block["decode_attention_bandwidth_fraction"]["value"], 1.2)
+    for k in NOT_PROBED:
+        f = getattr(ref, k)
+        block[k] = {"value": f.value, "source": f.source, "verified": "unverified",
+                    "note": f"not measured by the probe (needs a kernel it does not run): {REFERENCE_KERNELS_SPEC}'s "
+                            "figure; `dsdsim calibrate` on a validation fits the MoE ones"}
+    return block
 
 
 def probe(device: str = "cpu", name: Optional[str] = None, progress: Progress = None,
