@@ -212,6 +212,7 @@ class Params:
     attention_memory: Optional[float] = None    # None: same as memory
     vector_memory: Optional[float] = None
     kernels: Optional[dict] = None              # kernel figures (name -> value) where the spec has a kernels block
+    step_host_per_kernel_s: float = 0.0         # eager whole steps only: Python around each kernel of the model code
 
     def memory_for(self, memory_class: str) -> float:
         value = getattr(self, memory_class, None) if memory_class != "memory" else None
@@ -304,6 +305,7 @@ class Evaluator:
         measured_kernels = np.array([np.nan if pt.kernels is None else float(pt.kernels) for pt in points])
         self.extra_kernels = np.where(np.isfinite(measured_kernels), np.maximum(measured_kernels - model_launches, 0.0), 0.0)
         self.is_step = np.array([pt.is_step for pt in points], dtype=float)
+        self.step_kernels = self.is_step * np.where(np.isfinite(measured_kernels), measured_kernels, model_launches)
 
     def times(self, p: Params, extra_kernels: bool = True) -> np.ndarray:
         """Seconds per point; ``extra_kernels=False`` leaves out the kernels torch ran beyond the model's (the
@@ -322,7 +324,8 @@ class Evaluator:
             np.add.at(out, idx, np.broadcast_to(np.asarray(op_time(op, spec, self.cuda_graphs).time_s, dtype=float),
                                                 idx.shape))
         per_extra = launch_overhead(spec, self.cuda_graphs) + (spec.kernels.kernel_floor_s.value if spec.kernels else 0.0)
-        return out + (self.extra_kernels * per_extra if extra_kernels else 0.0) + self.is_step * spec.step_overhead_s.value
+        return (out + (self.extra_kernels * per_extra if extra_kernels else 0.0) + self.is_step * spec.step_overhead_s.value
+                + self.step_kernels * p.step_host_per_kernel_s)
 
 
 def _padded_flops(flops, flops_padded, pad, rows, groups, tile: float) -> np.ndarray:
@@ -362,6 +365,7 @@ class Calibrator:
     step_overhead_s_: Optional[float] = field(default=None, init=False)
     kernels_: Optional[dict] = field(default=None, init=False)
     per_kernel_from_: str = field(default="operators", init=False)   # what fixed the launch gap / kernel floor
+    step_host_per_kernel_s_: float = field(default=0.0, init=False)
     cost_: float = field(default=float("nan"), init=False)
     n_train_: int = field(default=0, init=False)
 
@@ -411,6 +415,8 @@ class Calibrator:
             self.step_overhead_s_ = params.step_overhead_s
         elif len(steps) >= 3 and self.cuda_graphs and self._uses_records(steps):
             self._fit_per_kernel_on_steps(steps)
+        elif len(steps) >= 3 and self._uses_records(steps):
+            self._fit_eager_step_host(steps)
         elif steps:
             base = self._predict_with(steps, replace(params, step_overhead_s=0.0))
             self.step_overhead_s_ = step_overhead_fit(np.array([p.measured_s for p in steps]), base)
@@ -452,6 +458,25 @@ class Calibrator:
         self.step_overhead_s_ = fitted.step_overhead_s
         self.kernels_ = fitted.kernels
         self.per_kernel_from_ = "whole steps"
+
+    def _fit_eager_step_host(self, steps: Sequence[Point]) -> None:
+        """Eager whole steps: the model code's Python around each kernel (module calls, views, control flow) costs
+        host time an operator timed alone does not show, so it grows with the step's kernel count (more draft
+        passes, more kernels). Fitted on the steps as a per-kernel host time plus a constant step overhead, both
+        >= 0; the efficiencies stay as the operators fixed them. It describes eager torch, not a deployment
+        (CUDA graphs remove it), so it is reported but not written into the calibrated spec."""
+        base = replace(self.params_, step_overhead_s=0.0)
+        ev = Evaluator(steps, self.hardware, self.cuda_graphs)
+        meas = np.log([p.measured_s for p in steps])
+
+        def params(x) -> Params:
+            return replace(base, step_overhead_s=float(x[0]), step_host_per_kernel_s=float(x[1]))
+
+        r = least_squares(lambda x: np.log(np.maximum(ev.times(params(x)), 1e-15)) - meas, [0.0, 0.0],
+                          bounds=([0.0, 0.0], [10.0, 1e-3]), loss=self.loss, f_scale=self.f_scale)
+        fitted = params(r.x)
+        self.step_overhead_s_ = fitted.step_overhead_s
+        self.step_host_per_kernel_s_ = fitted.step_host_per_kernel_s
 
     def _memory_classes(self, pts: Sequence[Point]) -> set[str]:
         if self._uses_records(pts):
@@ -519,7 +544,7 @@ class Calibrator:
         so = self.step_overhead_s_ if self.step_overhead_s_ is not None else self.start.step_overhead_s
         return Params(self.compute_efficiency_, self.memory_efficiency_, self.launch_overhead_s_, self.gemm_tile_m_, so,
                       attention_memory=self.attention_memory_efficiency_, vector_memory=self.vector_memory_efficiency_,
-                      kernels=self.kernels_)
+                      kernels=self.kernels_, step_host_per_kernel_s=self.step_host_per_kernel_s_)
 
     def predict(self, points: Sequence[Point]) -> np.ndarray:
         return self._predict_with(points, self.params_)
@@ -530,7 +555,8 @@ class Calibrator:
                 "vector_memory_efficiency": self.vector_memory_efficiency_,
                 "launch_overhead_s": self.launch_overhead_s_, "gemm_tile_m": self.gemm_tile_m_,
                 "step_overhead_s": self.step_overhead_s_, "kernels": self.kernels_,
-                "per_kernel_cost_fitted_on": self.per_kernel_from_, "n_train": self.n_train_,
+                "per_kernel_cost_fitted_on": self.per_kernel_from_,
+                "eager_step_host_per_kernel_s": self.step_host_per_kernel_s_, "n_train": self.n_train_,
                 "loss": self.loss, "cost": self.cost_}
 
     def calibrated_spec(self, hw: HardwareSpec, what: str = "", cuda_graphs: bool = False) -> HardwareSpec:
