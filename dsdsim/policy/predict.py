@@ -14,7 +14,8 @@ import numpy as np
 from dsdsim.cost.step import step_time_grid
 from dsdsim.specs.setup import Setup, resolve
 from dsdsim.errors import DsdsimError
-from dsdsim.policy.acceptance import Acceptance, DEFAULT_ACCEPTANCE, parse_acceptance
+from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE, Acceptance, TreeAcceptance
+from dsdsim.policy.acceptance_input import parse_acceptance
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
 from dsdsim.policy.table import CompressedTable, Ranges, RobustChoice, compress, ranges_from_k_per_batch, robust_k
 from dsdsim.specs.deployment import Deployment
