@@ -138,12 +138,32 @@ def drafter_weight_params(target: ModelSpec, drafter: DrafterSpec, draft_model: 
     if kind is DrafterKind.eagle:
         return 2 * h * h + h + eagle_layer(target, drafter).params(h)
     if kind is DrafterKind.eagle3:
-        layer = eagle_layer(target, drafter)
-        a = layer.attention
-        wide_qkv = h * (a.q_width + 2 * a.num_kv_heads * a.head_dim)   # q/k/v read 2h: one more h of inputs
-        return 3 * h * h + layer.params(h) + wide_qkv + h * drafter.draft_vocab_size
+        return 3 * h * h + _eagle3_layer_params(target, drafter) + h * drafter.draft_vocab_size
     if kind is DrafterKind.medusa:
         return drafter.max_k * (h * h + h + h * target.vocab_size)
     if kind is DrafterKind.mtp:
         return target.params_mtp
+    return 0
+
+
+def _eagle3_layer_params(target: ModelSpec, drafter: DrafterSpec) -> int:
+    """The EAGLE-3 decoder layer: q/k/v read 2h (embedding ++ hidden), one more h of inputs than a plain layer."""
+    h = target.hidden_size
+    layer = eagle_layer(target, drafter)
+    a = layer.attention
+    return layer.params(h) + h * (a.q_width + 2 * a.num_kv_heads * a.head_dim)
+
+
+def drafter_whole_params(target: ModelSpec, drafter: DrafterSpec) -> int:
+    """Drafter weights every rank holds whole under data-parallel attention (the rest is split tp ways): the draft
+    layer's attention, norms, dense FFN and shared experts run on the rank's own sequences (``layer_ops``); the
+    routed experts, fc/eh_proj and heads stay split. A draft model runs tensor-parallel: nothing whole."""
+    h = target.hidden_size
+    if drafter.kind is DrafterKind.eagle:
+        return eagle_layer(target, drafter).params(h)
+    if drafter.kind is DrafterKind.eagle3:
+        return _eagle3_layer_params(target, drafter)
+    if drafter.kind is DrafterKind.mtp and target.mtp_layers:
+        layer = target.mtp_layer
+        return target.mtp_layers * (layer.params(h) - layer.ffn.routed_params(h))
     return 0
