@@ -11,7 +11,8 @@ from typing import Optional
 import numpy as np
 
 from dsdsim.cost.drafts import drafter_weight_params, eagle_layer
-from dsdsim.cost.layers import effective_context, kv_elements_per_token_per_rank
+from dsdsim.cost.layers import effective_context, kv_elements_per_token_per_rank, layer_groups
+from dsdsim.cost.memo import by_identity
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec
 from dsdsim.specs.hardware import HardwareSpec
@@ -35,6 +36,7 @@ class MemoryUse:
         return self.used_bytes <= self.capacity_bytes
 
 
+@by_identity
 def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     """Non-expert weights in the deployment dtype, routed experts in the expert dtype, all split tp ways."""
     w = dep.weight_dtype(model).bytes_per_element
@@ -48,7 +50,7 @@ def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
 def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, tokens_per_seq, batch) -> np.ndarray:
     """KV cache for `batch` sequences of `tokens_per_seq` tokens; sliding/chunked layers keep only their window."""
     total = np.zeros(())
-    for layer, count in model.layer_groups():
+    for layer, count, _ in layer_groups(model):
         held = effective_context(layer.attention, tokens_per_seq)
         total = total + count * held * kv_elements_per_token_per_rank(layer.attention, dep.tp)
     return total * np.asarray(batch, dtype=float) * dep.kv_dtype.bytes_per_element
@@ -64,7 +66,7 @@ def memory_use(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Opt
     # activations of the widest layer for N = B*(K+1) tokens, plus fp32 logits (vocab-parallel) twice
     n = b * (k + 1.0)
     a = dep.act_dtype.bytes_per_element
-    widest = max(_ffn_width(layer) for layer in model.layers) // dep.tp
+    widest = _widest_ffn(model) // dep.tp
     act = n * (4 * model.hidden_size + 3 * widest) * a + 2 * n * (model.vocab_size / dep.tp) * 4.0
     draft = np.zeros(())
     if drafter is not None:
@@ -83,6 +85,11 @@ def memory_use(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Opt
     capacity = hw.memory_capacity * dep.memory_utilization
     return MemoryUse(weights_bytes=weights, kv_bytes=kv, activation_bytes=act, draft_bytes=draft,
                      capacity_bytes=capacity)
+
+
+@by_identity
+def _widest_ffn(model: ModelSpec) -> int:
+    return max(_ffn_width(layer) for layer in model.layers)
 
 
 def _ffn_width(layer) -> int:
