@@ -12,7 +12,8 @@ from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, Draf
                                 Hardware, K, KvDType, MaxK, MemoryUtilization, Model, OptionalDrafter, Output, Plot,
                                 PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat, Tp, WeightDType,
                                 deployment_from_options)
-from dsdsim.cli.output import check_png, check_writable, emit, given, show, warn, with_progress
+from dsdsim.cli.output import (check_png, check_writable, emit, given, output_format, show, show_or_write, warn,
+                               with_progress)
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_EXPLAIN_BATCH,
                              DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MEMORY_UTILIZATION, DEFAULT_MODEL,
                              DEFAULT_STEP_K)
@@ -26,6 +27,7 @@ from dsdsim.export.render import to_json
 
 @app.command()
 def explain(
+    ctx: typer.Context,
     model: Model = DEFAULT_MODEL,
     hardware: Hardware = DEFAULT_HARDWARE,
     tp: Tp = 1,
@@ -54,6 +56,7 @@ def explain(
     from dsdsim.report import explain_dict
 
     check_writable(output)
+    fmt = output_format(ctx, fmt, output)
     if batch < 1:
         raise DsdsimError(f"--batch must be >= 1, got {batch}")
     if k < 0:
@@ -66,9 +69,7 @@ def explain(
     data = explain_dict(step)
     if fmt is ShowFormat.json:
         return emit(to_json(data), output)
-    if output is not None:
-        raise DsdsimError("--output with the table format is not supported; add --format json")
-    show(explain_view(data))
+    show_or_write(explain_view(data), output)
 
 
 # --- predict ------------------------------------------------------------------------------------------
@@ -117,6 +118,7 @@ def predict(
     from dsdsim.policy.predict import predict as run_predict
 
     check_writable(output)
+    fmt = output_format(ctx, fmt, output)
     if plot is not None:
         check_png(plot, "--plot")
     dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, memory_utilization)
@@ -138,13 +140,9 @@ def predict(
         typer.echo(f"wrote {plot}", err=True)
     if text is not None:
         return emit(text, output)
-    if output is not None:
-        from dsdsim.export.render import prediction_tsv
-
-        return emit(prediction_tsv(p), output)
     from dsdsim.export.render import prediction_view
 
-    show(prediction_view(p))
+    show_or_write(prediction_view(p), output)
 
 
 ENGINE_FORMATS = (PredictFormat.vllm, PredictFormat.sglang, PredictFormat.trtllm)
@@ -177,9 +175,7 @@ def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **k
     preds = predict_context_grid(ctxs, **kwargs)
     if fmt is PredictFormat.json:
         return emit(to_json(context_grid_dict(ctxs, preds)), output)
-    if output is not None:
-        raise DsdsimError("--output with the table format is not supported; add --format json")
-    show(context_grid_table(ctxs, preds))
+    show_or_write(context_grid_table(ctxs, preds), output)
 
 
 # --- plan ---------------------------------------------------------------------------------------------
@@ -187,6 +183,7 @@ def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **k
 
 @app.command()
 def plan(
+    ctx: typer.Context,
     model: str = typer.Option(..., "--model", "-m", help="Target model name or config.json path"),
     candidates: str = typer.Option(..., "--candidates", "-g",
                                    help="Comma list of HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8,h200-sxm:tp4"),
@@ -218,6 +215,7 @@ def plan(
     from dsdsim.plan import plan_rows
 
     check_writable(output)
+    fmt = output_format(ctx, fmt, output)
     rows = plan_rows(model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, context=context,
                      drafter=drafter, acceptance=acceptance, target_tokens_per_s=target_tokens_per_s,
                      price_per_gpu_hour=price_per_gpu_hour, batch_sizes=batch_sizes, max_k=max_k, engine=engine)
@@ -229,11 +227,9 @@ def plan(
         from dsdsim.export.engines import table_csv
 
         return emit(table_csv(recs), output)
-    if output is not None:
-        raise DsdsimError("--output with the table format is not supported; add --format json or csv")
     from dsdsim.export.render import plan_table
 
-    show(plan_table(f"{model}: ITL SLO {itl_slo_ms:g} ms, context {context}, drafter {drafter}", rows))
+    show_or_write(plan_table(f"{model}: ITL SLO {itl_slo_ms:g} ms, context {context}, drafter {drafter}", rows), output)
 
 
 # --- accuracy -----------------------------------------------------------------------------------------
@@ -247,6 +243,7 @@ class AccuracySplit(str, Enum):
 
 @app.command()
 def accuracy(
+    ctx: typer.Context,
     split: AccuracySplit = typer.Option(AccuracySplit.all, "--split", help="train (may be fitted on), test (never "
                                         "fitted on) or all"),
     measured_on: Optional[str] = typer.Option(None, "--measured-on", help="Only cases measured on this engine (the "
@@ -273,10 +270,9 @@ def accuracy(
     from dsdsim.corpus.evaluate import accuracy as run_accuracy
 
     check_writable(output)
+    fmt = output_format(ctx, fmt, output)
     if plot is not None:
         check_png(plot, "--plot")
-    if fmt is TableFormat.table and output is not None:
-        raise DsdsimError("--output with the table format is not supported; add --format json or csv")
     report = with_progress("predicting measurement cases", lambda progress: run_accuracy(
         split.value, measured_on, corpus, progress=progress, engine=engine))
     if plot is not None:
@@ -295,4 +291,4 @@ def accuracy(
         return emit(table_csv([asdict(c) for c in report.cases]), output)
     from dsdsim.export.render import accuracy_view
 
-    show(accuracy_view(report))
+    show_or_write(accuracy_view(report), output)
