@@ -216,9 +216,10 @@ def plan(
 
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
-    rows = plan_rows(model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, context=context,
-                     drafter=drafter, acceptance=acceptance, target_tokens_per_s=target_tokens_per_s,
-                     price_per_gpu_hour=price_per_gpu_hour, batch_sizes=batch_sizes, max_k=max_k, engine=engine)
+    rows = with_progress("planning candidates", lambda progress: plan_rows(
+        model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, context=context, drafter=drafter,
+        acceptance=acceptance, target_tokens_per_s=target_tokens_per_s, price_per_gpu_hour=price_per_gpu_hour,
+        batch_sizes=batch_sizes, max_k=max_k, engine=engine, progress=progress))
     recs = [asdict(r) for r in rows]
     if fmt is TableFormat.json:
         return emit(to_json({"model": model, "itl_slo_ms": itl_slo_ms, "context": context, "drafter": drafter,
