@@ -97,10 +97,11 @@ def _best_under_slo(p: Prediction, slo_s: float, k_rows: np.ndarray) -> tuple[Op
 def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: float, context: int = DEFAULT_CONTEXT,
               drafter=DEFAULT_DRAFTER, acceptance=None, target_tokens_per_s: Optional[float] = None,
               price_per_gpu_hour: Optional[Union[float, dict]] = None, batch_sizes=None, max_k: Optional[int] = None,
-              dtype=None, kv_dtype=None, engine="vllm", dp_attention: bool = False) -> list[PlanRow]:
+              dtype=None, kv_dtype=None, engine="vllm", dp_attention: bool = False, progress=None) -> list[PlanRow]:
     """One PlanRow per candidate (see module doc). price_per_gpu_hour: one price, or {hardware: price}.
     dp_attention: every candidate runs data-parallel attention (a candidate that cannot is an infeasible row).
-    With a draft tree on the drafter, k_dsd is the tree's steps (the tree) or 0."""
+    With a draft tree on the drafter, k_dsd is the tree's steps (the tree) or 0.
+    ``progress(done, total)``, when given, is called after each candidate."""
     if not itl_slo_ms or math.isnan(itl_slo_ms) or itl_slo_ms <= 0:       # inf: no latency limit
         raise DsdsimError(f"the ITL SLO must be > 0 ms, got {itl_slo_ms}")
     if target_tokens_per_s is not None and not (math.isfinite(target_tokens_per_s) and target_tokens_per_s > 0):
@@ -112,10 +113,12 @@ def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: fl
     cands = [Candidate.parse(c) if isinstance(c, str) else c for c in candidates]
     spec = load_model(model)
     rows = []
-    for cand in cands:
+    for i, cand in enumerate(cands):
         rows.append(_plan_one(spec, cand, itl_slo_ms / 1e3, context, drafter, acceptance, target_tokens_per_s,
                               _price(price_per_gpu_hour, cand.hardware), batch_sizes, max_k, dtype, kv_dtype,
                               engine, dp_attention))
+        if progress is not None:
+            progress(i + 1, len(cands))
     return rows
 
 

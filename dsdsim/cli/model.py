@@ -12,7 +12,8 @@ from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, DpAt
                                 Engine, Ep, ExpertOverlap, Hardware, K, KvDType, MaxK, MemoryUtilization, Model,
                                 OptionalDrafter, Output, Plot, PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat,
                                 Tp, WeightDType, deployment_from_options, drafter_from_options)
-from dsdsim.cli.output import check_png, check_writable, emit, given, show, warn, with_progress
+from dsdsim.cli.output import (check_png, check_writable, emit, given, output_format, show, show_or_write, warn,
+                               with_progress)
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DP_ATTENTION, DEFAULT_DRAFT_TREE, DEFAULT_DRAFTER,
                              DEFAULT_ENGINE, DEFAULT_EXPLAIN_BATCH, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE,
                              DEFAULT_MEMORY_UTILIZATION, DEFAULT_MODEL, DEFAULT_STEP_K)
@@ -26,6 +27,7 @@ from dsdsim.export.render import to_json
 
 @app.command()
 def explain(
+    ctx: typer.Context,
     model: Model = DEFAULT_MODEL,
     hardware: Hardware = DEFAULT_HARDWARE,
     tp: Tp = 1,
@@ -60,6 +62,7 @@ def explain(
     from dsdsim.report import explain_dict
 
     check_writable(output)
+    fmt = output_format(ctx, fmt, output)
     if batch < 1:
         raise DsdsimError(f"--batch must be >= 1, got {batch}")
     if k < 0:
@@ -76,9 +79,7 @@ def explain(
     data = explain_dict(step)
     if fmt is ShowFormat.json:
         return emit(to_json(data), output)
-    if output is not None:
-        raise DsdsimError("--output with the table format is not supported; add --format json")
-    show(explain_view(data))
+    show_or_write(explain_view(data), output)
 
 
 # --- predict ------------------------------------------------------------------------------------------
@@ -131,6 +132,7 @@ def predict(
     from dsdsim.policy.predict import predict as run_predict
 
     check_writable(output)
+    fmt = output_format(ctx, fmt, output)
     if plot is not None:
         check_png(plot, "--plot")
     dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, memory_utilization, dp_attention)
@@ -153,13 +155,9 @@ def predict(
         typer.echo(f"wrote {plot}", err=True)
     if text is not None:
         return emit(text, output)
-    if output is not None:
-        from dsdsim.export.render import prediction_tsv
-
-        return emit(prediction_tsv(p), output)
     from dsdsim.export.render import prediction_view
 
-    show(prediction_view(p))
+    show_or_write(prediction_view(p), output)
 
 
 ENGINE_FORMATS = (PredictFormat.vllm, PredictFormat.sglang, PredictFormat.trtllm)
@@ -192,9 +190,7 @@ def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **k
     preds = predict_context_grid(ctxs, **kwargs)
     if fmt is PredictFormat.json:
         return emit(to_json(context_grid_dict(ctxs, preds)), output)
-    if output is not None:
-        raise DsdsimError("--output with the table format is not supported; add --format json")
-    show(context_grid_table(ctxs, preds))
+    show_or_write(context_grid_table(ctxs, preds), output)
 
 
 # --- plan ---------------------------------------------------------------------------------------------
@@ -202,6 +198,7 @@ def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **k
 
 @app.command()
 def plan(
+    ctx: typer.Context,
     model: str = typer.Option(..., "--model", "-m", help="Target model name or config.json path"),
     candidates: str = typer.Option(..., "--candidates", "-g",
                                    help="Comma list of HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8,h200-sxm:tp4"),
@@ -236,12 +233,13 @@ def plan(
     from dsdsim.plan import plan_rows
 
     check_writable(output)
+    fmt = output_format(ctx, fmt, output)
     spec = drafter_from_options(drafter, draft_tree)
     drafter = "none" if spec is None else spec.label + (f" ({spec.tree.label})" if spec.tree is not None else "")
-    rows = plan_rows(model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, context=context,
-                     drafter=spec, acceptance=acceptance, target_tokens_per_s=target_tokens_per_s,
-                     price_per_gpu_hour=price_per_gpu_hour, batch_sizes=batch_sizes, max_k=max_k, engine=engine,
-                     dp_attention=dp_attention)
+    rows = with_progress("planning candidates", lambda progress: plan_rows(
+        model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, context=context, drafter=spec,
+        acceptance=acceptance, target_tokens_per_s=target_tokens_per_s, price_per_gpu_hour=price_per_gpu_hour,
+        batch_sizes=batch_sizes, max_k=max_k, engine=engine, dp_attention=dp_attention, progress=progress))
     recs = [asdict(r) for r in rows]
     if fmt is TableFormat.json:
         return emit(to_json({"model": model, "itl_slo_ms": itl_slo_ms, "context": context, "drafter": drafter,
@@ -250,12 +248,11 @@ def plan(
         from dsdsim.export.engines import table_csv
 
         return emit(table_csv(recs), output)
-    if output is not None:
-        raise DsdsimError("--output with the table format is not supported; add --format json or csv")
     from dsdsim.export.render import plan_table
 
     layout = ", data-parallel attention" if dp_attention else ""
-    show(plan_table(f"{model}: ITL SLO {itl_slo_ms:g} ms, context {context}, drafter {drafter}{layout}", rows))
+    show_or_write(plan_table(f"{model}: ITL SLO {itl_slo_ms:g} ms, context {context}, drafter {drafter}{layout}", rows),
+                  output)
 
 
 # --- accuracy -----------------------------------------------------------------------------------------
@@ -269,6 +266,7 @@ class AccuracySplit(str, Enum):
 
 @app.command()
 def accuracy(
+    ctx: typer.Context,
     split: AccuracySplit = typer.Option(AccuracySplit.all, "--split", help="train (may be fitted on), test (never "
                                         "fitted on) or all"),
     measured_on: Optional[str] = typer.Option(None, "--measured-on", help="Only cases measured on this engine (the "
@@ -295,10 +293,9 @@ def accuracy(
     from dsdsim.corpus.evaluate import accuracy as run_accuracy
 
     check_writable(output)
+    fmt = output_format(ctx, fmt, output)
     if plot is not None:
         check_png(plot, "--plot")
-    if fmt is TableFormat.table and output is not None:
-        raise DsdsimError("--output with the table format is not supported; add --format json or csv")
     report = with_progress("predicting measurement cases", lambda progress: run_accuracy(
         split.value, measured_on, corpus, progress=progress, engine=engine))
     if plot is not None:
@@ -317,4 +314,4 @@ def accuracy(
         return emit(table_csv([asdict(c) for c in report.cases]), output)
     from dsdsim.export.render import accuracy_view
 
-    show(accuracy_view(report))
+    show_or_write(accuracy_view(report), output)

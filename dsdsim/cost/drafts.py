@@ -11,12 +11,14 @@ import numpy as np
 
 from dsdsim.cost import ops
 from dsdsim.cost.layers import PassContext, head_ops, layer_ops, pass_ops
+from dsdsim.cost.memo import by_identity
 from dsdsim.cost.ops import OpCost
 from dsdsim.errors import DsdsimError
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec
 from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec
 
 
+@by_identity
 def eagle_layer(target: ModelSpec, drafter: DrafterSpec) -> Layer:
     """The EAGLE head's decoder layer: full attention with the target's heads, a dense SwiGLU.
 
@@ -42,8 +44,8 @@ def eagle_layer(target: ModelSpec, drafter: DrafterSpec) -> Layer:
 def _passes(first: list[OpCost], rest: list[OpCost], k) -> list[OpCost]:
     """First pass once when K >= 1, the single-token pass K - 1 times."""
     k = np.asarray(k, dtype=float)
-    return ([o.renamed("pass1.").times(np.minimum(k, 1.0)) for o in first]
-            + [o.renamed("passN.").times(np.maximum(k - 1.0, 0.0)) for o in rest])
+    once, again = np.minimum(k, 1.0), np.maximum(k - 1.0, 0.0)
+    return [o.renamed("pass1.", once) for o in first] + [o.renamed("passN.", again) for o in rest]
 
 
 def draft_ops(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, batch, k, context,
@@ -129,6 +131,7 @@ def _eagle_pass(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, b, q, 
     return out
 
 
+@by_identity
 def drafter_weight_params(target: ModelSpec, drafter: DrafterSpec, draft_model: ModelSpec | None) -> int:
     """Extra weights the drafter keeps in memory (elements): head weights, a draft model, nothing for MTP/ngram."""
     h = target.hidden_size

@@ -20,7 +20,8 @@ from typing import Optional
 import numpy as np
 
 from dsdsim.cost.drafts import drafter_weight_params, drafter_whole_params, eagle_layer
-from dsdsim.cost.layers import effective_context, kv_elements_per_token_per_rank
+from dsdsim.cost.layers import effective_context, kv_elements_per_token_per_rank, layer_groups
+from dsdsim.cost.memo import by_identity
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec
 from dsdsim.specs.hardware import HardwareSpec
@@ -44,6 +45,7 @@ class MemoryUse:
         return self.used_bytes <= self.capacity_bytes
 
 
+@by_identity
 def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     """Non-expert weights in the deployment dtype, routed experts in the expert dtype, split tp ways; under
     data-parallel attention the layers' attention, norms, router, dense FFN and shared experts are whole on every
@@ -82,7 +84,7 @@ def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, tokens_per_seq, batch) -
     """KV cache for `batch` sequences of `tokens_per_seq` tokens on one rank; sliding/chunked layers keep only
     their window."""
     total = np.zeros(())
-    for layer, count in model.layer_groups():
+    for layer, count, _ in layer_groups(model):
         held = effective_context(layer.attention, tokens_per_seq)
         total = total + count * held * kv_elements_per_token_per_rank(layer.attention, _attention_tp(dep))
     return total * sequences_per_rank(dep, batch) * dep.kv_dtype.bytes_per_element
@@ -100,7 +102,7 @@ def memory_use(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Opt
     # activations of the widest layer for N = B*q tokens, plus fp32 logits (vocab-parallel) twice
     n = b * q
     a = dep.act_dtype.bytes_per_element
-    widest = max(_ffn_width(layer) for layer in model.layers) // dep.tp
+    widest = _widest_ffn(model) // dep.tp
     act = n * (4 * model.hidden_size + 3 * widest) * a + 2 * n * (model.vocab_size / dep.tp) * 4.0
     draft = np.zeros(())
     if drafter is not None:
@@ -121,6 +123,11 @@ def memory_use(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Opt
     capacity = hw.memory_capacity * dep.memory_utilization
     return MemoryUse(weights_bytes=weights, kv_bytes=kv, activation_bytes=act, draft_bytes=draft,
                      capacity_bytes=capacity)
+
+
+@by_identity
+def _widest_ffn(model: ModelSpec) -> int:
+    return max(_ffn_width(layer) for layer in model.layers)
 
 
 def _ffn_width(layer) -> int:

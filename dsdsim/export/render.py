@@ -274,21 +274,6 @@ def prediction_view(p: "Prediction"):
     return Group(*parts)
 
 
-def prediction_tsv(p: "Prediction") -> str:
-    """The prediction rows as tab-separated text with a two-line '#' header (what `predict -o FILE` writes)."""
-    from dsdsim.export.prediction import prediction_dict
-
-    d = prediction_dict(p)
-    tree = "" if p.tree is None else f" ({p.tree.label}: K = {p.tree.steps} is the tree, 0 plain decoding)"
-    lines = [f"# {d['model']} on {d['hardware']}, drafter {d['drafter']}{tree}, context {d['context']}",
-             f"# acceptance: {d['acceptance']['description']}",
-             "batch\tK\ttau\tstep_ms\titl_ms\ttokens_per_s\tspeedup_vs_vanilla\tspeedup_vs_fixed_k\tfeasible"]
-    for r in d["rows"]:
-        lines.append("\t".join(str(r[k]) for k in ("batch_size", "k", "tau", "step_ms", "itl_ms", "tokens_per_s",
-                                                   "speedup_vs_vanilla", "speedup_vs_fixed_k", "feasible")))
-    return "\n".join(lines)
-
-
 def context_grid_dict(contexts: Sequence[int], preds: Sequence["Prediction"]) -> dict:
     """K* over (batch x context): one table per context length."""
     p0 = preds[0]
