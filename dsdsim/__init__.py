@@ -29,7 +29,7 @@ _EXPORTS = {
     "simulate_step": "dsdsim.cost.step",
     "step_time_grid": "dsdsim.cost.step",
     "Acceptance": "dsdsim.policy.acceptance",
-    "parse_acceptance": "dsdsim.policy.acceptance",
+    "parse_acceptance": "dsdsim.policy.acceptance_input",
     "predict": "dsdsim.policy.predict",
     "Prediction": "dsdsim.policy.predict",
     "plan": "dsdsim.plan",

@@ -13,6 +13,8 @@ DEFAULT_ENGINE = "vllm"              # engine spec (engine_specs/) predict, expl
 DEFAULT_BATCH_SIZES = "1-1024"       # batch sizes predict and plan evaluate
 DEFAULT_KV_DTYPE = "bf16"
 DEFAULT_MEMORY_UTILIZATION = 0.9     # share of GPU memory an engine may use (vLLM's gpu_memory_utilization)
+DEFAULT_DRAFT_TREE = None            # chains of K draft tokens; a tree is STEPS,TOPK,TOKENS (e.g. "4,4,16")
+DEFAULT_DP_ATTENTION = False         # tensor-parallel attention (vLLM); True: SGLang's data-parallel attention
 
 # One speculative step (explain, plot roofline)
 DEFAULT_STEP_K = 3

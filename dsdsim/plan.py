@@ -97,8 +97,11 @@ def _best_under_slo(p: Prediction, slo_s: float, k_rows: np.ndarray) -> tuple[Op
 def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: float, context: int = DEFAULT_CONTEXT,
               drafter=DEFAULT_DRAFTER, acceptance=None, target_tokens_per_s: Optional[float] = None,
               price_per_gpu_hour: Optional[Union[float, dict]] = None, batch_sizes=None, max_k: Optional[int] = None,
-              dtype=None, kv_dtype=None, engine="vllm") -> list[PlanRow]:
-    """One PlanRow per candidate (see module doc). price_per_gpu_hour: one price, or {hardware: price}."""
+              dtype=None, kv_dtype=None, engine="vllm", dp_attention: bool = False, progress=None) -> list[PlanRow]:
+    """One PlanRow per candidate (see module doc). price_per_gpu_hour: one price, or {hardware: price}.
+    dp_attention: every candidate runs data-parallel attention (a candidate that cannot is an infeasible row).
+    With a draft tree on the drafter, k_dsd is the tree's steps (the tree) or 0.
+    ``progress(done, total)``, when given, is called after each candidate."""
     if not itl_slo_ms or math.isnan(itl_slo_ms) or itl_slo_ms <= 0:       # inf: no latency limit
         raise DsdsimError(f"the ITL SLO must be > 0 ms, got {itl_slo_ms}")
     if target_tokens_per_s is not None and not (math.isfinite(target_tokens_per_s) and target_tokens_per_s > 0):
@@ -110,10 +113,12 @@ def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: fl
     cands = [Candidate.parse(c) if isinstance(c, str) else c for c in candidates]
     spec = load_model(model)
     rows = []
-    for cand in cands:
+    for i, cand in enumerate(cands):
         rows.append(_plan_one(spec, cand, itl_slo_ms / 1e3, context, drafter, acceptance, target_tokens_per_s,
                               _price(price_per_gpu_hour, cand.hardware), batch_sizes, max_k, dtype, kv_dtype,
-                              engine))
+                              engine, dp_attention))
+        if progress is not None:
+            progress(i + 1, len(cands))
     return rows
 
 
@@ -130,7 +135,7 @@ def _price(price, hardware: str) -> Optional[float]:
 
 
 def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, acceptance, target, price, batch_sizes,
-              max_k, dtype, kv_dtype, engine="vllm") -> PlanRow:
+              max_k, dtype, kv_dtype, engine="vllm", dp_attention: bool = False) -> PlanRow:
     gpus = cand.tp
     empty = dict(batch_vanilla=None, tokens_per_s_vanilla=None, batch_dsd=None, k_dsd=None,
                  tokens_per_s_dsd=None, tokens_per_s_per_gpu_vanilla=None, tokens_per_s_per_gpu_dsd=None,
@@ -140,7 +145,7 @@ def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, accept
 
     try:
         dep = Deployment(tp=cand.tp, ep=cand.ep, dtype=parse_dtype(dtype) if dtype else None,
-                         kv_dtype=parse_dtype(kv_dtype) if kv_dtype else DType.bf16)
+                         kv_dtype=parse_dtype(kv_dtype) if kv_dtype else DType.bf16, dp_attention=dp_attention)
     except ValueError as exc:             # an unknown dtype name: the same for every candidate, so raise
         raise DsdsimError(str(exc).splitlines()[0]) from None
     try:                                  # parallelism this model cannot be split by: a row, not an error
@@ -148,8 +153,9 @@ def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, accept
     except DsdsimError as exc:
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False, str(exc), **empty)
     # Anything else wrong (names, acceptance, drafter, batch sizes, context) is the user's input: raise.
-    p = predict(model, cand.hardware, dep, drafter, acceptance, context, batch_sizes, max_k=max_k, fixed_k=0,
-                engine=engine)
+    tree = getattr(drafter, "tree", None)
+    p = predict(model, cand.hardware, dep, drafter, acceptance, context, batch_sizes, max_k=max_k,
+                fixed_k=None if tree is not None else 0, engine=engine)
     if not p.feasible.any():
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False,
                        f"memory: weights and KV do not fit in {gpus} GPU(s) at context {context}", **empty)

@@ -42,7 +42,12 @@ class _Display:
 
 @dataclass
 class PredictionDisplay(_Display):
-    """Goodput vs batch size for every K with the dynamic-K envelope, and K* vs batch size."""
+    """Goodput relative to plain decoding per K, with the dynamic-K envelope, and K* vs batch size below.
+
+    Top: G(B, K) / G(B, 0) for every K (plain decoding is the flat line at 1.0), so where speculation stops
+    paying is where a curve crosses 1.0; the table's choice is the dashed envelope. Batch sizes where nothing
+    fits in memory are shaded. Bottom: the table's K per batch size (and the unconstrained K* where a
+    ``--max-distinct-k`` limit changed it)."""
 
     prediction: Any
     figure_: Any = None
@@ -60,36 +65,71 @@ class PredictionDisplay(_Display):
         else:
             fig = axes[0].figure
         ax, ax_k = axes
-        b = p.batch_sizes
-        cmap = plt.get_cmap("viridis", len(p.k_values))
-        for i, k in enumerate(p.k_values):
-            style = dict(lw=1.0, alpha=0.8, color="black" if k == 0 else cmap(i))
-            ax.plot(b, p.goodput[i], label="K=0 (no speculation)" if k == 0 else f"K={k}", **style)
-        chosen = np.array([p.goodput[list(p.k_values).index(k), j] if k >= 0 else np.nan
-                           for j, k in enumerate(p.table.k_per_batch)])
+        b = np.asarray(p.batch_sizes, dtype=float)
+        kv = list(p.k_values)
+        g0 = p.goodput[kv.index(0)] if 0 in kv else np.full(b.shape, np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rel = p.goodput / g0                                        # (K, B), NaN where either does not fit
+        cmap = plt.get_cmap("viridis", len(kv))
+        for i, k in enumerate(kv):
+            if k == 0:
+                ax.plot(b, rel[i], color="black", lw=1.2, label="K=0 (plain decoding) = 1")
+            else:
+                ax.plot(b, rel[i], color=cmap(i), lw=1.0, alpha=0.85, label=f"K={k}")
+        table_k = np.asarray(p.table.k_per_batch)
+        chosen = np.array([rel[kv.index(k), j] if k >= 0 else np.nan for j, k in enumerate(table_k)])
         ax.plot(b, chosen, color="crimson", lw=2.5, ls="--", label="dynamic K (table)")
         ax.set_xscale("log", base=2)
-        if np.isfinite(p.goodput).any():
-            ax.set_yscale("log")
-        else:                   # nothing fits in memory: a log axis over no data cannot be drawn
+        ax.set_ylabel("goodput relative to plain decoding")
+        s = p.setup
+        drafter = s.drafter.label if s.drafter is not None else "no drafter"
+        ax.set_title(f"{s.model.name} on {s.hardware.name} (tp {s.deployment.tp}), {drafter}, "
+                     f"context {p.context}", fontsize=10)
+        fits = table_k >= 0
+        if b.size > 1:
+            ax.set_xlim(b[0], b[-1])
+        if not fits.any():
+            for a in (ax, ax_k):
+                a.axvspan(b[0], b[-1], color="0.85", alpha=0.7, lw=0)
             ax.text(0.5, 0.5, f"no batch size fits in memory at context {p.context}", transform=ax.transAxes,
                     ha="center", va="center", color="crimson")
-        ax.set_ylabel("goodput (tokens/s, whole batch)")
-        s = p.setup
-        ax.set_title(f"{s.model.name} on {s.hardware.name} (tp {s.deployment.tp}), {s.drafter.label}, "
-                     f"context {p.context}", fontsize=10)
+        else:
+            last = int(b[fits][-1])
+            stop = [int(bb) for bb, k in zip(b, table_k) if k == 0]
+            if stop:    # the smallest batch from which the table stops speculating
+                ax_k.axvline(stop[0], color="gray", ls=":", lw=1)
+                ax.axvline(stop[0], color="gray", ls=":", lw=1)
+                ax.annotate(f"K*=0 from B={stop[0]}", (stop[0], 1.0), xytext=(4, 6), textcoords="offset points",
+                            fontsize=7, color="dimgray")
+            finite = rel[np.isfinite(rel)]
+            if finite.size:
+                lo, hi = float(finite.min()), float(finite.max())
+                pad = 0.05 * max(hi - lo, 0.1)
+                ax.set_ylim(min(lo, 1.0) - pad, max(hi, 1.0) + pad)
+            if not fits.all():
+                after = b[~fits & (b > last)]
+                if after.size:
+                    for a in (ax, ax_k):
+                        a.axvspan(after[0], b[-1], color="0.85", alpha=0.7, lw=0)
+                    ax.text(0.99, 0.02, f"shaded: B >= {int(after[0])} does not fit in memory", fontsize=7,
+                            color="dimgray", transform=ax.transAxes, ha="right", va="bottom")
+        ax.axhline(1.0, color="black", lw=0.6, alpha=0.5)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
-        k_plot = np.where(p.table.k_per_batch >= 0, p.table.k_per_batch, np.nan)
-        ax_k.step(b, k_plot, where="post", color="crimson")
+        ax.legend(fontsize=7, ncol=2, loc="upper right")
+        k_plot = np.where(table_k >= 0, table_k, np.nan)
+        ax_k.step(b, k_plot, where="post", color="crimson", label="table")
+        k_best = np.asarray(p.k_best)
+        if np.any((k_best != table_k) & fits):
+            ax_k.step(b, np.where(k_best >= 0, k_best, np.nan), where="post", color="gray", ls=":",
+                      label="best K per batch (no limit on distinct K)")
+            ax_k.legend(fontsize=7, loc="upper right")
         ax_k.set_ylabel("K*")
         ax_k.set_xlabel("batch size")
-        ax_k.set_yticks(range(0, int(p.k_values.max()) + 1))
+        ax_k.set_yticks(range(0, int(max(kv)) + 1))
         ax_k.grid(True, alpha=0.3)
         fig.tight_layout()
         self.figure_, self.axes_ = fig, (ax, ax_k)
         return self
-
 
 
 @dataclass

@@ -363,3 +363,17 @@ def test_bad_json_file(tmp_path):
     path.write_text("{not json")
     with pytest.raises(DsdsimError, match="not valid JSON"):
         parse_acceptance(str(path))
+
+
+def test_ingestion_lives_apart_from_the_model_and_old_imports_still_work():
+    """Issue 12 §2: parsing strings and vLLM files is dsdsim.policy.acceptance_input; the model module keeps τ,
+    conversions and the spread, and still exports the ingestion names (lazily) for older imports."""
+    import dsdsim
+    from dsdsim.policy import acceptance, acceptance_input
+
+    for name in ("parse_acceptance", "from_vllm_prometheus", "from_vllm_request_metrics", "ACCEPTANCE_FORMS"):
+        assert getattr(acceptance, name) is getattr(acceptance_input, name)
+    assert "def parse_acceptance" not in open(acceptance.__file__, encoding="utf-8").read()
+    assert dsdsim.parse_acceptance is acceptance_input.parse_acceptance
+    with pytest.raises(AttributeError):
+        acceptance.no_such_name  # noqa: B018

@@ -258,7 +258,7 @@ def test_accuracy_csv_and_plot(cli, tmp_path):
     (["--measured-on", "tgi"], "no measurement case was measured on 'tgi'"),
     (["--engine", "tgi"], "unknown engine 'tgi'"),
     (["--plot", "{tmp}/a.jpg"], "ending in .png"),
-    (["-o", "{tmp}/x.txt"], "--output with the table format"),
+    (["-f", "json", "-o", "{tmp}/x.txt"], "--format json writes .json"),
     (["--format", "json", "-o", "{tmp}/missing/x.json"], "does not exist"),
     (["--corpus", "{tmp}/nowhere"], "does not exist"),
     (["--corpus", "{bad}", "--format", "json", "-o", "{tmp}/out.json"], "cases.0.conditions.batch: unknown field"),

@@ -9,7 +9,8 @@ import typer
 
 from dsdsim.cli.app import app
 from dsdsim.cli.options import Context, Device, Drafter, Engine, Hardware, Model, OptionalHardware, Tp
-from dsdsim.cli.output import check_device, check_writable, console, need_torch, show, write_atomic
+from dsdsim.cli.output import (check_device, check_fixed_format, check_writable, console, need_torch, show,
+                               write_atomic)
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE,
                              DEFAULT_LOOP_BATCH, DEFAULT_LOOP_K, DEFAULT_LOOP_NEW_TOKENS, DEFAULT_MODEL)
 from dsdsim.errors import DsdsimError
@@ -31,7 +32,7 @@ def probe(
     graphs) into a hardware spec that every command accepts (`-g probe.yaml`); every figure is flagged
     measured, with date and torch version. The sweeps go to a JSON file beside the spec.
     Example: dsdsim probe --device cuda --name h200-sxm@measured -o h200-sxm@measured.yaml"""
-    check_writable(output)
+    check_fixed_format(output, "a hardware spec (YAML)", (".yaml", ".yml"))
     if threads < 1:
         raise DsdsimError(f"--threads must be >= 1, got {threads}")
     need_torch()
@@ -173,7 +174,7 @@ def loop(
     """Run a real speculative-decoding loop (draft -> verify -> rejection sampling, batched, KV caches) on small
     random-weight models; report per-position acceptance, the measured tau against the acceptance model's, and
     step times; -g predicts the loop's step time with that spec. Example: dsdsim loop --device cuda -k 4 -b 32 -o loop.json"""
-    check_writable(output)
+    check_fixed_format(output, "JSON", (".json",))
     if k < 1:
         raise DsdsimError(f"--k must be >= 1 for a speculative loop, got {k}")
     if batch < 1 or new_tokens < 1:
@@ -214,7 +215,7 @@ def comm_check(
     timed), barrier, destroy; with --world-size N, an all-reduce sweep and a tensor-parallel MLP over N ranks
     (-g: the spec whose link figures the sweep is compared with).
     Example: dsdsim comm-check --backend nccl --device cuda -o comm.json"""
-    check_writable(output)
+    check_fixed_format(output, "JSON", (".json",))
     if backend not in ("nccl", "gloo"):
         raise DsdsimError(f"--backend {backend!r}: use nccl (GPU) or gloo (CPU)")
     if world_size < 1:
@@ -295,6 +296,7 @@ def calibrate(
 
     if (report is None) == (not measurements):
         raise DsdsimError("give exactly one of --report (fit a hardware spec) or --measurements (fit an engine spec)")
+    check_fixed_format(output, "a spec (YAML)", (".yaml", ".yml"))
     if measurements:
         from dsdsim.cli.engine import calibrate_measurements
         from dsdsim.cli.options import deployment_from_options
@@ -304,7 +306,6 @@ def calibrate(
                                       drafter, engine, context, name, output, date)
     if hardware is None:
         raise DsdsimError("calibrate --report needs --hardware (the spec the report was predicted with)")
-    check_writable(output)
     if not report.is_file():
         raise DsdsimError(f"--report {report}: no such file")
     try:

@@ -8,14 +8,15 @@ from typing import Optional
 import typer
 
 from dsdsim.cli.app import app
-from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, Drafter, Eager, Engine, Ep, ExpertOverlap,
-                                Hardware, K, KvDType, MaxK, MemoryUtilization, Model, OptionalDrafter, Output, Plot,
-                                PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat, Tp, WeightDType,
-                                deployment_from_options)
-from dsdsim.cli.output import check_png, check_writable, emit, given, show, warn, with_progress
-from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_EXPLAIN_BATCH,
-                             DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MEMORY_UTILIZATION, DEFAULT_MODEL,
-                             DEFAULT_STEP_K)
+from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, DpAttention, Drafter, DraftTreeOpt, Eager,
+                                Engine, Ep, ExpertOverlap, Hardware, K, KvDType, MaxK, MemoryUtilization, Model,
+                                OptionalDrafter, Output, Plot, PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat,
+                                Tp, WeightDType, deployment_from_options, drafter_from_options)
+from dsdsim.cli.output import (check_png, check_writable, emit, given, output_format, show, show_or_write, warn,
+                               with_progress)
+from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DP_ATTENTION, DEFAULT_DRAFT_TREE, DEFAULT_DRAFTER,
+                             DEFAULT_ENGINE, DEFAULT_EXPLAIN_BATCH, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE,
+                             DEFAULT_MEMORY_UTILIZATION, DEFAULT_MODEL, DEFAULT_STEP_K)
 from dsdsim.errors import DsdsimError
 from dsdsim.export.prediction import PredictFormat
 from dsdsim.export.render import to_json
@@ -26,11 +27,13 @@ from dsdsim.export.render import to_json
 
 @app.command()
 def explain(
+    ctx: typer.Context,
     model: Model = DEFAULT_MODEL,
     hardware: Hardware = DEFAULT_HARDWARE,
     tp: Tp = 1,
     ep: Ep = 1,
     drafter: OptionalDrafter = DEFAULT_DRAFTER,
+    draft_tree: DraftTreeOpt = DEFAULT_DRAFT_TREE,
     batch: BatchSize = DEFAULT_EXPLAIN_BATCH,
     k: K = DEFAULT_STEP_K,
     context: Context = DEFAULT_CONTEXT,
@@ -38,6 +41,7 @@ def explain(
     kv_dtype: KvDType = DEFAULT_KV_DTYPE,
     expert_overlap: ExpertOverlap = 0.0,
     eager: Eager = False,
+    dp_attention: DpAttention = DEFAULT_DP_ATTENTION,
     engine: Engine = DEFAULT_ENGINE,
     fmt: ShowFmt = ShowFormat.table,
     output: Output = None,
@@ -46,29 +50,36 @@ def explain(
     terms (host time, speculative fixed cost, draft passes, rejection sampling, CUDA-graph padding) as their own rows.
 
     \b
-    Example:
+    With --draft-tree, any K >= 1 is the tree (K = 0 plain decoding).
+
+    \b
+    Examples:
       dsdsim explain -m qwen3-30b-a3b -g h200-sxm -b 64 -k 3 -c 8192
+      dsdsim explain -m deepseek-v3 -g h200-sxm --tp 8 --ep 8 --dp-attention -d mtp --draft-tree 3,4,8 -b 64
     """
     from dsdsim.cost.step import simulate_step
     from dsdsim.export.render import explain_view
     from dsdsim.report import explain_dict
 
     check_writable(output)
+    fmt = output_format(ctx, fmt, output)
     if batch < 1:
         raise DsdsimError(f"--batch must be >= 1, got {batch}")
     if k < 0:
         raise DsdsimError(f"--k must be >= 0, got {k}")
     if context < 0:
         raise DsdsimError(f"--context must be >= 0, got {context}")
-    dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager)
-    d = None if (drafter in (None, "", "none") or k == 0) else drafter
+    dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, dp_attention=dp_attention)
+    d = drafter_from_options(drafter, draft_tree)
+    if k == 0:
+        d = None
+    elif d is not None and d.tree is not None:
+        k = d.tree.steps              # the tree, whatever K >= 1 was asked for
     step = simulate_step(model, hardware, dep, d, batch, k, context, engine=engine)
     data = explain_dict(step)
     if fmt is ShowFormat.json:
         return emit(to_json(data), output)
-    if output is not None:
-        raise DsdsimError("--output with the table format is not supported; add --format json")
-    show(explain_view(data))
+    show_or_write(explain_view(data), output)
 
 
 # --- predict ------------------------------------------------------------------------------------------
@@ -84,6 +95,7 @@ def predict(
     dtype: WeightDType = None,
     kv_dtype: KvDType = DEFAULT_KV_DTYPE,
     drafter: Drafter = DEFAULT_DRAFTER,
+    draft_tree: DraftTreeOpt = DEFAULT_DRAFT_TREE,
     acceptance: Acceptance = None,
     acceptance_band: Optional[float] = typer.Option(
         None, "--acceptance-band", help="+/- change of every alpha: adds a robust K choice and its regret"),
@@ -99,6 +111,7 @@ def predict(
     max_distinct_k: Optional[int] = typer.Option(
         None, "--max-distinct-k", help="At most this many distinct K in the table (each is a CUDA-graph capture)"),
     eager: Eager = False,
+    dp_attention: DpAttention = DEFAULT_DP_ATTENTION,
     memory_utilization: MemoryUtilization = DEFAULT_MEMORY_UTILIZATION,
     engine: Engine = DEFAULT_ENGINE,
     fmt: PredictFmt = PredictFormat.table,
@@ -112,14 +125,18 @@ def predict(
       dsdsim predict
       dsdsim predict -m llama-3.1-70b -g h100-sxm --tp 8 -a 0.8,0.7,0.6 --format vllm
       dsdsim predict -m qwen3-30b-a3b -g h200-sxm --expert-overlap 0.38 --max-distinct-k 3 --plot k.png
+      dsdsim predict --draft-tree 4,4,16 -a al=3.2@tree --format sglang
+      dsdsim predict -m deepseek-v3 -g h200-sxm --tp 8 --ep 8 --dp-attention -d mtp -a al=2.4@2
     """
     from dsdsim.export.prediction import render
     from dsdsim.policy.predict import predict as run_predict
 
     check_writable(output)
+    fmt = output_format(ctx, fmt, output)
     if plot is not None:
         check_png(plot, "--plot")
-    dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, memory_utilization)
+    dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, memory_utilization, dp_attention)
+    drafter = drafter_from_options(drafter, draft_tree)
     if contexts is not None:
         if given(ctx, "context"):
             raise DsdsimError("give either --context (one length) or --contexts (a list), not both")
@@ -138,13 +155,9 @@ def predict(
         typer.echo(f"wrote {plot}", err=True)
     if text is not None:
         return emit(text, output)
-    if output is not None:
-        from dsdsim.export.render import prediction_tsv
-
-        return emit(prediction_tsv(p), output)
     from dsdsim.export.render import prediction_view
 
-    show(prediction_view(p))
+    show_or_write(prediction_view(p), output)
 
 
 ENGINE_FORMATS = (PredictFormat.vllm, PredictFormat.sglang, PredictFormat.trtllm)
@@ -177,9 +190,7 @@ def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **k
     preds = predict_context_grid(ctxs, **kwargs)
     if fmt is PredictFormat.json:
         return emit(to_json(context_grid_dict(ctxs, preds)), output)
-    if output is not None:
-        raise DsdsimError("--output with the table format is not supported; add --format json")
-    show(context_grid_table(ctxs, preds))
+    show_or_write(context_grid_table(ctxs, preds), output)
 
 
 # --- plan ---------------------------------------------------------------------------------------------
@@ -187,13 +198,16 @@ def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **k
 
 @app.command()
 def plan(
+    ctx: typer.Context,
     model: str = typer.Option(..., "--model", "-m", help="Target model name or config.json path"),
     candidates: str = typer.Option(..., "--candidates", "-g",
                                    help="Comma list of HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8,h200-sxm:tp4"),
     itl_slo_ms: float = typer.Option(..., "--itl-slo-ms", help="Per-sequence inter-token latency target (ms)"),
     context: Context = DEFAULT_CONTEXT,
     drafter: Drafter = DEFAULT_DRAFTER,
+    draft_tree: DraftTreeOpt = DEFAULT_DRAFT_TREE,
     acceptance: Acceptance = None,
+    dp_attention: DpAttention = DEFAULT_DP_ATTENTION,
     target_tokens_per_s: Optional[float] = typer.Option(None, "--target-tokens-per-s",
                                                         help="Aggregate output rate to size the fleet for"),
     price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour",
@@ -212,28 +226,33 @@ def plan(
     Example:
       dsdsim plan -m llama-3.1-70b -g h100-sxm:tp4,h100-sxm:tp8,h200-sxm:tp4 --itl-slo-ms 30 \\
           --target-tokens-per-s 50000 --price-per-gpu-hour 2.5
+      dsdsim plan -m deepseek-v3 -g h200-sxm:tp8:ep8 --dp-attention -d mtp -a al=2.4@2 --itl-slo-ms 50
     """
     from dataclasses import asdict
 
     from dsdsim.plan import plan_rows
 
     check_writable(output)
-    rows = plan_rows(model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, context=context,
-                     drafter=drafter, acceptance=acceptance, target_tokens_per_s=target_tokens_per_s,
-                     price_per_gpu_hour=price_per_gpu_hour, batch_sizes=batch_sizes, max_k=max_k, engine=engine)
+    fmt = output_format(ctx, fmt, output)
+    spec = drafter_from_options(drafter, draft_tree)
+    drafter = "none" if spec is None else spec.label + (f" ({spec.tree.label})" if spec.tree is not None else "")
+    rows = with_progress("planning candidates", lambda progress: plan_rows(
+        model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, context=context, drafter=spec,
+        acceptance=acceptance, target_tokens_per_s=target_tokens_per_s, price_per_gpu_hour=price_per_gpu_hour,
+        batch_sizes=batch_sizes, max_k=max_k, engine=engine, dp_attention=dp_attention, progress=progress))
     recs = [asdict(r) for r in rows]
     if fmt is TableFormat.json:
         return emit(to_json({"model": model, "itl_slo_ms": itl_slo_ms, "context": context, "drafter": drafter,
-                             "candidates": recs}), output)
+                             "dp_attention": dp_attention, "candidates": recs}), output)
     if fmt is TableFormat.csv:
         from dsdsim.export.engines import table_csv
 
         return emit(table_csv(recs), output)
-    if output is not None:
-        raise DsdsimError("--output with the table format is not supported; add --format json or csv")
     from dsdsim.export.render import plan_table
 
-    show(plan_table(f"{model}: ITL SLO {itl_slo_ms:g} ms, context {context}, drafter {drafter}", rows))
+    layout = ", data-parallel attention" if dp_attention else ""
+    show_or_write(plan_table(f"{model}: ITL SLO {itl_slo_ms:g} ms, context {context}, drafter {drafter}{layout}", rows),
+                  output)
 
 
 # --- accuracy -----------------------------------------------------------------------------------------
@@ -247,6 +266,7 @@ class AccuracySplit(str, Enum):
 
 @app.command()
 def accuracy(
+    ctx: typer.Context,
     split: AccuracySplit = typer.Option(AccuracySplit.all, "--split", help="train (may be fitted on), test (never "
                                         "fitted on) or all"),
     measured_on: Optional[str] = typer.Option(None, "--measured-on", help="Only cases measured on this engine (the "
@@ -273,10 +293,9 @@ def accuracy(
     from dsdsim.corpus.evaluate import accuracy as run_accuracy
 
     check_writable(output)
+    fmt = output_format(ctx, fmt, output)
     if plot is not None:
         check_png(plot, "--plot")
-    if fmt is TableFormat.table and output is not None:
-        raise DsdsimError("--output with the table format is not supported; add --format json or csv")
     report = with_progress("predicting measurement cases", lambda progress: run_accuracy(
         split.value, measured_on, corpus, progress=progress, engine=engine))
     if plot is not None:
@@ -295,4 +314,4 @@ def accuracy(
         return emit(table_csv([asdict(c) for c in report.cases]), output)
     from dsdsim.export.render import accuracy_view
 
-    show(accuracy_view(report))
+    show_or_write(accuracy_view(report), output)

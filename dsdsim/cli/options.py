@@ -62,6 +62,16 @@ MaxK = Annotated[Optional[int], typer.Option(
 ENGINE_HELP = ("Serving engine whose costs are added to the kernels: a name from `dsdsim list engines` (vllm, sglang, "
                "trtllm, ideal = kernels only) or an engine spec YAML path (e.g. from `dsdsim calibrate --measurements`)")
 Engine = Annotated[str, typer.Option("--engine", "-e", help=ENGINE_HELP)]
+DRAFT_TREE_HELP = ("Draft a tree instead of a chain: STEPS,TOPK,TOKENS (e.g. 4,4,16) = STEPS draft passes keeping "
+                   "TOPK candidates per sequence, TOKENS draft tokens verified (+1 root: SGLang's "
+                   "--speculative-num-draft-tokens is TOKENS+1). Replaces the K axis (tree or plain decoding); "
+                   "acceptance is the AL measured with the tree: -a al=2.55@tree. eagle, eagle3, mtp, draft-model")
+DraftTreeOpt = Annotated[Optional[str], typer.Option("--draft-tree", metavar="STEPS,TOPK,TOKENS",
+                                                     help=DRAFT_TREE_HELP)]
+DpAttention = Annotated[bool, typer.Option(
+    "--dp-attention", help="MLA models on tp >= 2: data-parallel attention as SGLang runs it (each GPU attends for "
+                           "its own B/tp sequences with all heads and holds attention weights whole; MoE tokens "
+                           "move by all-to-all under --ep). Default: tensor-parallel attention, as vLLM runs it")]
 
 # --- where results go ---------------------------------------------------------------------------------
 
@@ -78,8 +88,22 @@ PredictFmt = Annotated[PredictFormat, typer.Option(
 Device = Annotated[str, typer.Option("--device", help="torch device: cpu, cuda, cuda:1")]
 
 
+def drafter_from_options(drafter: Optional[str], draft_tree: Optional[str]):
+    """The drafter (None for none) with the --draft-tree shape attached; one-line errors."""
+    from dsdsim.specs.drafter import parse_draft_tree, parse_drafter, with_tree
+
+    if drafter in (None, "", "none"):
+        if draft_tree is not None:
+            raise DsdsimError("--draft-tree needs a drafter that drafts it (-d eagle3, eagle, mtp or draft-model:MODEL)")
+        return None
+    spec = parse_drafter(drafter)
+    if draft_tree is None:
+        return spec
+    return with_tree(spec, parse_draft_tree(draft_tree))
+
+
 def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: str, expert_overlap: float,
-                            eager: bool = False, memory_utilization: float = 0.9):
+                            eager: bool = False, memory_utilization: float = 0.9, dp_attention: bool = False):
     """A Deployment from the shared options, with one-line errors naming the option."""
     from pydantic import ValidationError
 
@@ -96,6 +120,7 @@ def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: st
     w_dtype, c_dtype = (parse_dtype(dtype) if dtype else None), parse_dtype(kv_dtype)
     try:
         return Deployment(tp=tp, ep=ep, dtype=w_dtype, kv_dtype=c_dtype, expert_overlap=expert_overlap,
-                          cuda_graphs=not eager, memory_utilization=memory_utilization)
+                          cuda_graphs=not eager, memory_utilization=memory_utilization,
+                          dp_attention=dp_attention)
     except ValidationError as exc:
         raise DsdsimError(pydantic_one_line(exc, "deployment")) from None

@@ -51,6 +51,21 @@ def check_png(path: Path, option: str) -> None:
         raise DsdsimError(f"{option} writes a PNG; give a file name ending in .png (got {path})")
 
 
+_KNOWN_SUFFIXES = (".json", ".csv", ".txt", ".png", ".yaml", ".yml")
+
+
+def check_fixed_format(path: Optional[Path], what: str, suffixes: tuple[str, ...]) -> None:
+    """A writable path for a command that writes one format (``what``): a suffix that names another format is an
+    error; an unknown suffix (or none) is accepted."""
+    if path is None:
+        return
+    check_writable(path)
+    suffix = Path(path).suffix.lower()
+    if suffix in _KNOWN_SUFFIXES and suffix not in suffixes:
+        raise DsdsimError(f"-o {path} ends in {suffix}, but this command writes {what}: name the file "
+                          f"{' or '.join(suffixes)}")
+
+
 write_atomic = files.write_atomic
 
 
@@ -61,6 +76,58 @@ def emit(text: str, output: Optional[Path]) -> None:
     else:
         write_atomic(output, text if text.endswith("\n") else text + "\n")
         typer.echo(f"wrote {output}", err=True)
+
+
+# what each --format writes, by file suffix; a format missing here has no suffix of its own
+FORMAT_SUFFIXES = {"table": ".txt", "json": ".json", "csv": ".csv", "vllm": ".json", "vllm-batch-stats": ".json",
+                   "sglang": ".json", "trtllm": ".json"}
+_SUFFIX_FORMATS = {".txt": "table", ".json": "json", ".csv": "csv"}
+
+
+def output_format(ctx, fmt, output: Optional[Path]):
+    """The format to write: ``--format`` when given, else the one the ``-o`` file's suffix names (.json, .csv,
+    .txt for the table as plain text). A ``--format`` whose suffix differs from a known suffix of ``-o`` is an
+    error (nothing is written); a file with another suffix takes ``--format`` as given."""
+    if output is None:
+        return fmt
+    kind = type(fmt)
+    suffix = Path(output).suffix.lower()
+    named = _SUFFIX_FORMATS.get(suffix)
+    if not given(ctx, "fmt"):
+        if named is None:
+            known = ", ".join(f"{s} ({f})" for s, f in _SUFFIX_FORMATS.items())
+            raise DsdsimError(f"cannot tell the format of -o {output} from its suffix: add --format or name the "
+                              f"file {known}")
+        try:
+            return kind(named)
+        except ValueError:
+            raise DsdsimError(f"-o {output}: this command does not write {named}; its formats are "
+                              f"{' | '.join(f.value for f in kind)}") from None
+    wanted = FORMAT_SUFFIXES.get(fmt.value)
+    if named is not None and wanted is not None and suffix != wanted:
+        raise DsdsimError(f"--format {fmt.value} writes {wanted} files but -o {output} ends in {suffix}: rename the "
+                          f"file or change --format")
+    return fmt
+
+
+def plain_text(renderable) -> str:
+    """A rich renderable as plain text (what the table format writes to a file)."""
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, width=max(140, int(os.environ.get("COLUMNS", "0") or 0)), highlight=False,
+            color_system=None, force_terminal=False).print(renderable)
+    return buf.getvalue()
+
+
+def show_or_write(renderable, output: Optional[Path]) -> None:
+    """The table format: on stdout, or as plain text into ``output``."""
+    if output is None:
+        show(renderable)
+    else:
+        emit(plain_text(renderable), output)
 
 
 def with_progress(label: str, run):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import typer
 
 from dsdsim.cli.app import plot_app
-from dsdsim.cli.options import (BatchSize, Context, Drafter, Engine, Hardware, K, Model, PngOutput, Tp,
-                                deployment_from_options)
+from dsdsim.cli.options import (BatchSize, Context, Drafter, DraftTreeOpt, Engine, Hardware, K, Model, PngOutput, Tp,
+                                deployment_from_options, drafter_from_options)
 from dsdsim.cli.output import check_png
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MODEL,
                              DEFAULT_ROOFLINE_BATCH, DEFAULT_SENSITIVITY_ALPHAS, DEFAULT_SENSITIVITY_BATCH_SIZES,
@@ -20,6 +20,7 @@ def plot_roofline(
     hardware: Hardware = DEFAULT_HARDWARE,
     tp: Tp = 1,
     drafter: Drafter = DEFAULT_DRAFTER,
+    draft_tree: DraftTreeOpt = None,
     batch: BatchSize = DEFAULT_ROOFLINE_BATCH,
     k: K = DEFAULT_STEP_K,
     context: Context = DEFAULT_CONTEXT,
@@ -38,7 +39,10 @@ def plot_roofline(
     if batch < 1 or k < 0 or context < 0:
         raise DsdsimError("--batch must be >= 1, --k >= 0 and --context >= 0")
     dep = deployment_from_options(tp, 1, None, DEFAULT_KV_DTYPE, 0.0)
-    step = simulate_step(model, hardware, dep, drafter if k > 0 else None, batch, k, context, engine=engine)
+    d = drafter_from_options(drafter, draft_tree)
+    if d is not None and d.tree is not None and k > 0:
+        k = d.tree.steps              # any K >= 1 is the tree
+    step = simulate_step(model, hardware, dep, d if k > 0 else None, batch, k, context, engine=engine)
     save_png(RooflineDisplay.from_step(step).plot(), output)
     typer.echo(f"wrote {output}", err=True)
 

@@ -11,12 +11,14 @@ import numpy as np
 
 from dsdsim.cost import ops
 from dsdsim.cost.layers import PassContext, head_ops, layer_ops, pass_ops
+from dsdsim.cost.memo import by_identity
 from dsdsim.cost.ops import OpCost
 from dsdsim.errors import DsdsimError
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec
 from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec
 
 
+@by_identity
 def eagle_layer(target: ModelSpec, drafter: DrafterSpec) -> Layer:
     """The EAGLE head's decoder layer: full attention with the target's heads, a dense SwiGLU.
 
@@ -42,8 +44,8 @@ def eagle_layer(target: ModelSpec, drafter: DrafterSpec) -> Layer:
 def _passes(first: list[OpCost], rest: list[OpCost], k) -> list[OpCost]:
     """First pass once when K >= 1, the single-token pass K - 1 times."""
     k = np.asarray(k, dtype=float)
-    return ([o.renamed("pass1.").times(np.minimum(k, 1.0)) for o in first]
-            + [o.renamed("passN.").times(np.maximum(k - 1.0, 0.0)) for o in rest])
+    once, again = np.minimum(k, 1.0), np.maximum(k - 1.0, 0.0)
+    return [o.renamed("pass1.", once) for o in first] + [o.renamed("passN.", again) for o in rest]
 
 
 def draft_ops(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, batch, k, context,
@@ -129,6 +131,7 @@ def _eagle_pass(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, b, q, 
     return out
 
 
+@by_identity
 def drafter_weight_params(target: ModelSpec, drafter: DrafterSpec, draft_model: ModelSpec | None) -> int:
     """Extra weights the drafter keeps in memory (elements): head weights, a draft model, nothing for MTP/ngram."""
     h = target.hidden_size
@@ -138,12 +141,32 @@ def drafter_weight_params(target: ModelSpec, drafter: DrafterSpec, draft_model: 
     if kind is DrafterKind.eagle:
         return 2 * h * h + h + eagle_layer(target, drafter).params(h)
     if kind is DrafterKind.eagle3:
-        layer = eagle_layer(target, drafter)
-        a = layer.attention
-        wide_qkv = h * (a.q_width + 2 * a.num_kv_heads * a.head_dim)   # q/k/v read 2h: one more h of inputs
-        return 3 * h * h + layer.params(h) + wide_qkv + h * drafter.draft_vocab_size
+        return 3 * h * h + _eagle3_layer_params(target, drafter) + h * drafter.draft_vocab_size
     if kind is DrafterKind.medusa:
         return drafter.max_k * (h * h + h + h * target.vocab_size)
     if kind is DrafterKind.mtp:
         return target.params_mtp
+    return 0
+
+
+def _eagle3_layer_params(target: ModelSpec, drafter: DrafterSpec) -> int:
+    """The EAGLE-3 decoder layer: q/k/v read 2h (embedding ++ hidden), one more h of inputs than a plain layer."""
+    h = target.hidden_size
+    layer = eagle_layer(target, drafter)
+    a = layer.attention
+    return layer.params(h) + h * (a.q_width + 2 * a.num_kv_heads * a.head_dim)
+
+
+def drafter_whole_params(target: ModelSpec, drafter: DrafterSpec) -> int:
+    """Drafter weights every rank holds whole under data-parallel attention (the rest is split tp ways): the draft
+    layer's attention, norms, dense FFN and shared experts run on the rank's own sequences (``layer_ops``); the
+    routed experts, fc/eh_proj and heads stay split. A draft model runs tensor-parallel: nothing whole."""
+    h = target.hidden_size
+    if drafter.kind is DrafterKind.eagle:
+        return eagle_layer(target, drafter).params(h)
+    if drafter.kind is DrafterKind.eagle3:
+        return _eagle3_layer_params(target, drafter)
+    if drafter.kind is DrafterKind.mtp and target.mtp_layers:
+        layer = target.mtp_layer
+        return target.mtp_layers * (layer.params(h) - layer.ffn.routed_params(h))
     return 0

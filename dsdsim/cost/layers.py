@@ -12,6 +12,7 @@ import numpy as np
 
 from dsdsim.cost import ops
 from dsdsim.cost.experts import check_popularity, experts_touched, experts_touched_busiest_rank
+from dsdsim.cost.memo import by_identity
 from dsdsim.cost.ops import KernelClass, OpCost
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.hardware import HardwareSpec
@@ -36,6 +37,11 @@ class PassContext:
 
     @classmethod
     def build(cls, model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> "PassContext":
+        """The context of passes of ``model`` on ``hw`` under ``dep`` (computed once per three spec objects)."""
+        return _pass_context(cls, model, hw, dep)
+
+    @classmethod
+    def _build(cls, model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> "PassContext":
         pop = None
         if dep.expert_popularity is not None and model.moe_ffn is not None:
             moe = model.moe_ffn
@@ -43,6 +49,18 @@ class PassContext:
         return cls(tp=dep.tp, ep=dep.ep, w_dtype=dep.weight_dtype(model), expert_dtype=dep.routed_expert_dtype(model),
                    kv_dtype=dep.kv_dtype, act_dtype=dep.act_dtype, tile_m=int(hw.gemm_tile_m.value),
                    expert_overlap=dep.expert_overlap, expert_popularity=pop, dp_attention=dep.dp_attention)
+
+
+@by_identity
+def _pass_context(cls, model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> PassContext:
+    return cls._build(model, hw, dep)
+
+
+@by_identity
+def layer_groups(model: ModelSpec) -> list[tuple[Layer, int, str]]:
+    """``model.layer_groups()`` with each group's operator-name tag, once per model object."""
+    groups = model.layer_groups()
+    return [(layer, count, "L." if len(groups) == 1 else f"L({_group_label(layer)}).") for layer, count in groups]
 
 
 def _split(n: int, tp: int) -> int:
@@ -220,11 +238,9 @@ def pass_ops(model: ModelSpec, pc: PassContext, batch, q, context, *, head_rows=
     tokens = np.asarray(batch, dtype=float) * np.asarray(q, dtype=float)
     rows = tokens if head_rows is None else head_rows
     out = [ops.embedding("embed", tokens, model.hidden_size, pc.w_dtype, pc.act_dtype)]
-    groups = model.layer_groups()
-    for layer, count in groups:
-        tag = "L." if len(groups) == 1 else f"L({_group_label(layer)})."
-        out += [o.renamed(tag).times(count) for o in layer_ops(layer, model.hidden_size, batch, q, context, pc,
-                                                               kv_budget=kv_budget)]
+    for layer, count, tag in layer_groups(model):
+        out += [o.renamed(tag, count) for o in layer_ops(layer, model.hidden_size, batch, q, context, pc,
+                                                         kv_budget=kv_budget)]
     out += head_ops(model.hidden_size, model.vocab_size, rows, pc, sampling_passes)
     return out
 

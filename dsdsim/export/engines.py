@@ -209,6 +209,36 @@ def sglang_adaptive_config(ranges: Iterable[Sequence[int]]) -> dict[str, dict[st
     return {str(start): {"candidate_steps": [k]} for start, _, k in rows}
 
 
+_SGLANG_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "EAGLE", "draft-model": "STANDALONE"}
+
+
+def sglang_tree_config(drafter_kind: str, tree, ranges: Iterable[Sequence[int]]) -> dict:
+    """SGLang launch arguments for a draft tree, and the batch sizes where the tree pays.
+
+    ``server_args``: ``speculative_algorithm``, ``speculative_num_steps`` = steps, ``speculative_eagle_topk`` =
+    topk, ``speculative_num_draft_tokens`` = tokens + 1 (SGLang counts the root, the last accepted token). MTP
+    modules run as EAGLE in SGLang; a draft model as STANDALONE. SGLang cannot switch a tree off by batch size
+    (``--speculative-adaptive`` needs topk 1): where the table says plain decoding is faster, the output says so
+    and gives the largest batch size at which the tree still pays, to cap the server's running requests there or
+    to serve those loads without speculation.
+    """
+    rows = validate_ranges(ranges)
+    tree_on = [[s, e] for s, e, k in rows if k > 0]
+    plain = [[s, e] for s, e, k in rows if k == 0]
+    args = {"speculative_algorithm": _SGLANG_ALGORITHMS.get(drafter_kind, drafter_kind.upper()),
+            "speculative_num_steps": tree.steps, "speculative_eagle_topk": tree.topk,
+            "speculative_num_draft_tokens": tree.tokens + 1}
+    if not tree_on:
+        note = "the tree never beats plain decoding at these batch sizes: serve without speculative decoding"
+    elif not plain:
+        note = "the tree beats plain decoding at every evaluated batch size"
+    else:
+        note = ("SGLang cannot switch a tree off by batch size (--speculative-adaptive needs topk 1); plain decoding "
+                f"is faster at batch sizes {plain}: cap --max-running-requests at {tree_on[-1][1]} or serve those "
+                "loads without speculation")
+    return {"server_args": args, "tree_batch_sizes": tree_on, "plain_batch_sizes": plain, "note": note}
+
+
 # ---------------------------------------------------------------------------------------------- TensorRT-LLM
 
 

@@ -1,4 +1,10 @@
-"""A Prediction in every output format: JSON contract, CSV, and the engine tables."""
+"""A Prediction in every output format: JSON contract, CSV, and the engine tables.
+
+With a draft tree the K axis holds two choices, plain decoding (K = 0) and the tree (K = the tree's steps):
+JSON carries ``draft_tree`` {steps, topk, tokens, verify_tokens_per_sequence} and a ``draft`` of "tree" or "plain"
+per row, CSV the same ``draft`` column. SGLang takes a tree (``--speculative-num-steps``, ``-eagle-topk``,
+``-num-draft-tokens``); vLLM's and TensorRT-LLM's dynamic-K tables are chains of K tokens and cannot carry one.
+"""
 from __future__ import annotations
 
 import json
@@ -32,7 +38,7 @@ def prediction_dict(p: "Prediction") -> dict:
 
     s = p.setup
     dep = s.deployment
-    rows = [{k: _num(v) for k, v in r.__dict__.items()} for r in p.rows]
+    rows = [_row_dict(p, r) for r in p.rows]
     step_ms = [[_num(float(p.step_s[i, j] * 1e3)) if p.feasible[i, j] else None for j in range(len(p.batch_sizes))]
                for i in range(len(p.k_values))]
     out = {
@@ -40,9 +46,10 @@ def prediction_dict(p: "Prediction") -> dict:
         "engine": {"name": s.engine.name if s.engine is not None else None, "source": s.engine_source},
         "deployment": deployment_dict(s.model, dep),
         "drafter": s.drafter.label,
-        "acceptance": {"alpha": [float(a) for a in p.acceptance.alpha_at(int(p.k_values.max()))],
-                       "measured_positions": len(p.acceptance.alpha), "source": p.acceptance.source,
-                       "description": p.acceptance.describe(int(p.k_values.max()))},
+        "acceptance": _acceptance_dict(p),
+        "draft_tree": None if p.tree is None else {
+            "steps": p.tree.steps, "topk": p.tree.topk, "tokens": p.tree.tokens,
+            "verify_tokens_per_sequence": p.tree.tokens + 1, "k_in_rows": p.tree.steps},
         "context": p.context, "fixed_k": p.fixed_k,
         "rows": rows,
         "table": {"ranges": [list(r) for r in p.ranges()], "distinct_k": list(p.table.k_set),
@@ -59,6 +66,23 @@ def prediction_dict(p: "Prediction") -> dict:
     return out
 
 
+def _row_dict(p: "Prediction", r) -> dict:
+    out = {k: _num(v) for k, v in r.__dict__.items()}
+    if p.tree is not None:
+        out["draft"] = None if r.k is None else ("tree" if r.k > 0 else "plain")
+    return out
+
+
+def _acceptance_dict(p: "Prediction") -> dict:
+    k_max = int(p.k_values.max())
+    a = p.acceptance
+    if p.tree is not None:      # a TreeAcceptance: one measured length, no per-position chain alpha
+        return {"alpha": [], "measured_positions": 0, "mean_acceptance_length": a.length, "source": a.source,
+                "description": a.describe(k_max)}
+    return {"alpha": [float(x) for x in a.alpha_at(k_max)], "measured_positions": len(a.alpha),
+            "source": a.source, "description": a.describe(k_max)}
+
+
 def _nanmax(a):
     import numpy as np
 
@@ -69,7 +93,7 @@ def _nanmax(a):
 def prediction_csv(p: "Prediction") -> str:
     from dsdsim.export.engines import table_csv
 
-    return table_csv([dict(r.__dict__) for r in p.rows])
+    return table_csv([_row_dict(p, r) for r in p.rows])
 
 
 def render(p: "Prediction", fmt: PredictFormat) -> str:
@@ -85,6 +109,8 @@ def render(p: "Prediction", fmt: PredictFormat) -> str:
         raise DsdsimError(f"no batch size fits in memory at context {p.context} ({p.setup.model.name} on "
                           f"{p.setup.deployment.tp} x {p.setup.hardware.name}): there is no K table to export")
     max_bs = ranges[-1][1]
+    if p.tree is not None:
+        return _tree_export(p, fmt, ranges)
     if fmt is PredictFormat.vllm:
         cfg = engines.vllm_speculative_config(ranges, method=p.setup.drafter.label, max_num_seqs=max_bs)
         return json.dumps(cfg, indent=2)
@@ -103,3 +129,13 @@ def render(p: "Prediction", fmt: PredictFormat) -> str:
                                         rates, int(p.k_values.max()))
         return json.dumps(data, indent=2)
     raise ValueError(f"no text renderer for {fmt}")
+
+
+def _tree_export(p: "Prediction", fmt: PredictFormat, ranges) -> str:
+    """A draft tree for SGLang; one clear refusal for the chain-only formats."""
+    from dsdsim.export import engines
+
+    if fmt is not PredictFormat.sglang:
+        raise DsdsimError(f"the {fmt.value} format is a table of chain lengths K and cannot carry a draft tree "
+                          f"({p.tree.label}); export it as sglang, json or csv")
+    return json.dumps(engines.sglang_tree_config(p.setup.drafter.kind.value, p.tree, ranges), indent=2)

@@ -225,22 +225,38 @@ def prediction_view(p: "Prediction"):
                    f"acceptance: {d['acceptance']['description']}"]
     rows = {r["batch_size"]: r for r in d["rows"]}
     shown = display_batches(p)
-    t = Table(title=f"Best K per batch size (rows shown: {len(shown)} of {len(rows)})")
-    for col in ("batch", "K*", "tau", "step ms", "ITL ms", "tokens/s", "vs K=0", f"vs K={p.fixed_k}", "fits"):
+    tree = p.tree
+    if tree is None:
+        title, cols = "Best K per batch size", ("batch", "K*", "tau", "step ms", "ITL ms", "tokens/s", "vs K=0",
+                                                f"vs K={p.fixed_k}", "fits")
+    else:
+        title, cols = (f"Draft tree {tree.steps},{tree.topk},{tree.tokens} or plain decoding per batch size",
+                       ("batch", "draft", "tau", "step ms", "ITL ms", "tokens/s", "vs plain", "vs tree always",
+                        "fits"))
+    t = Table(title=f"{title} (rows shown: {len(shown)} of {len(rows)})")
+    for col in cols:
         t.add_column(col, justify="right")
 
     def f(x, spec):
         return "-" if x is None else format(x, spec)
 
+    def k_cell(r):
+        return r["draft"] if tree is not None and r["k"] is not None else f(r["k"], "d")
+
     for b in shown:
         r = rows[b]
-        t.add_row(str(b), f(r["k"], "d"), f(r["tau"], ".2f"), f(r["step_ms"], ".2f"), f(r["itl_ms"], ".2f"),
+        t.add_row(str(b), k_cell(r), f(r["tau"], ".2f"), f(r["step_ms"], ".2f"), f(r["itl_ms"], ".2f"),
                   f(r["tokens_per_s"], ",.0f"), f(r["speedup_vs_vanilla"], ".2f") + ("x" if r["k"] is not None and
                   r["speedup_vs_vanilla"] is not None else ""),
                   f(r["speedup_vs_fixed_k"], ".2f") + ("x" if r["speedup_vs_fixed_k"] is not None else ""),
                   "yes" if r["feasible"] else "[red]no[/red]")
     parts.append(t)
-    parts.append("K table (vLLM num_speculative_tokens_per_batch_size): " + json.dumps(d["table"]["ranges"]))
+    if tree is None:
+        parts.append("K table (vLLM num_speculative_tokens_per_batch_size): " + json.dumps(d["table"]["ranges"]))
+    else:
+        parts.append(f"tree ({tree.steps} draft passes over top-{tree.topk}, {tree.tokens + 1} verify tokens per "
+                     "sequence) at batch sizes " + json.dumps([[s, e] for s, e, k in p.ranges() if k > 0])
+                     + f"; K = {tree.steps} stands for the tree in json/csv (with a 'draft' column)")
     if p.table.mean_goodput_loss:
         parts.append(f"compressed to {len(d['table']['distinct_k'])} distinct K: mean goodput given up "
                      f"{100 * p.table.mean_goodput_loss:.2f}%, worst batch {100 * p.table.max_goodput_loss:.2f}%")
@@ -252,22 +268,10 @@ def prediction_view(p: "Prediction"):
     for note in d["notes"]:
         if not note.startswith("acceptance:"):   # already in the header
             parts.append(f"note: {note}")
-    parts.append("Paste into vLLM: dsdsim predict ... --format vllm   (also sglang, trtllm, json, csv)")
+    parts.append("Paste into vLLM: dsdsim predict ... --format vllm   (also sglang, trtllm, json, csv)" if tree is None
+                 else "For SGLang: dsdsim predict ... --format sglang   (also json, csv; vLLM and TensorRT-LLM tables "
+                      "are chains only)")
     return Group(*parts)
-
-
-def prediction_tsv(p: "Prediction") -> str:
-    """The prediction rows as tab-separated text with a two-line '#' header (what `predict -o FILE` writes)."""
-    from dsdsim.export.prediction import prediction_dict
-
-    d = prediction_dict(p)
-    lines = [f"# {d['model']} on {d['hardware']}, drafter {d['drafter']}, context {d['context']}",
-             f"# acceptance: {d['acceptance']['description']}",
-             "batch\tK\ttau\tstep_ms\titl_ms\ttokens_per_s\tspeedup_vs_vanilla\tspeedup_vs_fixed_k\tfeasible"]
-    for r in d["rows"]:
-        lines.append("\t".join(str(r[k]) for k in ("batch_size", "k", "tau", "step_ms", "itl_ms", "tokens_per_s",
-                                                   "speedup_vs_vanilla", "speedup_vs_fixed_k", "feasible")))
-    return "\n".join(lines)
 
 
 def context_grid_dict(contexts: Sequence[int], preds: Sequence["Prediction"]) -> dict:

@@ -1,4 +1,5 @@
-"""Acceptance models: how many tokens one speculative step emits.
+"""Acceptance models: how many tokens one speculative step emits (the model; reading strings and vLLM files into it
+is ``dsdsim.policy.acceptance_input``, whose public names are importable from here too).
 
 Notation (Leviathan et al. 2023; Chen et al. 2023):
 
@@ -17,9 +18,10 @@ Where the numbers come from (every ``Acceptance`` carries a human ``source``):
   length" is 1 + accepted / num_drafts, which is τ(K) including the bonus token.
 * ``from_unconditional_rates([0.68, 0.39, ...])`` — vLLM's "Per-position acceptance rate" (accepted_per_pos /
   num_drafts) is p_i, not α_i; α_i = p_i / p_{i−1}.
-* ``from_vllm_prometheus(text)`` — ``/metrics`` counters ``vllm:spec_decode_num_accepted_tokens_per_pos`` and
-  ``vllm:spec_decode_num_drafts`` (docs/reference/engines.md §2).
-* ``from_vllm_request_metrics(obj)`` — per-request ``metrics.speculative_decoding`` histograms.
+* ``from_vllm_prometheus(text)``, ``from_vllm_request_metrics(obj)``, ``parse_acceptance(text)`` — ingestion,
+  in ``dsdsim.policy.acceptance_input``.
+* ``TreeAcceptance(2.55)`` — a draft tree's mean acceptance length as measured (τ of the tree, bonus included);
+  a tree has no per-position chain α, so τ is the measured length itself.
 
 Across requests. Acceptance differs between requests (prompts, domains). ``spread`` = κ models it: every
 request draws a quality a ~ Beta(m κ, (1 − m) κ) with mean m = max_j α_j and scales every α_j by a / m, so
@@ -36,10 +38,7 @@ latency (the mean of T/τ_r) does not improve by the same amount.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import re
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
@@ -153,6 +152,53 @@ class Acceptance:
         return max(self.alpha)
 
 
+@dataclass(frozen=True)
+class TreeAcceptance:
+    """A draft tree's mean acceptance length: tokens one tree step emits on average, bonus token included, as
+    measured with that tree (SGLang's ``spec_accept_length`` / ``avg_spec_accept_length``).
+
+    A tree verifies several branches at once, so its emitted length is not τ of a chain with the same α: dsdsim
+    does not derive one from the other. τ(0) = 1 (plain decoding) and τ(K ≥ 1) = ``length`` (the tree).
+
+    length:  the measured mean acceptance length, ≥ 1.
+    source:  where the number came from, in words.
+    """
+
+    length: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        length = _finite(self.length, "mean acceptance length of a tree")
+        if length < 1.0:
+            raise DsdsimError(f"mean acceptance length {length:g} of a tree must be >= 1 (it counts the bonus token)")
+        object.__setattr__(self, "length", length)
+        if not self.source:
+            object.__setattr__(self, "source", f"mean acceptance length {length:g} measured with a draft tree")
+
+    def tau(self, k):
+        """1 where K = 0 (plain decoding), the measured length where K ≥ 1 (the tree). Float for a scalar K."""
+        k_arr = _integer_array(k, "K")
+        out = np.where(k_arr > 0, self.length, 1.0)
+        return float(out) if np.ndim(k) == 0 else out
+
+    def check_tree(self, steps: int, what: str = "the draft tree") -> "TreeAcceptance":
+        """Refuse a length no tree of ``steps`` draft passes can emit: at most ``steps`` drafts + the bonus."""
+        if self.length > steps + 1:
+            raise DsdsimError(f"mean acceptance length {self.length:g} is more than {what} can emit per step "
+                              f"({steps} draft steps + 1 bonus token = {steps + 1})")
+        return self
+
+    def extrapolated_positions(self, k_max: int) -> int:
+        """Nothing is extrapolated: the length is measured for the tree as a whole."""
+        return 0
+
+    def describe(self, k_max: int = 1) -> str:
+        return f"{self.source}: τ(tree)={self.length:.3f} tokens per step"
+
+
+AcceptanceModel = Acceptance | TreeAcceptance
+
+
 def _spread_multiplier(n: int, m: float, kappa: float | None) -> np.ndarray:
     """E[a^i] / m^i for i = 1..n, a ~ Beta(m κ, (1 − m) κ); ones when there is no spread. Shape (n,).
 
@@ -236,201 +282,6 @@ def beta_spread(base: Acceptance, concentration: float) -> Acceptance:
     return base.with_spread(concentration)
 
 
-# ---------------------------------------------------------------------------------------------- vLLM ingestion
-
-_PROM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_per_pos"
-_PROM_DRAFTS = "vllm:spec_decode_num_drafts"
-_PROM_LINE = re.compile(
-    r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\s*'
-    r'(?:\{(?P<labels>(?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?\s+'
-    r'(?P<value>\S+)(?:\s+-?\d+)?\s*(?:#.*)?$')
-_PROM_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
-
-
-def from_vllm_prometheus(text: str, source: str | None = None) -> Acceptance:
-    """Conditional α from a vLLM ``/metrics`` scrape (Prometheus text exposition format).
-
-    Reads ``vllm:spec_decode_num_accepted_tokens_per_pos{position="i"}`` and ``vllm:spec_decode_num_drafts``
-    (with or without the ``_total`` suffix), summing over every other label (model_name, engine, ...).
-    position="0" is the first draft token: p_{i+1} = accepted_per_pos[i] / num_drafts (unconditional), then
-    α_1 = p_1 and α_i = p_i / p_{i−1}. Under dynamic K (DSD) steps with fewer drafts still count in num_drafts,
-    so later positions read low; scrape a static-K run.
-    """
-    samples = _parse_prometheus(text)
-    accepted = _summed_counter(samples, _PROM_ACCEPTED, by_position=True)
-    drafts = _summed_counter(samples, _PROM_DRAFTS, by_position=False)
-    if not accepted:
-        raise DsdsimError(f"no {_PROM_ACCEPTED}{{position=...}} samples found; scrape /metrics of a vLLM server "
-                          "running speculative decoding")
-    if drafts is None or drafts[None] <= 0:
-        raise DsdsimError(f"{_PROM_DRAFTS} is missing or 0; scrape /metrics after the server has served requests")
-    n_drafts = drafts[None]
-    positions = sorted(accepted)
-    if positions != list(range(len(positions))):
-        raise DsdsimError(f"{_PROM_ACCEPTED} positions must run 0, 1, 2, ... without gaps; got {positions}")
-    counts = np.array([accepted[i] for i in positions])
-    if counts[0] > n_drafts or np.any(np.diff(counts) > 0):
-        raise DsdsimError(f"inconsistent counters: accepted per position {counts.tolist()} must be non-increasing and "
-                          f"≤ num_drafts={n_drafts:g}; use one scrape of one server")
-    alphas, note = _conditional_from_unconditional(counts / n_drafts)
-    what = source or "vLLM Prometheus metrics"
-    return Acceptance(alphas, f"{what} ({n_drafts:g} drafts, {len(positions)} positions){note}")
-
-
-def _parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """(name, labels, value) for every sample line; comment and blank lines skipped. Malformed → DsdsimError."""
-    if not isinstance(text, str):
-        raise DsdsimError("Prometheus metrics must be text (the body of GET /metrics)")
-    samples = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _PROM_LINE.match(line)
-        value = _prom_value(match.group("value")) if match else None
-        labels = _prom_labels(match.group("labels") or "") if match else None
-        if match is None or value is None or labels is None:
-            raise DsdsimError(f"malformed Prometheus line {number}: {line[:120]!r}; "
-                              "expected 'name{label=\"v\"} value'")
-        samples.append((match.group("name"), labels, value))
-    return samples
-
-
-def _prom_value(token: str) -> float | None:
-    try:
-        return float(token)   # also accepts NaN, +Inf, -Inf as Prometheus writes them
-    except ValueError:
-        return None
-
-
-def _prom_labels(body: str) -> dict[str, str] | None:
-    labels, pos = {}, 0
-    body = body.strip()
-    while pos < len(body):
-        match = _PROM_LABEL.match(body, pos)
-        if match is None:
-            return None
-        labels[match.group(1)] = match.group(2)
-        pos = match.end()
-    return labels
-
-
-def _summed_counter(samples, base: str, by_position: bool) -> dict | None:
-    """Sum a counter over label sets; keyed by int position, or by None. Prefers the ``_total`` samples."""
-    for name in (base + "_total", base):
-        rows = [(labels, value) for n, labels, value in samples if n == name]
-        if not rows:
-            continue
-        out: dict = {}
-        for labels, value in rows:
-            if not math.isfinite(value) or value < 0:
-                raise DsdsimError(f"{name} has a negative or non-finite count {value!r}; counters are ≥ 0")
-            key = None
-            if by_position:
-                pos = labels.get("position", "")
-                if not pos.isdigit():
-                    raise DsdsimError(f"{name} sample without an integer position label: {labels}")
-                key = int(pos)
-            out[key] = out.get(key, 0.0) + value
-        return out
-    return None
-
-
-def from_vllm_request_metrics(obj, source: str | None = None) -> Acceptance:
-    """Conditional α from vLLM per-request metrics (``--per-request-spec-decode-metrics summary|detailed``).
-
-    ``obj``: one response / ``metrics`` / ``metrics.speculative_decoding`` object, or a list of them. Each holds
-    ``acceptance_histogram_by_draft_length`` {"k": [steps that accepted 0..k drafts]} or ``acceptance_histogram``
-    (length k + 1), or the detailed ``per_step_accepted`` / ``per_step_drafted`` arrays.
-
-    Pooled over requests and draft lengths, per position i (only steps that drafted ≥ i tokens):
-    α_i = #(accepted ≥ i) / #(accepted ≥ i − 1), i.e. α_i = P(≥ i) / P(≥ i − 1) for one draft length.
-    """
-    records = obj if isinstance(obj, list) else [obj]
-    if not records:
-        raise DsdsimError("no request metrics given: pass a response object or a non-empty list of them")
-    hists: dict[int, np.ndarray] = {}   # draft length k → steps that accepted 0..k, shape (k + 1,)
-    for number, record in enumerate(records, start=1):
-        for k, h in _request_histograms(record, number):
-            hists[k] = hists.get(k, np.zeros(k + 1)) + h
-    hists = {k: h for k, h in hists.items() if k >= 1 and h.sum() > 0}
-    if not hists:
-        raise DsdsimError("the request metrics hold no speculative steps with draft length ≥ 1")
-    k_max = max(hists)
-    reached = np.zeros(k_max + 1)   # reached[i]: drafted ≥ i tokens and accepted ≥ i − 1 of them
-    passed = np.zeros(k_max + 1)    # passed[i]: drafted ≥ i tokens and accepted ≥ i
-    for k, h in hists.items():
-        at_least = np.cumsum(h[::-1])[::-1]            # at_least[j] = steps that accepted ≥ j, j = 0..k
-        reached[1:k + 1] += at_least[:k]
-        passed[1:k + 1] += at_least[1:]
-    alphas, unreached = [], None
-    for i in range(1, k_max + 1):
-        if reached[i] > 0:
-            alphas.append(passed[i] / reached[i])
-        else:
-            alphas.append(0.0)
-            unreached = unreached or i
-    note = f"; positions ≥ {unreached} never reached, α=0 there" if unreached else ""
-    steps = int(sum(h.sum() for h in hists.values()))
-    what = source or "vLLM per-request metrics"
-    return Acceptance(tuple(alphas), f"{what} ({len(records)} requests, {steps} steps){note}")
-
-
-def _request_histograms(record, number: int) -> list[tuple[int, np.ndarray]]:
-    """[(draft length k, histogram over accepted 0..k)] from one request's metrics object."""
-    if not isinstance(record, dict):
-        raise DsdsimError(f"request {number}: expected a JSON object with metrics.speculative_decoding, "
-                          f"got {type(record).__name__}")
-    spec = record
-    if isinstance(spec.get("metrics"), dict):
-        spec = spec["metrics"]
-    if isinstance(spec.get("speculative_decoding"), dict):
-        spec = spec["speculative_decoding"]
-    by_length = spec.get("acceptance_histogram_by_draft_length")
-    if by_length:
-        if not isinstance(by_length, dict):
-            raise DsdsimError(f"request {number}: acceptance_histogram_by_draft_length must map 'k' "
-                              "to a list of counts")
-        out = []
-        for key, counts in by_length.items():
-            k = _whole_number(key, f"request {number}: draft length key")
-            h = _counts(counts, f"request {number}: acceptance_histogram_by_draft_length[{key!r}]")
-            if h.size != k + 1:
-                raise DsdsimError(f"request {number}: histogram for draft length {k} has {h.size} entries; "
-                                  f"expected {k + 1} (steps that accepted 0..{k})")
-            out.append((k, h))
-        return out
-    hist = spec.get("acceptance_histogram")
-    if hist is not None:
-        h = _counts(hist, f"request {number}: acceptance_histogram")
-        return [(h.size - 1, h)]
-    acc, drafted = spec.get("per_step_accepted"), spec.get("per_step_drafted")
-    if acc is not None and drafted is not None:
-        a = _counts(acc, f"request {number}: per_step_accepted", allow_empty=True)
-        d = _counts(drafted, f"request {number}: per_step_drafted", allow_empty=True)
-        if a.size != d.size or np.any(a > d):
-            raise DsdsimError(f"request {number}: per_step_accepted and per_step_drafted must have equal length "
-                              "and accepted ≤ drafted at every step")
-        out = []
-        for k in np.unique(d).astype(int):
-            out.append((int(k), np.bincount(a[d == k].astype(int), minlength=int(k) + 1).astype(float)))
-        return out
-    raise DsdsimError(f"request {number}: no acceptance_histogram_by_draft_length, acceptance_histogram or "
-                      "per_step_* arrays; start vLLM with --per-request-spec-decode-metrics summary")
-
-
-def _counts(values, what: str, allow_empty: bool = False) -> np.ndarray:
-    if not isinstance(values, (list, tuple)) or (not values and not allow_empty):
-        raise DsdsimError(f"{what} must be a non-empty list of step counts")
-    try:
-        arr = np.asarray(values, dtype=float)
-    except (TypeError, ValueError):
-        raise DsdsimError(f"{what} must hold numbers, got {values!r:.80}") from None
-    if arr.ndim != 1 or not np.all(np.isfinite(arr)) or np.any(arr < 0) or np.any(arr != np.round(arr)):
-        raise DsdsimError(f"{what} must hold whole counts ≥ 0, got {list(values)!r:.80}")
-    return arr
-
-
 def _conditional_from_unconditional(p: np.ndarray) -> tuple[tuple[float, ...], str]:
     """α_1 = p_1, α_i = p_i / p_{i−1}; 0 (with a note) where p_{i−1} = 0 (position never reached)."""
     alphas, unreached = [], None
@@ -443,87 +294,6 @@ def _conditional_from_unconditional(p: np.ndarray) -> tuple[tuple[float, ...], s
             unreached = unreached or i
         prev = float(pi)
     return tuple(alphas), (f"; positions ≥ {unreached} never reached, α=0 there" if unreached else "")
-
-
-# ---------------------------------------------------------------------------------------------- parsing
-
-ACCEPTANCE_FORMS = ("0.8 (constant α)", "0.8,0.7,0.6 (conditional α per position)",
-                    "unconditional:0.68,0.39,0.20 (vLLM per-position rates)",
-                    "al=2.79@3 (mean acceptance length at K=3)",
-                    "beta:0.8:20 (mean α 0.8, Beta concentration 20)", "default",
-                    "a file: .json/.jsonl vLLM request metrics, otherwise a vLLM /metrics scrape")
-
-_NUMBER = r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"      # ASCII digits only
-
-
-def parse_acceptance(text: str) -> Acceptance:
-    """Build an ``Acceptance`` from a command-line string; the forms are listed in ``ACCEPTANCE_FORMS``."""
-    raw = str(text).strip()
-    lower = raw.lower().replace(" ", "")
-    if lower == "default":
-        return DEFAULT_ACCEPTANCE
-    if re.fullmatch(_NUMBER, lower):
-        value = float(lower)
-        if value > 1.0:
-            raise DsdsimError(f"acceptance {value:g} is not a probability in [0, 1]; for a mean acceptance length "
-                              f"write al={value:g}@K (K it was measured at)")
-        return constant(value)
-    if re.fullmatch(rf"{_NUMBER}(,{_NUMBER})+,?", lower):
-        return from_list([float(v) for v in lower.rstrip(",").split(",")])
-    if lower.startswith("unconditional:"):
-        return from_unconditional_rates(_numbers(lower.partition(":")[2], raw))
-    match = re.fullmatch(rf"al=({_NUMBER})@(?:k=)?([0-9]+)", lower)
-    if match:
-        return from_mean_acceptance_length(float(match.group(1)), int(match.group(2)))
-    match = re.fullmatch(rf"beta:({_NUMBER}):({_NUMBER})", lower)
-    if match:
-        return constant(float(match.group(1))).with_spread(float(match.group(2)))
-    if os.path.isfile(raw):
-        return _from_file(raw)
-    if os.path.isdir(raw):
-        raise DsdsimError(f"acceptance {raw!r} is a directory; give a file (vLLM metrics text or request metrics "
-                          "JSON) or one of the inline forms")
-    if not raw.isascii() and any(ch.isdigit() for ch in raw):
-        raise DsdsimError(f"acceptance {raw!r} has non-ASCII digits; write the numbers with 0-9")
-    if raw.lower().endswith((".json", ".jsonl", ".txt", ".prom")) or os.sep in raw:
-        raise DsdsimError(f"acceptance file {raw!r} not found; give an existing path or one of the inline forms")
-    raise DsdsimError(f"unknown acceptance {raw!r}; use one of: " + "; ".join(ACCEPTANCE_FORMS))
-
-
-def _numbers(body: str, raw: str) -> list[float]:
-    if not body.isascii():
-        raise DsdsimError(f"cannot read numbers in {raw!r}; write them with ASCII digits like 0.68,0.39,0.20")
-    try:
-        return [float(v) for v in body.strip(",").split(",")]
-    except ValueError:
-        raise DsdsimError(f"cannot read numbers in {raw!r}; write comma-separated values like 0.68,0.39,0.20") from None
-
-
-def _from_file(path: str) -> Acceptance:
-    name = os.path.basename(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            body = fh.read()
-    except UnicodeDecodeError:
-        raise DsdsimError(f"{name}: not a text file; give vLLM Prometheus metrics text or per-request metrics "
-                          "JSON") from None
-    except OSError as exc:
-        raise DsdsimError(f"{name}: cannot read ({exc.strerror})") from None
-    if path.lower().endswith(".jsonl"):
-        try:
-            obj = [json.loads(line) for line in body.splitlines() if line.strip()]
-        except json.JSONDecodeError as exc:
-            raise DsdsimError(f"{name}: not JSON Lines ({exc.msg} at line {exc.lineno}); "
-                              "write one JSON object per line") from None
-        return from_vllm_request_metrics(obj, source=f"vLLM per-request metrics (file {name})")
-    if path.lower().endswith(".json"):
-        try:
-            obj = json.loads(body)
-        except json.JSONDecodeError as exc:
-            raise DsdsimError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno}); "
-                              "save the response body as-is") from None
-        return from_vllm_request_metrics(obj, source=f"vLLM per-request metrics (file {name})")
-    return from_vllm_prometheus(body, source=f"vLLM Prometheus metrics (file {name})")
 
 
 # ---------------------------------------------------------------------------------------------- validation
@@ -583,3 +353,16 @@ DEFAULT_ACCEPTANCE = from_unconditional_rates(
     VLLM_PR32374_RATES,
     source="vLLM PR #32374 test data (acceptance_rate_per_pos), unconditional → conditional; "
            "an example, not a measurement of your drafter")
+
+
+# Ingestion moved to dsdsim.policy.acceptance_input; its public names stay importable from here (PEP 562, lazily,
+# because acceptance_input imports this module).
+_INGESTION = ("ACCEPTANCE_FORMS", "parse_acceptance", "from_vllm_prometheus", "from_vllm_request_metrics")
+
+
+def __getattr__(name: str):
+    if name in _INGESTION:
+        from dsdsim.policy import acceptance_input
+
+        return getattr(acceptance_input, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

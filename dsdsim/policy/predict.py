@@ -2,6 +2,10 @@
 
 predict() evaluates T(B, K) for every batch size and K in one vectorised call, combines it with the
 acceptance model's tau(K), and picks K*(B) = argmax_K B*tau(K)/T(B, K) over feasible points.
+
+With a draft tree (``DrafterSpec.tree``) the K axis is replaced by the tree: two choices per batch size, plain
+decoding (K = 0) or the tree, which stands in K tables as K = tree.steps (its depth); tau of the tree is its
+measured mean acceptance length (``TreeAcceptance``, ``al=2.55@tree``).
 """
 from __future__ import annotations
 
@@ -14,10 +18,12 @@ import numpy as np
 from dsdsim.cost.step import step_time_grid
 from dsdsim.specs.setup import Setup, resolve
 from dsdsim.errors import DsdsimError
-from dsdsim.policy.acceptance import Acceptance, DEFAULT_ACCEPTANCE, parse_acceptance
+from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE, Acceptance, TreeAcceptance
+from dsdsim.policy.acceptance_input import parse_acceptance
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
 from dsdsim.policy.table import CompressedTable, Ranges, RobustChoice, compress, ranges_from_k_per_batch, robust_k
 from dsdsim.specs.deployment import Deployment
+from dsdsim.specs.drafter import DraftTree
 
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_FIXED_K, DEFAULT_HARDWARE,
                              DEFAULT_MAX_K, DEFAULT_MODEL)
@@ -41,7 +47,7 @@ class Row:
 @dataclass(frozen=True)
 class Prediction:
     setup: Setup
-    acceptance: Acceptance
+    acceptance: Acceptance | TreeAcceptance
     context: int
     batch_sizes: np.ndarray          # (B,)
     k_values: np.ndarray             # (K,)
@@ -76,6 +82,11 @@ class Prediction:
                 speedup_vs_vanilla=float(g / g0) if np.isfinite(g0) else None,
                 speedup_vs_fixed_k=float(g / gf) if np.isfinite(gf) else None, feasible=True))
         return out
+
+    @property
+    def tree(self) -> Optional[DraftTree]:
+        """The draft tree that replaces the K axis (K = tree.steps in k_values stands for it), or None."""
+        return self.setup.drafter.tree if self.setup.drafter is not None else None
 
     @property
     def last_feasible_batch(self) -> Optional[int]:
@@ -160,10 +171,17 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     max_k: largest K considered (default: 8, or the drafter's limit when lower, e.g. Medusa's heads).
     fixed_k: the static K compared against (default: min(3, max_k)). Only values given explicitly can conflict.
     """
-    acc = _acceptance(acceptance)
     setup = resolve(model, hardware, deployment, drafter, engine)
     if setup.drafter is None:
         raise DsdsimError("predict needs a drafter (e.g. eagle3)")
+    tree = setup.drafter.tree
+    acc = acceptance_for(acceptance, tree)
+    if tree is not None:
+        for what, value in (("max K", max_k), ("fixed K", fixed_k), ("acceptance band", acceptance_band)):
+            if value is not None:
+                raise DsdsimError(f"a draft tree replaces the K axis (plain decoding or the {tree.label}); "
+                                  f"{what} applies to chains only")
+        max_k = fixed_k = tree.steps
     if max_k is None:
         max_k = min(DEFAULT_MAX_K, setup.drafter.max_k)
     if max_k < 1:
@@ -178,7 +196,7 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     if context < 0:
         raise DsdsimError(f"context must be >= 0 tokens, got {context}")
     b = parse_batch_sizes(batch_sizes)
-    ks = np.arange(0, max_k + 1)
+    ks = np.array([0, tree.steps]) if tree is not None else np.arange(0, max_k + 1)
     step, feas = step_time_grid(setup.model, setup.hardware, setup.deployment, setup.drafter, b, ks, [context],
                                 setup=setup)
     step_kb, feas_kb = step[:, :, 0].T, feas[:, :, 0].T                  # (K, B)
@@ -212,16 +230,40 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
                       robust, notes)
 
 
-def _acceptance(a) -> Acceptance:
+def _acceptance(a) -> Acceptance | TreeAcceptance:
     from dsdsim.policy.acceptance import constant
 
     if a is None:
         return DEFAULT_ACCEPTANCE
-    if isinstance(a, Acceptance):
+    if isinstance(a, (Acceptance, TreeAcceptance)):
         return a
     if isinstance(a, (int, float)):
         return constant(float(a))
     return parse_acceptance(str(a))
+
+
+def acceptance_for(a, tree: Optional[DraftTree]) -> Acceptance | TreeAcceptance:
+    """The acceptance model for a chain (``tree`` None) or a draft tree, refusing the ambiguous pairings.
+
+    A tree verifies several branches per step; how many tokens it emits depends on its shape and is measured as
+    a mean acceptance length with that tree. A chain's α or al@K does not determine it, and a tree's length does
+    not give a chain's α per position, so neither is converted into the other.
+    """
+    if tree is not None and a is None:
+        raise DsdsimError(f"a draft tree ({tree.label}) needs the mean acceptance length measured with it, e.g. "
+                          "al=2.55@tree; there is no default acceptance for trees")
+    acc = _acceptance(a)
+    if tree is None and isinstance(acc, TreeAcceptance):
+        raise DsdsimError(f"acceptance al={acc.length:g}@tree was measured with a draft tree but this drafter "
+                          "drafts a chain: give the tree shape (steps, topk, tokens), or a chain's acceptance "
+                          "(al=2.79@3, or alpha)")
+    if tree is not None and not isinstance(acc, TreeAcceptance):
+        raise DsdsimError(f"a draft tree ({tree.label}) takes the mean acceptance length measured with it "
+                          f"(al=2.55@tree); '{acc.source}' describes a chain of draft tokens, which does not "
+                          "determine a tree's")
+    if tree is not None:
+        acc.check_tree(tree.steps, f"a tree of {tree.steps} draft steps")
+    return acc
 
 
 def predict_context_grid(contexts: Sequence[int], **kwargs) -> list[Prediction]:

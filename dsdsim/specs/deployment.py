@@ -58,6 +58,8 @@ class Deployment(BaseModel):
                 raise DsdsimError(f"ep {ep} does not divide {model.name}'s {moe.num_experts} experts")
             if tp % ep:
                 raise DsdsimError(f"ep {ep} must divide tp {tp}: dsdsim places expert groups inside the tp GPUs")
+        if self.dp_attention:
+            self._check_dp_attention(model)
         if self.expert_overlap and model.moe_ffn is None:
             raise DsdsimError(f"{model.name} is dense; expert overlap describes MoE routing (leave it 0)")
         if self.expert_popularity is not None:
@@ -67,3 +69,22 @@ class Deployment(BaseModel):
                 raise DsdsimError(f"expert popularity has {len(self.expert_popularity)} entries; "
                                   f"{model.name} has {n} routed experts")
         return self
+
+    def _check_dp_attention(self, model: ModelSpec) -> None:
+        """Data-parallel attention is for MLA models on tp >= 2 GPUs, and dsdsim refuses it elsewhere.
+
+        Why MLA: an MLA layer caches one latent per token that every attention head reads, so tensor-parallel
+        attention cannot split the KV cache; each of the tp ranks holds the latent of all B sequences (tp copies).
+        DP attention gives each rank its own ceil(B/tp) sequences, which removes the copies: tp times more
+        sequences fit. This is the case SGLang's --enable-dp-attention was built for (DeepSeek-V2/V3).
+        A GQA model with at least tp KV heads already splits its cache without copies, so DP attention would
+        mostly trade the attention all-reduce for all-to-all plus whole attention weights on every rank, and
+        the shipped engine figures were fitted on neither layout for GQA: dsdsim does not model that case.
+        Why tp >= 2: with one GPU there is nothing to split; the option would change nothing.
+        """
+        if self.tp < 2:
+            raise DsdsimError(f"data-parallel attention needs tp >= 2 GPUs (got tp {self.tp}): with one GPU there "
+                              "is nothing to run in parallel")
+        if any(layer.attention.kind is not AttentionKind.mla for layer in model.layers):
+            raise DsdsimError(f"data-parallel attention is modelled for MLA models (e.g. deepseek-v3), where it "
+                              f"removes the tp copies of the latent KV cache; {model.name} does not use MLA")

@@ -28,12 +28,51 @@ class DrafterKind(str, Enum):
 class DraftTree(BaseModel):
     """A draft tree as SGLang / TensorRT-LLM run EAGLE-2/3 (--speculative-num-steps, -eagle-topk,
     -num-draft-tokens): ``steps`` draft passes over ``topk`` candidates per sequence (the first over the tokens
-    accepted last step), and a verify pass over ``tokens`` + 1 tokens per sequence under a tree mask."""
+    accepted last step), and a verify pass over ``tokens`` + 1 tokens per sequence under a tree mask.
+
+    ``tokens`` counts draft tokens; the verify pass adds the root (the last accepted token), so SGLang's
+    ``--speculative-num-draft-tokens``, which counts the root, is ``tokens + 1``. The tree's tokens are picked from
+    the candidates the draft passes produced: ``topk`` from the first pass and ``topk``² from each later one (every
+    kept node expands into ``topk`` children, ``topk`` of them are kept), so ``tokens`` ≤ topk + (steps − 1)·topk².
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     steps: int = Field(ge=1, le=64)
     topk: int = Field(ge=1, le=64)
     tokens: int = Field(ge=1, le=1024)
+
+    @model_validator(mode="after")
+    def _check(self) -> "DraftTree":
+        if self.tokens > self.candidates:
+            raise ValueError(f"a tree of {self.steps} steps over top-{self.topk} candidates holds at most "
+                             f"{self.candidates} draft tokens, got {self.tokens}")
+        return self
+
+    @property
+    def candidates(self) -> int:
+        """Draft tokens the passes produce to choose the tree from: topk + (steps − 1)·topk²."""
+        return self.topk + (self.steps - 1) * self.topk ** 2
+
+    @property
+    def label(self) -> str:
+        return f"tree {self.steps},{self.topk},{self.tokens}"
+
+
+def parse_draft_tree(text: str) -> DraftTree:
+    """'STEPS,TOPK,TOKENS' (e.g. '4,4,16'): draft passes, candidates kept per pass, draft tokens verified."""
+    raw = str(text).strip()
+    parts = [p.strip() for p in raw.split(",")]
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
+        raise DsdsimError(f"cannot read draft tree {raw!r}; write STEPS,TOPK,TOKENS as three whole numbers, e.g. 4,4,16")
+    steps, topk, tokens = (int(p) for p in parts)
+    for what, value, hi in (("steps", steps, 64), ("topk", topk, 64), ("tokens", tokens, 1024)):
+        if not 1 <= value <= hi:
+            raise DsdsimError(f"draft tree {raw!r}: {what} must be in 1..{hi}, got {value}")
+    tree = DraftTree.model_construct(steps=steps, topk=topk, tokens=tokens)
+    if tokens > tree.candidates:
+        raise DsdsimError(f"draft tree {raw!r}: {steps} steps over top-{topk} candidates produce at most "
+                          f"{tree.candidates} draft tokens (topk + (steps - 1) * topk^2), got {tokens}")
+    return DraftTree(steps=steps, topk=topk, tokens=tokens)
 
 
 class DrafterSpec(BaseModel):
@@ -69,6 +108,21 @@ class DrafterSpec(BaseModel):
         if self.kind is DrafterKind.self_spec:
             return f"self-spec:{self.kv_budget}"
         return self.kind.value
+
+
+# Drafters the cost layer runs as trees (dsdsim.cost.drafts): passes of a model-based drafter over topk candidates.
+TREE_KINDS = (DrafterKind.eagle, DrafterKind.eagle3, DrafterKind.mtp, DrafterKind.draft_model)
+
+
+def with_tree(drafter: DrafterSpec, tree: Optional[DraftTree]) -> DrafterSpec:
+    """``drafter`` drafting ``tree`` instead of a chain (None: unchanged). With a tree, any K ≥ 1 runs the tree,
+    and K = tree.steps stands for it in K tables (the tree's depth)."""
+    if tree is None:
+        return drafter
+    if drafter.kind not in TREE_KINDS:
+        kinds = ", ".join(k.value for k in TREE_KINDS)
+        raise DsdsimError(f"drafter {drafter.label} drafts a chain only; draft trees are modelled for {kinds}")
+    return drafter.model_copy(update={"tree": tree, "max_k": max(drafter.max_k, tree.steps)})
 
 
 # Medusa: the paper evaluates up to 5 heads (Cai et al. 2024, arXiv 2401.10774); K cannot exceed the heads.

@@ -141,6 +141,12 @@ class FFN(BaseModel):
             return self._swiglu(h, self.intermediate_size)
         return self._router(h) + self.top_k * self._swiglu(h, self.expert_intermediate_size) + self._shared(h)
 
+    def routed_params(self, hidden: int) -> int:
+        """Weights of the routed experts (0 for a dense FFN): what expert parallelism splits."""
+        if self.kind is FFNKind.dense:
+            return 0
+        return self.num_experts * self._swiglu(hidden, self.expert_intermediate_size)
+
     def _router(self, h: int) -> int:
         return h * self.num_experts + (self.num_experts if self.router_bias else 0)
 
