@@ -22,9 +22,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dsdsim.errors import SpecError, pydantic_one_line
+from dsdsim.errors import SpecError
 from dsdsim.specs.hardware import Verified
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -146,12 +146,9 @@ class EngineSpec(BaseModel):
 
 
 def engine_from_dict(data: object, where: str = "engine spec") -> EngineSpec:
-    if not isinstance(data, dict):
-        raise SpecError(f"{where}: expected a mapping of fields at the top level, got {type(data).__name__}")
-    try:
-        return EngineSpec.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(pydantic_one_line(exc, where)) from None
+    from dsdsim.specs.io import validated
+
+    return validated(EngineSpec, data, where)
 
 
 def load_engine_file(path: str | Path) -> EngineSpec:

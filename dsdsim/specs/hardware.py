@@ -9,9 +9,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dsdsim.errors import SpecError, pydantic_one_line
+from dsdsim.errors import SpecError
 from dsdsim.units import DType
 
 
@@ -311,12 +311,9 @@ class HardwareSpec(BaseModel):
 
 
 def hardware_from_dict(data: object, where: str = "hardware spec") -> HardwareSpec:
-    if not isinstance(data, dict):
-        raise SpecError(f"{where}: expected a mapping of fields at the top level, got {type(data).__name__}")
-    try:
-        return HardwareSpec.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(pydantic_one_line(exc, where)) from None
+    from dsdsim.specs.io import validated
+
+    return validated(HardwareSpec, data, where)
 
 
 def load_hardware(path: str | Path) -> HardwareSpec:

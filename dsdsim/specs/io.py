@@ -42,3 +42,17 @@ def read_structured(path: Path) -> object:
         at = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "syntax error"
         raise SpecError(f"{path}: malformed YAML{at}: {problem}") from None
+
+
+def validated(model_cls, data: object, where: str):
+    """``model_cls`` validated from a mapping read from a file: one SpecError line naming ``where`` and the field."""
+    from pydantic import ValidationError
+
+    from dsdsim.errors import pydantic_one_line
+
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected a mapping of fields at the top level, got {type(data).__name__}")
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(pydantic_one_line(exc, where)) from None
