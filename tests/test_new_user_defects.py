@@ -137,7 +137,8 @@ def test_calibrate_names_the_spec_distinctly(cli, tmp_path):
                        "-o", out)
     assert code == 0, err
     spec = load_hardware(out)
-    assert spec.name == f"probe-cpu-intel-xeon@calibrated-{datetime.date.today().isoformat()}"
+    probed = load_hardware(CPU_RESULTS / "probe-cpu.yaml").name
+    assert spec.name == f"{probed}@calibrated-{datetime.date.today().isoformat()}" != probed
     code, _, err = cli("calibrate", "-r", CPU_RESULTS / "report.json", "-g", "h100-sxm", "-o", out,
                        "--allow-other-device", "--name", "h100-on-my-cpu")
     assert code == 0, err
