@@ -1,14 +1,19 @@
-"""Plain-data views of results (dicts/rows for JSON, tables, CSV). No printing here."""
+"""Views of results: typed, frozen views (explain) and plain summaries (catalog), with their JSON. No printing here."""
 from __future__ import annotations
 
-from typing import Optional
+import json
+from dataclasses import dataclass, field, fields, is_dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from dsdsim.cost.step import PassCost, StepCost
-from dsdsim.specs.hardware import HardwareSpec
-from dsdsim.specs.model import ModelSpec
 from dsdsim.units import DType
+
+if TYPE_CHECKING:       # the export layer imports the views at start-up; the cost model stays unloaded until used
+    from dsdsim.cost.step import PassCost, StepCost
+    from dsdsim.specs.hardware import HardwareSpec
+    from dsdsim.specs.model import ModelSpec
 
 
 def _scalar(x) -> float:
@@ -52,7 +57,150 @@ def hardware_summary(hw: HardwareSpec) -> dict:
     }
 
 
-def pass_rows(p: PassCost, step_time: float, hw_bandwidth: float = 0.0) -> list[dict]:
+def json_plain(obj):
+    """A typed view as plain JSON data: dataclass fields in declaration order (a field whose metadata says
+    ``omit_none`` is left out while None), tuples as lists, enums as values, numpy scalars as Python numbers."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        out = {}
+        for f in fields(obj):
+            v = getattr(obj, f.name)
+            if v is None and f.metadata.get("omit_none"):
+                continue
+            out[f.name] = json_plain(v)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [json_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: json_plain(v) for k, v in obj.items()}
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+_OMIT_NONE = {"omit_none": True}
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One operator of a scalar step, summed over its calls."""
+
+    name: str
+    kind: str
+    count: float
+    flops: float                                  # FLOP, all calls
+    bytes: float                                  # DRAM bytes, all calls
+    comm_bytes: float                             # interconnect bytes, all calls
+    intensity_flop_per_byte: Optional[float]      # None when no bytes move
+    time_s: float
+    bound: str
+    share: float                                  # of the step time
+    # kernel-shape terms: the fraction of datasheet bandwidth the operator reaches, and the time spent in fixed
+    # costs (launch gaps, kernel floors, per-call latencies, host) and in the GEMM transition
+    bandwidth_fraction: Optional[float]
+    overhead_s: float
+    transition_s: float
+    kernel: str
+
+
+@dataclass(frozen=True)
+class PhaseTotals:
+    flops: float
+    bytes: float
+    time_s: float
+
+
+@dataclass(frozen=True)
+class PhaseView:
+    """The operators of one phase (draft or verify) and their totals."""
+
+    ops: tuple[OpRow, ...]
+    totals: PhaseTotals
+
+
+@dataclass(frozen=True)
+class DeploymentView:
+    """The deployment as resolved for a model (checkpoint dtypes filled in)."""
+
+    tp: int
+    ep: int
+    dtype: str
+    expert_dtype: str
+    kv_dtype: str
+    cuda_graphs: bool
+    expert_overlap: float
+    dp_attention: bool
+
+    @property
+    def weights_label(self) -> str:
+        """'bf16 weights', or 'bf16 weights, mxfp4 experts' when the routed experts are stored in another format."""
+        if self.expert_dtype and self.expert_dtype != self.dtype:
+            return f"{self.dtype} weights, {self.expert_dtype} experts"
+        return f"{self.dtype} weights"
+
+
+@dataclass(frozen=True)
+class EngineRow:
+    term: str
+    time_s: float
+    note: str
+
+
+@dataclass(frozen=True)
+class EngineView:
+    """The engine's terms of one step; with no engine only name (None), no rows and zero time."""
+
+    name: Optional[str]
+    rows: tuple[EngineRow, ...]
+    time_s: float
+    cuda_graph: Optional[str] = field(default=None, metadata=_OMIT_NONE)
+    verify_padded_tokens: Optional[float] = field(default=None, metadata=_OMIT_NONE)
+    verify_graphed: Optional[bool] = field(default=None, metadata=_OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """Memory per GPU (bytes)."""
+
+    used_bytes: float
+    capacity_bytes: float
+    weights_bytes: float
+    kv_bytes: float
+    activation_bytes: float
+    draft_bytes: float
+    feasible: bool
+
+
+@dataclass(frozen=True)
+class ExplainView:
+    """The per-operator breakdown of one scalar step: what ``dsdsim explain`` shows and writes as JSON."""
+
+    model: str
+    hardware: str
+    deployment: DeploymentView
+    drafter: Optional[str]
+    batch_size: int
+    k: int
+    context: int
+    verify: PhaseView
+    draft: PhaseView
+    overhead_s: float
+    step_time_s: float
+    engine: EngineView
+    experts_touched: Optional[float]              # per MoE layer in the verify pass; None for dense models
+    num_experts: Optional[int]
+    memory: MemoryView
+
+    def to_dict(self) -> dict:
+        return json_plain(self)
+
+    def to_json(self) -> str:
+        """The documented JSON contract of ``dsdsim explain --format json``."""
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def pass_rows(p: PassCost, step_time: float, hw_bandwidth: float = 0.0) -> list[OpRow]:
     """One row per operator (scalar step): name, count, FLOPs, bytes, intensity, time, bound, share."""
     rows = []
     for t in p.op_times:
@@ -63,73 +211,71 @@ def pass_rows(p: PassCost, step_time: float, hw_bandwidth: float = 0.0) -> list[
         nbytes = _scalar(t.op.bytes) * count
         time_s = _scalar(t.time_s)
         per_call = time_s / count if count else 0.0
-        rows.append({
-            "name": t.op.name, "kind": t.op.kind.value, "count": count, "flops": flops, "bytes": nbytes,
-            "comm_bytes": _scalar(t.op.comm_bytes) * count,
-            "intensity_flop_per_byte": flops / nbytes if nbytes else None, "time_s": time_s,
-            "bound": t.bound_at().value, "share": time_s / step_time if step_time else 0.0,
-            # kernel-shape terms: the fraction of datasheet bandwidth the operator reaches, and the time spent
-            # in fixed costs (launch gaps, kernel floors, per-call latencies, host) and in the GEMM transition
-            "bandwidth_fraction": (_scalar(t.op.bytes) / (per_call * hw_bandwidth)) if per_call and hw_bandwidth
+        rows.append(OpRow(
+            name=t.op.name, kind=t.op.kind.value, count=count, flops=flops, bytes=nbytes,
+            comm_bytes=_scalar(t.op.comm_bytes) * count,
+            intensity_flop_per_byte=flops / nbytes if nbytes else None, time_s=time_s,
+            bound=t.bound_at().value, share=time_s / step_time if step_time else 0.0,
+            bandwidth_fraction=(_scalar(t.op.bytes) / (per_call * hw_bandwidth)) if per_call and hw_bandwidth
             else None,
-            "overhead_s": _scalar(t.overhead_s), "transition_s": _scalar(t.transition_per) * count,
-            "kernel": t.op.kernel.value,
-        })
+            overhead_s=_scalar(t.overhead_s), transition_s=_scalar(t.transition_per) * count,
+            kernel=t.op.kernel.value,
+        ))
     return rows
 
 
-def explain_dict(step: StepCost) -> dict:
+def explain_step(step: StepCost) -> ExplainView:
+    """The typed breakdown of one scalar step."""
     total = _scalar(step.step_time_s)
 
-    def phase(p: PassCost) -> dict:
-        return {"ops": pass_rows(p, total, step.hardware.bandwidth),
-                "totals": {"flops": _scalar(p.flops), "bytes": _scalar(p.bytes), "time_s": _scalar(p.time_s)}}
+    def phase(p: PassCost) -> PhaseView:
+        return PhaseView(ops=tuple(pass_rows(p, total, step.hardware.bandwidth)),
+                         totals=PhaseTotals(flops=_scalar(p.flops), bytes=_scalar(p.bytes), time_s=_scalar(p.time_s)))
 
     touched: Optional[float] = None if step.experts_touched is None else _scalar(step.experts_touched)
     moe = step.model.moe_ffn
     mem = step.memory
-    return {
-        "model": step.model.name, "hardware": step.hardware.name,
-        "deployment": deployment_dict(step.model, step.deployment),
-        "drafter": step.drafter.label if step.drafter else None,
-        "batch_size": int(_scalar(step.batch)), "k": int(_scalar(step.k)), "context": int(_scalar(step.context)),
-        "verify": phase(step.verify), "draft": phase(step.draft),
-        "overhead_s": _scalar(step.overhead_s), "step_time_s": total, "engine": engine_dict(step),
-        "experts_touched": touched, "num_experts": moe.num_experts if moe else None,
-        "memory": {"used_bytes": _scalar(mem.used_bytes), "capacity_bytes": mem.capacity_bytes,
-                   "weights_bytes": mem.weights_bytes, "kv_bytes": _scalar(mem.kv_bytes),
-                   "activation_bytes": _scalar(mem.activation_bytes), "draft_bytes": _scalar(mem.draft_bytes),
-                   "feasible": bool(np.asarray(mem.feasible).reshape(-1)[0])},
-    }
+    return ExplainView(
+        model=step.model.name, hardware=step.hardware.name,
+        deployment=deployment_view(step.model, step.deployment),
+        drafter=step.drafter.label if step.drafter else None,
+        batch_size=int(_scalar(step.batch)), k=int(_scalar(step.k)), context=int(_scalar(step.context)),
+        verify=phase(step.verify), draft=phase(step.draft),
+        overhead_s=_scalar(step.overhead_s), step_time_s=total, engine=engine_view(step),
+        experts_touched=touched, num_experts=moe.num_experts if moe else None,
+        memory=MemoryView(used_bytes=_scalar(mem.used_bytes), capacity_bytes=mem.capacity_bytes,
+                          weights_bytes=mem.weights_bytes, kv_bytes=_scalar(mem.kv_bytes),
+                          activation_bytes=_scalar(mem.activation_bytes), draft_bytes=_scalar(mem.draft_bytes),
+                          feasible=bool(np.asarray(mem.feasible).reshape(-1)[0])),
+    )
 
 
-def engine_dict(step: StepCost) -> dict:
+def engine_view(step: StepCost) -> EngineView:
     """The engine's terms of one (scalar) step as their own rows, so a reader sees where the time goes."""
     eng, et = step.engine, step.engine_time
     if eng is None or et is None:
-        return {"name": None, "rows": [], "time_s": 0.0}
+        return EngineView(name=None, rows=(), time_s=0.0)
     b, q = _scalar(step.batch), _scalar(step.verify_tokens)
     padded, graphed = _scalar(step.verify_padded_tokens), bool(np.asarray(step.verify_graphed).reshape(-1)[0])
     hidden = _scalar(et.host_s) - _scalar(et.host_exposed_s)
-    rows = [
-        {"term": "host (scheduling, inputs, outputs)", "time_s": _scalar(et.host_exposed_s),
-         "note": f"{_scalar(et.host_s) * 1e6:.0f} us per step, {hidden * 1e6:.0f} us hidden behind device time"},
-        {"term": "speculative fixed cost", "time_s": _scalar(et.spec_fixed_s), "note": "per speculative step"},
-        {"term": "draft passes (beyond kernels)", "time_s": _scalar(et.draft_passes_s),
-         "note": f"{_scalar(step.draft_passes):g} passes"},
-        {"term": "rejection sampling", "time_s": _scalar(et.rejection_s), "note": f"{b * q:g} verified tokens"},
-    ]
+    rows = (
+        EngineRow("host (scheduling, inputs, outputs)", _scalar(et.host_exposed_s),
+                  f"{_scalar(et.host_s) * 1e6:.0f} us per step, {hidden * 1e6:.0f} us hidden behind device time"),
+        EngineRow("speculative fixed cost", _scalar(et.spec_fixed_s), "per speculative step"),
+        EngineRow("draft passes (beyond kernels)", _scalar(et.draft_passes_s), f"{_scalar(step.draft_passes):g} passes"),
+        EngineRow("rejection sampling", _scalar(et.rejection_s), f"{b * q:g} verified tokens"),
+    )
     if graphed:
         pad = (f"verify replays a CUDA graph for {padded:g} tokens ({b * q:g} padded)" if padded > b * q
                else "verify replays a CUDA graph (no padding)")
     else:
         pad = "verify runs eager (past the largest CUDA-graph capture size, or --eager)"
-    return {"name": eng.name, "rows": rows, "time_s": _scalar(et.added_s), "cuda_graph": pad,
-            "verify_padded_tokens": padded, "verify_graphed": graphed}
+    return EngineView(name=eng.name, rows=rows, time_s=_scalar(et.added_s), cuda_graph=pad,
+                      verify_padded_tokens=padded, verify_graphed=graphed)
 
 
-def deployment_dict(model: ModelSpec, d) -> dict:
+def deployment_view(model: ModelSpec, d) -> DeploymentView:
     """The deployment as resolved for this model (checkpoint dtypes filled in)."""
-    return {"tp": d.tp, "ep": d.ep, "dtype": d.weight_dtype(model).value,
-            "expert_dtype": d.routed_expert_dtype(model).value, "kv_dtype": d.kv_dtype.value,
-            "cuda_graphs": d.cuda_graphs, "expert_overlap": d.expert_overlap, "dp_attention": d.dp_attention}
+    return DeploymentView(tp=d.tp, ep=d.ep, dtype=d.weight_dtype(model).value,
+                          expert_dtype=d.routed_expert_dtype(model).value, kv_dtype=d.kv_dtype.value,
+                          cuda_graphs=d.cuda_graphs, expert_overlap=d.expert_overlap, dp_attention=d.dp_attention)

@@ -59,7 +59,7 @@ def explain(
     """
     from dsdsim.cost.step import simulate_step
     from dsdsim.export.render import explain_view
-    from dsdsim.report import explain_dict
+    from dsdsim.report import explain_step
 
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
@@ -76,9 +76,9 @@ def explain(
     elif d is not None and d.tree is not None:
         k = d.tree.steps              # the tree, whatever K >= 1 was asked for
     step = simulate_step(model, hardware, dep, d, batch, k, context, engine=engine)
-    data = explain_dict(step)
+    data = explain_step(step)
     if fmt is ShowFormat.json:
-        return emit(to_json(data), output)
+        return emit(data.to_json(), output)
     show_or_write(explain_view(data), output)
 
 

@@ -54,8 +54,7 @@ def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     we = dep.routed_expert_dtype(model).bytes_per_element
     h = model.hidden_size
     # routed expert matrices in the expert format (their biases, as gpt-oss stores them, stay in the weight format)
-    routed = sum(layer.ffn.num_experts * 3 * h * layer.ffn.expert_intermediate_size
-                 for layer in model.layers if layer.ffn.kind is FFNKind.moe)
+    routed = sum(layer.ffn.routed_matrix_params(h) for layer in model.layers)
     whole = whole_params(model, dep)
     return whole * w + ((model.params_total - routed - whole) * w + routed * we) / dep.tp
 

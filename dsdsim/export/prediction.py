@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from dsdsim.errors import DsdsimError
+from dsdsim.report import DeploymentView, deployment_view, json_plain
+
+_OMIT_NONE = {"omit_none": True}
 
 if TYPE_CHECKING:
     from dsdsim.policy.predict import Prediction
@@ -32,55 +36,150 @@ def _num(x):
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
 
-def prediction_dict(p: "Prediction") -> dict:
-    """The documented JSON contract (downstream tools and notebooks rely on these keys)."""
-    from dsdsim.report import deployment_dict
+@dataclass(frozen=True)
+class RowView:
+    """One batch size of a prediction, non-finite numbers as None; ``draft`` ("tree" or "plain") only with a tree."""
 
+    batch_size: int
+    k: Optional[int]
+    tau: Optional[float]
+    step_ms: Optional[float]
+    itl_ms: Optional[float]
+    tokens_per_s: Optional[float]
+    speedup_vs_vanilla: Optional[float]
+    speedup_vs_fixed_k: Optional[float]
+    feasible: bool
+    draft: Optional[str] = field(default=None, metadata=_OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class EngineRef:
+    name: Optional[str]
+    source: Optional[str]
+
+
+@dataclass(frozen=True)
+class AcceptanceView:
+    alpha: tuple[float, ...]                      # per-position acceptance of a chain; empty for a tree
+    measured_positions: int
+    mean_acceptance_length: Optional[float] = field(default=None, metadata=_OMIT_NONE)   # trees only
+    source: Optional[str] = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class DraftTreeView:
+    steps: int
+    topk: int
+    tokens: int
+    verify_tokens_per_sequence: int
+    k_in_rows: int
+
+
+@dataclass(frozen=True)
+class KTableView:
+    ranges: tuple[tuple[int, int, int], ...]     # (first batch, last batch, K)
+    distinct_k: tuple[int, ...]
+    mean_goodput_loss: float
+    max_goodput_loss: float
+
+
+@dataclass(frozen=True)
+class GridView:
+    k_values: tuple[int, ...]
+    batch_sizes: tuple[int, ...]
+    tau: tuple[float, ...]
+    step_ms: tuple[tuple[Optional[float], ...], ...]   # (K, B), None where infeasible
+
+
+@dataclass(frozen=True)
+class RobustView:
+    k_per_batch: tuple[int, ...]
+    band: tuple[float, float]
+    regret_low_edge_max: Optional[float]
+    regret_high_edge_max: Optional[float]
+
+
+@dataclass(frozen=True)
+class PredictionView:
+    """A Prediction as the documented JSON contract (downstream tools and notebooks rely on these keys)."""
+
+    model: str
+    hardware: str
+    engine: EngineRef
+    deployment: DeploymentView
+    drafter: str
+    acceptance: AcceptanceView
+    draft_tree: Optional[DraftTreeView]
+    context: int
+    fixed_k: int
+    rows: tuple[RowView, ...]
+    table: KTableView
+    grid: GridView
+    notes: tuple[str, ...]
+    robust: Optional[RobustView] = field(default=None, metadata=_OMIT_NONE)
+
+    @classmethod
+    def from_prediction(cls, p: "Prediction") -> "PredictionView":
+        return _prediction_view(p)
+
+    def to_dict(self) -> dict:
+        return json_plain(self)
+
+    def to_json(self) -> str:
+        """The JSON of ``dsdsim predict --format json``."""
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def _prediction_view(p: "Prediction") -> PredictionView:
     s = p.setup
-    dep = s.deployment
-    rows = [_row_dict(p, r) for r in p.rows]
-    step_ms = [[_num(float(p.step_s[i, j] * 1e3)) if p.feasible[i, j] else None for j in range(len(p.batch_sizes))]
-               for i in range(len(p.k_values))]
-    out = {
-        "model": s.model.name, "hardware": s.hardware.name,
-        "engine": {"name": s.engine.name if s.engine is not None else None, "source": s.engine_source},
-        "deployment": deployment_dict(s.model, dep),
-        "drafter": s.drafter.label,
-        "acceptance": _acceptance_dict(p),
-        "draft_tree": None if p.tree is None else {
-            "steps": p.tree.steps, "topk": p.tree.topk, "tokens": p.tree.tokens,
-            "verify_tokens_per_sequence": p.tree.tokens + 1, "k_in_rows": p.tree.steps},
-        "context": p.context, "fixed_k": p.fixed_k,
-        "rows": rows,
-        "table": {"ranges": [list(r) for r in p.ranges()], "distinct_k": list(p.table.k_set),
-                  "mean_goodput_loss": p.table.mean_goodput_loss, "max_goodput_loss": p.table.max_goodput_loss},
-        "grid": {"k_values": [int(k) for k in p.k_values], "batch_sizes": [int(b) for b in p.batch_sizes],
-                 "tau": [float(t) for t in p.tau], "step_ms": step_ms},
-        "notes": p.notes,
-    }
+    step_ms = tuple(tuple(_num(float(p.step_s[i, j] * 1e3)) if p.feasible[i, j] else None
+                          for j in range(len(p.batch_sizes))) for i in range(len(p.k_values)))
+    robust = None
     if p.robust is not None:
-        out["robust"] = {"k_per_batch": [int(k) for k in p.robust.k_per_batch],
-                         "band": list(p.robust.band),
-                         "regret_low_edge_max": _num(float(_nanmax(p.robust.regret_low))),
-                         "regret_high_edge_max": _num(float(_nanmax(p.robust.regret_high)))}
-    return out
+        robust = RobustView(k_per_batch=tuple(int(k) for k in p.robust.k_per_batch), band=tuple(p.robust.band),
+                            regret_low_edge_max=_num(float(_nanmax(p.robust.regret_low))),
+                            regret_high_edge_max=_num(float(_nanmax(p.robust.regret_high))))
+    return PredictionView(
+        model=s.model.name, hardware=s.hardware.name,
+        engine=EngineRef(name=s.engine.name if s.engine is not None else None, source=s.engine_source),
+        deployment=deployment_view(s.model, s.deployment),
+        drafter=s.drafter.label,
+        acceptance=_acceptance_view(p),
+        draft_tree=None if p.tree is None else DraftTreeView(
+            steps=p.tree.steps, topk=p.tree.topk, tokens=p.tree.tokens,
+            verify_tokens_per_sequence=p.tree.tokens + 1, k_in_rows=p.tree.steps),
+        context=p.context, fixed_k=p.fixed_k,
+        rows=tuple(_row_view(p, r) for r in p.rows),
+        table=KTableView(ranges=tuple(tuple(r) for r in p.ranges()), distinct_k=tuple(p.table.k_set),
+                         mean_goodput_loss=p.table.mean_goodput_loss, max_goodput_loss=p.table.max_goodput_loss),
+        grid=GridView(k_values=tuple(int(k) for k in p.k_values), batch_sizes=tuple(int(b) for b in p.batch_sizes),
+                      tau=tuple(float(t) for t in p.tau), step_ms=step_ms),
+        notes=tuple(p.notes), robust=robust,
+    )
 
 
-def _row_dict(p: "Prediction", r) -> dict:
-    out = {k: _num(v) for k, v in r.__dict__.items()}
-    if p.tree is not None:
-        out["draft"] = None if r.k is None else ("tree" if r.k > 0 else "plain")
-    return out
+def prediction_dict(p: "Prediction") -> dict:
+    """The documented JSON contract as plain data (``PredictionView.from_prediction(p).to_dict()``)."""
+    return PredictionView.from_prediction(p).to_dict()
 
 
-def _acceptance_dict(p: "Prediction") -> dict:
+def _row_view(p: "Prediction", r) -> RowView:
+    values = {f.name: _num(getattr(r, f.name)) for f in fields(r)}
+    draft = None
+    if p.tree is not None and r.k is not None:
+        draft = "tree" if r.k > 0 else "plain"
+    return RowView(**values, draft=draft)
+
+
+def _acceptance_view(p: "Prediction") -> AcceptanceView:
     k_max = int(p.k_values.max())
     a = p.acceptance
     if p.tree is not None:      # a TreeAcceptance: one measured length, no per-position chain alpha
-        return {"alpha": [], "measured_positions": 0, "mean_acceptance_length": a.length, "source": a.source,
-                "description": a.describe(k_max)}
-    return {"alpha": [float(x) for x in a.alpha_at(k_max)], "measured_positions": len(a.alpha),
-            "source": a.source, "description": a.describe(k_max)}
+        return AcceptanceView(alpha=(), measured_positions=0, mean_acceptance_length=a.length, source=a.source,
+                              description=a.describe(k_max))
+    return AcceptanceView(alpha=tuple(float(x) for x in a.alpha_at(k_max)), measured_positions=len(a.alpha),
+                          source=a.source, description=a.describe(k_max))
 
 
 def _nanmax(a):
@@ -93,7 +192,7 @@ def _nanmax(a):
 def prediction_csv(p: "Prediction") -> str:
     from dsdsim.export.engines import table_csv
 
-    return table_csv([_row_dict(p, r) for r in p.rows])
+    return table_csv([json_plain(_row_view(p, r)) for r in p.rows])
 
 
 def render(p: "Prediction", fmt: PredictFormat) -> str:
@@ -101,7 +200,7 @@ def render(p: "Prediction", fmt: PredictFormat) -> str:
     from dsdsim.export import engines
 
     if fmt is PredictFormat.json:
-        return json.dumps(prediction_dict(p), indent=2)
+        return PredictionView.from_prediction(p).to_json()
     if fmt is PredictFormat.csv:
         return prediction_csv(p)
     ranges = p.ranges()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 if TYPE_CHECKING:
     from dsdsim.policy.predict import Prediction
+    from dsdsim.report import ExplainView
 
 
 # --- JSON ---------------------------------------------------------------------------------------------
@@ -145,59 +146,49 @@ _UNIT_OF_PARENT = {
 # --- explain ------------------------------------------------------------------------------------------
 
 
-def explain_view(data: dict):
-    """The per-operator breakdown of one step (from report.explain_dict) as header, tables and footer."""
+def explain_view(data: "ExplainView"):
+    """The per-operator breakdown of one step (a report.ExplainView) as header, tables and footer."""
     from rich.console import Group
     from rich.table import Table
 
     from dsdsim.units import format_si
 
-    dep = data["deployment"]
-    eng = data.get("engine") or {}
-    parts: list = [f"[bold]{data['model']}[/bold] on {data['hardware']} (tp {dep['tp']}, ep {dep['ep']}, "
-                   f"{weights_label(dep)}, {dep['kv_dtype']} KV) — drafter {data['drafter']}, "
-                   f"B={data['batch_size']}, K={data['k']}, context {data['context']}, engine {eng.get('name')}"]
-    for phase in ("draft", "verify"):
-        ops = data[phase]["ops"]
-        if not ops:
+    dep, eng = data.deployment, data.engine
+    parts: list = [f"[bold]{data.model}[/bold] on {data.hardware} (tp {dep.tp}, ep {dep.ep}, "
+                   f"{dep.weights_label}, {dep.kv_dtype} KV) — drafter {data.drafter}, "
+                   f"B={data.batch_size}, K={data.k}, context {data.context}, engine {eng.name}"]
+    for name, phase in (("draft", data.draft), ("verify", data.verify)):
+        if not phase.ops:
             continue
-        t = Table(title=f"{phase} ({format_si(data[phase]['totals']['time_s'], 's')})")
+        t = Table(title=f"{name} ({format_si(phase.totals.time_s, 's')})")
         for col in ("operator", "count", "FLOPs", "bytes", "FLOP/B", "time", "fixed", "BW %", "bound", "share"):
             t.add_column(col, justify="left" if col in ("operator", "bound") else "right")
-        for r in ops:
-            ai, bw = r["intensity_flop_per_byte"], r.get("bandwidth_fraction")
-            t.add_row(r["name"], f"{r['count']:g}", format_si(r["flops"]), format_si(r["bytes"] + r["comm_bytes"], "B"),
-                      "-" if ai is None else f"{ai:.1f}", format_si(r["time_s"], "s"), format_si(r["overhead_s"], "s"),
-                      "-" if not bw or r["comm_bytes"] else f"{100 * bw:.0f}", r["bound"], f"{100 * r['share']:.1f}%")
+        for r in phase.ops:
+            ai, bw = r.intensity_flop_per_byte, r.bandwidth_fraction
+            t.add_row(r.name, f"{r.count:g}", format_si(r.flops), format_si(r.bytes + r.comm_bytes, "B"),
+                      "-" if ai is None else f"{ai:.1f}", format_si(r.time_s, "s"), format_si(r.overhead_s, "s"),
+                      "-" if not bw or r.comm_bytes else f"{100 * bw:.0f}", r.bound, f"{100 * r.share:.1f}%")
         parts.append(t)
-    if eng.get("rows"):
-        t = Table(title=f"engine {eng['name']} ({format_si(eng['time_s'], 's')})")
+    if eng.rows:
+        t = Table(title=f"engine {eng.name} ({format_si(eng.time_s, 's')})")
         for col in ("term", "time", "note"):
             t.add_column(col, justify="right" if col == "time" else "left")
-        for r in eng["rows"]:
-            t.add_row(r["term"], format_si(r["time_s"], "s"), r["note"])
-        t.add_row("CUDA graph", "-", eng["cuda_graph"])
+        for r in eng.rows:
+            t.add_row(r.term, format_si(r.time_s, "s"), r.note)
+        t.add_row("CUDA graph", "-", eng.cuda_graph)
         parts.append(t)
-    mem = data["memory"]
-    parts.append(f"fixed overheads {format_si(data['overhead_s'], 's')}; step time "
-                 f"[bold]{format_si(data['step_time_s'], 's')}[/bold]")
-    if data["experts_touched"] is not None:
-        parts.append(f"experts touched per MoE layer (verify): {data['experts_touched']:.1f} of {data['num_experts']}")
-    parts.append(f"memory per GPU: {format_si(mem['used_bytes'], 'B')} of {format_si(mem['capacity_bytes'], 'B')} "
-                 f"usable (weights {format_si(mem['weights_bytes'], 'B')}, KV {format_si(mem['kv_bytes'], 'B')}) — "
-                 + ("fits" if mem["feasible"] else "[red]DOES NOT FIT[/red]"))
+    mem = data.memory
+    parts.append(f"fixed overheads {format_si(data.overhead_s, 's')}; step time "
+                 f"[bold]{format_si(data.step_time_s, 's')}[/bold]")
+    if data.experts_touched is not None:
+        parts.append(f"experts touched per MoE layer (verify): {data.experts_touched:.1f} of {data.num_experts}")
+    parts.append(f"memory per GPU: {format_si(mem.used_bytes, 'B')} of {format_si(mem.capacity_bytes, 'B')} "
+                 f"usable (weights {format_si(mem.weights_bytes, 'B')}, KV {format_si(mem.kv_bytes, 'B')}) — "
+                 + ("fits" if mem.feasible else "[red]DOES NOT FIT[/red]"))
     return Group(*parts)
 
 
 # --- predict ------------------------------------------------------------------------------------------
-
-
-def weights_label(dep: dict) -> str:
-    """'bf16 weights', or 'bf16 weights, mxfp4 experts' when the routed experts are stored in another format."""
-    expert = dep.get("expert_dtype")
-    if expert and expert != dep["dtype"]:
-        return f"{dep['dtype']} weights, {expert} experts"
-    return f"{dep['dtype']} weights"
 
 
 def display_batches(p: "Prediction") -> list[int]:
@@ -215,15 +206,15 @@ def prediction_view(p: "Prediction"):
     from rich.console import Group
     from rich.table import Table
 
-    from dsdsim.export.prediction import prediction_dict
+    from dsdsim.export.prediction import PredictionView
 
-    d = prediction_dict(p)
-    dep = d["deployment"]
-    parts: list = [f"[bold]{d['model']}[/bold] on [bold]{d['hardware']}[/bold] (tp {dep['tp']}, ep {dep['ep']}, "
-                   f"{weights_label(dep)}, {dep['kv_dtype']} KV), drafter [bold]{d['drafter']}[/bold], context "
-                   f"{d['context']}, engine [bold]{d['engine']['name']}[/bold]",
-                   f"acceptance: {d['acceptance']['description']}"]
-    rows = {r["batch_size"]: r for r in d["rows"]}
+    d = PredictionView.from_prediction(p)
+    dep = d.deployment
+    parts: list = [f"[bold]{d.model}[/bold] on [bold]{d.hardware}[/bold] (tp {dep.tp}, ep {dep.ep}, "
+                   f"{dep.weights_label}, {dep.kv_dtype} KV), drafter [bold]{d.drafter}[/bold], context "
+                   f"{d.context}, engine [bold]{d.engine.name}[/bold]",
+                   f"acceptance: {d.acceptance.description}"]
+    rows = {r.batch_size: r for r in d.rows}
     shown = display_batches(p)
     tree = p.tree
     if tree is None:
@@ -241,31 +232,32 @@ def prediction_view(p: "Prediction"):
         return "-" if x is None else format(x, spec)
 
     def k_cell(r):
-        return r["draft"] if tree is not None and r["k"] is not None else f(r["k"], "d")
+        return r.draft if tree is not None and r.k is not None else f(r.k, "d")
 
     for b in shown:
         r = rows[b]
-        t.add_row(str(b), k_cell(r), f(r["tau"], ".2f"), f(r["step_ms"], ".2f"), f(r["itl_ms"], ".2f"),
-                  f(r["tokens_per_s"], ",.0f"), f(r["speedup_vs_vanilla"], ".2f") + ("x" if r["k"] is not None and
-                  r["speedup_vs_vanilla"] is not None else ""),
-                  f(r["speedup_vs_fixed_k"], ".2f") + ("x" if r["speedup_vs_fixed_k"] is not None else ""),
-                  "yes" if r["feasible"] else "[red]no[/red]")
+        t.add_row(str(b), k_cell(r), f(r.tau, ".2f"), f(r.step_ms, ".2f"), f(r.itl_ms, ".2f"),
+                  f(r.tokens_per_s, ",.0f"), f(r.speedup_vs_vanilla, ".2f") + ("x" if r.k is not None and
+                  r.speedup_vs_vanilla is not None else ""),
+                  f(r.speedup_vs_fixed_k, ".2f") + ("x" if r.speedup_vs_fixed_k is not None else ""),
+                  "yes" if r.feasible else "[red]no[/red]")
     parts.append(t)
     if tree is None:
-        parts.append("K table (vLLM num_speculative_tokens_per_batch_size): " + json.dumps(d["table"]["ranges"]))
+        parts.append("K table (vLLM num_speculative_tokens_per_batch_size): "
+                     + json.dumps([list(r) for r in d.table.ranges]))
     else:
         parts.append(f"tree ({tree.steps} draft passes over top-{tree.topk}, {tree.tokens + 1} verify tokens per "
                      "sequence) at batch sizes " + json.dumps([[s, e] for s, e, k in p.ranges() if k > 0])
                      + f"; K = {tree.steps} stands for the tree in json/csv (with a 'draft' column)")
     if p.table.mean_goodput_loss:
-        parts.append(f"compressed to {len(d['table']['distinct_k'])} distinct K: mean goodput given up "
+        parts.append(f"compressed to {len(d.table.distinct_k)} distinct K: mean goodput given up "
                      f"{100 * p.table.mean_goodput_loss:.2f}%, worst batch {100 * p.table.max_goodput_loss:.2f}%")
-    if "robust" in d:
-        r = d["robust"]
-        parts.append(f"robust K over acceptance band {r['band'][0]} .. {r['band'][1]}: worst regret at the low edge "
-                     f"{100 * (r['regret_low_edge_max'] or 0):.1f}%, high edge "
-                     f"{100 * (r['regret_high_edge_max'] or 0):.1f}%")
-    for note in d["notes"]:
+    if d.robust is not None:
+        r = d.robust
+        parts.append(f"robust K over acceptance band {r.band[0]} .. {r.band[1]}: worst regret at the low edge "
+                     f"{100 * (r.regret_low_edge_max or 0):.1f}%, high edge "
+                     f"{100 * (r.regret_high_edge_max or 0):.1f}%")
+    for note in d.notes:
         if not note.startswith("acceptance:"):   # already in the header
             parts.append(f"note: {note}")
     parts.append("Paste into vLLM: dsdsim predict ... --format vllm   (also sglang, trtllm, json, csv)" if tree is None

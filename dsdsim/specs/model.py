@@ -102,6 +102,11 @@ class Attention(BaseModel):
         return n
 
 
+def swiglu_matrix_params(hidden: int, width: int) -> int:
+    """Gate and up (h -> I) and down (I -> h): 3*h*I elements, biases excluded."""
+    return 3 * hidden * width
+
+
 class FFN(BaseModel):
     model_config = _FROZEN
     kind: FFNKind
@@ -127,7 +132,13 @@ class FFN(BaseModel):
         return self
 
     def _swiglu(self, h: int, width: int) -> int:
-        return 3 * h * width + ((2 * width + h) if self.bias else 0)
+        return swiglu_matrix_params(h, width) + ((2 * width + h) if self.bias else 0)
+
+    def routed_matrix_params(self, hidden: int) -> int:
+        """The routed experts' matrices without their biases (what an expert format such as MXFP4 stores)."""
+        if self.kind is FFNKind.dense:
+            return 0
+        return self.num_experts * swiglu_matrix_params(hidden, self.expert_intermediate_size)
 
     def params(self, hidden: int) -> int:
         h = hidden
