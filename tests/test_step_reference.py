@@ -47,3 +47,21 @@ def test_grid_matches_the_reference(case):
     t, ok = step_time_grid(None, None, batch_sizes=BATCHES, k_values=k_values(case[4]), contexts=CONTEXTS, setup=s)
     np.testing.assert_allclose(t, REF[case[0]]["grid"], rtol=RTOL, atol=0)
     assert np.array_equal(ok, REF[case[0]]["grid_ok"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_one_point_in_floats_equals_the_same_point_in_arrays(case):
+    """A single point runs in Python floats (dsdsim.cost.num), a grid in numpy arrays: the same equations, so the
+    same figures at random points."""
+    s = setup_of(case)
+    rng = np.random.default_rng(12)
+    ks = k_values(case[4])
+    for _ in range(25):
+        b, k, c = int(rng.integers(1, 2048)), int(rng.choice(ks)), float(rng.integers(0, 40000))
+        one = simulate_step(None, None, setup=s, batch=b, k=k, context=c)
+        arr = simulate_step(None, None, setup=s, batch=np.array([b]), k=np.array([k]), context=np.array([c]))
+        where = f"{case[0]} B={b} K={k} c={c}"
+        for got, want in ((one.step_time_s, arr.step_time_s), (one.verify.time_s, arr.verify.time_s),
+                          (one.draft.time_s, arr.draft.time_s), (one.memory.used_bytes, arr.memory.used_bytes)):
+            assert float(got) == pytest.approx(float(np.ravel(want)[0]), rel=RTOL, abs=0), where
+        assert bool(one.feasible) == bool(np.ravel(arr.feasible)[0]), where
