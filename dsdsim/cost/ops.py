@@ -117,7 +117,11 @@ def pad_rows(m, tile: int):
     tile on Hopper). Above one tile, libraries choose among tile shapes, so finer quantisation is not modelled
     (it would make cost jump non-monotonically with m). m = 0 (an absent op) stays 0."""
     m = num(m)
-    return where(m > 0, maximum(m, tile), 0.0) if tile > 1 else m
+    if tile <= 1:
+        return m
+    if isinstance(m, np.ndarray) and m.size and m.min() > 0:
+        return np.maximum(m, tile)      # no absent op among them: the same values, two grid passes fewer
+    return where(m > 0, maximum(m, tile), 0.0)
 
 
 def gemm(name: str, m, k: int, n: int, w_dtype: DType, act_dtype: DType, tile_m: int = 1,

@@ -10,6 +10,7 @@ is its kernels plus the drafter's hand-off, as before engine specs existed. A ha
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -39,8 +40,9 @@ class PassCost:
 
     op_times: list[OpTime]
 
-    @property
+    @functools.cached_property
     def time_s(self) -> np.ndarray:
+        """Sum of the operator times (worked out once: the step time and the engine's terms both read it)."""
         return total_time(self.op_times)
 
     @property

@@ -32,7 +32,8 @@ class OpTime:
 
     The split is kept per occurrence (``*_per``) and scaled by ``count`` only when asked for: a grid sweep
     needs ``time_s`` alone. ``overhead_per`` holds launch gaps, host time, fixed per-call latencies and the
-    time a kernel floor adds; ``transition_per`` the time the smooth GEMM transition adds above max(t_c, t_m).
+    time a kernel floor adds; ``transition_per`` the time the smooth GEMM transition adds above max(t_c, t_m),
+    worked out when asked for (``transition_p``: the p-norm exponent where the transition applies, else None).
     """
 
     op: OpCost
@@ -41,7 +42,14 @@ class OpTime:
     comm_per: np.ndarray
     overhead_per: np.ndarray
     time_s: np.ndarray
-    transition_per: np.ndarray | float = 0.0
+    transition_p: float | None = None
+
+    @property
+    def transition_per(self) -> np.ndarray | float:
+        if self.transition_p is None:
+            return 0.0
+        return p_norm_time(self.compute_per, self.memory_per, self.transition_p) - maximum(self.compute_per,
+                                                                                            self.memory_per)
 
     @property
     def compute_s(self) -> np.ndarray:
@@ -104,7 +112,11 @@ def p_norm_time(compute_s, memory_s, p: float):
     if type(hi) is float:
         ratio = lo / hi if hi > 0 else 0.0
         return hi * (1.0 + ratio ** p) ** (1.0 / p)
-    ratio = np.divide(lo, hi, out=np.zeros(np.shape(hi)), where=np.asarray(hi) > 0)
+    hi = np.asarray(hi)
+    if hi.size and hi.min() > 0:
+        ratio = np.divide(lo, hi, out=np.empty(np.broadcast_shapes(np.shape(lo), hi.shape)))
+    else:
+        ratio = np.divide(lo, hi, out=np.zeros(np.shape(hi)), where=hi > 0)
     ratio **= p                 # hi * (1 + ratio^p)^(1/p), computed in place: the same operations in the same order
     ratio += 1.0
     ratio **= 1.0 / p
@@ -248,11 +260,11 @@ def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTime:
     if op.kind in _COLLECTIVE_KINDS and op.comm_group > 1:
         comm = collective_time(op, hw)
         memory = 0.0  # the collective's own buffer traffic hides under the link time
-    if kf is not None and op.kind in _GEMM_KINDS:
-        work = p_norm_time(compute, memory, kf.gemm_transition_p.value)
+    transition_p = kf.gemm_transition_p.value if kf is not None and op.kind in _GEMM_KINDS else None
+    if transition_p is not None:
+        work = p_norm_time(compute, memory, transition_p)
     else:
         work = maximum(compute, memory)     # a new array (or a float): the adds below may work in place
-    transition = work - maximum(compute, memory) if kf is not None and op.kind in _GEMM_KINDS else 0.0
     overhead = op.launches * launch_overhead(hw, cuda_graphs) + num(op.host_s)
     if kf is not None and op.kind is not OpKind.host and not (op.kind in _COLLECTIVE_KINDS and op.comm_group > 1):
         if op.kernel is KernelClass.fused_moe:
@@ -263,7 +275,7 @@ def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTime:
         overhead = _in_place(added, overhead, np.add)     # overhead + added (a new array: work is left as it was)
     per = _in_place(work, overhead if type(comm) is float and comm == 0.0 else comm + overhead, np.add)
     return OpTime(op=op, compute_per=compute, memory_per=memory, comm_per=comm, overhead_per=overhead,
-                  time_s=_in_place(per, count, np.multiply), transition_per=transition)
+                  time_s=_in_place(per, count, np.multiply), transition_p=transition_p)
 
 
 def _in_place(a, b, ufunc):
@@ -281,10 +293,17 @@ def total_time(op_times: list[OpTime]) -> np.ndarray:
     """Sum of operator times. Operators are summed within each array shape first (most do not depend on the
     context axis), then the few partial sums are broadcast together: the same sum, far fewer full-grid adds."""
     by_shape: dict[tuple, np.ndarray] = {}
+    owned: set[tuple] = set()        # partial sums this function made (added to in place; operators' own arrays never)
     for t in op_times:
         a = num(t.time_s)
         shape = () if type(a) is float else a.shape
-        by_shape[shape] = by_shape[shape] + a if shape in by_shape else a
+        if shape not in by_shape:
+            by_shape[shape] = a
+        elif shape in owned:
+            by_shape[shape] += a
+        else:
+            by_shape[shape] = by_shape[shape] + a
+            owned.add(shape)
     out = 0.0
     for part in by_shape.values():
         out = out + part
