@@ -7,13 +7,10 @@ costs (launches, sampling, the draft/verify hand-off) dominate at small batch an
 """
 from __future__ import annotations
 
-import numpy as np
-
-from dsdsim.cost.num import num, where, maximum, minimum
-
 from dsdsim.cost import ops
 from dsdsim.cost.layers import PassContext, head_ops, layer_ops, pass_ops
 from dsdsim.cost.memo import by_identity
+from dsdsim.cost.num import maximum, minimum, num, where
 from dsdsim.cost.ops import OpCost
 from dsdsim.errors import DsdsimError
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec

@@ -6,15 +6,13 @@ time they add to comes from ``dsdsim.cost.step``; fitting (scripts/fit_engines.p
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
-from bisect import bisect_left
-
 from dsdsim.cost.num import is_scalar, maximum, num, where
-
 from dsdsim.specs.engine import CudaGraphs, EngineParams, GraphPadding  # noqa: F401 (EngineParams re-exported)
 
 

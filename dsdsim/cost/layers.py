@@ -10,11 +10,10 @@ from typing import Optional
 
 import numpy as np
 
-from dsdsim.cost.num import num, minimum, ceil
-
 from dsdsim.cost import ops
 from dsdsim.cost.experts import check_popularity, experts_touched, experts_touched_busiest_rank
 from dsdsim.cost.memo import by_identity
+from dsdsim.cost.num import ceil, minimum, num
 from dsdsim.cost.ops import KernelClass, OpCost
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.hardware import HardwareSpec

@@ -19,11 +19,10 @@ from typing import Optional
 
 import numpy as np
 
-from dsdsim.cost.num import num, where, ceil
-
 from dsdsim.cost.drafts import drafter_weight_params, drafter_whole_params, eagle_layer
 from dsdsim.cost.layers import effective_context, kv_elements_per_token_per_rank, layer_groups
 from dsdsim.cost.memo import by_identity
+from dsdsim.cost.num import ceil, num, where
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec
 from dsdsim.specs.hardware import HardwareSpec

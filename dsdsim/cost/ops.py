@@ -12,8 +12,7 @@ from enum import Enum
 
 import numpy as np
 
-from dsdsim.cost.num import num, where, maximum, rint
-
+from dsdsim.cost.num import maximum, num, rint, where
 from dsdsim.units import DType
 
 ArrayLike = "float | np.ndarray"

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from dsdsim.cost.num import is_scalar, isfinite, maximum, minimum, num, where
-
 from dsdsim.cost.ops import Bound, KernelClass, OpCost, OpKind
 from dsdsim.specs.hardware import AllReduceAlgorithm, AllReduceTier, HardwareSpec
 
