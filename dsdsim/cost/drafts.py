@@ -7,11 +7,10 @@ costs (launches, sampling, the draft/verify hand-off) dominate at small batch an
 """
 from __future__ import annotations
 
-import numpy as np
-
 from dsdsim.cost import ops
 from dsdsim.cost.layers import PassContext, head_ops, layer_ops, pass_ops
 from dsdsim.cost.memo import by_identity
+from dsdsim.cost.num import maximum, minimum, num, where
 from dsdsim.cost.ops import OpCost
 from dsdsim.errors import DsdsimError
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec
@@ -43,8 +42,8 @@ def eagle_layer(target: ModelSpec, drafter: DrafterSpec) -> Layer:
 
 def _passes(first: list[OpCost], rest: list[OpCost], k) -> list[OpCost]:
     """First pass once when K >= 1, the single-token pass K - 1 times."""
-    k = np.asarray(k, dtype=float)
-    once, again = np.minimum(k, 1.0), np.maximum(k - 1.0, 0.0)
+    k = num(k)
+    once, again = minimum(k, 1.0), maximum(k - 1.0, 0.0)
     return [o.renamed("pass1.", once) for o in first] + [o.renamed("passN.", again) for o in rest]
 
 
@@ -53,12 +52,12 @@ def draft_ops(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, batch, k
     """All operators of the draft phase of one step (zero-count when K = 0). With a draft tree, K >= 1 means the
     tree: the first pass over the steps + 1 tokens verified last step, then steps - 1 passes over topk candidates
     per sequence."""
-    b = np.asarray(batch, dtype=float)
-    k = np.asarray(k, dtype=float)
+    b = num(batch)
+    k = num(k)
     tree = drafter.tree
     if tree is not None and drafter.kind in (DrafterKind.eagle, DrafterKind.eagle3, DrafterKind.mtp,
                                              DrafterKind.draft_model):
-        k = np.where(k > 0, float(tree.steps), 0.0)
+        k = where(k > 0, float(tree.steps), 0.0)
     q_first = k + 1.0
     h = target.hidden_size
     kind = drafter.kind
@@ -100,7 +99,7 @@ def _mtp_pass(target: ModelSpec, pc: PassContext, b, q, context, first: bool = T
     """DeepSeek MTP: enorm/hnorm, eh_proj (2h -> h), one full layer (MLA + MoE), shared head (full vocab).
     The head reads the last token of the first pass (B rows) and every candidate of later passes (B*q rows)."""
     h = target.hidden_size
-    tokens = b * np.asarray(q, dtype=float)
+    tokens = b * num(q)
     g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
     out = [ops.embedding("mtp.embed", tokens, h, pc.w_dtype, pc.act_dtype),
            ops.elementwise("mtp.enorm_hnorm", tokens, 2 * h, reads=1, writes=1, act_dtype=pc.act_dtype),
@@ -115,7 +114,7 @@ def _eagle_pass(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, b, q, 
     EAGLE-3: fc(3h->h) on fused low/mid/high features in the first pass only, a layer whose q/k/v read 2h
     (embedding ++ hidden), an own lm_head over draft_vocab_size."""
     h = target.hidden_size
-    tokens = b * np.asarray(q, dtype=float)
+    tokens = b * num(q)
     g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
     layer = eagle_layer(target, drafter)
     out = [ops.embedding("eagle.embed", tokens, h, pc.w_dtype, pc.act_dtype)]

@@ -6,11 +6,13 @@ time they add to comes from ``dsdsim.cost.step``; fitting (scripts/fit_engines.p
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
+from dsdsim.cost.num import is_scalar, maximum, num, where
 from dsdsim.specs.engine import CudaGraphs, EngineParams, GraphPadding  # noqa: F401 (EngineParams re-exported)
 
 
@@ -37,15 +39,18 @@ class EngineTime:
 def engine_time(p: EngineParams, device_s, batch, k, draft_passes, verify_tokens) -> EngineTime:
     """Engine terms for steps whose kernels take ``device_s``; batch B, K draft tokens, ``draft_passes`` passes and
     ``verify_tokens`` = q tokens per sequence in the verify pass. K = 0 is a plain step (no speculative terms)."""
-    b = np.asarray(batch, dtype=float)
-    spec = np.asarray(k, dtype=float) > 0
+    b = num(batch)
+    spec = num(k) > 0
     host = p.host_step_s + p.host_per_sequence_s * b
-    fixed = np.where(spec, p.spec_fixed_s, 0.0)
-    passes = np.where(spec, p.draft_pass_s * np.asarray(draft_passes, dtype=float), 0.0)
-    rejection = np.where(spec, p.rejection_per_token_s * b * np.asarray(verify_tokens, dtype=float), 0.0)
-    device = np.asarray(device_s, dtype=float) + fixed + passes + rejection
-    overlaps = np.where(spec, p.host_overlaps_speculative, p.host_overlaps_plain)
-    exposed = np.where(overlaps, np.maximum(host - device, 0.0), host)
+    fixed = where(spec, p.spec_fixed_s, 0.0)
+    passes = where(spec, p.draft_pass_s * num(draft_passes), 0.0)
+    rejection = where(spec, p.rejection_per_token_s * b * num(verify_tokens), 0.0)
+    device = num(device_s) + fixed + passes + rejection
+    overlaps = (bool(p.host_overlaps_speculative if spec else p.host_overlaps_plain) if isinstance(spec, bool)
+                else np.where(spec, p.host_overlaps_speculative, p.host_overlaps_plain))
+    exposed = where(overlaps, maximum(host - device, 0.0), host)
+    if is_scalar(device) and is_scalar(host) and is_scalar(exposed):
+        return EngineTime(host, exposed, fixed, passes, rejection)
     shape = np.broadcast_shapes(np.shape(device), np.shape(host), np.shape(exposed))
     return EngineTime(*(np.broadcast_to(x, shape) for x in (host, exposed, fixed, passes, rejection)))
 
@@ -60,7 +65,10 @@ def no_engine_time(shape) -> EngineTime:
 
 def _next_size(sizes: tuple[int, ...], n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the smallest capture size >= n, whether there is one)."""
-    arr = np.asarray(sizes, dtype=float)
+    if type(n) is float:
+        idx = bisect_left(sizes, n)
+        return (float(sizes[idx]), True) if idx < len(sizes) else (n, False)
+    arr = num(sizes)
     idx = np.searchsorted(arr, n, side="left")
     ok = idx < arr.size
     return np.where(ok, arr[np.minimum(idx, arr.size - 1)], n), ok
@@ -73,20 +81,25 @@ def padded_tokens(graphs: Optional[CudaGraphs], batch, tokens_per_sequence, grap
     q (padding by batch); the pass then runs S / B tokens per sequence: GEMMs and sampling see S tokens, attention
     still reads the KV cache of the B real sequences only (padding slots hold no context). Past the largest capture
     size, or a size not captured when padding is off: eager, unpadded."""
-    b = np.asarray(batch, dtype=float)
-    q = np.asarray(tokens_per_sequence, dtype=float)
-    shape = np.broadcast_shapes(b.shape, q.shape)
-    q_full = np.broadcast_to(q, shape)
+    b = num(batch)
+    q = num(tokens_per_sequence)
+    if type(b) is float and type(q) is float:      # one point: (float, bool)
+        def out(tokens, graphed):
+            return tokens, graphed
+    else:
+        shape = np.broadcast_shapes(np.shape(b), np.shape(q))
+
+        def out(tokens, graphed):
+            return np.broadcast_to(tokens, shape), np.broadcast_to(graphed, shape)
     if not graphs_on:
-        return q_full, np.zeros(shape, dtype=bool)
+        return out(q, False)
     if graphs is None or graphs.capture_sizes is None:
-        return q_full, np.ones(shape, dtype=bool)
+        return out(q, True)
     sizes = graphs.capture_sizes
     if graphs.padding is GraphPadding.tokens:
-        n = b * q
-        size, ok = _next_size(sizes, n)
-        return np.broadcast_to(np.where(ok, size / b, q), shape), np.broadcast_to(ok, shape)
+        size, ok = _next_size(sizes, b * q)
+        return out(where(ok, size / b, q), ok)
     size, ok = _next_size(sizes, b)
     if graphs.padding is GraphPadding.none:
-        return q_full, np.broadcast_to(ok & (size == b), shape)
-    return np.broadcast_to(np.where(ok, q * size / b, q), shape), np.broadcast_to(ok, shape)
+        return out(q, ok & (size == b))
+    return out(where(ok, q * size / b, q), ok)

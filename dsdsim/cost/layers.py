@@ -13,6 +13,7 @@ import numpy as np
 from dsdsim.cost import ops
 from dsdsim.cost.experts import check_popularity, experts_touched, experts_touched_busiest_rank
 from dsdsim.cost.memo import by_identity
+from dsdsim.cost.num import ceil, minimum, num
 from dsdsim.cost.ops import KernelClass, OpCost
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.hardware import HardwareSpec
@@ -84,18 +85,18 @@ def effective_context(attn: Attention, context, kv_budget: Optional[int] = None)
     """Keys a query attends to: min(c, window) on sliding layers; chunked layers use min(c, chunk), the bound
     at a chunk's end (the mean over a chunk is chunk/2; the bound keeps cost monotone in c).
     A self-speculation draft attends to at most kv_budget tokens."""
-    c = np.asarray(context, dtype=float)
+    c = num(context)
     if attn.window is not None and attn.kind in (AttentionKind.sliding, AttentionKind.chunked):
-        c = np.minimum(c, attn.window)
+        c = minimum(c, attn.window)
     if kv_budget is not None:
-        c = np.minimum(c, kv_budget)
+        c = minimum(c, kv_budget)
     return c
 
 
 def attention_ops(attn: Attention, hidden: int, batch, q, context, pc: PassContext,
                   kv_budget: Optional[int] = None, qkv_in: Optional[int] = None) -> list[OpCost]:
     """Projections, rotary, attention core and output projection for one layer (one rank)."""
-    tokens = np.asarray(batch, dtype=float) * np.asarray(q, dtype=float)
+    tokens = num(batch) * num(q)
     c_eff = effective_context(attn, context, kv_budget)
     heads = _split(attn.num_heads, pc.tp)
     k_in = qkv_in or hidden
@@ -147,8 +148,8 @@ def ffn_ops(ffn: FFN, hidden: int, batch, q, pc: PassContext) -> list[OpCost]:
     token-expert rows to the expert ranks and combines the results by all-to-all (ep > 1), or gathers and
     reduce-scatters the tokens of all ranks (ep = 1, one all-reduce's traffic); the shared experts and dense FFN
     layers run on the rank's own tokens with whole weights (SGLang --moe-dense-tp-size 1)."""
-    tokens = np.asarray(batch, dtype=float) * np.asarray(q, dtype=float)
-    local = dp_rank_batch(batch, pc) * np.asarray(q, dtype=float) if pc.dp_attention else tokens
+    tokens = num(batch) * num(q)
+    local = dp_rank_batch(batch, pc) * num(q) if pc.dp_attention else tokens
     g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
     dense_tp = 1 if pc.dp_attention else pc.tp
     if ffn.kind is FFNKind.dense:
@@ -177,7 +178,7 @@ def ffn_ops(ffn: FFN, hidden: int, batch, q, pc: PassContext) -> list[OpCost]:
 
 def dp_rank_batch(batch, pc: PassContext):
     """Sequences on the busiest rank under data-parallel attention: ceil(B / tp)."""
-    return np.ceil(np.asarray(batch, dtype=float) / pc.tp)
+    return ceil(num(batch) / pc.tp)
 
 
 def _swiglu(prefix: str, tokens, hidden: int, width: int, bias: bool, pc: PassContext, g: dict) -> list[OpCost]:
@@ -192,12 +193,12 @@ def _swiglu(prefix: str, tokens, hidden: int, width: int, bias: bool, pc: PassCo
 def layer_ops(layer: Layer, hidden: int, batch, q, context, pc: PassContext, *,
               kv_budget: Optional[int] = None, qkv_in: Optional[int] = None) -> list[OpCost]:
     """One decoder layer: norms (with residual adds), attention block, FFN block, TP all-reduces."""
-    tokens = np.asarray(batch, dtype=float) * np.asarray(q, dtype=float)
+    tokens = num(batch) * num(q)
     if pc.dp_attention:   # own sequences, all heads, no attention all-reduce
         attn_batch, attn_pc = dp_rank_batch(batch, pc), replace(pc, tp=1)
     else:
         attn_batch, attn_pc = batch, pc
-    rows = np.asarray(attn_batch, dtype=float) * np.asarray(q, dtype=float)
+    rows = num(attn_batch) * num(q)
     norm = ops.elementwise("norm+residual", rows, hidden, reads=2, writes=2, act_dtype=pc.act_dtype,
                            flops_per_element=4)
     out = [norm.renamed("input_")]
@@ -235,7 +236,7 @@ def pass_ops(model: ModelSpec, pc: PassContext, batch, q, context, *, head_rows=
 
     head_rows: rows that go through the lm_head (verify: all B*q; a draft pass: B).
     """
-    tokens = np.asarray(batch, dtype=float) * np.asarray(q, dtype=float)
+    tokens = num(batch) * num(q)
     rows = tokens if head_rows is None else head_rows
     out = [ops.embedding("embed", tokens, model.hidden_size, pc.w_dtype, pc.act_dtype)]
     for layer, count, tag in layer_groups(model):

@@ -22,6 +22,7 @@ import numpy as np
 from dsdsim.cost.drafts import drafter_weight_params, drafter_whole_params, eagle_layer
 from dsdsim.cost.layers import effective_context, kv_elements_per_token_per_rank, layer_groups
 from dsdsim.cost.memo import by_identity
+from dsdsim.cost.num import ceil, num, where
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec
 from dsdsim.specs.hardware import HardwareSpec
@@ -70,8 +71,8 @@ def whole_params(model: ModelSpec, dep: Deployment) -> int:
 def sequences_per_rank(dep: Deployment, batch) -> np.ndarray:
     """Sequences whose KV one rank caches: all B under tensor-parallel attention, ceil(B/tp) (the busiest rank)
     under data-parallel attention."""
-    b = np.asarray(batch, dtype=float)
-    return np.ceil(b / dep.tp) if dep.dp_attention else b
+    b = num(batch)
+    return ceil(b / dep.tp) if dep.dp_attention else b
 
 
 def _attention_tp(dep: Deployment) -> int:
@@ -91,11 +92,11 @@ def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, tokens_per_seq, batch) -
 
 def memory_use(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Optional[DrafterSpec], batch, k,
                context, draft_model: Optional[ModelSpec] = None) -> MemoryUse:
-    b = np.asarray(batch, dtype=float)
-    k = np.asarray(k, dtype=float)
+    b = num(batch)
+    k = num(k)
     tree = drafter.tree if drafter is not None else None
-    q = np.where(k > 0, tree.tokens + 1.0, 1.0) if tree is not None else k + 1.0   # verify tokens per sequence
-    tokens_per_seq = np.asarray(context, dtype=float) + q
+    q = where(k > 0, tree.tokens + 1.0, 1.0) if tree is not None else k + 1.0   # verify tokens per sequence
+    tokens_per_seq = num(context) + q
     weights = weight_bytes_per_gpu(model, dep)
     kv = kv_bytes_per_gpu(model, dep, tokens_per_seq, b)
     # activations of the widest layer for N = B*q tokens, plus fp32 logits (vocab-parallel) twice

@@ -12,6 +12,7 @@ from enum import Enum
 
 import numpy as np
 
+from dsdsim.cost.num import maximum, num, rint, where
 from dsdsim.units import DType
 
 ArrayLike = "float | np.ndarray"
@@ -78,7 +79,7 @@ class OpCost:
         """DRAM bytes moved by one occurrence (communication excluded)."""
         total, fresh = self.weight_bytes, False
         for part in (self.act_in_bytes, self.act_out_bytes, self.kv_read_bytes, self.kv_write_bytes):
-            if np.ndim(part) == 0 and part == 0:          # adding an exact scalar zero changes nothing: skip it
+            if (type(part) is float or np.ndim(part) == 0) and part == 0:          # adding an exact scalar zero changes nothing: skip it
                 continue
             total, fresh = _accumulate(total, part, fresh), True
         return total
@@ -114,8 +115,12 @@ def pad_rows(m, tile: int):
     """Rows a GEMM kernel computes: at least one M tile (a decode/verify GEMM with m=4 still runs a 64-row
     tile on Hopper). Above one tile, libraries choose among tile shapes, so finer quantisation is not modelled
     (it would make cost jump non-monotonically with m). m = 0 (an absent op) stays 0."""
-    m = np.asarray(m, dtype=float)
-    return np.where(m > 0, np.maximum(m, tile), 0.0) if tile > 1 else m
+    m = num(m)
+    if tile <= 1:
+        return m
+    if isinstance(m, np.ndarray) and m.size and m.min() > 0:
+        return np.maximum(m, tile)      # no absent op among them: the same values, two grid passes fewer
+    return where(m > 0, maximum(m, tile), 0.0)
 
 
 def gemm(name: str, m, k: int, n: int, w_dtype: DType, act_dtype: DType, tile_m: int = 1,
@@ -123,7 +128,7 @@ def gemm(name: str, m, k: int, n: int, w_dtype: DType, act_dtype: DType, tile_m:
     """Y[m, n] = X[m, k] @ W[k, n] (+ b). Weights are read once; X read, Y written."""
     a = act_dtype.bytes_per_element
     out = a if out_bytes_per_element is None else out_bytes_per_element
-    m = np.asarray(m, dtype=float)
+    m = num(m)
     weights = k * n * w_dtype.bytes_per_element + (n * a if bias else 0.0)
     return OpCost(
         name=name, kind=OpKind.gemm, dtype=w_dtype,
@@ -145,9 +150,9 @@ def attention(name: str, batch, q, context, num_heads: int, qk_dim: int, v_dim: 
     """
     a = act_dtype.bytes_per_element
     kvb = kv_dtype.bytes_per_element
-    b = np.asarray(batch, dtype=float)
-    q = np.asarray(q, dtype=float)
-    c = np.asarray(context, dtype=float)
+    b = num(batch)
+    q = num(q)
+    c = num(context)
     flops = 2.0 * b * q * num_heads * (qk_dim + v_dim) * (c + q)
     return OpCost(
         name=name, kind=OpKind.attention, dtype=act_dtype, flops=flops, flops_padded=flops,
@@ -168,8 +173,8 @@ def moe_experts(name: str, tokens, top_k: int, hidden: int, expert_width: int, e
     Padding: each touched expert's rows are padded to the M tile.
     """
     a = act_dtype.bytes_per_element
-    assignments = np.asarray(tokens, dtype=float) * top_k * token_share      # (token, expert) pairs here
-    touched = np.maximum(np.asarray(experts_touched, dtype=float), 1e-12)
+    assignments = num(tokens) * top_k * token_share      # (token, expert) pairs here
+    touched = maximum(num(experts_touched), 1e-12)
     per_expert_m = assignments / touched
     padded = touched * pad_rows(per_expert_m, tile_m)
     per_row_flops = 2.0 * 3 * hidden * expert_width
@@ -179,12 +184,12 @@ def moe_experts(name: str, tokens, top_k: int, hidden: int, expert_width: int, e
     return OpCost(
         name=name, kind=OpKind.moe_experts, dtype=w_dtype,
         flops=assignments * per_row_flops, flops_padded=padded * per_row_flops,
-        weight_bytes=np.asarray(experts_touched, dtype=float) * per_expert_w,
+        weight_bytes=num(experts_touched) * per_expert_w,
         # gather the routed rows in, write gate_up out and read it back, scatter the results out
         act_in_bytes=assignments * (hidden + 2 * expert_width) * a,
         act_out_bytes=assignments * (hidden + 2 * expert_width) * a,
         launches=2, experts_touched=experts_touched, kernel=KernelClass.fused_moe,
-        extra={"shape": {"tokens": np.asarray(tokens, dtype=float), "top_k": top_k, "hidden": hidden,
+        extra={"shape": {"tokens": num(tokens), "top_k": top_k, "hidden": hidden,
                          "width": expert_width, "experts_touched": experts_touched, "token_share": token_share}},
     )
 
@@ -193,7 +198,7 @@ def elementwise(name: str, rows, width: int, reads: float, writes: float, act_dt
                 flops_per_element: float = 1.0, weight_elements: int = 0) -> OpCost:
     """Norms, residual adds, rotary, activations: `reads`/`writes` vectors of `width` per row."""
     a = act_dtype.bytes_per_element
-    rows = np.asarray(rows, dtype=float)
+    rows = num(rows)
     f = rows * width * flops_per_element
     return OpCost(name=name, kind=OpKind.elementwise, dtype=act_dtype, flops=f, flops_padded=f,
                   weight_bytes=weight_elements * a, act_in_bytes=rows * width * reads * a,
@@ -203,7 +208,7 @@ def elementwise(name: str, rows, width: int, reads: float, writes: float, act_dt
 
 def embedding(name: str, tokens, hidden: int, w_dtype: DType, act_dtype: DType) -> OpCost:
     """Gather one row of the table per token."""
-    t = np.asarray(tokens, dtype=float)
+    t = num(tokens)
     return OpCost(name=name, kind=OpKind.embedding, dtype=act_dtype,
                   weight_bytes=t * hidden * w_dtype.bytes_per_element,
                   act_out_bytes=t * hidden * act_dtype.bytes_per_element)
@@ -215,16 +220,16 @@ def sampling(name: str, rows, vocab: int, passes: float) -> OpCost:
     Sampling reads the logits (softmax, top-p) and writes probabilities; rejection sampling reads target and
     draft probabilities. At large B*q these N*V*4-byte sweeps are not small.
     """
-    rows = np.asarray(rows, dtype=float)
+    rows = num(rows)
     sweep = rows * vocab * 4.0
     f = rows * vocab * 5.0 * passes
     return OpCost(name=name, kind=OpKind.logits, dtype=DType.fp32, flops=f, flops_padded=f,
-                  act_in_bytes=sweep * passes, act_out_bytes=sweep, launches=np.maximum(1.0, np.round(np.asarray(passes, dtype=float))))
+                  act_in_bytes=sweep * passes, act_out_bytes=sweep, launches=maximum(1.0, rint(num(passes))))
 
 
 def all_reduce(name: str, rows, width: int, act_dtype: DType, group: int) -> OpCost:
     """Ring all-reduce of rows x width activations across `group` ranks; a rank sends 2(n-1)/n of the buffer."""
-    payload = np.asarray(rows, dtype=float) * width * act_dtype.bytes_per_element
+    payload = num(rows) * width * act_dtype.bytes_per_element
     sent = 2.0 * (group - 1) / group * payload if group > 1 else 0.0 * payload
     return OpCost(name=name, kind=OpKind.all_reduce, dtype=act_dtype, comm_bytes=sent, comm_group=group,
                   act_in_bytes=payload, act_out_bytes=payload)
@@ -232,19 +237,19 @@ def all_reduce(name: str, rows, width: int, act_dtype: DType, group: int) -> OpC
 
 def all_to_all(name: str, assignments, hidden: int, act_dtype: DType, group: int) -> OpCost:
     """Expert-parallel dispatch or combine: a rank sends the (n-1)/n of its token-expert rows that live elsewhere."""
-    rows_here = np.asarray(assignments, dtype=float) / group
+    rows_here = num(assignments) / group
     sent = rows_here * hidden * act_dtype.bytes_per_element * (group - 1) / group
     return OpCost(name=name, kind=OpKind.all_to_all, dtype=act_dtype, comm_bytes=sent, comm_group=group)
 
 
 def gather(name: str, rows, width: int, bytes_per_element: float, group: int) -> OpCost:
     """All-gather of a vocab-parallel logits shard: a rank sends its rows x width/n slice to n-1 peers."""
-    shard = np.asarray(rows, dtype=float) * width * bytes_per_element
+    shard = num(rows) * width * bytes_per_element
     return OpCost(name=name, kind=OpKind.gather, dtype=DType.fp32, comm_bytes=shard * (group - 1) / group,
                   comm_group=group)
 
 
 def host(name: str, seconds) -> OpCost:
     """CPU-side work with no device traffic (n-gram lookup, per-step bookkeeping)."""
-    return OpCost(name=name, kind=OpKind.host, host_s=np.asarray(seconds, dtype=float), launches=0)
+    return OpCost(name=name, kind=OpKind.host, host_s=num(seconds), launches=0)
 

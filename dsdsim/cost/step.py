@@ -10,6 +10,8 @@ is its kernels plus the drafter's hand-off, as before engine specs existed. A ha
 """
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -19,6 +21,7 @@ from dsdsim.cost.drafts import draft_ops
 from dsdsim.cost.engine import EngineParams, EngineTime, engine_time, padded_tokens
 from dsdsim.cost.layers import PassContext, pass_ops
 from dsdsim.cost.memory import MemoryUse, memory_use
+from dsdsim.cost.num import as_float, num, where
 from dsdsim.cost.ops import OpCost, OpKind
 from dsdsim.cost.timing import OpTime, op_time, total_time
 from dsdsim.errors import DsdsimError
@@ -37,8 +40,9 @@ class PassCost:
 
     op_times: list[OpTime]
 
-    @property
+    @functools.cached_property
     def time_s(self) -> np.ndarray:
+        """Sum of the operator times (worked out once: the step time and the engine's terms both read it)."""
         return total_time(self.op_times)
 
     @property
@@ -90,7 +94,14 @@ class StepCost:
         return self.memory.feasible
 
 
+_NUMBERS = (int, float, np.int64, np.float64)
+
+
 def _check_grid(batch, k, context, drafter: Optional[DrafterSpec]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if type(batch) in _NUMBERS and type(k) in _NUMBERS and type(context) in _NUMBERS:   # one point: floats
+        b, kk, c = float(batch), float(k), float(context)
+        if (1 <= b < math.inf and b == round(b) and 0 <= kk < math.inf and kk == round(kk) and 0 <= c < math.inf and (kk == 0 or (drafter is not None and kk <= drafter.max_k))):
+            return b, kk, c
     b = np.asarray(batch, dtype=float)
     kk = np.asarray(k, dtype=float)
     c = np.asarray(context, dtype=float)
@@ -104,7 +115,7 @@ def _check_grid(batch, k, context, drafter: Optional[DrafterSpec]) -> tuple[np.n
         raise DsdsimError("K > 0 needs a drafter (e.g. eagle3)")
     if drafter is not None and np.any(kk > drafter.max_k):
         raise DsdsimError(f"K = {int(kk.max())} is beyond the {drafter.label} drafter's limit of {drafter.max_k}")
-    return b, kk, c
+    return num(b), num(kk), num(c)     # one point in Python floats (dsdsim.cost.num), a grid in arrays
 
 
 def simulate_step(model, hardware, deployment: Optional[Deployment] = None, drafter=None, batch=1, k=0,
@@ -116,12 +127,12 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
     m, hw, dep, eng = s.model, s.hardware, s.deployment, s.engine
     pc = PassContext.build(m, hw, dep)
     tree = s.drafter.tree if s.drafter is not None else None
-    q = np.where(kk > 0, tree.tokens + 1.0, 1.0) if tree is not None else kk + 1.0   # a tree verifies TOKENS + 1
+    q = where(kk > 0, tree.tokens + 1.0, 1.0) if tree is not None else kk + 1.0   # a tree verifies TOKENS + 1
     graphs = eng.cuda_graphs if eng is not None else None
     q_verify, graphed = padded_tokens(graphs, b, q, dep.cuda_graphs)
     draft_on = dep.cuda_graphs and (graphs is None or graphs.draft_graphs)
     _, draft_graphed = padded_tokens(graphs, b, 1.0, draft_on)   # draft passes: graphed or not, not padded
-    sampling_passes = np.where(kk > 0, 2.0, 1.0)   # rejection sampling reads target and draft probabilities
+    sampling_passes = where(kk > 0, 2.0, 1.0)   # rejection sampling reads target and draft probabilities
     verify_ops = pass_ops(m, pc, b, q_verify, c, sampling_passes=sampling_passes)
     d_ops: list[OpCost] = []
     if s.drafter is not None:
@@ -129,10 +140,11 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
         d_ops = draft_ops(m, s.drafter, pc, b, kk, c, draft_model=s.draft_model, draft_pc=dpc)
     verify = _pass_cost(verify_ops, hw, graphed)
     draft = _pass_cost(d_ops, hw, draft_graphed)
-    shape = np.broadcast_shapes(b.shape, kk.shape, c.shape)
+    shape = np.broadcast_shapes(np.shape(b), np.shape(kk), np.shape(c))
     handoff = s.drafter.handoff_s if (eng is None and s.drafter is not None
                                       and s.drafter.kind is not DrafterKind.ngram) else 0.0
-    overhead = np.broadcast_to(hw.step_overhead_s.value + handoff * (kk > 0), shape).astype(float)
+    overhead = hw.step_overhead_s.value + handoff * (kk > 0)
+    overhead = float(overhead) if not shape else np.broadcast_to(overhead, shape).astype(float)
     memory = memory_use(m, hw, dep, s.drafter, b, kk, c, s.draft_model)
     touched = _mean_touched(verify_ops)
     et = None
@@ -141,36 +153,30 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
         params = s.engine_params or EngineParams.of(eng)
         device = verify.time_s + draft.time_s + overhead
         et = engine_time(params, device, b, kk, passes, q)
+    b, kk, c = np.asarray(b), np.asarray(kk), np.asarray(c)
     return StepCost(m, hw, dep, s.drafter, b, kk, c, verify, draft, overhead, memory, touched, eng, et,
                     np.broadcast_to(b * q_verify, shape), np.broadcast_to(graphed, shape), passes, np.asarray(q))
 
 
 def _draft_passes(drafter: Optional[DrafterSpec], k: np.ndarray) -> np.ndarray:
     """Sequential draft passes per step: K (a tree: its steps); Medusa one; n-gram none (host lookup)."""
-    if drafter is None:
-        return np.zeros(np.shape(k))
-    if drafter.kind is DrafterKind.ngram:
-        return np.zeros(np.shape(k))
+    if drafter is None or drafter.kind is DrafterKind.ngram:
+        return 0.0 if type(k) is float else np.zeros(np.shape(k))
     if drafter.kind is DrafterKind.medusa:
-        return (k > 0).astype(float)
+        return as_float(k > 0)
     if drafter.tree is not None:
-        return np.where(k > 0, float(drafter.tree.steps), 0.0)
-    return np.asarray(k, dtype=float)
+        return where(k > 0, float(drafter.tree.steps), 0.0)
+    return num(k)
 
 
 def _pass_cost(ops: list[OpCost], hw: HardwareSpec, graphed: np.ndarray) -> PassCost:
     """Operator times replayed under a CUDA graph where ``graphed``, eager (per-kernel launches) elsewhere."""
     g = np.asarray(graphed, dtype=bool)
     if g.all() or not ops:
-        return PassCost([op_time(o, hw, True) for o in ops])
-    if not g.any():
-        return PassCost([op_time(o, hw, False) for o in ops])
-    out = []
-    for o in ops:
-        a, e = op_time(o, hw, True), op_time(o, hw, False)
-        out.append(OpTime(o, a.compute_per, a.memory_per, a.comm_per, np.where(g, a.overhead_per, e.overhead_per),
-                          np.where(g, a.time_s, e.time_s), a.transition_per))
-    return PassCost(out)
+        g = True
+    elif not g.any():
+        g = False
+    return PassCost([op_time(o, hw, g) for o in ops])   # mixed: the launch gap chosen per point
 
 
 def _mean_touched(verify_ops: list[OpCost]) -> Optional[np.ndarray]:

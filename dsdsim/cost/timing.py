@@ -13,10 +13,12 @@ max(t_c, t_m) + launches * t_launch. Figures come from the hardware spec; calibr
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
 
+from dsdsim.cost.num import is_scalar, isfinite, maximum, minimum, num, where
 from dsdsim.cost.ops import Bound, KernelClass, OpCost, OpKind
 from dsdsim.specs.hardware import AllReduceAlgorithm, AllReduceTier, HardwareSpec
 
@@ -29,7 +31,8 @@ class OpTime:
 
     The split is kept per occurrence (``*_per``) and scaled by ``count`` only when asked for: a grid sweep
     needs ``time_s`` alone. ``overhead_per`` holds launch gaps, host time, fixed per-call latencies and the
-    time a kernel floor adds; ``transition_per`` the time the smooth GEMM transition adds above max(t_c, t_m).
+    time a kernel floor adds; ``transition_per`` the time the smooth GEMM transition adds above max(t_c, t_m),
+    worked out when asked for (``transition_p``: the p-norm exponent where the transition applies, else None).
     """
 
     op: OpCost
@@ -38,7 +41,14 @@ class OpTime:
     comm_per: np.ndarray
     overhead_per: np.ndarray
     time_s: np.ndarray
-    transition_per: np.ndarray | float = 0.0
+    transition_p: float | None = None
+
+    @property
+    def transition_per(self) -> np.ndarray | float:
+        if self.transition_p is None:
+            return 0.0
+        return p_norm_time(self.compute_per, self.memory_per, self.transition_p) - maximum(self.compute_per,
+                                                                                            self.memory_per)
 
     @property
     def compute_s(self) -> np.ndarray:
@@ -83,8 +93,12 @@ def memory_efficiency(hw: HardwareSpec, kind: OpKind) -> float:
     return eff.memory.value
 
 
-def launch_overhead(hw: HardwareSpec, cuda_graphs: bool) -> float:
-    return hw.launch_overhead_s.value if cuda_graphs else hw.eager_launch_overhead_s.value
+def launch_overhead(hw: HardwareSpec, cuda_graphs):
+    """Gap per kernel launch: replayed from a CUDA graph or launched eagerly; ``cuda_graphs`` a truth value or an
+    array of them (a grid whose points differ)."""
+    if isinstance(cuda_graphs, (bool, np.bool_)):
+        return hw.launch_overhead_s.value if cuda_graphs else hw.eager_launch_overhead_s.value
+    return np.where(cuda_graphs, hw.launch_overhead_s.value, hw.eager_launch_overhead_s.value)
 
 
 # --- kernel classes -------------------------------------------------------------------------------------------
@@ -92,19 +106,29 @@ def launch_overhead(hw: HardwareSpec, cuda_graphs: bool) -> float:
 
 def p_norm_time(compute_s, memory_s, p: float):
     """(t_c^p + t_m^p)^(1/p): equal to max(t_c, t_m) far from the ridge point, up to 2^(1/p) x at it."""
-    hi = np.maximum(compute_s, memory_s)
-    lo = np.minimum(compute_s, memory_s)
-    ratio = np.divide(lo, hi, out=np.zeros(np.shape(hi)), where=np.asarray(hi) > 0)
-    return hi * (1.0 + ratio ** p) ** (1.0 / p)
+    hi = maximum(compute_s, memory_s)
+    lo = minimum(compute_s, memory_s)
+    if type(hi) is float:
+        ratio = lo / hi if hi > 0 else 0.0
+        return hi * (1.0 + ratio ** p) ** (1.0 / p)
+    hi = np.asarray(hi)
+    if hi.size and hi.min() > 0:
+        ratio = np.divide(lo, hi, out=np.empty(np.broadcast_shapes(np.shape(lo), hi.shape)))
+    else:
+        ratio = np.divide(lo, hi, out=np.zeros(np.shape(hi)), where=hi > 0)
+    ratio **= p                 # hi * (1 + ratio^p)^(1/p), computed in place: the same operations in the same order
+    ratio += 1.0
+    ratio **= 1.0 / p
+    return np.multiply(hi, ratio, out=ratio)
 
 
 def attention_bandwidth_fraction(hw: HardwareSpec, kernel: KernelClass, cached_tokens):
     """Fraction of bandwidth a decode-attention call reaches with ``cached_tokens`` per sequence:
     eta_max * c / (c + c_ramp). Without kernel figures: the flat ``attention_memory`` fraction."""
     kf = hw.kernels
-    c = np.asarray(cached_tokens, dtype=float)
+    c = num(cached_tokens)
     if kf is None:
-        return np.full(c.shape, hw.efficiency.attention_memory_value)
+        return hw.efficiency.attention_memory_value if is_scalar(c) else np.full(c.shape, hw.efficiency.attention_memory_value)
     eta_max, ramp = _attention_curve(hw, kernel)
     return eta_max * c / (c + ramp)
 
@@ -124,8 +148,8 @@ def attention_memory_time(op: OpCost, hw: HardwareSpec):
     """Bytes / (BW * eta_max), where every sequence also pays for c_ramp tokens it does not read: the per-call
     ramp that keeps short-context decode attention far below bandwidth."""
     eta_max, ramp = _attention_curve(hw, op.kernel)
-    ramp_bytes = np.asarray(op.sequences, dtype=float) * (op.kv_bytes_per_token * ramp)
-    return (np.asarray(op.bytes, dtype=float) + ramp_bytes) / (hw.bandwidth * eta_max)
+    ramp_bytes = num(op.sequences) * (op.kv_bytes_per_token * ramp)
+    return (num(op.bytes) + ramp_bytes) / (hw.bandwidth * eta_max)
 
 
 def _compute_fraction(op: OpCost, hw: HardwareSpec) -> float:
@@ -139,8 +163,8 @@ def _memory_time(op: OpCost, hw: HardwareSpec):
     if kf is not None and op.kind is OpKind.attention:
         return attention_memory_time(op, hw)
     if kf is not None and op.kernel is KernelClass.fused_moe:
-        return np.asarray(op.bytes, dtype=float) / (hw.bandwidth * kf.moe_bandwidth_fraction.value)
-    return np.asarray(op.bytes, dtype=float) / (hw.bandwidth * memory_efficiency(hw, op.kind))
+        return num(op.bytes) / (hw.bandwidth * kf.moe_bandwidth_fraction.value)
+    return num(op.bytes) / (hw.bandwidth * memory_efficiency(hw, op.kind))
 
 
 # --- collectives ----------------------------------------------------------------------------------------------
@@ -149,24 +173,24 @@ def _memory_time(op: OpCost, hw: HardwareSpec):
 def _tier_time(tier: AllReduceTier, payload_bytes, group: int, link_bytes_per_s: float):
     traffic = ((group - 1) if tier.algorithm is AllReduceAlgorithm.one_shot else 2.0 * (group - 1) / group)
     t = tier.latency_s + payload_bytes * traffic / (link_bytes_per_s * tier.bandwidth_fraction)
-    return np.where(payload_bytes <= tier.max_bytes, t, np.inf)
+    return where(payload_bytes <= tier.max_bytes, t, np.inf)
 
 
 def scale_up_all_reduce_time(hw: HardwareSpec, payload_bytes, group: int):
     """All-reduce of ``payload_bytes`` per rank over ``group`` GPUs of one node: the fastest tier the engine
     allows at that size; without a tier table, ring traffic at ``collective`` efficiency plus ``link_latency_s``."""
-    s = np.asarray(payload_bytes, dtype=float)
+    s = num(payload_bytes)
     link = hw.link_bandwidth_bytes_per_s.value
     tiers = hw.kernels.all_reduce if hw.kernels is not None else ()
     if group <= 1:
-        return np.zeros(s.shape)
+        return 0.0 if is_scalar(s) else np.zeros(s.shape)
     if not tiers:
         return hw.link_latency_s.value + 2.0 * (group - 1) / group * s / (link * hw.efficiency.collective.value)
-    best = np.full(s.shape, np.inf)
+    best = np.inf if is_scalar(s) else np.full(s.shape, np.inf)
     for tier in tiers:
-        best = np.minimum(best, _tier_time(tier, s, group, link))
+        best = minimum(best, _tier_time(tier, s, group, link))
     ring = hw.link_latency_s.value + 2.0 * (group - 1) / group * s / (link * hw.efficiency.collective.value)
-    return np.where(np.isfinite(best), best, ring)
+    return where(isfinite(best), best, ring)
 
 
 def nodes_spanned(hw: HardwareSpec, group: int) -> int:
@@ -177,7 +201,7 @@ def nodes_spanned(hw: HardwareSpec, group: int) -> int:
 def nccl_all_reduce_time(hw: HardwareSpec, payload_bytes, group: int):
     """NCCL's all-reduce inside a node: the ``ring`` tier, else ring traffic at ``collective`` efficiency plus
     ``link_latency_s``."""
-    s = np.asarray(payload_bytes, dtype=float)
+    s = num(payload_bytes)
     tiers = [t for t in (hw.kernels.all_reduce if hw.kernels is not None else ()) if t.algorithm is
              AllReduceAlgorithm.ring]
     if tiers:
@@ -195,7 +219,7 @@ def all_reduce_time(hw: HardwareSpec, payload_bytes, group: int):
     if nodes <= 1 or out_bw is None or out_lat is None:
         return scale_up_all_reduce_time(hw, payload_bytes, group)
     g = min(group, int(hw.gpus_per_node.value))
-    s = np.asarray(payload_bytes, dtype=float)
+    s = num(payload_bytes)
     inter = out_lat.value + 2.0 * (nodes - 1) / nodes * (s / g) / (out_bw.value * hw.efficiency.collective.value)
     return nccl_all_reduce_time(hw, s, g) + inter
 
@@ -203,7 +227,7 @@ def all_reduce_time(hw: HardwareSpec, payload_bytes, group: int):
 def exchange_time(hw: HardwareSpec, sent_bytes, group: int):
     """All-to-all / all-gather: a rank sends ``sent_bytes``; past one node the off-node share goes over the
     scale-out network (NIC and NVLink work in parallel: the slower sets the time)."""
-    s = np.asarray(sent_bytes, dtype=float)
+    s = num(sent_bytes)
     eff = hw.efficiency.collective.value
     link = hw.link_bandwidth_bytes_per_s.value
     nodes = nodes_spanned(hw, group)
@@ -212,7 +236,7 @@ def exchange_time(hw: HardwareSpec, sent_bytes, group: int):
         return hw.link_latency_s.value + s / (link * eff)
     g = min(group, int(hw.gpus_per_node.value))
     off_node = (group - g) / (group - 1)
-    return np.maximum(hw.link_latency_s.value + s * (1 - off_node) / (link * eff),
+    return maximum(hw.link_latency_s.value + s * (1 - off_node) / (link * eff),
                       out_lat.value + s * off_node / (out_bw.value * eff))
 
 
@@ -225,29 +249,32 @@ def collective_time(op: OpCost, hw: HardwareSpec):
 # --- one operator ---------------------------------------------------------------------------------------------
 
 
-def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs: bool = True) -> OpTime:
+def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTime:
+    """``cuda_graphs``: whether the kernels replay a CUDA graph, one truth value or an array over the grid."""
     kf = hw.kernels
-    count = np.asarray(op.count, dtype=float)
-    compute = np.asarray(op.flops_padded, dtype=float) / (hw.peak(op.dtype) * _compute_fraction(op, hw))
+    count = num(op.count)
+    compute = num(op.flops_padded) / (hw.peak(op.dtype) * _compute_fraction(op, hw))
     memory = _memory_time(op, hw)
-    comm = np.zeros(())
+    comm = 0.0
     if op.kind in _COLLECTIVE_KINDS and op.comm_group > 1:
         comm = collective_time(op, hw)
-        memory = np.zeros(())  # the collective's own buffer traffic hides under the link time
-    if kf is not None and op.kind in _GEMM_KINDS:
-        work = p_norm_time(compute, memory, kf.gemm_transition_p.value)
+        memory = 0.0  # the collective's own buffer traffic hides under the link time
+    transition_p = kf.gemm_transition_p.value if kf is not None and op.kind in _GEMM_KINDS else None
+    if transition_p is not None:
+        work = p_norm_time(compute, memory, transition_p)
     else:
-        work = np.maximum(compute, memory)             # a new array: the adds below may work in place
-    transition = work - np.maximum(compute, memory) if kf is not None and op.kind in _GEMM_KINDS else 0.0
-    overhead = op.launches * launch_overhead(hw, cuda_graphs) + np.asarray(op.host_s, dtype=float)
+        work = maximum(compute, memory)     # a new array (or a float): the adds below may work in place
+    overhead = op.launches * launch_overhead(hw, cuda_graphs) + num(op.host_s)
     if kf is not None and op.kind is not OpKind.host and not (op.kind in _COLLECTIVE_KINDS and op.comm_group > 1):
         if op.kernel is KernelClass.fused_moe:
             overhead = overhead + kf.moe_call_latency_s.value
-        floor = np.asarray(op.launches, dtype=float) * kf.kernel_floor_s.value
-        overhead = overhead + np.maximum(floor - work, 0.0)  # the time a kernel floor adds to short kernels
-    per = _in_place(np.asarray(work, dtype=float) + 0.0, comm + overhead, np.add)
+        floor = num(op.launches) * kf.kernel_floor_s.value
+        added = floor - work                    # the time a kernel floor adds to short kernels: max(floor - work, 0)
+        added = np.maximum(added, 0.0, out=added) if isinstance(added, np.ndarray) and added.ndim else maximum(added, 0.0)
+        overhead = _in_place(added, overhead, np.add)     # overhead + added (a new array: work is left as it was)
+    per = _in_place(work, overhead if type(comm) is float and comm == 0.0 else comm + overhead, np.add)
     return OpTime(op=op, compute_per=compute, memory_per=memory, comm_per=comm, overhead_per=overhead,
-                  time_s=_in_place(per, count, np.multiply), transition_per=transition)
+                  time_s=_in_place(per, count, np.multiply), transition_p=transition_p)
 
 
 def _in_place(a, b, ufunc):
@@ -255,17 +282,28 @@ def _in_place(a, b, ufunc):
     grid-sized allocation fewer)."""
     if isinstance(a, np.ndarray) and a.ndim and a.shape == np.broadcast_shapes(a.shape, np.shape(b)):
         return ufunc(a, b, out=a)
-    return ufunc(a, b)
+    return _OPERATORS[ufunc](a, b)     # a + b, a * b: Python floats stay floats (np.add would make numpy scalars)
+
+
+_OPERATORS = {np.add: operator.add, np.multiply: operator.mul}
 
 
 def total_time(op_times: list[OpTime]) -> np.ndarray:
     """Sum of operator times. Operators are summed within each array shape first (most do not depend on the
     context axis), then the few partial sums are broadcast together: the same sum, far fewer full-grid adds."""
     by_shape: dict[tuple, np.ndarray] = {}
+    owned: set[tuple] = set()        # partial sums this function made (added to in place; operators' own arrays never)
     for t in op_times:
-        a = np.asarray(t.time_s, dtype=float)
-        by_shape[a.shape] = by_shape[a.shape] + a if a.shape in by_shape else a
-    out = np.zeros(())
+        a = num(t.time_s)
+        shape = () if type(a) is float else a.shape
+        if shape not in by_shape:
+            by_shape[shape] = a
+        elif shape in owned:
+            by_shape[shape] += a
+        else:
+            by_shape[shape] = by_shape[shape] + a
+            owned.add(shape)
+    out = 0.0
     for part in by_shape.values():
         out = out + part
     return out
