@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One scripted validation run on a single GPU, written to fit one short lease (about 6-8 minutes on an H200):
+# One scripted validation run on a single GPU, written to fit a few minutes of rented GPU time (about 5 minutes on an H200):
 #   preflight -> probe the device -> validate llama-3.1-8b (dense, full size) and qwen3-30b-a3b (MoE, real
 #   widths, first layers only) against the shipped spec -> calibrate the spec from each report -> the real
 #   speculative loop -> a world-size-1 NCCL check -> one archive of everything.
