@@ -35,6 +35,7 @@ log() { echo "== $(date -u +%H:%M:%S) [${SECONDS}s] $*" | tee -a "$LOG"; }
 
 pack() {
   log "packing $ARCHIVE"
+  sed -i "s#$ROOT/##g" "$LOG" 2>/dev/null || true     # paths in warnings and tracebacks: relative to the checkout
   tar -C "$(dirname "$OUT")" -czf "$ARCHIVE" "$(basename "$OUT")" 2>>"$LOG" || echo "archive failed" >>"$LOG"
 }
 trap pack EXIT
