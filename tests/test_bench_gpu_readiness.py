@@ -62,12 +62,11 @@ def test_decode_backend_is_named():
 
 
 def _moe_op(tokens=12, top_k=2, experts=8, hidden=32, width=16):
-    from dsdsim.cost.ops import OpCost, OpKind
+    from dsdsim.cost.ops import MoEShape, OpCost, OpKind
     from dsdsim.units import DType
 
     return OpCost(name="L.moe", kind=OpKind.moe_experts, flops=1.0, weight_bytes=1.0, dtype=DType.fp32,
-                  extra={"shape": {"tokens": tokens, "top_k": top_k, "hidden": hidden, "width": width,
-                                   "experts_touched": 6.0}})
+                  shape=MoEShape(tokens, top_k, hidden, width, 6.0, 1.0))
 
 
 def test_grouped_moe_bench_matches_the_expert_loop(monkeypatch):

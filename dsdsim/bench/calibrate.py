@@ -31,7 +31,7 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy.optimize import least_squares
 
-from dsdsim.cost.ops import OpCost, OpKind, pad_rows
+from dsdsim.cost.ops import GemmShape, MoEShape, OpCost, OpKind, pad_rows
 from dsdsim.specs.hardware import HardwareSpec
 
 TILE_CANDIDATES = (1, 8, 16, 32, 64, 128)
@@ -79,12 +79,12 @@ def op_features(op: OpCost, hw: HardwareSpec) -> OpFeatures:
         return float(np.asarray(x, dtype=float))
 
     pad, rows, groups = "none", 0.0, 1.0
-    shape = op.extra.get("shape", {})
-    if op.kind is OpKind.gemm and "m" in shape:
-        pad, rows = "gemm", f(shape["m"])
-    elif op.kind is OpKind.moe_experts and "tokens" in shape:
+    shape = op.shape
+    if op.kind is OpKind.gemm and isinstance(shape, GemmShape):
+        pad, rows = "gemm", f(shape.m)
+    elif op.kind is OpKind.moe_experts and isinstance(shape, MoEShape):
         pad = "moe"
-        rows = f(shape["tokens"]) * float(shape["top_k"]) * f(shape.get("token_share", 1.0))
+        rows = f(shape.tokens) * float(shape.top_k) * f(shape.token_share)
         groups = max(f(op.experts_touched), 1e-12)
     memory_class = {OpKind.attention: "attention_memory", OpKind.elementwise: "vector_memory",
                     OpKind.logits: "vector_memory"}.get(op.kind, "memory")

@@ -611,7 +611,7 @@ def layer_gemm_shapes(model: str, names: Sequence[str] = GEMM_LAYERS) -> dict[st
     for op in layer_ops(spec.layers[0], spec.hidden_size, 1, 1, 1, _pass_context()):
         short = op.name.rsplit(".", 1)[-1]
         if op.kind is OpKind.gemm and short in names:
-            shapes[short] = (int(op.extra["shape"]["k"]), int(op.extra["shape"]["n"]))
+            shapes[short] = (int(op.shape.k), int(op.shape.n))
     missing = [n for n in names if n not in shapes]
     if missing:
         raise ValueError(f"{model}: no GEMM named {', '.join(missing)} in its first layer (has {', '.join(shapes)})")
@@ -676,7 +676,7 @@ def attention_shape(model: str) -> dict:
     spec = load_model(model)
     for op in layer_ops(spec.layers[0], spec.hidden_size, 1, 1, 1, _pass_context()):
         if op.kind is OpKind.attention:
-            s = op.extra["shape"]
+            s = op.shape._asdict()
             out = {key: int(s[key]) for key in ("heads", "qk_dim", "v_dim", "kv_elements_per_token")}
             out["mla"] = out["kv_elements_per_token"] == out["qk_dim"] and out["v_dim"] <= out["qk_dim"]
             out["kv_heads"] = 1 if out["mla"] else max(1, out["kv_elements_per_token"] // (2 * out["qk_dim"]))

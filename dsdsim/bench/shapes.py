@@ -148,8 +148,8 @@ def build_bench(op: OpCost, pool: TensorPool, act_dtype: DType, *, num_experts: 
 
 
 def _gemm(op: OpCost, pool: TensorPool, act: torch.dtype) -> OpBench:
-    s = op.extra["shape"]
-    m, k, n = _i(s["m"]), _i(s["k"]), _i(s["n"])
+    s = op.shape
+    m, k, n = _i(s.m), _i(s.k), _i(s.n)
     wdt = runnable_dtype(op.dtype, DType.bf16) if op.dtype.bytes_per_element >= 2 else act
     wb = op.dtype.bytes_per_element
     groups = max(1, int(round(float(op.weight_bytes) / (k * n * wb)))) if op.weight_bytes else 1
@@ -180,9 +180,9 @@ def _gemm(op: OpCost, pool: TensorPool, act: torch.dtype) -> OpBench:
 
 
 def _attention(op: OpCost, pool: TensorPool, act: torch.dtype) -> OpBench:
-    s = op.extra["shape"]
-    b, q, c = _i(s["batch"]), _i(s["q"]), _i(s["context"])
-    heads, dqk, dv, kvpt = int(s["heads"]), int(s["qk_dim"]), int(s["v_dim"]), int(s["kv_elements_per_token"])
+    s = op.shape
+    b, q, c = _i(s.batch), _i(s.q), _i(s.context)
+    heads, dqk, dv, kvpt = int(s.heads), int(s.qk_dim), int(s.v_dim), int(s.kv_elements_per_token)
     total = c + q
     shape = {"batch": b, "q": q, "context": c, "heads": heads, "qk_dim": dqk, "v_dim": dv,
              "kv_elements_per_token": kvpt}
@@ -346,9 +346,9 @@ def _lower_right_bool(q: int, total: int, device) -> torch.Tensor:
 
 
 def _elementwise(op: OpCost, pool: TensorPool, act: torch.dtype) -> OpBench:
-    s = op.extra["shape"]
-    rows, width = _i(s["rows"]), int(s["width"])
-    reads, writes = float(s["reads"]), float(s["writes"])
+    s = op.shape
+    rows, width = _i(s.rows), int(s.width)
+    reads, writes = float(s.reads), float(s.writes)
     shape = {"rows": rows, "width": width, "reads": reads, "writes": writes}
     name = op.name.lower()
     if "rotary" in name:
@@ -456,12 +456,12 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> t
 
 
 def _moe(op: OpCost, pool: TensorPool, act: torch.dtype, num_experts: int) -> OpBench:
-    s = op.extra["shape"]
-    tokens, top_k, hidden, width = _i(s["tokens"]), int(s["top_k"]), int(s["hidden"]), int(s["width"])
+    s = op.shape
+    tokens, top_k, hidden, width = _i(s.tokens), int(s.top_k), int(s.hidden), int(s.width)
     wdt = runnable_dtype(op.dtype, DType.bf16) if op.dtype.bytes_per_element >= 2 else act
     grouped = wdt == act and grouped_mm_available(pool.device, act)
     shape = {"tokens": tokens, "top_k": top_k, "hidden": hidden, "width": width, "num_experts": num_experts,
-             "experts_touched_expected": float(np.asarray(s["experts_touched"])),
+             "experts_touched_expected": float(np.asarray(s.experts_touched)),
              "impl": "grouped_mm" if grouped else "expert_loop"}
     routings: dict[int, Routing] = {}
 
@@ -490,7 +490,7 @@ def _moe(op: OpCost, pool: TensorPool, act: torch.dtype, num_experts: int) -> Op
         y = torch.zeros_like(x)
         return y.index_add_(0, r.token_of, out * r.weights)
 
-    touched = min(float(num_experts), float(np.asarray(s["experts_touched"])))
+    touched = min(float(num_experts), float(np.asarray(s.experts_touched)))
     per_set = touched * 3 * hidden * width * wdt.itemsize + tokens * hidden * act.itemsize   # touched experts only
     return OpBench(op.name, op.kind, fn_grouped if grouped else fn_loop, make, per_set, shape)
 

@@ -182,7 +182,7 @@ def auto_reduction(device: str, quick: bool) -> int:
 
 
 def _key(op: OpCost, vocab: Optional[int]) -> str:
-    shape = {k: float(np.asarray(v)) for k, v in op.extra.get("shape", {}).items()}
+    shape = {k: float(np.asarray(v)) for k, v in (op.shape._asdict() if op.shape is not None else {}).items()}
     impl = ""
     if op.kind is OpKind.elementwise:
         n = op.name.lower()

@@ -160,10 +160,10 @@ def ffn_ops(ffn: FFN, hidden: int, batch, q, pc: PassContext) -> list[OpCost]:
     touched_rank, share = experts_touched_busiest_rank(
         ffn.num_experts, ffn.top_k, batch, q, pc.ep, pc.expert_overlap, pc.expert_popularity)
     width = _split(ffn.expert_intermediate_size, pc.tp // pc.ep)
-    experts = ops.moe_experts("experts", tokens, ffn.top_k, hidden, width, touched_rank, share,
-                              w_dtype=pc.expert_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m, bias=ffn.bias)
     total = experts_touched(ffn.num_experts, ffn.top_k, batch, q, pc.expert_overlap, pc.expert_popularity)
-    experts.extra["experts_touched_total"] = total
+    experts = ops.moe_experts("experts", tokens, ffn.top_k, hidden, width, touched_rank, share,
+                              w_dtype=pc.expert_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m, bias=ffn.bias,
+                              experts_touched_total=total)
     a2a = pc.dp_attention and pc.ep > 1
     if a2a:   # this rank's rows leave for the expert ranks; all_to_all counts the rows of the ep-rank group
         out.append(ops.all_to_all("dispatch", local * ffn.top_k * pc.ep, hidden, pc.act_dtype, pc.ep))

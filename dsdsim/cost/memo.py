@@ -20,9 +20,9 @@ def by_identity(fn):
 
     @functools.wraps(fn)
     def wrapper(*args):
-        key = tuple(map(id, args))
+        key = id(args[0]) if len(args) == 1 else tuple(map(id, args))
         hit = cache.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], args)):
+        if hit is not None:      # the entry holds the objects, so these ids are theirs: no identity check needed
             return hit[1]
         value = fn(*args)
         cache[key] = (args, value)

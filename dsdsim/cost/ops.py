@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple, Optional, Union
 
 import numpy as np
 
@@ -48,7 +49,50 @@ class Bound(str, Enum):
     overhead = "overhead"
 
 
-@dataclass(frozen=True)
+class GemmShape(NamedTuple):
+    """Y[m, n] = X[m, k] @ W[k, n]: the shape a GEMM operator runs (m rows may be a grid)."""
+
+    m: np.ndarray | float
+    k: int
+    n: int
+
+
+class AttentionShape(NamedTuple):
+    """q new tokens per sequence for ``batch`` sequences against ``context`` cached tokens."""
+
+    batch: np.ndarray | float
+    q: np.ndarray | float
+    context: np.ndarray | float
+    heads: int
+    qk_dim: int
+    v_dim: int
+    kv_elements_per_token: int
+
+
+class MoEShape(NamedTuple):
+    """Routed SwiGLU experts: ``tokens`` rows, each routed to ``top_k`` of the experts (``width`` per rank)."""
+
+    tokens: np.ndarray | float
+    top_k: int
+    hidden: int
+    width: int
+    experts_touched: np.ndarray | float      # distinct routed experts this rank reads
+    token_share: np.ndarray | float          # fraction of all token-expert rows this rank computes
+
+
+class ElementwiseShape(NamedTuple):
+    """``reads`` input and ``writes`` output vectors of ``width`` per row."""
+
+    rows: np.ndarray | float
+    width: int
+    reads: float
+    writes: float
+
+
+OpShape = Union[GemmShape, AttentionShape, MoEShape, ElementwiseShape]
+
+
+@dataclass(frozen=True, init=False)
 class OpCost:
     """Cost of ONE occurrence of an operator; ``count`` occurrences per step (layers x passes)."""
 
@@ -68,11 +112,27 @@ class OpCost:
     host_s: np.ndarray | float = 0.0
     launches: np.ndarray | float = 1           # kernels per occurrence
     count: np.ndarray | float = 1              # occurrences per step
-    experts_touched: np.ndarray | float | None = None  # MoE only: distinct routed experts read (this rank)
+    experts_touched: np.ndarray | float | None = None        # MoE only: distinct routed experts read (this rank)
+    experts_touched_total: np.ndarray | float | None = None  # MoE only: distinct routed experts read by all ranks
     kernel: KernelClass = KernelClass.dense
     sequences: np.ndarray | float = 0.0        # attention: sequences whose KV cache one call reads
     kv_bytes_per_token: float = 0.0            # attention: cached bytes per token of one sequence (this rank)
-    extra: dict = field(default_factory=dict, compare=False)
+    shape: Optional[OpShape] = field(default=None, compare=False)   # what a torch bench builds the kernel from
+
+    def __init__(self, name: str, kind: OpKind, dtype: DType = DType.bf16, flops=0.0, flops_padded=0.0,
+                 weight_bytes=0.0, act_in_bytes=0.0, act_out_bytes=0.0, kv_read_bytes=0.0, kv_write_bytes=0.0,
+                 comm_bytes=0.0, comm_group: int = 1, host_s=0.0, launches=1, count=1, experts_touched=None,
+                 experts_touched_total=None, kernel: KernelClass = KernelClass.dense, sequences=0.0,
+                 kv_bytes_per_token: float = 0.0, shape: Optional[OpShape] = None):
+        # the fields written in one step: a frozen dataclass's own __init__ sets them one object.__setattr__ at a
+        # time, which is most of the cost of building a step's ~40 operators at one point
+        _set_fields(self, {
+            "name": name, "kind": kind, "dtype": dtype, "flops": flops, "flops_padded": flops_padded,
+            "weight_bytes": weight_bytes, "act_in_bytes": act_in_bytes, "act_out_bytes": act_out_bytes,
+            "kv_read_bytes": kv_read_bytes, "kv_write_bytes": kv_write_bytes, "comm_bytes": comm_bytes,
+            "comm_group": comm_group, "host_s": host_s, "launches": launches, "count": count,
+            "experts_touched": experts_touched, "experts_touched_total": experts_touched_total, "kernel": kernel,
+            "sequences": sequences, "kv_bytes_per_token": kv_bytes_per_token, "shape": shape})
 
     @property
     def bytes(self) -> np.ndarray | float:
@@ -97,9 +157,12 @@ class OpCost:
         """``dataclasses.replace`` without re-running ``__init__``: a copy of the fields with ``changes`` applied
         (every field is already valid; a step builds ~100 such copies, where replace costs ~40% of a point)."""
         new = object.__new__(OpCost)
-        new.__dict__.update(self.__dict__)
-        new.__dict__.update(changes)
+        _set_fields(new, {**self.__dict__, **changes})
         return new
+
+
+def _set_fields(op: OpCost, values: dict) -> None:
+    object.__setattr__(op, "__dict__", values)
 
 
 def _accumulate(total, part, fresh: bool):
@@ -135,7 +198,7 @@ def gemm(name: str, m, k: int, n: int, w_dtype: DType, act_dtype: DType, tile_m:
         # scalar factors first, one multiply over the (possibly large) m grid each
         flops=m * (2.0 * k * n), flops_padded=pad_rows(m, tile_m) * (2.0 * k * n),
         weight_bytes=weights, act_in_bytes=m * (k * a), act_out_bytes=m * (n * out),
-        extra={"shape": {"m": m, "k": k, "n": n}},
+        shape=GemmShape(m, k, n),
     )
 
 
@@ -159,18 +222,19 @@ def attention(name: str, batch, q, context, num_heads: int, qk_dim: int, v_dim: 
         act_in_bytes=b * q * num_heads * qk_dim * a, act_out_bytes=b * q * num_heads * v_dim * a,
         kv_read_bytes=b * c * kv_elements_per_token * kvb, kv_write_bytes=b * q * kv_elements_per_token * kvb,
         kernel=kernel, sequences=b, kv_bytes_per_token=kv_elements_per_token * kvb,
-        extra={"shape": {"batch": b, "q": q, "context": c, "heads": num_heads, "qk_dim": qk_dim, "v_dim": v_dim,
-                         "kv_elements_per_token": kv_elements_per_token}},
+        shape=AttentionShape(b, q, c, num_heads, qk_dim, v_dim, kv_elements_per_token),
     )
 
 
 def moe_experts(name: str, tokens, top_k: int, hidden: int, expert_width: int, experts_touched,
-                token_share, w_dtype: DType, act_dtype: DType, tile_m: int = 1, bias: bool = False) -> OpCost:
+                token_share, w_dtype: DType, act_dtype: DType, tile_m: int = 1, bias: bool = False,
+                experts_touched_total=None) -> OpCost:
     """Routed SwiGLU experts as one grouped GEMM (gate_up then down).
 
     FLOPs = 2 * (tokens*top_k*share) * 3*h*I_e on this rank; weight bytes = experts_touched * 3*h*I_e.
     ``token_share`` is the fraction of all token->expert assignments this rank computes (1/ep if balanced).
-    Padding: each touched expert's rows are padded to the M tile.
+    Padding: each touched expert's rows are padded to the M tile. ``experts_touched_total``: the distinct experts
+    all ranks read (reported, not timed).
     """
     a = act_dtype.bytes_per_element
     assignments = num(tokens) * top_k * token_share      # (token, expert) pairs here
@@ -188,9 +252,9 @@ def moe_experts(name: str, tokens, top_k: int, hidden: int, expert_width: int, e
         # gather the routed rows in, write gate_up out and read it back, scatter the results out
         act_in_bytes=assignments * (hidden + 2 * expert_width) * a,
         act_out_bytes=assignments * (hidden + 2 * expert_width) * a,
-        launches=2, experts_touched=experts_touched, kernel=KernelClass.fused_moe,
-        extra={"shape": {"tokens": num(tokens), "top_k": top_k, "hidden": hidden,
-                         "width": expert_width, "experts_touched": experts_touched, "token_share": token_share}},
+        launches=2, experts_touched=experts_touched, experts_touched_total=experts_touched_total,
+        kernel=KernelClass.fused_moe,
+        shape=MoEShape(num(tokens), top_k, hidden, expert_width, experts_touched, token_share),
     )
 
 
@@ -203,7 +267,7 @@ def elementwise(name: str, rows, width: int, reads: float, writes: float, act_dt
     return OpCost(name=name, kind=OpKind.elementwise, dtype=act_dtype, flops=f, flops_padded=f,
                   weight_bytes=weight_elements * a, act_in_bytes=rows * width * reads * a,
                   act_out_bytes=rows * width * writes * a,
-                  extra={"shape": {"rows": rows, "width": width, "reads": reads, "writes": writes}})
+                  shape=ElementwiseShape(rows, width, reads, writes))
 
 
 def embedding(name: str, tokens, hidden: int, w_dtype: DType, act_dtype: DType) -> OpCost:

@@ -183,7 +183,7 @@ def _mean_touched(verify_ops: list[OpCost]) -> Optional[np.ndarray]:
     totals, counts = np.zeros(()), 0.0
     for o in verify_ops:
         if o.kind is OpKind.moe_experts:
-            totals = totals + o.extra["experts_touched_total"] * o.count
+            totals = totals + o.experts_touched_total * o.count
             counts += float(np.max(o.count))
     return totals / counts if counts else None
 

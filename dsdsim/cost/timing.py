@@ -18,14 +18,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dsdsim.cost.memo import by_identity
 from dsdsim.cost.num import is_scalar, isfinite, maximum, minimum, num, where
 from dsdsim.cost.ops import Bound, KernelClass, OpCost, OpKind
 from dsdsim.specs.hardware import AllReduceAlgorithm, AllReduceTier, HardwareSpec
+from dsdsim.units import DType
 
 _BOUNDS = (Bound.compute, Bound.memory, Bound.communication, Bound.overhead)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class OpTime:
     """Seconds per step spent on one operator (all its occurrences), split by what bounds it.
 
@@ -42,6 +44,13 @@ class OpTime:
     overhead_per: np.ndarray
     time_s: np.ndarray
     transition_p: float | None = None
+
+    def __init__(self, op: OpCost, compute_per, memory_per, comm_per, overhead_per, time_s,
+                 transition_p: float | None = None):
+        # one write instead of a frozen dataclass's seven object.__setattr__ calls (a step times ~40 operators)
+        object.__setattr__(self, "__dict__", {
+            "op": op, "compute_per": compute_per, "memory_per": memory_per, "comm_per": comm_per,
+            "overhead_per": overhead_per, "time_s": time_s, "transition_p": transition_p})
 
     @property
     def transition_per(self) -> np.ndarray | float:
@@ -148,23 +157,58 @@ def attention_memory_time(op: OpCost, hw: HardwareSpec):
     """Bytes / (BW * eta_max), where every sequence also pays for c_ramp tokens it does not read: the per-call
     ramp that keeps short-context decode attention far below bandwidth."""
     eta_max, ramp = _attention_curve(hw, op.kernel)
-    ramp_bytes = num(op.sequences) * (op.kv_bytes_per_token * ramp)
-    return (num(op.bytes) + ramp_bytes) / (hw.bandwidth * eta_max)
+    return _ramped_memory_time(op, hw.bandwidth, eta_max, ramp)
 
 
-def _compute_fraction(op: OpCost, hw: HardwareSpec) -> float:
-    if op.kernel is KernelClass.fused_moe and hw.kernels is not None:
-        return hw.kernels.moe_compute_fraction.value
-    return hw.efficiency.compute.value
+def _ramped_memory_time(op: OpCost, bandwidth: float, eta_max: float, ramp_tokens: float):
+    ramp_bytes = num(op.sequences) * (op.kv_bytes_per_token * ramp_tokens)
+    return (num(op.bytes) + ramp_bytes) / (bandwidth * eta_max)
 
 
-def _memory_time(op: OpCost, hw: HardwareSpec):
+@dataclass(frozen=True)
+class _Rates:
+    """The figures of one hardware spec that ``op_time`` reads for every operator, looked up once per spec object
+    (specs are frozen): FLOP/s and bytes/s an operator class reaches, launch gaps, kernel-shape figures."""
+
+    compute_flops_per_s: dict          # (dtype, fused MoE?) -> peak * compute fraction
+    memory_bytes_per_s: dict           # (kind, kernel) -> bandwidth * the fraction that class reaches
+    attention: dict                    # kernel class -> (eta_max, ramp tokens), with kernel figures only
+    launch_s: dict                     # CUDA graphs on? -> gap per kernel
+    kernel_floor_s: float | None       # None without kernel figures
+    transition_p: float | None
+    moe_call_latency_s: float
+
+
+
+@by_identity
+def _rates(hw: HardwareSpec) -> _Rates:
     kf = hw.kernels
-    if kf is not None and op.kind is OpKind.attention:
-        return attention_memory_time(op, hw)
-    if kf is not None and op.kernel is KernelClass.fused_moe:
-        return num(op.bytes) / (hw.bandwidth * kf.moe_bandwidth_fraction.value)
-    return num(op.bytes) / (hw.bandwidth * memory_efficiency(hw, op.kind))
+    compute = {}
+    for dtype in DType:
+        for moe in (False, True):
+            fraction = kf.moe_compute_fraction.value if moe and kf is not None else hw.efficiency.compute.value
+            compute[dtype, moe] = hw.peak(dtype) * fraction
+    memory = {}
+    for kind in OpKind:
+        for kernel in KernelClass:
+            if kf is not None and kernel is KernelClass.fused_moe and kind is not OpKind.attention:
+                memory[kind, kernel] = hw.bandwidth * kf.moe_bandwidth_fraction.value
+            else:
+                memory[kind, kernel] = hw.bandwidth * memory_efficiency(hw, kind)
+    attention = ({k: _attention_curve(hw, k) for k in KernelClass} if kf is not None else {})
+    return _Rates(compute_flops_per_s=compute, memory_bytes_per_s=memory, attention=attention,
+               launch_s={True: hw.launch_overhead_s.value, False: hw.eager_launch_overhead_s.value},
+               kernel_floor_s=kf.kernel_floor_s.value if kf is not None else None,
+               transition_p=kf.gemm_transition_p.value if kf is not None else None,
+               moe_call_latency_s=kf.moe_call_latency_s.value if kf is not None else 0.0)
+
+
+def _memory_time(op: OpCost, hw: HardwareSpec, rates: _Rates):
+    """Bytes / the bandwidth the operator's class reaches; decode attention (with kernel figures) also pays its
+    per-sequence ramp (``attention_memory_time``)."""
+    if rates.attention and op.kind is OpKind.attention:
+        return _ramped_memory_time(op, hw.bandwidth, *rates.attention[op.kernel])
+    return num(op.bytes) / rates.memory_bytes_per_s[op.kind, op.kernel]
 
 
 # --- collectives ----------------------------------------------------------------------------------------------
@@ -251,30 +295,33 @@ def collective_time(op: OpCost, hw: HardwareSpec):
 
 def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTime:
     """``cuda_graphs``: whether the kernels replay a CUDA graph, one truth value or an array over the grid."""
-    kf = hw.kernels
+    rates = _rates(hw)
+    kind = op.kind
     count = num(op.count)
-    compute = num(op.flops_padded) / (hw.peak(op.dtype) * _compute_fraction(op, hw))
-    memory = _memory_time(op, hw)
+    compute = num(op.flops_padded) / rates.compute_flops_per_s[op.dtype, op.kernel is KernelClass.fused_moe]
+    memory = _memory_time(op, hw, rates)
     comm = 0.0
-    if op.kind in _COLLECTIVE_KINDS and op.comm_group > 1:
+    collective = kind in _COLLECTIVE_KINDS and op.comm_group > 1
+    if collective:
         comm = collective_time(op, hw)
         memory = 0.0  # the collective's own buffer traffic hides under the link time
-    transition_p = kf.gemm_transition_p.value if kf is not None and op.kind in _GEMM_KINDS else None
+    transition_p = rates.transition_p if kind in _GEMM_KINDS else None
     if transition_p is not None:
         work = p_norm_time(compute, memory, transition_p)
     else:
         work = maximum(compute, memory)     # a new array (or a float): the adds below may work in place
-    overhead = op.launches * launch_overhead(hw, cuda_graphs) + num(op.host_s)
-    if kf is not None and op.kind is not OpKind.host and not (op.kind in _COLLECTIVE_KINDS and op.comm_group > 1):
+    gap = (rates.launch_s[bool(cuda_graphs)] if isinstance(cuda_graphs, (bool, np.bool_))
+           else launch_overhead(hw, cuda_graphs))
+    overhead = op.launches * gap + num(op.host_s)
+    if rates.kernel_floor_s is not None and kind is not OpKind.host and not collective:
         if op.kernel is KernelClass.fused_moe:
-            overhead = overhead + kf.moe_call_latency_s.value
-        floor = num(op.launches) * kf.kernel_floor_s.value
+            overhead = overhead + rates.moe_call_latency_s
+        floor = num(op.launches) * rates.kernel_floor_s
         added = floor - work                    # the time a kernel floor adds to short kernels: max(floor - work, 0)
         added = np.maximum(added, 0.0, out=added) if isinstance(added, np.ndarray) and added.ndim else maximum(added, 0.0)
         overhead = _in_place(added, overhead, np.add)     # overhead + added (a new array: work is left as it was)
     per = _in_place(work, overhead if type(comm) is float and comm == 0.0 else comm + overhead, np.add)
-    return OpTime(op=op, compute_per=compute, memory_per=memory, comm_per=comm, overhead_per=overhead,
-                  time_s=_in_place(per, count, np.multiply), transition_p=transition_p)
+    return OpTime(op, compute, memory, comm, overhead, _in_place(per, count, np.multiply), transition_p)
 
 
 def _in_place(a, b, ufunc):
