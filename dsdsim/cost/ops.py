@@ -216,11 +216,12 @@ def attention(name: str, batch, q, context, num_heads: int, qk_dim: int, v_dim: 
     b = num(batch)
     q = num(q)
     c = num(context)
-    flops = 2.0 * b * q * num_heads * (qk_dim + v_dim) * (c + q)
+    queries = b * q                     # scalar factors grouped: one multiply over the grid per term
+    flops = queries * (2.0 * num_heads * (qk_dim + v_dim)) * (c + q)
     return OpCost(
         name=name, kind=OpKind.attention, dtype=act_dtype, flops=flops, flops_padded=flops,
-        act_in_bytes=b * q * num_heads * qk_dim * a, act_out_bytes=b * q * num_heads * v_dim * a,
-        kv_read_bytes=b * c * kv_elements_per_token * kvb, kv_write_bytes=b * q * kv_elements_per_token * kvb,
+        act_in_bytes=queries * (num_heads * qk_dim * a), act_out_bytes=queries * (num_heads * v_dim * a),
+        kv_read_bytes=b * c * (kv_elements_per_token * kvb), kv_write_bytes=queries * (kv_elements_per_token * kvb),
         kernel=kernel, sequences=b, kv_bytes_per_token=kv_elements_per_token * kvb,
         shape=AttentionShape(b, q, c, num_heads, qk_dim, v_dim, kv_elements_per_token),
     )
@@ -263,10 +264,10 @@ def elementwise(name: str, rows, width: int, reads: float, writes: float, act_dt
     """Norms, residual adds, rotary, activations: `reads`/`writes` vectors of `width` per row."""
     a = act_dtype.bytes_per_element
     rows = num(rows)
-    f = rows * width * flops_per_element
+    f = rows * (width * flops_per_element)
     return OpCost(name=name, kind=OpKind.elementwise, dtype=act_dtype, flops=f, flops_padded=f,
-                  weight_bytes=weight_elements * a, act_in_bytes=rows * width * reads * a,
-                  act_out_bytes=rows * width * writes * a,
+                  weight_bytes=weight_elements * a, act_in_bytes=rows * (width * reads * a),
+                  act_out_bytes=rows * (width * writes * a),
                   shape=ElementwiseShape(rows, width, reads, writes))
 
 
@@ -274,8 +275,8 @@ def embedding(name: str, tokens, hidden: int, w_dtype: DType, act_dtype: DType) 
     """Gather one row of the table per token."""
     t = num(tokens)
     return OpCost(name=name, kind=OpKind.embedding, dtype=act_dtype,
-                  weight_bytes=t * hidden * w_dtype.bytes_per_element,
-                  act_out_bytes=t * hidden * act_dtype.bytes_per_element)
+                  weight_bytes=t * (hidden * w_dtype.bytes_per_element),
+                  act_out_bytes=t * (hidden * act_dtype.bytes_per_element))
 
 
 def sampling(name: str, rows, vocab: int, passes: float) -> OpCost:
@@ -285,15 +286,15 @@ def sampling(name: str, rows, vocab: int, passes: float) -> OpCost:
     draft probabilities. At large B*q these N*V*4-byte sweeps are not small.
     """
     rows = num(rows)
-    sweep = rows * vocab * 4.0
-    f = rows * vocab * 5.0 * passes
+    sweep = rows * (vocab * 4.0)
+    f = rows * (vocab * 5.0) * passes
     return OpCost(name=name, kind=OpKind.logits, dtype=DType.fp32, flops=f, flops_padded=f,
                   act_in_bytes=sweep * passes, act_out_bytes=sweep, launches=maximum(1.0, rint(num(passes))))
 
 
 def all_reduce(name: str, rows, width: int, act_dtype: DType, group: int) -> OpCost:
     """Ring all-reduce of rows x width activations across `group` ranks; a rank sends 2(n-1)/n of the buffer."""
-    payload = num(rows) * width * act_dtype.bytes_per_element
+    payload = num(rows) * (width * act_dtype.bytes_per_element)
     sent = 2.0 * (group - 1) / group * payload if group > 1 else 0.0 * payload
     return OpCost(name=name, kind=OpKind.all_reduce, dtype=act_dtype, comm_bytes=sent, comm_group=group,
                   act_in_bytes=payload, act_out_bytes=payload)

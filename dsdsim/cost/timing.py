@@ -13,8 +13,10 @@ max(t_c, t_m) + launches * t_launch. Figures come from the hardware spec; calibr
 """
 from __future__ import annotations
 
+import functools
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,30 +29,61 @@ from dsdsim.units import DType
 _BOUNDS = (Bound.compute, Bound.memory, Bound.communication, Bound.overhead)
 
 
+class OpTerms(NamedTuple):
+    """Seconds per occurrence of one operator, by what bounds it (``op_terms``)."""
+
+    compute_per: np.ndarray | float
+    memory_per: np.ndarray | float
+    comm_per: np.ndarray | float
+    overhead_per: np.ndarray | float     # launch gaps, host time, fixed per-call latencies, what a kernel floor adds
+    work_per: np.ndarray | float         # the kernel's own time: max(t_c, t_m), or their p-norm for GEMMs
+    transition_p: float | None           # the p-norm exponent where the smooth GEMM transition applies
+
+
 @dataclass(frozen=True, init=False)
 class OpTime:
     """Seconds per step spent on one operator (all its occurrences), split by what bounds it.
 
-    The split is kept per occurrence (``*_per``) and scaled by ``count`` only when asked for: a grid sweep
-    needs ``time_s`` alone. ``overhead_per`` holds launch gaps, host time, fixed per-call latencies and the
-    time a kernel floor adds; ``transition_per`` the time the smooth GEMM transition adds above max(t_c, t_m),
-    worked out when asked for (``transition_p``: the p-norm exponent where the transition applies, else None).
+    Only ``time_s`` is kept: a grid sweep needs nothing else, and holding the split for every operator of a large
+    grid doubles the memory a step takes. The split per occurrence (``*_per``) is worked out again from the
+    operator when asked for (``op_terms``, the same function) and scaled by ``count`` in ``*_s``.
+    ``overhead_per`` holds launch gaps, host time, fixed per-call latencies and the time a kernel floor adds;
+    ``transition_per`` the time the smooth GEMM transition adds above max(t_c, t_m).
     """
 
     op: OpCost
-    compute_per: np.ndarray
-    memory_per: np.ndarray
-    comm_per: np.ndarray
-    overhead_per: np.ndarray
     time_s: np.ndarray
-    transition_p: float | None = None
+    hardware: HardwareSpec = field(repr=False, compare=False)
+    cuda_graphs: bool | np.ndarray = field(default=True, repr=False, compare=False)
 
-    def __init__(self, op: OpCost, compute_per, memory_per, comm_per, overhead_per, time_s,
-                 transition_p: float | None = None):
-        # one write instead of a frozen dataclass's seven object.__setattr__ calls (a step times ~40 operators)
-        object.__setattr__(self, "__dict__", {
-            "op": op, "compute_per": compute_per, "memory_per": memory_per, "comm_per": comm_per,
-            "overhead_per": overhead_per, "time_s": time_s, "transition_p": transition_p})
+    def __init__(self, op: OpCost, time_s, hardware: HardwareSpec, cuda_graphs=True):
+        # one write instead of a frozen dataclass's object.__setattr__ per field (a step times ~40 operators)
+        object.__setattr__(self, "__dict__", {"op": op, "time_s": time_s, "hardware": hardware,
+                                              "cuda_graphs": cuda_graphs})
+
+    @functools.cached_property
+    def terms(self) -> OpTerms:
+        return op_terms(self.op, self.hardware, self.cuda_graphs)
+
+    @property
+    def compute_per(self):
+        return self.terms.compute_per
+
+    @property
+    def memory_per(self):
+        return self.terms.memory_per
+
+    @property
+    def comm_per(self):
+        return self.terms.comm_per
+
+    @property
+    def overhead_per(self):
+        return self.terms.overhead_per
+
+    @property
+    def transition_p(self) -> float | None:
+        return self.terms.transition_p
 
     @property
     def transition_per(self) -> np.ndarray | float:
@@ -293,11 +326,11 @@ def collective_time(op: OpCost, hw: HardwareSpec):
 # --- one operator ---------------------------------------------------------------------------------------------
 
 
-def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTime:
-    """``cuda_graphs``: whether the kernels replay a CUDA graph, one truth value or an array over the grid."""
+def op_terms(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTerms:
+    """The terms of one occurrence of ``op``. ``cuda_graphs``: whether the kernels replay a CUDA graph, one truth
+    value or an array over the grid."""
     rates = _rates(hw)
     kind = op.kind
-    count = num(op.count)
     compute = num(op.flops_padded) / rates.compute_flops_per_s[op.dtype, op.kernel is KernelClass.fused_moe]
     memory = _memory_time(op, hw, rates)
     comm = 0.0
@@ -309,7 +342,7 @@ def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTime:
     if transition_p is not None:
         work = p_norm_time(compute, memory, transition_p)
     else:
-        work = maximum(compute, memory)     # a new array (or a float): the adds below may work in place
+        work = maximum(compute, memory)     # a new array (or a float): op_time may add to it in place
     gap = (rates.launch_s[bool(cuda_graphs)] if isinstance(cuda_graphs, (bool, np.bool_))
            else launch_overhead(hw, cuda_graphs))
     overhead = op.launches * gap + num(op.host_s)
@@ -320,8 +353,16 @@ def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTime:
         added = floor - work                    # the time a kernel floor adds to short kernels: max(floor - work, 0)
         added = np.maximum(added, 0.0, out=added) if isinstance(added, np.ndarray) and added.ndim else maximum(added, 0.0)
         overhead = _in_place(added, overhead, np.add)     # overhead + added (a new array: work is left as it was)
-    per = _in_place(work, overhead if type(comm) is float and comm == 0.0 else comm + overhead, np.add)
-    return OpTime(op, compute, memory, comm, overhead, _in_place(per, count, np.multiply), transition_p)
+    return OpTerms(compute, memory, comm, overhead, work, transition_p)
+
+
+def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTime:
+    """count * (work + communication + overhead): seconds per step on ``op``."""
+    t = op_terms(op, hw, cuda_graphs)
+    comm = t.comm_per
+    per = _in_place(t.work_per, t.overhead_per if type(comm) is float and comm == 0.0 else comm + t.overhead_per,
+                    np.add)
+    return OpTime(op, _in_place(per, num(op.count), np.multiply), hw, cuda_graphs)
 
 
 def _in_place(a, b, ufunc):
