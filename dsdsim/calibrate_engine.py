@@ -159,11 +159,11 @@ def read_measurements(paths: Sequence[str | Path], context: int) -> list[Measure
     for p in paths:
         path = Path(p).expanduser()
         if not path.is_file():
-            raise DsdsimError(f"--measurements {path}: no such file")
+            raise DsdsimError(f"measurements file {path}: no such file")
         try:
             rows += _read_csv(path, context) if path.suffix.lower() == ".csv" else _read_json(path, context)
         except UnicodeDecodeError:
-            raise DsdsimError(f"--measurements {path}: not a text file") from None
+            raise DsdsimError(f"measurements file {path}: not a text file") from None
     return merge_points(rows)
 
 

@@ -704,7 +704,7 @@ def run_calibrate(source: str | Path, hardware, output: Optional[str | Path] = N
     data = json.loads(Path(source).read_text())
     if "batch_stats" in data:
         if model is None:
-            raise ValueError("calibrating from batch_stats needs the model (--model)")
+            raise ValueError("calibrating from batch_stats needs the model spec it was measured with")
         spec, summary = calibrate_from_batch_stats(source, model, hw, drafter=drafter, context=context)
     else:
         points = [Point.from_json(p) for p in data["points"]]

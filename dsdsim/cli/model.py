@@ -109,7 +109,7 @@ def predict(
     fixed_k: Optional[int] = typer.Option(None, "--fixed-k",
                                           help="The static K to compare against (default: 3, or --max-k if lower)"),
     max_distinct_k: Optional[int] = typer.Option(
-        None, "--max-distinct-k", help="At most this many distinct K in the table (each is a CUDA-graph capture)"),
+        None, "--max-distinct-k", min=1, help="At most this many distinct K in the table (each is a CUDA-graph capture)"),
     eager: Eager = False,
     dp_attention: DpAttention = DEFAULT_DP_ATTENTION,
     memory_utilization: MemoryUtilization = DEFAULT_MEMORY_UTILIZATION,

@@ -34,7 +34,7 @@ class CompressedTable:
 def compress(goodput_kb: np.ndarray, k_values, max_distinct: int) -> CompressedTable:
     """Best table using at most `max_distinct` distinct K values (exact subset search)."""
     if max_distinct < 1:
-        raise DsdsimError(f"--max-distinct-k must be >= 1, got {max_distinct}")
+        raise DsdsimError(f"a K table needs at least 1 distinct K value, got {max_distinct}")
     g = np.where(np.isfinite(goodput_kb), goodput_kb, -np.inf)     # (K, B)
     k_values = np.asarray(k_values)
     feasible_b = np.any(np.isfinite(goodput_kb), axis=0)
@@ -42,7 +42,8 @@ def compress(goodput_kb: np.ndarray, k_values, max_distinct: int) -> CompressedT
     n_k = len(k_values)
     size = min(max_distinct, n_k)
     if comb(n_k, size) > _MAX_SUBSETS:
-        raise DsdsimError(f"too many K subsets to search ({n_k} choose {size}); lower --max-k or --max-distinct-k")
+        raise DsdsimError(f"too many K subsets to search ({n_k} choose {size}); evaluate fewer K values or allow fewer "
+                          "distinct K")
     best_score, best_subset = -np.inf, tuple(range(n_k))
     for subset in combinations(range(n_k), size):
         chosen = np.max(g[list(subset)], axis=0)

@@ -36,7 +36,7 @@ def add_specs_dir(path: str | Path) -> None:
     """Search this folder (and its hw_specs/, model_specs/, engine_specs/ subfolders) before the shipped specs."""
     p = Path(path).expanduser()
     if not p.is_dir():
-        raise SpecError(f"specs folder {p} does not exist; pass an existing folder to --specs-dir")
+        raise SpecError(f"specs folder {p} does not exist; give an existing folder")
     if p not in _user_dirs:
         _user_dirs.insert(0, p)
     _index.cache_clear()
