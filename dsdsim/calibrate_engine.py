@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 
-from dsdsim.errors import DsdsimError
+from dsdsim.errors import DsdsimError, finite_number
 
 CSV_HEADER = ("batch_size", "k", "context", "itl_ms", "acceptance_length")
 MIN_POINTS = 3
@@ -44,18 +43,8 @@ class MeasuredPoint:
 # --- reading ---------------------------------------------------------------------------------------------------
 
 
-def _num(value, what: str, where: str) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise DsdsimError(f"{where}: {what} {value!r} is not a number") from None
-    if not math.isfinite(x):
-        raise DsdsimError(f"{where}: {what} {value!r} is not a finite number")
-    return x
-
-
 def _whole(value, what: str, where: str) -> int:
-    x = _num(value, what, where)
+    x = finite_number(value, f"{where}: {what}")
     if x != int(x):
         raise DsdsimError(f"{where}: {what} {value!r} must be a whole number")
     return int(x)
@@ -86,8 +75,8 @@ def _read_csv(path: Path, context: int) -> list[tuple[MeasuredPoint, str]]:
         seen.add(key)
         ctx = _whole(rec["context"], "context", where) if rec.get("context") else context
         out.append((MeasuredPoint(_whole(rec["batch_size"], "batch_size", where), _whole(rec["k"], "k", where), ctx,
-                                  _num(rec["itl_ms"], "itl_ms", where),
-                                  _num(rec["acceptance_length"], "acceptance_length", where)), where))
+                                  finite_number(rec["itl_ms"], f"{where}: itl_ms"),
+                                  finite_number(rec["acceptance_length"], f"{where}: acceptance_length")), where))
     return out
 
 
@@ -121,11 +110,11 @@ def _from_result(rec: dict, where: str, context: int) -> MeasuredPoint:
     if batch is None:
         raise DsdsimError(f"{where}: no max_concurrency; run the benchmark with --max-concurrency B (the batch)")
     al = rec.get("spec_decode_acceptance_length", rec.get("accept_length"))
-    has_al = al is not None and _num(al, "acceptance length", where) > 1.0
+    has_al = al is not None and finite_number(al, f"{where}: acceptance length") > 1.0
     k = _k_of(rec, where, has_al)
-    acceptance = _num(al, "acceptance length", where) if (al is not None and k > 0) else 1.0
+    acceptance = finite_number(al, f"{where}: acceptance length") if (al is not None and k > 0) else 1.0
     return MeasuredPoint(_whole(batch, "max_concurrency", where), k, context,
-                         _num(rec["mean_tpot_ms"], "mean_tpot_ms", where), acceptance)
+                         finite_number(rec["mean_tpot_ms"], f"{where}: mean_tpot_ms"), acceptance)
 
 
 def _read_json(path: Path, context: int) -> list[tuple[MeasuredPoint, str]]:

@@ -4,6 +4,8 @@ The CLI prints ``DsdsimError`` messages without a traceback and exits with code 
 """
 from __future__ import annotations
 
+import math
+
 
 class DsdsimError(ValueError):
     """Bad input: a malformed spec, an unknown name, an out-of-range argument."""
@@ -11,6 +13,17 @@ class DsdsimError(ValueError):
 
 class SpecError(DsdsimError):
     """A hardware, model or drafter spec that cannot be used."""
+
+
+def finite_number(value, what: str) -> float:
+    """``value`` as a finite float, or a DsdsimError naming ``what`` (user input: a CLI argument, a file's field)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise DsdsimError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise DsdsimError(f"{what} must be finite, got {value!r}")
+    return v
 
 
 def pydantic_one_line(exc, where: str) -> str:

@@ -165,6 +165,8 @@ def test_calibrate_reads_vllm_bench_and_sglang_results(tmp_path):
     (GOOD + ["1,0,1024,9.9,1"], "contradictory rows"),
     (GOOD + ["8,0,1024,0,1"], "itl_ms must be > 0"),
     (GOOD + ["8,3,1024,5.0,4.5"], "outside [1, K+1]"),
+    (GOOD + ["8,0,1024,fast,1"], "itl_ms must be a number, got 'fast'"),
+    (GOOD + ["8,0,1024,nan,1"], "itl_ms must be finite, got 'nan'"),
 ])
 def test_calibrate_bad_input_one_line_exit_2_nothing_written(cli, tmp_path, rows, fragment):
     out = tmp_path / "mine.yaml"

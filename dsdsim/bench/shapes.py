@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from dsdsim.bench.timing import random_tensor, torch_dtype
 from dsdsim.cost.ops import OpCost, OpKind
+from dsdsim.specs.model import swiglu_matrix_params
 from dsdsim.units import DType
 
 _SKIPPED = (OpKind.all_reduce, OpKind.all_to_all, OpKind.gather, OpKind.host)
@@ -491,7 +492,8 @@ def _moe(op: OpCost, pool: TensorPool, act: torch.dtype, num_experts: int) -> Op
         return y.index_add_(0, r.token_of, out * r.weights)
 
     touched = min(float(num_experts), float(np.asarray(s.experts_touched)))
-    per_set = touched * 3 * hidden * width * wdt.itemsize + tokens * hidden * act.itemsize   # touched experts only
+    expert_bytes = touched * swiglu_matrix_params(hidden, width) * wdt.itemsize       # touched experts only
+    per_set = expert_bytes + tokens * hidden * act.itemsize
     return OpBench(op.name, op.kind, fn_grouped if grouped else fn_loop, make, per_set, shape)
 
 

@@ -13,7 +13,7 @@ from dsdsim.cost.memo import by_identity
 from dsdsim.cost.num import maximum, minimum, num, where
 from dsdsim.cost.ops import OpCost
 from dsdsim.errors import DsdsimError
-from dsdsim.specs.drafter import DrafterKind, DrafterSpec
+from dsdsim.specs.drafter import DrafterKind, DrafterSpec, DraftHead, eagle3_head, eagle_head, medusa_heads
 from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec
 
 
@@ -38,6 +38,19 @@ def eagle_layer(target: ModelSpec, drafter: DrafterSpec) -> Layer:
             width = moe.top_k * moe.expert_intermediate_size + moe.num_shared_experts * moe.shared_intermediate_size
     attn = Attention(kind=AttentionKind.full, num_heads=heads, num_kv_heads=kv, head_dim=head_dim)
     return Layer(attention=attn, ffn=FFN(kind=FFNKind.dense, intermediate_size=width))
+
+
+@by_identity
+def draft_head(target: ModelSpec, drafter: DrafterSpec) -> DraftHead | None:
+    """The weights and shapes of an EAGLE, EAGLE-3 or Medusa head on ``target``; None for other drafters."""
+    h = target.hidden_size
+    if drafter.kind is DrafterKind.eagle:
+        return eagle_head(h, eagle_layer(target, drafter))
+    if drafter.kind is DrafterKind.eagle3:
+        return eagle3_head(h, eagle_layer(target, drafter), drafter.draft_vocab_size)
+    if drafter.kind is DrafterKind.medusa:
+        return medusa_heads(h, target.vocab_size, drafter.max_k)
+    return None
 
 
 def _passes(first: list[OpCost], rest: list[OpCost], k) -> list[OpCost]:
@@ -68,11 +81,12 @@ def draft_ops(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, batch, k
     if kind is DrafterKind.medusa:
         # K heads on the target's last hidden state, one pass: ResBlock (h->h, bias) + own lm_head (h->V) each
         g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
-        vocab = -(-target.vocab_size // pc.tp)
-        return [ops.gemm("medusa.resblock", b, h, h, bias=True, **g).times(k),
+        head = draft_head(target, drafter)
+        res, lm = head.resblock, head.lm_head
+        return [ops.gemm("medusa.resblock", b, res.inputs, res.outputs, bias=res.bias, **g).times(k),
                 ops.elementwise("medusa.act", b, h, reads=2, writes=1, act_dtype=pc.act_dtype).times(k),
-                ops.gemm("medusa.lm_head", b, h, vocab, **g).times(k),
-                ops.sampling("medusa.sampling", b, target.vocab_size, 1.0).times(k)]
+                ops.gemm("medusa.lm_head", b, lm.inputs, -(-lm.outputs // pc.tp), **g).times(k),
+                ops.sampling("medusa.sampling", b, lm.outputs, 1.0).times(k)]
     if kind is DrafterKind.draft_model:
         if draft_model is None:
             raise DsdsimError("draft-model drafter needs its model spec (draft-model:MODEL)")
@@ -112,60 +126,43 @@ def _mtp_pass(target: ModelSpec, pc: PassContext, b, q, context, first: bool = T
 def _eagle_pass(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, b, q, context, first: bool):
     """EAGLE: fc(2h->h, bias) then the layer, target lm_head (full V).
     EAGLE-3: fc(3h->h) on fused low/mid/high features in the first pass only, a layer whose q/k/v read 2h
-    (embedding ++ hidden), an own lm_head over draft_vocab_size."""
+    (embedding ++ hidden), an own lm_head over draft_vocab_size. Shapes from ``draft_head``."""
     h = target.hidden_size
     tokens = b * num(q)
     g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
-    layer = eagle_layer(target, drafter)
+    head = draft_head(target, drafter)
+    prefix = f"{drafter.kind.value}."
     out = [ops.embedding("eagle.embed", tokens, h, pc.w_dtype, pc.act_dtype)]
-    if drafter.kind is DrafterKind.eagle3:
-        if first:
-            out.append(ops.gemm("eagle3.fc", tokens, 3 * h, h, **g))
-        out += [o.renamed("eagle3.") for o in layer_ops(layer, h, b, q, context, pc, qkv_in=2 * h)]
-        out += head_ops(h, drafter.draft_vocab_size, b if first else tokens, pc, 1.0, prefix="eagle3.")
-        return out
-    out.append(ops.gemm("eagle.fc", tokens, 2 * h, h, bias=True, **g))
-    out += [o.renamed("eagle.") for o in layer_ops(layer, h, b, q, context, pc)]
-    out += head_ops(h, target.vocab_size, b if first else tokens, pc, 1.0, prefix="eagle.")
+    if first or drafter.kind is DrafterKind.eagle:
+        out.append(ops.gemm(prefix + "fc", tokens, head.fc.inputs, head.fc.outputs, bias=head.fc.bias, **g))
+    out += [o.renamed(prefix) for o in layer_ops(head.layer, h, b, q, context, pc, qkv_in=head.layer_input)]
+    vocab = target.vocab_size if head.lm_head is None else head.lm_head.outputs
+    out += head_ops(h, vocab, b if first else tokens, pc, 1.0, prefix=prefix)
     return out
 
 
 @by_identity
 def drafter_weight_params(target: ModelSpec, drafter: DrafterSpec, draft_model: ModelSpec | None) -> int:
     """Extra weights the drafter keeps in memory (elements): head weights, a draft model, nothing for MTP/ngram."""
-    h = target.hidden_size
-    kind = drafter.kind
-    if kind is DrafterKind.draft_model and draft_model is not None:
+    head = draft_head(target, drafter)
+    if head is not None:
+        return head.params
+    if drafter.kind is DrafterKind.draft_model and draft_model is not None:
         return draft_model.params_total
-    if kind is DrafterKind.eagle:
-        return 2 * h * h + h + eagle_layer(target, drafter).params(h)
-    if kind is DrafterKind.eagle3:
-        return 3 * h * h + _eagle3_layer_params(target, drafter) + h * drafter.draft_vocab_size
-    if kind is DrafterKind.medusa:
-        return drafter.max_k * (h * h + h + h * target.vocab_size)
-    if kind is DrafterKind.mtp:
+    if drafter.kind is DrafterKind.mtp:
         return target.params_mtp
     return 0
-
-
-def _eagle3_layer_params(target: ModelSpec, drafter: DrafterSpec) -> int:
-    """The EAGLE-3 decoder layer: q/k/v read 2h (embedding ++ hidden), one more h of inputs than a plain layer."""
-    h = target.hidden_size
-    layer = eagle_layer(target, drafter)
-    a = layer.attention
-    return layer.params(h) + h * (a.q_width + 2 * a.num_kv_heads * a.head_dim)
 
 
 def drafter_whole_params(target: ModelSpec, drafter: DrafterSpec) -> int:
     """Drafter weights every rank holds whole under data-parallel attention (the rest is split tp ways): the draft
     layer's attention, norms, dense FFN and shared experts run on the rank's own sequences (``layer_ops``); the
     routed experts, fc/eh_proj and heads stay split. A draft model runs tensor-parallel: nothing whole."""
-    h = target.hidden_size
-    if drafter.kind is DrafterKind.eagle:
-        return eagle_layer(target, drafter).params(h)
-    if drafter.kind is DrafterKind.eagle3:
-        return _eagle3_layer_params(target, drafter)
+    head = draft_head(target, drafter)
+    if head is not None:
+        return head.layer_params
     if drafter.kind is DrafterKind.mtp and target.mtp_layers:
+        h = target.hidden_size
         layer = target.mtp_layer
         return target.mtp_layers * (layer.params(h) - layer.ffn.routed_params(h))
     return 0

@@ -14,6 +14,7 @@ from typing import NamedTuple, Optional, Union
 import numpy as np
 
 from dsdsim.cost.num import maximum, num, rint, where
+from dsdsim.specs.model import swiglu_bias_params, swiglu_matrix_params
 from dsdsim.units import DType
 
 ArrayLike = "float | np.ndarray"
@@ -242,10 +243,10 @@ def moe_experts(name: str, tokens, top_k: int, hidden: int, expert_width: int, e
     touched = maximum(num(experts_touched), 1e-12)
     per_expert_m = assignments / touched
     padded = touched * pad_rows(per_expert_m, tile_m)
-    per_row_flops = 2.0 * 3 * hidden * expert_width
-    per_expert_w = 3 * hidden * expert_width * w_dtype.bytes_per_element
+    per_row_flops = 2.0 * swiglu_matrix_params(hidden, expert_width)
+    per_expert_w = swiglu_matrix_params(hidden, expert_width) * w_dtype.bytes_per_element
     if bias:
-        per_expert_w += (2 * expert_width + hidden) * a
+        per_expert_w += swiglu_bias_params(hidden, expert_width) * a
     return OpCost(
         name=name, kind=OpKind.moe_experts, dtype=w_dtype,
         flops=assignments * per_row_flops, flops_padded=padded * per_row_flops,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Optional
 
@@ -19,7 +19,7 @@ from dsdsim.report import DeploymentView, deployment_view, json_plain
 _OMIT_NONE = {"omit_none": True}
 
 if TYPE_CHECKING:
-    from dsdsim.policy.predict import Prediction
+    from dsdsim.policy.predict import Prediction, Row
 
 
 class PredictFormat(str, Enum):
@@ -34,22 +34,6 @@ class PredictFormat(str, Enum):
 
 def _num(x):
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
-
-
-@dataclass(frozen=True)
-class RowView:
-    """One batch size of a prediction, non-finite numbers as None; ``draft`` ("tree" or "plain") only with a tree."""
-
-    batch_size: int
-    k: Optional[int]
-    tau: Optional[float]
-    step_ms: Optional[float]
-    itl_ms: Optional[float]
-    tokens_per_s: Optional[float]
-    speedup_vs_vanilla: Optional[float]
-    speedup_vs_fixed_k: Optional[float]
-    feasible: bool
-    draft: Optional[str] = field(default=None, metadata=_OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -113,7 +97,7 @@ class PredictionView:
     draft_tree: Optional[DraftTreeView]
     context: int
     fixed_k: int
-    rows: tuple[RowView, ...]
+    rows: tuple[Row, ...]                        # dsdsim.policy.predict.Row, non-finite numbers as None
     table: KTableView
     grid: GridView
     notes: tuple[str, ...]
@@ -150,7 +134,7 @@ def _prediction_view(p: "Prediction") -> PredictionView:
             steps=p.tree.steps, topk=p.tree.topk, tokens=p.tree.tokens,
             verify_tokens_per_sequence=p.tree.tokens + 1, k_in_rows=p.tree.steps),
         context=p.context, fixed_k=p.fixed_k,
-        rows=tuple(_row_view(p, r) for r in p.rows),
+        rows=tuple(_row_view(r) for r in p.rows),
         table=KTableView(ranges=tuple(tuple(r) for r in p.ranges()), distinct_k=tuple(p.table.k_set),
                          mean_goodput_loss=p.table.mean_goodput_loss, max_goodput_loss=p.table.max_goodput_loss),
         grid=GridView(k_values=tuple(int(k) for k in p.k_values), batch_sizes=tuple(int(b) for b in p.batch_sizes),
@@ -164,12 +148,9 @@ def prediction_dict(p: "Prediction") -> dict:
     return PredictionView.from_prediction(p).to_dict()
 
 
-def _row_view(p: "Prediction", r) -> RowView:
-    values = {f.name: _num(getattr(r, f.name)) for f in fields(r)}
-    draft = None
-    if p.tree is not None and r.k is not None:
-        draft = "tree" if r.k > 0 else "plain"
-    return RowView(**values, draft=draft)
+def _row_view(r: "Row") -> "Row":
+    """The row with non-finite numbers as None."""
+    return replace(r, **{f.name: _num(getattr(r, f.name)) for f in fields(r)})
 
 
 def _acceptance_view(p: "Prediction") -> AcceptanceView:
@@ -192,7 +173,7 @@ def _nanmax(a):
 def prediction_csv(p: "Prediction") -> str:
     from dsdsim.export.engines import table_csv
 
-    return table_csv([json_plain(_row_view(p, r)) for r in p.rows])
+    return table_csv([json_plain(_row_view(r)) for r in p.rows])
 
 
 def render(p: "Prediction", fmt: PredictFormat) -> str:

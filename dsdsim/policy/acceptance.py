@@ -44,7 +44,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from dsdsim.errors import DsdsimError
+from dsdsim.errors import DsdsimError, finite_number
 
 EXTRAPOLATIONS = ("repeat-last", "zero", "constant")
 
@@ -132,7 +132,7 @@ class Acceptance:
 
     def scaled(self, factor: float) -> "Acceptance":
         """Every α multiplied by ``factor`` and clipped to [0, 1] (uncertainty bands)."""
-        f = _finite(factor, "scale factor")
+        f = finite_number(factor, "scale factor")
         if f < 0:
             raise DsdsimError(f"scale factor must be ≥ 0, got {factor!r}")
         alphas = tuple(float(a) for a in np.clip(np.asarray(self.alpha) * f, 0.0, 1.0))
@@ -140,7 +140,7 @@ class Acceptance:
 
     def shifted(self, delta: float) -> "Acceptance":
         """Every α plus ``delta``, clipped to [0, 1] (uncertainty bands)."""
-        d = _finite(delta, "shift")
+        d = finite_number(delta, "shift")
         alphas = tuple(float(a) for a in np.clip(np.asarray(self.alpha) + d, 0.0, 1.0))
         return replace(self, alpha=alphas, source=f"{self.source} (α{d:+g})")
 
@@ -168,7 +168,7 @@ class TreeAcceptance:
     source: str = ""
 
     def __post_init__(self) -> None:
-        length = _finite(self.length, "mean acceptance length of a tree")
+        length = finite_number(self.length, "mean acceptance length of a tree")
         if length < 1.0:
             raise DsdsimError(f"mean acceptance length {length:g} of a tree must be >= 1 (it counts the bonus token)")
         object.__setattr__(self, "length", length)
@@ -249,7 +249,7 @@ def from_mean_acceptance_length(al: float, k: int, spread: float | None = None) 
     the fitted α is the mean of the Beta distribution whose population τ(k) matches.
     """
     k = _whole_number(k, "K of the measurement")
-    al = _finite(al, "mean acceptance length")
+    al = finite_number(al, "mean acceptance length")
     if k < 1:
         raise DsdsimError("a mean acceptance length needs the K it was measured at, K ≥ 1 (write al=2.79@3)")
     if not 1.0 <= al <= k + 1:
@@ -313,16 +313,6 @@ def _checked_alphas(values: Iterable[float], what: str) -> tuple[float, ...]:
             raise DsdsimError(f"{what}: position {i} has {a:g}, outside [0, 1]; acceptance rates are probabilities "
                               "(a mean acceptance length is written al=2.8@K)")
     return tuple(float(a) for a in arr)
-
-
-def _finite(value, what: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise DsdsimError(f"{what} must be a number, got {value!r}") from None
-    if not math.isfinite(v):
-        raise DsdsimError(f"{what} must be finite, got {value!r}")
-    return v
 
 
 def _whole_number(value, what: str) -> int:

@@ -42,6 +42,8 @@ class Row:
     speedup_vs_vanilla: Optional[float]
     speedup_vs_fixed_k: Optional[float]
     feasible: bool
+    # with a draft tree only: "tree" (K > 0) or "plain" (K = 0); JSON leaves it out while None
+    draft: Optional[str] = field(default=None, metadata={"omit_none": True})
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class Prediction:
         kv = list(self.k_values)
         i0 = kv.index(0)
         i_fix = kv.index(self.fixed_k) if self.fixed_k in kv else None
+        tree = self.tree
         for j, b in enumerate(self.batch_sizes):
             k = int(self.table.k_per_batch[j])
             if k < 0:
@@ -80,7 +83,8 @@ class Prediction:
                 batch_size=int(b), k=k, tau=float(self.tau[i]), step_ms=float(self.step_s[i, j] * 1e3),
                 itl_ms=float(inter_token_latency(self.tau[i], self.step_s[i, j]) * 1e3), tokens_per_s=float(g),
                 speedup_vs_vanilla=float(g / g0) if np.isfinite(g0) else None,
-                speedup_vs_fixed_k=float(g / gf) if np.isfinite(gf) else None, feasible=True))
+                speedup_vs_fixed_k=float(g / gf) if np.isfinite(gf) else None, feasible=True,
+                draft=None if tree is None else ("tree" if k > 0 else "plain")))
         return out
 
     @property

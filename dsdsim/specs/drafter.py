@@ -5,12 +5,14 @@ Command-line forms: ``eagle3``, ``eagle``, ``mtp``, ``medusa``, ``ngram``, ``dra
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dsdsim.errors import DsdsimError
+from dsdsim.specs.model import Layer
 
 MAX_K = 16
 
@@ -166,3 +168,70 @@ def parse_drafter(text: str) -> DrafterSpec:
         else:
             raise DsdsimError(f"drafter {kind.value} takes no argument, got {raw!r}")
     return DrafterSpec(**kwargs)
+
+
+# --- draft heads: their weights, described once ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Linear:
+    """A weight matrix ``inputs`` -> ``outputs`` (inputs*outputs elements) and, with ``bias``, outputs more."""
+
+    inputs: int
+    outputs: int
+    bias: bool = False
+
+    @property
+    def params(self) -> int:
+        return self.inputs * self.outputs + (self.outputs if self.bias else 0)
+
+
+@dataclass(frozen=True)
+class DraftHead:
+    """The weights an EAGLE, EAGLE-3 or Medusa head keeps beside the target, and the shapes its passes run.
+
+    Element counts. The head shares the target's embedding (EAGLE also its lm_head) and does not count it.
+    hidden:       the target's hidden size h.
+    fc:           projection of the target's features into the draft (EAGLE 2h -> h with bias; EAGLE-3 3h -> h).
+    layer:        the draft decoder layer; its q/k/v read ``layer_input`` (None: h).
+    resblock:     Medusa's ResBlock: h -> h with bias, SiLU, residual.
+    lm_head:      the head's own lm_head; None: it drafts with the target's.
+    copies:       heads of this shape (Medusa: one per draft position).
+    """
+
+    hidden: int
+    fc: Optional[Linear] = None
+    layer: Optional[Layer] = None
+    layer_input: Optional[int] = None
+    resblock: Optional[Linear] = None
+    lm_head: Optional[Linear] = None
+    copies: int = 1
+
+    @property
+    def layer_params(self) -> int:
+        """The decoder layer's weights: what data-parallel attention keeps whole on every rank."""
+        return 0 if self.layer is None else self.layer.params(self.hidden, self.layer_input)
+
+    @property
+    def params(self) -> int:
+        linears = sum(lin.params for lin in (self.fc, self.resblock, self.lm_head) if lin is not None)
+        return self.copies * (linears + self.layer_params)
+
+
+def eagle_head(hidden: int, layer: Layer) -> DraftHead:
+    """EAGLE-1/2 (SafeAILab/EAGLE ``eagle/model/cnets1.py``): fc(2h -> h, bias) on token embedding ++ target
+    feature, one decoder layer, the target's lm_head."""
+    return DraftHead(hidden, fc=Linear(2 * hidden, hidden, bias=True), layer=layer)
+
+
+def eagle3_head(hidden: int, layer: Layer, draft_vocab: int) -> DraftHead:
+    """EAGLE-3 (SafeAILab/EAGLE ``eagle/model/cnets.py``): fc(3h -> h) on fused low/mid/high target features, one
+    layer whose q/k/v read 2h (embedding ++ hidden), an own lm_head over the reduced draft vocabulary."""
+    return DraftHead(hidden, fc=Linear(3 * hidden, hidden), layer=layer, layer_input=2 * hidden,
+                     lm_head=Linear(hidden, draft_vocab))
+
+
+def medusa_heads(hidden: int, vocab: int, heads: int) -> DraftHead:
+    """Medusa (FasterDecoding/Medusa ``medusa/model/medusa_model.py``, one ResBlock per head): ``heads`` heads, each
+    a ResBlock (h -> h, bias) and an own lm_head h -> V."""
+    return DraftHead(hidden, resblock=Linear(hidden, hidden, bias=True), lm_head=Linear(hidden, vocab), copies=heads)

@@ -79,9 +79,13 @@ class Attention(BaseModel):
             return self.kv_lora_rank + self.qk_rope_head_dim
         return 2 * self.num_kv_heads * self.head_dim
 
-    def params(self, hidden: int) -> int:
+    def params(self, hidden: int, qkv_in: Optional[int] = None) -> int:
+        """Weights of the projections, biases, q/k norms and sinks. ``qkv_in``: the width q/k/v read when it is
+        not ``hidden`` (the EAGLE-3 draft layer reads 2h, embedding ++ hidden)."""
         h = hidden
         if self.kind is AttentionKind.mla:
+            if qkv_in not in (None, hidden):
+                raise ValueError("MLA attention reads the hidden state only (no qkv_in)")
             qk = self.qk_nope_head_dim + self.qk_rope_head_dim
             if self.q_lora_rank:
                 q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * self.num_heads * qk
@@ -90,7 +94,8 @@ class Attention(BaseModel):
             kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
             kv += self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
             return q + kv + self.o_width * h
-        n = h * self.q_width + 2 * h * self.num_kv_heads * self.head_dim + self.o_width * h
+        k_in = qkv_in or h
+        n = k_in * (self.q_width + 2 * self.num_kv_heads * self.head_dim) + self.o_width * h
         if self.qkv_bias:
             n += self.q_width + 2 * self.num_kv_heads * self.head_dim
         if self.o_bias:
@@ -103,8 +108,13 @@ class Attention(BaseModel):
 
 
 def swiglu_matrix_params(hidden: int, width: int) -> int:
-    """Gate and up (h -> I) and down (I -> h): 3*h*I elements, biases excluded."""
+    """One SwiGLU MLP or expert's matrices, gate and up (h -> I) and down (I -> h): 3*h*I elements."""
     return 3 * hidden * width
+
+
+def swiglu_bias_params(hidden: int, width: int) -> int:
+    """The same MLP's biases, where it has them (gpt-oss experts): gate and up (I each) and down (h)."""
+    return 2 * width + hidden
 
 
 class FFN(BaseModel):
@@ -132,7 +142,7 @@ class FFN(BaseModel):
         return self
 
     def _swiglu(self, h: int, width: int) -> int:
-        return swiglu_matrix_params(h, width) + ((2 * width + h) if self.bias else 0)
+        return swiglu_matrix_params(h, width) + (swiglu_bias_params(h, width) if self.bias else 0)
 
     def routed_matrix_params(self, hidden: int) -> int:
         """The routed experts' matrices without their biases (what an expert format such as MXFP4 stores)."""
@@ -174,8 +184,9 @@ class Layer(BaseModel):
     norms: int = Field(default=2, ge=0)         # norm vectors per layer (Gemma 3: 4; Cohere parallel block: 1)
     norm_bias: bool = False
 
-    def params(self, hidden: int) -> int:
-        return self.attention.params(hidden) + self.ffn.params(hidden) + self._norm_params(hidden)
+    def params(self, hidden: int, qkv_in: Optional[int] = None) -> int:
+        """All weights of the layer; ``qkv_in`` as in ``Attention.params``."""
+        return self.attention.params(hidden, qkv_in) + self.ffn.params(hidden) + self._norm_params(hidden)
 
     def active_params(self, hidden: int) -> int:
         return self.attention.params(hidden) + self.ffn.active_params(hidden) + self._norm_params(hidden)
