@@ -58,3 +58,12 @@ def test_load_commands_knows_the_module_of_every_command():
         registering = {module(c.callback) for c in group.typer_instance.registered_commands}
         assert registering == set(_MODULES_OF[group.name])
     assert {m for ms in _MODULES_OF.values() for m in ms} == set(COMMAND_MODULES)
+
+
+def test_in_process_runs_leave_the_garbage_collector_as_they_found_it(cli):
+    import gc
+
+    frozen = gc.get_freeze_count()
+    for argv in (["--version"], ["list", "engines"], ["predict", "-b", "1,2"]):
+        assert cli(*argv)[0] == 0
+        assert gc.isenabled() and gc.get_freeze_count() == frozen

@@ -1,7 +1,7 @@
 """The typer application, its command groups and the entry point that turns errors into one line.
 
-A run registers only the commands it names (``dsdsim predict`` imports model.py, not the torch benches or the
-plots); help, --version and names that are not commands load every group.
+A run registers only the command group it names (``dsdsim predict`` imports model.py, not the bench, catalog or
+plot commands); help, --version and names that are not commands load every group.
 """
 from __future__ import annotations
 
