@@ -1,6 +1,7 @@
 """The `dsdsim` command line: thin commands over the public API.
 
-One module per command group, each registering its commands on the one typer app:
+One module per command group, each registering its commands on the one typer app when it is imported; a run
+imports only the group it names (``load_commands``: ``dsdsim predict`` loads model.py alone):
 
     model.py     explain, predict, plan, accuracy      (the simulator and the K policy)
     bench.py     probe, validate, loop, comm-check, calibrate   (measuring with torch)
@@ -11,7 +12,6 @@ One module per command group, each registering its commands on the one typer app
 Options shared by several commands are declared once in options.py; output files, progress and torch checks
 live in output.py; rich tables and JSON are rendered by dsdsim.export.render.
 """
-from dsdsim.cli.app import app, main
-from dsdsim.cli import model, bench, catalog, engine, plots  # noqa: E402,F401  (order = order in `dsdsim --help`)
+from dsdsim.cli.app import app, load_commands, main
 
-__all__ = ["app", "main"]
+__all__ = ["app", "load_commands", "main"]

@@ -1,6 +1,12 @@
-"""The typer application, its command groups and the entry point that turns errors into one line."""
+"""The typer application, its command groups and the entry point that turns errors into one line.
+
+A run registers only the command group it names (``dsdsim predict`` imports model.py, not the bench, catalog or
+plot commands); help, --version and names that are not commands load every group.
+"""
 from __future__ import annotations
 
+import gc
+import importlib
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -36,10 +42,53 @@ def _version(value: bool) -> None:
 def _root(specs_dir: Optional[List[Path]] = typer.Option(None, "--specs-dir", metavar="DIR", help=SPECS_DIR_HELP),
           version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
                                        help="Print the version and exit")) -> None:
-    from dsdsim.specs.catalog import add_specs_dir
+    if specs_dir:
+        from dsdsim.specs.catalog import add_specs_dir
 
-    for d in specs_dir or []:
-        add_specs_dir(d)
+        for d in specs_dir:
+            add_specs_dir(d)
+
+
+# The modules that register each command, in the order of `dsdsim --help`.
+COMMAND_MODULES = ("model", "bench", "catalog", "engine", "plots")
+_MODULES_OF = {
+    **dict.fromkeys(("explain", "predict", "plan", "accuracy"), ("model",)),
+    **dict.fromkeys(("probe", "validate", "loop", "comm-check", "calibrate"), ("bench",)),
+    "list": ("catalog", "engine"),
+    "show": ("catalog", "engine"),
+    "plot": ("plots",),
+}
+
+
+def load_commands(argv: Optional[list[str]] = None) -> None:
+    """Register on `app` the command group that ``argv`` runs; every group when it names none (help, --version)
+    or a name that is not a command (so the error can suggest one)."""
+    for name in _MODULES_OF.get(_command_name(argv or []), COMMAND_MODULES):
+        importlib.import_module(f"dsdsim.cli.{name}")
+    for typer_app in (app, list_app, show_app, plot_app):    # in help order, whichever group this process loaded first
+        typer_app.registered_commands.sort(key=_help_position)
+
+
+def _help_position(command) -> int:
+    return COMMAND_MODULES.index(command.callback.__module__.rsplit(".", 1)[-1])
+
+
+def _measures(argv: list[str]) -> bool:
+    """Whether ``argv`` runs a command that measures with torch (the bench group)."""
+    return "bench" in _MODULES_OF.get(_command_name(argv), ())
+
+
+def _command_name(argv: list[str]) -> Optional[str]:
+    """The first argument that is not a root option (nor the value of --specs-dir)."""
+    args = iter(argv)
+    for a in args:
+        if a == "--specs-dir":
+            next(args, None)
+        elif a == "--":
+            return next(args, None)
+        elif not a.startswith("-"):
+            return a
+    return None
 
 
 def _click_exceptions():
@@ -63,10 +112,30 @@ def _click_exceptions():
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    """Run the CLI; user errors become one line on stderr and exit code 2."""
-    import dsdsim.cli  # noqa: F401  (registers every command on `app`)
+    """Run the CLI; user errors become one line on stderr and exit code 2.
 
-    click_errors, no_args_error, abort_error = _click_exceptions()
+    Without ``argv`` this runs the process's own command line, and the interpreter exits next. Start-up creates
+    some 50,000 long-lived objects (modules, classes, schemas) that the cyclic collector would walk again and
+    again, and once more at exit: a command that only computes runs with the collector off, and what is alive at
+    the end is frozen (gc.freeze) so that the passes at exit skip it. The commands that measure with torch keep
+    the collector, since their loops may leave tensors in cycles. In-process callers (``argv`` given, tests) find
+    the collector as they left it.
+    """
+    own = argv is None
+    collecting = gc.isenabled()
+    if own and not _measures(sys.argv[1:]):
+        gc.disable()
+    try:
+        _run(argv)
+    finally:
+        if own:
+            gc.freeze()
+            if collecting:
+                gc.enable()
+
+
+def _run(argv: Optional[list[str]]) -> None:
+    load_commands(sys.argv[1:] if argv is None else argv)
     command = typer.main.get_command(app)
     try:
         rv = command.main(args=argv, prog_name="dsdsim", standalone_mode=False)
@@ -76,6 +145,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # click/typer usage errors, from whichever click is in use
+        click_errors, no_args_error, abort_error = _click_exceptions()
         if no_args_error is not None and isinstance(exc, no_args_error):
             ctx = getattr(exc, "ctx", None)
             typer.echo(ctx.get_help() if ctx is not None else "dsdsim --help")

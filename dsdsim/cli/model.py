@@ -12,7 +12,7 @@ from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, DpAt
                                 Engine, Ep, ExpertOverlap, Hardware, K, KvDType, MaxK, MemoryUtilization, Model,
                                 OptionalDrafter, Output, Plot, PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat,
                                 Tp, WeightDType, deployment_from_options, drafter_from_options)
-from dsdsim.cli.output import (check_png, check_writable, emit, given, output_format, show, show_or_write, warn,
+from dsdsim.cli.output import (check_png, check_writable, emit, given, output_format, show_or_write, warn,
                                with_progress)
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DP_ATTENTION, DEFAULT_DRAFT_TREE, DEFAULT_DRAFTER,
                              DEFAULT_ENGINE, DEFAULT_EXPLAIN_BATCH, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE,

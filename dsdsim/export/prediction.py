@@ -14,12 +14,12 @@ from enum import Enum
 from typing import TYPE_CHECKING, Optional
 
 from dsdsim.errors import DsdsimError
-from dsdsim.report import DeploymentView, deployment_view, json_plain
 
 _OMIT_NONE = {"omit_none": True}
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:       # the command line imports PredictFormat at start-up; the views load numpy when used
     from dsdsim.policy.predict import Prediction, Row
+    from dsdsim.report import DeploymentView
 
 
 class PredictFormat(str, Enum):
@@ -108,6 +108,8 @@ class PredictionView:
         return _prediction_view(p)
 
     def to_dict(self) -> dict:
+        from dsdsim.report import json_plain
+
         return json_plain(self)
 
     def to_json(self) -> str:
@@ -116,30 +118,27 @@ class PredictionView:
 
 
 def _prediction_view(p: "Prediction") -> PredictionView:
+    from dsdsim.report import deployment_view
+
     s = p.setup
     step_ms = tuple(tuple(_num(float(p.step_s[i, j] * 1e3)) if p.feasible[i, j] else None
                           for j in range(len(p.batch_sizes))) for i in range(len(p.k_values)))
-    robust = None
-    if p.robust is not None:
-        robust = RobustView(k_per_batch=tuple(int(k) for k in p.robust.k_per_batch), band=tuple(p.robust.band),
-                            regret_low_edge_max=_num(float(_nanmax(p.robust.regret_low))),
-                            regret_high_edge_max=_num(float(_nanmax(p.robust.regret_high))))
     return PredictionView(
         model=s.model.name, hardware=s.hardware.name,
-        engine=EngineRef(name=s.engine.name if s.engine is not None else None, source=s.engine_source),
+        engine=engine_ref(p),
         deployment=deployment_view(s.model, s.deployment),
         drafter=s.drafter.label,
-        acceptance=_acceptance_view(p),
+        acceptance=acceptance_view(p),
         draft_tree=None if p.tree is None else DraftTreeView(
             steps=p.tree.steps, topk=p.tree.topk, tokens=p.tree.tokens,
             verify_tokens_per_sequence=p.tree.tokens + 1, k_in_rows=p.tree.steps),
         context=p.context, fixed_k=p.fixed_k,
-        rows=tuple(_row_view(r) for r in p.rows),
+        rows=tuple(row_view(r) for r in p.rows),
         table=KTableView(ranges=tuple(tuple(r) for r in p.ranges()), distinct_k=tuple(p.table.k_set),
                          mean_goodput_loss=p.table.mean_goodput_loss, max_goodput_loss=p.table.max_goodput_loss),
         grid=GridView(k_values=tuple(int(k) for k in p.k_values), batch_sizes=tuple(int(b) for b in p.batch_sizes),
                       tau=tuple(float(t) for t in p.tau), step_ms=step_ms),
-        notes=tuple(p.notes), robust=robust,
+        notes=tuple(p.notes), robust=robust_view(p),
     )
 
 
@@ -148,12 +147,17 @@ def prediction_dict(p: "Prediction") -> dict:
     return PredictionView.from_prediction(p).to_dict()
 
 
-def _row_view(r: "Row") -> "Row":
+def row_view(r: "Row") -> "Row":
     """The row with non-finite numbers as None."""
     return replace(r, **{f.name: _num(getattr(r, f.name)) for f in fields(r)})
 
 
-def _acceptance_view(p: "Prediction") -> AcceptanceView:
+def engine_ref(p: "Prediction") -> EngineRef:
+    s = p.setup
+    return EngineRef(name=s.engine.name if s.engine is not None else None, source=s.engine_source)
+
+
+def acceptance_view(p: "Prediction") -> AcceptanceView:
     k_max = int(p.k_values.max())
     a = p.acceptance
     if p.tree is not None:      # a TreeAcceptance: one measured length, no per-position chain alpha
@@ -161,6 +165,14 @@ def _acceptance_view(p: "Prediction") -> AcceptanceView:
                               description=a.describe(k_max))
     return AcceptanceView(alpha=tuple(float(x) for x in a.alpha_at(k_max)), measured_positions=len(a.alpha),
                           source=a.source, description=a.describe(k_max))
+
+
+def robust_view(p: "Prediction") -> Optional[RobustView]:
+    if p.robust is None:
+        return None
+    return RobustView(k_per_batch=tuple(int(k) for k in p.robust.k_per_batch), band=tuple(p.robust.band),
+                      regret_low_edge_max=_num(float(_nanmax(p.robust.regret_low))),
+                      regret_high_edge_max=_num(float(_nanmax(p.robust.regret_high))))
 
 
 def _nanmax(a):
@@ -172,8 +184,9 @@ def _nanmax(a):
 
 def prediction_csv(p: "Prediction") -> str:
     from dsdsim.export.engines import table_csv
+    from dsdsim.report import json_plain
 
-    return table_csv([json_plain(_row_view(r)) for r in p.rows])
+    return table_csv([json_plain(row_view(r)) for r in p.rows])
 
 
 def render(p: "Prediction", fmt: PredictFormat) -> str:

@@ -206,16 +206,17 @@ def prediction_view(p: "Prediction"):
     from rich.console import Group
     from rich.table import Table
 
-    from dsdsim.export.prediction import PredictionView
+    from dsdsim.export.prediction import acceptance_view, engine_ref, robust_view, row_view
+    from dsdsim.report import deployment_view
 
-    d = PredictionView.from_prediction(p)
-    dep = d.deployment
-    parts: list = [f"[bold]{d.model}[/bold] on [bold]{d.hardware}[/bold] (tp {dep.tp}, ep {dep.ep}, "
-                   f"{dep.weights_label}, {dep.kv_dtype} KV), drafter [bold]{d.drafter}[/bold], context "
-                   f"{d.context}, engine [bold]{d.engine.name}[/bold]",
-                   f"acceptance: {d.acceptance.description}"]
-    rows = {r.batch_size: r for r in d.rows}
+    setup = p.setup
+    dep = deployment_view(setup.model, setup.deployment)
+    parts: list = [f"[bold]{setup.model.name}[/bold] on [bold]{setup.hardware.name}[/bold] (tp {dep.tp}, ep {dep.ep}, "
+                   f"{dep.weights_label}, {dep.kv_dtype} KV), drafter [bold]{setup.drafter.label}[/bold], context "
+                   f"{p.context}, engine [bold]{engine_ref(p).name}[/bold]",
+                   f"acceptance: {acceptance_view(p).description}"]
     shown = display_batches(p)
+    position = {int(b): j for j, b in enumerate(p.batch_sizes)}
     tree = p.tree
     if tree is None:
         title, cols = "Best K per batch size", ("batch", "K*", "tau", "step ms", "ITL ms", "tokens/s", "vs K=0",
@@ -224,7 +225,7 @@ def prediction_view(p: "Prediction"):
         title, cols = (f"Draft tree {tree.steps},{tree.topk},{tree.tokens} or plain decoding per batch size",
                        ("batch", "draft", "tau", "step ms", "ITL ms", "tokens/s", "vs plain", "vs tree always",
                         "fits"))
-    t = Table(title=f"{title} (rows shown: {len(shown)} of {len(rows)})")
+    t = Table(title=f"{title} (rows shown: {len(shown)} of {len(position)})")
     for col in cols:
         t.add_column(col, justify="right")
 
@@ -235,7 +236,7 @@ def prediction_view(p: "Prediction"):
         return r.draft if tree is not None and r.k is not None else f(r.k, "d")
 
     for b in shown:
-        r = rows[b]
+        r = row_view(p.row(position[b]))
         t.add_row(str(b), k_cell(r), f(r.tau, ".2f"), f(r.step_ms, ".2f"), f(r.itl_ms, ".2f"),
                   f(r.tokens_per_s, ",.0f"), f(r.speedup_vs_vanilla, ".2f") + ("x" if r.k is not None and
                   r.speedup_vs_vanilla is not None else ""),
@@ -244,20 +245,20 @@ def prediction_view(p: "Prediction"):
     parts.append(t)
     if tree is None:
         parts.append("K table (vLLM num_speculative_tokens_per_batch_size): "
-                     + json.dumps([list(r) for r in d.table.ranges]))
+                     + json.dumps([list(r) for r in p.ranges()]))
     else:
         parts.append(f"tree ({tree.steps} draft passes over top-{tree.topk}, {tree.tokens + 1} verify tokens per "
                      "sequence) at batch sizes " + json.dumps([[s, e] for s, e, k in p.ranges() if k > 0])
                      + f"; K = {tree.steps} stands for the tree in json/csv (with a 'draft' column)")
     if p.table.mean_goodput_loss:
-        parts.append(f"compressed to {len(d.table.distinct_k)} distinct K: mean goodput given up "
+        parts.append(f"compressed to {len(p.table.k_set)} distinct K: mean goodput given up "
                      f"{100 * p.table.mean_goodput_loss:.2f}%, worst batch {100 * p.table.max_goodput_loss:.2f}%")
-    if d.robust is not None:
-        r = d.robust
+    r = robust_view(p)
+    if r is not None:
         parts.append(f"robust K over acceptance band {r.band[0]} .. {r.band[1]}: worst regret at the low edge "
                      f"{100 * (r.regret_low_edge_max or 0):.1f}%, high edge "
                      f"{100 * (r.regret_high_edge_max or 0):.1f}%")
-    for note in d.notes:
+    for note in p.notes:
         if not note.startswith("acceptance:"):   # already in the header
             parts.append(f"note: {note}")
     parts.append("Paste into vLLM: dsdsim predict ... --format vllm   (also sglang, trtllm, json, csv)" if tree is None

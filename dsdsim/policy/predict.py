@@ -19,7 +19,6 @@ from dsdsim.cost.step import step_time_grid
 from dsdsim.specs.setup import Setup, resolve
 from dsdsim.errors import DsdsimError
 from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE, Acceptance, TreeAcceptance
-from dsdsim.policy.acceptance_input import parse_acceptance
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
 from dsdsim.policy.table import CompressedTable, Ranges, RobustChoice, compress, ranges_from_k_per_batch, robust_k
 from dsdsim.specs.deployment import Deployment
@@ -65,27 +64,25 @@ class Prediction:
 
     @property
     def rows(self) -> list[Row]:
-        out = []
+        return [self.row(j) for j in range(len(self.batch_sizes))]
+
+    def row(self, j: int) -> Row:
+        """The row of the j-th evaluated batch size (a table shows a few of them)."""
+        b = int(self.batch_sizes[j])
+        k = int(self.table.k_per_batch[j])
+        if k < 0:
+            return Row(b, None, None, None, None, None, None, None, False)
         kv = list(self.k_values)
-        i0 = kv.index(0)
-        i_fix = kv.index(self.fixed_k) if self.fixed_k in kv else None
-        tree = self.tree
-        for j, b in enumerate(self.batch_sizes):
-            k = int(self.table.k_per_batch[j])
-            if k < 0:
-                out.append(Row(int(b), None, None, None, None, None, None, None, False))
-                continue
-            i = kv.index(k)
-            g = self.goodput[i, j]
-            g0 = self.goodput[i0, j]
-            gf = self.goodput[i_fix, j] if i_fix is not None else np.nan
-            out.append(Row(
-                batch_size=int(b), k=k, tau=float(self.tau[i]), step_ms=float(self.step_s[i, j] * 1e3),
-                itl_ms=float(inter_token_latency(self.tau[i], self.step_s[i, j]) * 1e3), tokens_per_s=float(g),
-                speedup_vs_vanilla=float(g / g0) if np.isfinite(g0) else None,
-                speedup_vs_fixed_k=float(g / gf) if np.isfinite(gf) else None, feasible=True,
-                draft=None if tree is None else ("tree" if k > 0 else "plain")))
-        return out
+        i, i0 = kv.index(k), kv.index(0)
+        g = self.goodput[i, j]
+        g0 = self.goodput[i0, j]
+        gf = self.goodput[kv.index(self.fixed_k), j] if self.fixed_k in kv else np.nan
+        return Row(
+            batch_size=b, k=k, tau=float(self.tau[i]), step_ms=float(self.step_s[i, j] * 1e3),
+            itl_ms=float(inter_token_latency(self.tau[i], self.step_s[i, j]) * 1e3), tokens_per_s=float(g),
+            speedup_vs_vanilla=float(g / g0) if np.isfinite(g0) else None,
+            speedup_vs_fixed_k=float(g / gf) if np.isfinite(gf) else None, feasible=True,
+            draft=None if self.tree is None else ("tree" if k > 0 else "plain"))
 
     @property
     def tree(self) -> Optional[DraftTree]:
@@ -243,6 +240,8 @@ def _acceptance(a) -> Acceptance | TreeAcceptance:
         return a
     if isinstance(a, (int, float)):
         return constant(float(a))
+    from dsdsim.policy.acceptance_input import parse_acceptance     # text or a file: loaded only when given
+
     return parse_acceptance(str(a))
 
 

@@ -5,7 +5,6 @@ the closest known names.
 """
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from functools import lru_cache
@@ -147,7 +146,9 @@ def _resolve(kind: str, name_or_path: str, what: str) -> Path:
                             "config.json (e.g. huggingface-cli download " + text + " config.json) and pass that "
                             "file or its folder")
         raise SpecError(f"{what} spec file {text} does not exist")
-    close = difflib.get_close_matches(text.lower(), list(known), n=4, cutoff=0.5)
+    from difflib import get_close_matches       # only for the error
+
+    close = get_close_matches(text.lower(), list(known), n=4, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise SpecError(f"unknown {what} {text!r}{hint} (run `dsdsim list {listing}`, or pass a path to a spec file)")
 

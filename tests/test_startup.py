@@ -1,0 +1,69 @@
+"""What a run loads: `dsdsim predict` only the simulator, the policy and its own command group (never torch, the
+plots, the measurement corpus or the bench commands); `dsdsim --help` not even numpy. Checked on sys.modules in a
+fresh interpreter, never by timing."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_subprocess
+
+LOADED_AFTER = """
+import sys
+sys.argv = ["dsdsim", *{argv!r}]
+from dsdsim.cli import main
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+watch = {watch!r}
+print("LOADED", ",".join(sorted(m for m in sys.modules if any(m == w or m.startswith(w + ".") for w in watch))))
+"""
+
+HEAVY = ["torch", "matplotlib", "pandas", "dsdsim.corpus", "dsdsim.bench", "dsdsim.plot", "dsdsim.plan"]
+OTHER_GROUPS = ["dsdsim.cli.bench", "dsdsim.cli.catalog", "dsdsim.cli.engine", "dsdsim.cli.plots"]
+
+
+def _loaded(argv: list[str], watch: list[str]) -> list[str]:
+    r = run_subprocess("-c", LOADED_AFTER.format(argv=argv, watch=watch))
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("LOADED"))
+    return [m for m in line.split(" ", 1)[1].split(",") if m]
+
+
+def test_predict_loads_neither_torch_nor_plots_nor_the_other_command_groups():
+    assert _loaded(["predict"], HEAVY + OTHER_GROUPS) == []
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["predict", "--help"]], ids=" ".join)
+def test_help_loads_no_numpy(argv):
+    assert _loaded(argv, HEAVY + ["numpy"]) == []
+
+
+def test_load_commands_knows_the_module_of_every_command():
+    """The table that lets a run import one command group names, for each command, the module registering it."""
+    import typer
+
+    from dsdsim.cli import app, load_commands
+    from dsdsim.cli.app import COMMAND_MODULES, _MODULES_OF
+
+    load_commands()
+    assert set(typer.main.get_command(app).commands) == set(_MODULES_OF)
+
+    def module(callback) -> str:
+        return callback.__module__.rsplit(".", 1)[-1]
+
+    for info in app.registered_commands:
+        assert module(info.callback) in _MODULES_OF[info.name or info.callback.__name__.replace("_", "-")]
+    for group in app.registered_groups:
+        registering = {module(c.callback) for c in group.typer_instance.registered_commands}
+        assert registering == set(_MODULES_OF[group.name])
+    assert {m for ms in _MODULES_OF.values() for m in ms} == set(COMMAND_MODULES)
+
+
+def test_in_process_runs_leave_the_garbage_collector_as_they_found_it(cli):
+    import gc
+
+    frozen = gc.get_freeze_count()
+    for argv in (["--version"], ["list", "engines"], ["predict", "-b", "1,2"]):
+        assert cli(*argv)[0] == 0
+        assert gc.isenabled() and gc.get_freeze_count() == frozen
