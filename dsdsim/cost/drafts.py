@@ -117,7 +117,7 @@ def _mtp_pass(target: ModelSpec, pc: PassContext, b, q, context, first: bool = T
     g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
     out = [ops.embedding("mtp.embed", tokens, h, pc.w_dtype, pc.act_dtype),
            ops.elementwise("mtp.enorm_hnorm", tokens, 2 * h, reads=1, writes=1, act_dtype=pc.act_dtype),
-           ops.gemm("mtp.eh_proj", tokens, 2 * h, h, **g)]
+           ops.gemm("mtp.eh_proj", tokens, target.mtp_eh_proj.inputs, target.mtp_eh_proj.outputs, **g)]
     out += [o.renamed("mtp.") for o in layer_ops(target.mtp_layer, h, b, q, context, pc)]
     out += head_ops(h, target.vocab_size, b if first else tokens, pc, 1.0, prefix="mtp.")
     return out

@@ -12,7 +12,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dsdsim.errors import DsdsimError
-from dsdsim.specs.model import Layer
+from dsdsim.specs.model import Layer, Linear  # noqa: F401  (Linear: the draft heads' matrices, re-exported)
 
 MAX_K = 16
 
@@ -171,19 +171,6 @@ def parse_drafter(text: str) -> DrafterSpec:
 
 
 # --- draft heads: their weights, described once ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Linear:
-    """A weight matrix ``inputs`` -> ``outputs`` (inputs*outputs elements) and, with ``bias``, outputs more."""
-
-    inputs: int
-    outputs: int
-    bias: bool = False
-
-    @property
-    def params(self) -> int:
-        return self.inputs * self.outputs + (self.outputs if self.bias else 0)
 
 
 @dataclass(frozen=True)

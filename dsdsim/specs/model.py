@@ -5,6 +5,7 @@ Sizes are element counts; bytes appear only once a dtype is chosen.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
@@ -105,6 +106,19 @@ class Attention(BaseModel):
         if self.sinks:
             n += self.num_heads
         return n
+
+
+@dataclass(frozen=True)
+class Linear:
+    """A weight matrix ``inputs`` -> ``outputs`` (inputs*outputs elements) and, with ``bias``, outputs more."""
+
+    inputs: int
+    outputs: int
+    bias: bool = False
+
+    @property
+    def params(self) -> int:
+        return self.inputs * self.outputs + (self.outputs if self.bias else 0)
 
 
 def swiglu_matrix_params(hidden: int, width: int) -> int:
@@ -286,8 +300,13 @@ class ModelSpec(BaseModel):
         if not self.mtp_layers:
             return 0
         h = self.hidden_size
-        per = 2 * h + 2 * h * h + self.mtp_layer.params(h) + h
+        per = 2 * h + self.mtp_eh_proj.params + self.mtp_layer.params(h) + h
         return self.mtp_layers * per
+
+    @property
+    def mtp_eh_proj(self) -> Linear:
+        """An MTP module's projection of [normed embedding ++ normed hidden state] back to h (DeepSeek-V3 eh_proj)."""
+        return Linear(2 * self.hidden_size, self.hidden_size)
 
     @property
     def params_total(self) -> int:
