@@ -63,7 +63,7 @@ def test_load_commands_knows_the_module_of_every_command():
 def test_in_process_runs_leave_the_garbage_collector_as_they_found_it(cli):
     import gc
 
-    frozen = gc.get_freeze_count()
+    frozen, thresholds = gc.get_freeze_count(), gc.get_threshold()
     for argv in (["--version"], ["list", "engines"], ["predict", "-b", "1,2"]):
         assert cli(*argv)[0] == 0
-        assert gc.isenabled() and gc.get_freeze_count() == frozen
+        assert gc.isenabled() and gc.get_freeze_count() == frozen and gc.get_threshold() == thresholds
