@@ -10,7 +10,7 @@ import typer
 from dsdsim.cli.app import app
 from dsdsim.cli.options import Context, Device, Drafter, Engine, Hardware, Model, OptionalHardware, Tp
 from dsdsim.cli.output import (check_device, check_fixed_format, check_writable, console, need_torch, show,
-                               write_atomic)
+                               with_status, write_atomic)
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE,
                              DEFAULT_LOOP_BATCH, DEFAULT_LOOP_K, DEFAULT_LOOP_NEW_TOKENS, DEFAULT_MODEL)
 from dsdsim.errors import DsdsimError
@@ -327,7 +327,8 @@ def calibrate(
 
         name = f"{hw.name}@calibrated-{datetime.date.today().isoformat()}"
     try:
-        spec, summary = run_calibrate(report, hardware, output, model=model, drafter=drafter, context=context, name=name)
+        spec, summary = with_status(f"fitting {name} to {report.name}", lambda: run_calibrate(
+            report, hardware, output, model=model, drafter=drafter, context=context, name=name))
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, DsdsimError):
             raise

@@ -9,7 +9,7 @@ import typer
 
 from dsdsim.cli.app import list_app, show_app
 from dsdsim.cli.options import ShowFmt, ShowFormat
-from dsdsim.cli.output import check_writable, console, emit, show, write_atomic
+from dsdsim.cli.output import check_writable, console, emit, show, with_status, write_atomic
 from dsdsim.errors import DsdsimError
 from dsdsim.export.render import kv_table, to_json
 
@@ -93,7 +93,8 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
         raise DsdsimError(f"--name {name!r} is a shipped engine spec; choose another name (e.g. {name}-mine)")
     check_writable(output)
     points = read_measurements(measurements, context)
-    cal = EngineCalibration(model, hardware, engine, deployment, drafter).fit(points)
+    cal = with_status(f"fitting engine {name} to {len(points)} points",
+                      lambda: EngineCalibration(model, hardware, engine, deployment, drafter).fit(points))
     spec = cal.engine_spec(name, [Path(m).name for m in measurements], date or dt.date.today().isoformat())
     t = Table(title=f"engine {name}: fitted on {len(points)} points (base {cal._setup.engine.name}, "
                     f"{cal._setup.model.name} on {cal._setup.hardware.name})")

@@ -149,6 +149,16 @@ def with_progress(label: str, run):
         return run(progress)
 
 
+def with_status(label: str, run):
+    """Run `run()` under a transient spinner on a terminal (work that reports no steps, such as a fit)."""
+    if not sys.stderr.isatty():
+        return run()
+    from rich.console import Console
+
+    with Console(stderr=True).status(label):
+        return run()
+
+
 def need_torch() -> None:
     try:
         import torch  # noqa: F401
