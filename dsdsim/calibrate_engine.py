@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from dsdsim.errors import DsdsimError, finite_number
+from dsdsim.errors import DsdsimError, finite_number, whole_number
 
 CSV_HEADER = ("batch_size", "k", "context", "itl_ms", "acceptance_length")
 MIN_POINTS = 3
@@ -41,13 +41,6 @@ class MeasuredPoint:
 
 
 # --- reading ---------------------------------------------------------------------------------------------------
-
-
-def _whole(value, what: str, where: str) -> int:
-    x = finite_number(value, f"{where}: {what}")
-    if x != int(x):
-        raise DsdsimError(f"{where}: {what} {value!r} must be a whole number")
-    return int(x)
 
 
 def _read_csv(path: Path, context: int) -> list[tuple[MeasuredPoint, str]]:
@@ -73,8 +66,9 @@ def _read_csv(path: Path, context: int) -> list[tuple[MeasuredPoint, str]]:
         if key in seen:
             raise DsdsimError(f"{where}: duplicate row (the same line appears twice); remove one")
         seen.add(key)
-        ctx = _whole(rec["context"], "context", where) if rec.get("context") else context
-        out.append((MeasuredPoint(_whole(rec["batch_size"], "batch_size", where), _whole(rec["k"], "k", where), ctx,
+        ctx = whole_number(rec["context"], f"{where}: context") if rec.get("context") else context
+        out.append((MeasuredPoint(whole_number(rec["batch_size"], f"{where}: batch_size"),
+                                  whole_number(rec["k"], f"{where}: k"), ctx,
                                   finite_number(rec["itl_ms"], f"{where}: itl_ms"),
                                   finite_number(rec["acceptance_length"], f"{where}: acceptance_length")), where))
     return out
@@ -85,7 +79,7 @@ def _k_of(rec: dict, where: str, has_acceptance: bool) -> int:
     speculative_num_steps (SGLang), or a speculative_config; none and no acceptance reported: plain decoding."""
     for key in ("num_speculative_tokens", "speculative_num_steps"):
         if key in rec:
-            return _whole(rec[key], key, where)
+            return whole_number(rec[key], f"{where}: {key}")
     cfg = rec.get("speculative_config")
     if isinstance(cfg, str):
         try:
@@ -93,7 +87,7 @@ def _k_of(rec: dict, where: str, has_acceptance: bool) -> int:
         except ValueError:
             cfg = None
     if isinstance(cfg, dict) and "num_speculative_tokens" in cfg:
-        return _whole(cfg["num_speculative_tokens"], "speculative_config.num_speculative_tokens", where)
+        return whole_number(cfg["num_speculative_tokens"], f"{where}: speculative_config.num_speculative_tokens")
     if has_acceptance:
         raise DsdsimError(f"{where}: reports speculative acceptance but not K; add it to the result (vllm bench "
                           "serve --metadata num_speculative_tokens=K)")
@@ -113,7 +107,7 @@ def _from_result(rec: dict, where: str, context: int) -> MeasuredPoint:
     has_al = al is not None and finite_number(al, f"{where}: acceptance length") > 1.0
     k = _k_of(rec, where, has_al)
     acceptance = finite_number(al, f"{where}: acceptance length") if (al is not None and k > 0) else 1.0
-    return MeasuredPoint(_whole(batch, "max_concurrency", where), k, context,
+    return MeasuredPoint(whole_number(batch, f"{where}: max_concurrency"), k, context,
                          finite_number(rec["mean_tpot_ms"], f"{where}: mean_tpot_ms"), acceptance)
 
 

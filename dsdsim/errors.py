@@ -26,6 +26,21 @@ def finite_number(value, what: str) -> float:
     return v
 
 
+def whole_number(value, what: str, allow_negative: bool = False) -> int:
+    """``value`` as an int when it is a whole number (>= 0 unless ``allow_negative``), else a DsdsimError naming
+    ``what``. Truth values are not numbers here (``True`` as a batch size is a mistake, not 1)."""
+    bound = "" if allow_negative else " ≥ 0"
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        raise DsdsimError(f"{what} must be a whole number{bound}, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise DsdsimError(f"{what} must be a whole number{bound}, got {value!r}") from None
+    if not (math.isfinite(v) and v == round(v)) or (v < 0 and not allow_negative):
+        raise DsdsimError(f"{what} must be a whole number{bound}, got {value!r}")
+    return int(v)
+
+
 def pydantic_one_line(exc, where: str) -> str:
     """Condense a pydantic ValidationError into one line: 'where: field.path: message'."""
     parts = []

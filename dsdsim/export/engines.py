@@ -24,8 +24,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from dsdsim.errors import DsdsimError
-from dsdsim.policy.table import (Ranges, _as_triples, _whole, expand_ranges,  # noqa: F401  (re-exported)
+from dsdsim.errors import DsdsimError, whole_number
+from dsdsim.policy.table import (Ranges, _as_triples, expand_ranges,  # noqa: F401  (re-exported)
                                  ranges_from_k_per_batch, validate_ranges)
 
 
@@ -49,7 +49,7 @@ def vllm_speculative_config(ranges: Iterable[Sequence[int]], method: str = "eagl
     """
     rows = validate_ranges(ranges)
     if max_num_seqs is not None:
-        rows = _fit_to_max(rows, _whole(max_num_seqs, "max_num_seqs"))
+        rows = _fit_to_max(rows, whole_number(max_num_seqs, "max_num_seqs"))
     vllm_method, draft_model = _vllm_method(method)
     config: dict = {"method": vllm_method}
     if draft_model or model:
@@ -119,8 +119,8 @@ def build_vllm_lookup(schedule, max_batch_size: int, num_speculative_tokens: int
     previous range's K, sizes past the last range take the last K, ranges past max_batch_size are ignored; every
     K is clamped to ``num_speculative_tokens``.
     """
-    max_bs = _whole(max_batch_size, "max batch size")
-    cap = _whole(num_speculative_tokens, "num_speculative_tokens")
+    max_bs = whole_number(max_batch_size, "max batch size")
+    cap = whole_number(num_speculative_tokens, "num_speculative_tokens")
     if max_bs < 1 or cap < 1:
         raise DsdsimError(f"max batch size and num_speculative_tokens must be ≥ 1, got {max_bs} and {cap}")
     rows = validate_vllm_schedule(schedule)
@@ -149,8 +149,8 @@ def vllm_batch_stats(batch_sizes: Sequence[int], k_values: Sequence[int], itl_ms
     per-position rate in (0, 1); this function enforces those. The rates are UNCONDITIONAL (accepted_per_pos /
     num_drafts, ``Acceptance.unconditional(n)``), so they must be non-increasing.
     """
-    bs = [_whole(b, "batch size") for b in batch_sizes]
-    ks = [_whole(k, "k") for k in k_values]
+    bs = [whole_number(b, "batch size") for b in batch_sizes]
+    ks = [whole_number(k, "k") for k in k_values]
     grid = np.asarray(itl_ms_grid, dtype=float)
     if grid.shape != (len(ks), len(bs)):
         raise DsdsimError(f"ITL grid has shape {grid.shape}; expected (k values, batch sizes) = ({len(ks)}, {len(bs)})")
@@ -158,7 +158,7 @@ def vllm_batch_stats(batch_sizes: Sequence[int], k_values: Sequence[int], itl_ms
         raise DsdsimError("batch sizes must be distinct and ≥ 1, and k values distinct")
     if 0 not in ks or 1 not in ks:
         raise DsdsimError("the vLLM DSD manager needs k = 0 (plain decoding) and k = 1 for every batch size; add them")
-    n = _whole(max_num_speculative_tokens, "max_num_speculative_tokens")
+    n = whole_number(max_num_speculative_tokens, "max_num_speculative_tokens")
     if n < 1 or max(ks) > n:
         raise DsdsimError(f"max_num_speculative_tokens={n} must be ≥ 1 and ≥ every k (largest k is {max(ks)})")
     rates = _checked_rates(acceptance_rate_per_pos, n)
@@ -170,7 +170,7 @@ def vllm_batch_stats(batch_sizes: Sequence[int], k_values: Sequence[int], itl_ms
             stats[str(b)] = row
     if "1" not in stats:
         raise DsdsimError("batch size 1 has no finite ITL at k = 0 and k = 1; the vLLM DSD manager needs batch size 1")
-    if max_num_seqs is not None and str(_whole(max_num_seqs, "max_num_seqs")) not in stats:
+    if max_num_seqs is not None and str(whole_number(max_num_seqs, "max_num_seqs")) not in stats:
         raise DsdsimError(f"max_num_seqs={max_num_seqs} has no finite ITL at k = 0 and 1 (or was not profiled); the "
                           "manager needs the server's max batch size: lower max_num_seqs to a feasible batch size")
     return {"is_online": False, "max_num_speculative_tokens": n, "acceptance_rate_per_pos": rates,

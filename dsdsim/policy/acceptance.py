@@ -44,7 +44,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from dsdsim.errors import DsdsimError, finite_number
+from dsdsim.errors import DsdsimError, finite_number, whole_number
 
 EXTRAPOLATIONS = ("repeat-last", "zero", "constant")
 
@@ -85,7 +85,7 @@ class Acceptance:
 
     def alpha_at(self, n: int) -> np.ndarray:
         """α_1..α_n as given, positions beyond the measured ones filled by ``extrapolation``. Shape (n,)."""
-        n = _whole_number(n, "number of positions")
+        n = whole_number(n, "number of positions")
         given = np.asarray(self.alpha[:n], dtype=float)
         fill = 0.0 if self.extrapolation == "zero" else self.alpha[-1]
         return np.concatenate([given, np.full(n - given.size, fill)])
@@ -114,7 +114,7 @@ class Acceptance:
 
     def extrapolated_positions(self, k_max: int) -> int:
         """How many of the positions 1..k_max are not measured but extrapolated (0 for a constant α)."""
-        k_max = _whole_number(k_max, "K")
+        k_max = whole_number(k_max, "K")
         return 0 if self.extrapolation == "constant" else max(0, k_max - self.n_measured)
 
     def describe(self, k_max: int) -> str:
@@ -248,7 +248,7 @@ def from_mean_acceptance_length(al: float, k: int, spread: float | None = None) 
     τ(k) is strictly increasing in α for k ≥ 1, so the root is unique (found by bisection). With ``spread``,
     the fitted α is the mean of the Beta distribution whose population τ(k) matches.
     """
-    k = _whole_number(k, "K of the measurement")
+    k = whole_number(k, "K of the measurement")
     al = finite_number(al, "mean acceptance length")
     if k < 1:
         raise DsdsimError("a mean acceptance length needs the K it was measured at, K ≥ 1 (write al=2.79@3)")
@@ -313,16 +313,6 @@ def _checked_alphas(values: Iterable[float], what: str) -> tuple[float, ...]:
             raise DsdsimError(f"{what}: position {i} has {a:g}, outside [0, 1]; acceptance rates are probabilities "
                               "(a mean acceptance length is written al=2.8@K)")
     return tuple(float(a) for a in arr)
-
-
-def _whole_number(value, what: str) -> int:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise DsdsimError(f"{what} must be a whole number ≥ 0, got {value!r}") from None
-    if not (math.isfinite(v) and v == round(v) and v >= 0):
-        raise DsdsimError(f"{what} must be a whole number ≥ 0, got {value!r}")
-    return int(v)
 
 
 def _integer_array(k, what: str) -> np.ndarray:

@@ -18,9 +18,9 @@ import re
 
 import numpy as np
 
-from dsdsim.errors import DsdsimError
+from dsdsim.errors import DsdsimError, whole_number
 from dsdsim.policy.acceptance import (DEFAULT_ACCEPTANCE, Acceptance, _conditional_from_unconditional,
-                                      _whole_number, constant, from_list, from_mean_acceptance_length,
+                                      constant, from_list, from_mean_acceptance_length,
                                       from_unconditional_rates, TreeAcceptance)
 
 # ---------------------------------------------------------------------------------------------- vLLM ingestion
@@ -180,7 +180,7 @@ def _request_histograms(record, number: int) -> list[tuple[int, np.ndarray]]:
                               "to a list of counts")
         out = []
         for key, counts in by_length.items():
-            k = _whole_number(key, f"request {number}: draft length key")
+            k = whole_number(key, f"request {number}: draft length key")
             h = _counts(counts, f"request {number}: acceptance_histogram_by_draft_length[{key!r}]")
             if h.size != k + 1:
                 raise DsdsimError(f"request {number}: histogram for draft length {k} has {h.size} entries; "

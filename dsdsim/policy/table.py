@@ -6,7 +6,6 @@ over subsets (exact; the K axis is short), maximising the mean relative goodput 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from itertools import combinations
 from math import comb
@@ -14,7 +13,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from dsdsim.errors import DsdsimError
+from dsdsim.errors import DsdsimError, whole_number
 
 _MAX_SUBSETS = 200_000
 
@@ -115,8 +114,8 @@ def ranges_from_k_per_batch(batch_sizes: Sequence[int], ks: Sequence[int]) -> Ra
     Step semantics, as vLLM's lookup: a batch size not listed takes the K of the nearest listed size below it;
     sizes below the first listed one take the first K (the first range always starts at 1). Equal neighbours merge.
     """
-    bs = [_whole(b, "batch size") for b in batch_sizes]
-    kk = [_whole(k, "K") for k in ks]
+    bs = [whole_number(b, "batch size") for b in batch_sizes]
+    kk = [whole_number(k, "K") for k in ks]
     if not bs or len(bs) != len(kk):
         raise DsdsimError(f"need one K per batch size, got {len(bs)} batch sizes and {len(kk)} K values")
     if min(bs) < 1:
@@ -152,19 +151,7 @@ def _as_triples(entries, what: str) -> Ranges:
     for entry in list(entries):
         if isinstance(entry, (str, bytes)) or not hasattr(entry, "__len__") or len(entry) != 3:
             raise DsdsimError(f"{what} entry {entry!r} must have exactly 3 items: (start_bs, end_bs, K)")
-        rows.append(tuple(_whole(v, f"{what} entry {list(entry)!r}", allow_negative=True) for v in entry))
+        rows.append(tuple(whole_number(v, f"{what} entry {list(entry)!r}", allow_negative=True) for v in entry))
     if not rows:
         raise DsdsimError(f"{what} is empty; give at least one (start_bs, end_bs, K) range starting at 1")
     return rows
-
-
-def _whole(value, what: str, allow_negative: bool = False) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise DsdsimError(f"{what}: expected a whole number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise DsdsimError(f"{what}: expected a whole number, got {value!r}") from None
-    if not (math.isfinite(v) and v == round(v)) or (v < 0 and not allow_negative):
-        raise DsdsimError(f"{what}: expected a whole number{'' if allow_negative else ' ≥ 0'}, got {value!r}")
-    return int(v)
