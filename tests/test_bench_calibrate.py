@@ -110,8 +110,8 @@ def test_calibrate_from_batch_stats_round_trip(tmp_path):
     path = tmp_path / "dynamic_speculative_config.json"
     path.write_text(json.dumps({"batch_stats": stats, "acceptance_rate_per_pos": rates}))
     spec, summary = calibrate_from_batch_stats(path, "llama-3.1-8b", "h100-sxm", drafter="eagle3")
-    assert summary["calibrated"]["max_abs_pct_error"] < 2.0
-    assert summary["uncalibrated"]["median_abs_pct_error"] > summary["calibrated"]["median_abs_pct_error"]
+    assert summary.calibrated.max_abs_pct_error < 2.0
+    assert summary.uncalibrated.median_abs_pct_error > summary.calibrated.median_abs_pct_error
     assert spec.efficiency.memory.value == pytest.approx(0.75, rel=0.1)
     assert "batch_stats" in spec.efficiency.memory.source
 
@@ -126,12 +126,12 @@ def test_predict_batch_stats_export_calibrates_back_to_its_step_times(tmp_path):
     path = tmp_path / "dynamic_speculative_config.json"
     path.write_text(render(p, PredictFormat.vllm_batch_stats))
     spec, summary = calibrate_from_batch_stats(path, "llama-3.1-8b", "h100-sxm", drafter="eagle3")
-    assert summary["calibrated"]["max_abs_pct_error"] < 2.0
+    assert summary.calibrated.max_abs_pct_error < 2.0
     assert spec.efficiency.memory.value == pytest.approx(load_hardware("h100-sxm").efficiency.memory.value, rel=0.05)
     setup = resolve("llama-3.1-8b", spec, None, "eagle3")
-    for row in summary["rows"]:
-        t = float(simulate_step(None, None, batch=row["batch"], k=row["k"], context=1024, setup=setup).step_time_s)
-        assert t == pytest.approx(row["measured_step_s"], rel=0.02)
+    for row in summary.rows:
+        t = float(simulate_step(None, None, batch=row.batch, k=row.k, context=1024, setup=setup).step_time_s)
+        assert t == pytest.approx(row.measured_step_s, rel=0.02)
 
 
 def test_calibrated_spec_yaml_loads(tmp_path):

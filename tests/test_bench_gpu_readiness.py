@@ -170,11 +170,11 @@ def test_whole_steps_are_measured_and_drive_the_table(tmp_path):
     spec = [p for p in rep.points if p.measured_as == "spec_step"]
     assert {(p.shape["batch"], p.shape["k"]) for p in spec} == {(b, k) for b in (1, 2) for k in (0, 1, 2)}
     tc = rep.table_check
-    assert tc["measured_from"].startswith("whole speculative steps")
+    assert tc.measured_from.startswith("whole speculative steps")
     # the table's measured step times are exactly the whole-step points' measurements
     meas = {(p.shape["batch"], p.shape["k"]): p.measured_s for p in spec}
-    assert np.allclose(tc["measured_step_s"], [[meas[(b, k)] for k in (0, 1, 2)] for b in (1, 2)])
-    assert "spec_step" in rep.summary["by_measurement"]
+    assert np.allclose(tc.measured_step_s, [[meas[(b, k)] for k in (0, 1, 2)] for b in (1, 2)])
+    assert "spec_step" in rep.summary.by_measurement
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["partial"] is False and data["errors"] == []
     assert all(p["measured_as"] in ("operator", "pass", "spec_step") for p in data["points"])
@@ -191,7 +191,7 @@ def test_one_failing_shape_does_not_end_the_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(shapes, "build_bench", flaky)
     rep = _tiny(tmp_path)
-    errs = rep.data["errors"]
+    errs = rep.errors
     assert errs and all("simulated kernel failure" in e["error"] for e in errs)
     assert not any(p.kind == "attention" for p in rep.points)
     assert any(p.measured_as == "spec_step" for p in rep.points)          # later stages still ran
@@ -214,7 +214,7 @@ def test_a_partial_report_survives_a_crash_after_measuring(tmp_path, monkeypatch
 @pytest.mark.slow
 def test_time_budget_skips_items_and_still_reports(tmp_path):
     rep = _tiny(tmp_path, time_budget_s=0.3)
-    skipped = [e for e in rep.data["errors"] if "time budget" in e["error"]]
+    skipped = [e for e in rep.errors if "time budget" in e["error"]]
     assert skipped
     assert (tmp_path / "summary.md").exists()
 

@@ -65,5 +65,5 @@ def test_validate_quick_writes_a_complete_report(cpu_spec, tmp_path):
     # the report can be recalibrated from disk (the CLI path), giving the same fit
     spec, summary = run_calibrate(rep.paths["report"], cpu_spec, tmp_path / "cal.yaml")
     assert load_hardware(tmp_path / "cal.yaml") == spec
-    assert math.isclose(summary["calibrated"]["median_abs_pct_error"], s["calibrated"]["median_abs_pct_error"],
+    assert math.isclose(summary.calibrated.median_abs_pct_error, s["calibrated"]["median_abs_pct_error"],
                         rel_tol=1e-6)

@@ -31,6 +31,7 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy.optimize import least_squares
 
+from dsdsim.bench.summary import CalibrationSummary
 from dsdsim.cost.ops import GemmShape, MoEShape, OpCost, OpKind, pad_rows
 from dsdsim.specs.hardware import HardwareSpec
 
@@ -615,7 +616,7 @@ def _acceptance_from_rates(rates: list[float]):
 
 def calibrate_from_batch_stats(path: str | Path, model, hardware, drafter="eagle3", acceptance=None,
                                context: float = 1024, deployment=None, tiles: Optional[Sequence[int]] = TILE_CANDIDATES,
-                               engine="vllm") -> tuple[HardwareSpec, dict]:
+                               engine="vllm") -> tuple[HardwareSpec, CalibrationSummary]:
     """Fit efficiencies, launch cost (graphed, as engines run), GEMM tile and step overhead so that
     simulate_step (with ``engine``'s terms, vLLM by default: batch_stats is vLLM's format) reproduces the measured
     step times T(B, K) = batch_stats[B][K] (``read_batch_stats``: the values are step times, not T / tau).
@@ -680,7 +681,7 @@ def calibrate_from_batch_stats(path: str | Path, model, hardware, drafter="eagle
                "uncalibrated": error_summary(measured, uncal), "calibrated": error_summary(measured, cal),
                "rows": [{"batch": int(bb), "k": int(kk), "measured_step_s": float(m), "predicted_s": float(u),
                          "calibrated_s": float(c)} for bb, kk, m, u, c in zip(b, k, measured, uncal, cal)]}
-    return spec, summary
+    return spec, CalibrationSummary.from_json(summary)
 
 
 # --- entry points ---------------------------------------------------------------------------------------
@@ -693,7 +694,8 @@ def write_calibrated_spec(spec: HardwareSpec, path: str | Path, header: str = ""
 
 
 def run_calibrate(source: str | Path, hardware, output: Optional[str | Path] = None, *, model=None,
-                  drafter="eagle3", context: float = 1024, name: Optional[str] = None) -> tuple[HardwareSpec, dict]:
+                  drafter="eagle3", context: float = 1024, name: Optional[str] = None
+                  ) -> tuple[HardwareSpec, CalibrationSummary]:
     """Calibrate ``hardware`` from a validation report.json or a vLLM batch_stats JSON; write ``output`` (YAML).
 
     A report is refitted on its train half and scored on its held-out half; a batch_stats file needs ``model``.
@@ -710,7 +712,7 @@ def run_calibrate(source: str | Path, hardware, output: Optional[str | Path] = N
         points = [Point.from_json(p) for p in data["points"]]
         graphs = bool(data.get("cuda_graphs", False))
         cal, summary = calibrate_points(points, hw, graphs)
-        summary = {"source": str(source), "fitted": cal.fitted(), **summary}
+        summary = CalibrationSummary.from_json({"source": str(source), "fitted": cal.fitted(), **summary})
         spec = cal.calibrated_spec(hw, what=f"validation report {Path(source).parent.name or source}", cuda_graphs=graphs)
     if name:
         spec = spec.model_copy(update={"name": name})

@@ -27,6 +27,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from dsdsim.bench.summary import TableCheck, ValidationSummary
 from dsdsim.bench.calibrate import (Calibrator, OpRecord, Point, calibrate_points, error_summary,
                                     op_features, split_points)
 from dsdsim.cost.drafts import draft_ops, eagle_layer
@@ -93,12 +94,17 @@ class ValidationReport:
     paths: dict[str, Path] = field(default_factory=dict)
 
     @property
-    def summary(self) -> dict:
-        return self.data["summary"]
+    def summary(self) -> ValidationSummary:
+        return ValidationSummary.from_json(self.data["summary"])
 
     @property
-    def table_check(self) -> dict:
-        return self.data["table_check"]
+    def table_check(self) -> TableCheck:
+        return TableCheck.from_json(self.data["table_check"])
+
+    @property
+    def errors(self) -> list[dict]:
+        """What failed or was skipped: {"what", "error"} per item, as report.json lists them."""
+        return list(self.data.get("errors") or [])
 
 
 # --- size reduction -------------------------------------------------------------------------------------
@@ -1006,9 +1012,10 @@ def _pct(x) -> str:
 
 
 def summary_markdown(data: dict) -> str:
-    s = data["summary"]
+    """summary.md of a report.json's content."""
+    s = ValidationSummary.from_json(data["summary"])
     cal = data["calibration"]
-    tc = data["table_check"]
+    tc = TableCheck.from_json(data["table_check"])
     lines = [
         f"# dsdsim validation: {data['model']} on {data['device_name']}",
         "",
@@ -1036,22 +1043,23 @@ def summary_markdown(data: dict) -> str:
     ]
     for label, key in (("uncalibrated, all points", "uncalibrated"), ("uncalibrated, held-out half", "uncalibrated_test"),
                        ("calibrated, train half", "calibrated_train"), ("calibrated, held-out half", "calibrated")):
-        e = s[key]
-        lines.append(f"| {label} | {e['n']} | {_pct(e['median_abs_pct_error'])} | {_pct(e['mape'])} | "
-                     f"{_pct(e['max_abs_pct_error'])} |")
+        e = getattr(s, key)
+        lines.append(f"| {label} | {e.n} | {_pct(e.median_abs_pct_error)} | {_pct(e.mape)} | "
+                     f"{_pct(e.max_abs_pct_error)} |")
     lines += ["", "By kind:", "", "| kind | n | uncalibrated median | calibrated held-out median | median pred/meas (uncal.) |",
               "| --- | ---: | ---: | ---: | ---: |"]
-    for kind, e in s["by_kind"].items():
-        u, c = e["uncalibrated"], e["calibrated_test"]
-        lines.append(f"| {kind} | {u['n']} | {_pct(u['median_abs_pct_error'])} | {_pct(c['median_abs_pct_error'])} | "
-                     f"{u.get('median_ratio_pred_over_meas', float('nan')):.2f} |")
+    for kind, e in s.by_kind.items():
+        u, c = e.uncalibrated, e.calibrated_test
+        ratio = u.median_ratio_pred_over_meas
+        lines.append(f"| {kind} | {u.n} | {_pct(u.median_abs_pct_error)} | {_pct(c.median_abs_pct_error)} | "
+                     f"{float('nan') if ratio is None else ratio:.2f} |")
     lines += ["", "By how it was measured (an operator alone, one whole forward pass, or a whole speculative step):", "",
               "| measured as | n | uncalibrated median | uncalibrated max | calibrated held-out median | "
               "calibrated held-out max |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for how, e in s.get("by_measurement", {}).items():
-        u, c = e["uncalibrated"], e["calibrated_test"]
-        lines.append(f"| {how} | {u['n']} | {_pct(u['median_abs_pct_error'])} | {_pct(u['max_abs_pct_error'])} | "
-                     f"{_pct(c['median_abs_pct_error'])} | {_pct(c['max_abs_pct_error'])} |")
+    for how, e in s.by_measurement.items():
+        u, c = e.uncalibrated, e.calibrated_test
+        lines.append(f"| {how} | {u.n} | {_pct(u.median_abs_pct_error)} | {_pct(u.max_abs_pct_error)} | "
+                     f"{_pct(c.median_abs_pct_error)} | {_pct(c.max_abs_pct_error)} |")
     so = cal.get("step_overhead_s")
     if "compute_efficiency" not in cal:
         lines += ["", "## Calibration", "", f"- not calibrated: {cal.get('error')}"]
@@ -1067,23 +1075,26 @@ def summary_markdown(data: dict) -> str:
               *(["- kernel figures: " + ", ".join(f"{k} {v:.3g}" for k, v in cal["kernels"].items())]
                 if cal.get("kernels") else []),
               "", "## K table check", "",
-              f"Acceptance {tc['acceptance']}; measured step = {tc['measured_from']}.", ""]
-    for t in tc.get("contexts", [tc]):
-        lines += [f"Context {t['context']}:", "",
+              f"Acceptance {tc.acceptance}; measured step = {tc.measured_from}.", ""]
+
+    def num(x, spec: str = ".3f") -> str:
+        return format(float("nan") if x is None else x, spec)
+
+    for t in tc.tables:
+        lines += [f"Context {t.context}:", "",
                   "| B | K best (measured) | K predicted | regret | K predicted (calibrated) | regret (calibrated) |",
                   "| ---: | ---: | ---: | ---: | ---: | ---: |"]
-        for r in t["per_batch"]:
-            lines.append(f"| {r['batch']} | {r['k_best_measured']} | {r['k_predicted_uncalibrated']} | "
-                         f"{r['regret_uncalibrated']:.3f} | {r.get('k_predicted_calibrated', '')} | "
-                         f"{r.get('regret_calibrated', float('nan')):.3f} |")
+        for r in t.per_batch:
+            lines.append(f"| {r.batch} | {r.k_best_measured} | {r.k_predicted_uncalibrated} | "
+                         f"{num(r.regret_uncalibrated)} | {'' if r.k_predicted_calibrated is None else r.k_predicted_calibrated} | "
+                         f"{num(r.regret_calibrated)} |")
         lines.append("")
-    lines += [f"Mean regret {tc['mean_regret']:.3f} (max {tc['max_regret']:.3f}); calibrated "
-              f"{tc.get('mean_regret_calibrated', float('nan')):.3f} "
-              f"(max {tc.get('max_regret_calibrated', float('nan')):.3f})."]
-    comp = tc.get("composition", {})
-    if comp.get("n"):
+    lines += [f"Mean regret {tc.mean_regret:.3f} (max {tc.max_regret:.3f}); calibrated "
+              f"{num(tc.mean_regret_calibrated)} (max {num(tc.max_regret_calibrated)})."]
+    comp = tc.composition
+    if comp is not None and comp.n:
         lines.append(f"Sum of separately timed operators / whole pass timed at once: median "
-                     f"{comp['median_sum_of_ops_over_step']:.2f} (range {comp['min']:.2f}-{comp['max']:.2f}).")
+                     f"{comp.median_sum_of_ops_over_step:.2f} (range {comp.min:.2f}-{comp.max:.2f}).")
     errs = data.get("errors") or []
     if errs:
         lines += ["", f"## Items that failed or were skipped ({len(errs)})", ""]

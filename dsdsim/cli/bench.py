@@ -123,26 +123,29 @@ def validate(
     _print_validation(rep)
 
 
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{x:.1f}%"
+
+
 def _print_validation(rep) -> None:
     s = rep.summary
     con = console()
-    for key, label in (("uncalibrated", "uncalibrated (all points)"), ("calibrated", "calibrated (held-out half)")):
-        b = s[key]
-        con.print(f"{label}: n={b['n']}, median |error| {b['median_abs_pct_error']:.1f}%, "
-                  f"MAPE {b['mape']:.1f}%, max {b['max_abs_pct_error']:.1f}%")
-    whole = s.get("by_measurement", {}).get("spec_step")
-    if whole:
-        u, c = whole["uncalibrated"], whole["calibrated_test"]
-        con.print(f"whole speculative steps: n={u['n']}, median |error| {u['median_abs_pct_error']:.1f}% uncalibrated, "
-                  f"{c['median_abs_pct_error']:.1f}% calibrated held-out (max {c['max_abs_pct_error']:.1f}%)")
+    for e, label in ((s.uncalibrated, "uncalibrated (all points)"), (s.calibrated, "calibrated (held-out half)")):
+        con.print(f"{label}: n={e.n}, median |error| {_pct(e.median_abs_pct_error)}, MAPE {_pct(e.mape)}, "
+                  f"max {_pct(e.max_abs_pct_error)}")
+    whole = s.by_measurement.get("spec_step")
+    if whole is not None:
+        u, c = whole.uncalibrated, whole.calibrated_test
+        con.print(f"whole speculative steps: n={u.n}, median |error| {_pct(u.median_abs_pct_error)} uncalibrated, "
+                  f"{_pct(c.median_abs_pct_error)} calibrated held-out (max {_pct(c.max_abs_pct_error)})")
     tc = rep.table_check
-    if tc and tc.get("per_batch"):
-        cal = (f"; calibrated mean {tc['mean_regret_calibrated']:.3f}, max {tc['max_regret_calibrated']:.3f}"
-               if "mean_regret_calibrated" in tc else "")
-        con.print(f"K-table regret ({tc['measured_from'].split(' (')[0]}): mean {tc['mean_regret']:.3f}, "
-                  f"max {tc['max_regret']:.3f}{cal}")
-    if rep.data.get("errors"):
-        con.print(f"{len(rep.data['errors'])} item(s) failed or were skipped: see 'errors' in the report")
+    if tc.per_batch or tc.contexts:
+        cal = (f"; calibrated mean {tc.mean_regret_calibrated:.3f}, max {tc.max_regret_calibrated:.3f}"
+               if tc.mean_regret_calibrated is not None else "")
+        con.print(f"K-table regret ({tc.measured_from.split(' (')[0]}): mean {tc.mean_regret:.3f}, "
+                  f"max {tc.max_regret:.3f}{cal}")
+    if rep.errors:
+        con.print(f"{len(rep.errors)} item(s) failed or were skipped: see 'errors' in the report")
     for what, path in rep.paths.items():
         con.print(f"{what}: {path}")
 
@@ -335,12 +338,10 @@ def calibrate(
         raise DsdsimError(f"--report {report}: cannot calibrate from it ({exc})") from None
     typer.echo(f"wrote {output}", err=True)
     con = console()
-    for key in ("uncalibrated", "calibrated"):
-        b = summary.get(key)
-        if b and b.get("n"):
-            con.print(f"{key}: n={b['n']}, median |error| {b['median_abs_pct_error']:.1f}%, MAPE {b['mape']:.1f}%")
-    fitted = summary.get("fitted", {})
-    con.print("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in fitted.items() if isinstance(v, (int, float))))
+    for key, e in (("uncalibrated", summary.uncalibrated), ("calibrated", summary.calibrated)):
+        if e.n:
+            con.print(f"{key}: n={e.n}, median |error| {_pct(e.median_abs_pct_error)}, MAPE {_pct(e.mape)}")
+    con.print("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in summary.fitted.items() if isinstance(v, (int, float))))
 
 
 def _check_same_device(report: dict, hw, path: Path) -> None:
