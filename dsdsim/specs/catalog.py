@@ -24,8 +24,10 @@ _user_dirs: list[Path] = []
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")   # organisation/name
 
 
+@lru_cache(maxsize=None)
 def shipped_dir(kind: str) -> Path:
-    """``hw_specs``, ``model_specs``, ``engine_specs`` or ``measurements``: inside the installed package, or at the source checkout's root."""
+    """``hw_specs``, ``model_specs``, ``engine_specs`` or ``measurements``: inside the installed package, or at the
+    source checkout's root (found once per process: the package does not move)."""
     here = Path(__file__).resolve().parent.parent  # dsdsim/
     installed = here / kind
     return installed if installed.is_dir() else here.parent / kind
@@ -121,6 +123,13 @@ def engine_names() -> list[str]:
     return sorted(_names("engine_specs"))
 
 
+@lru_cache(maxsize=256)
+def _real(path: Path) -> Path:
+    """``path.resolve()``, remembered: resolving walks every component with a system call (tens of us), and a
+    setup resolves its engine on every call that names it."""
+    return path.resolve()
+
+
 def _resolve(kind: str, name_or_path: str, what: str) -> Path:
     listing = {"model_specs": "models", "hw_specs": "hardware", "engine_specs": "engines"}[kind]
     text = str(name_or_path).strip()
@@ -180,15 +189,15 @@ def load_engine(name_or_path: "str | Path | EngineSpec") -> EngineSpec:
     """A shipped or user engine spec by name (``vllm``, ``sglang``, ``trtllm``, ``ideal``) or by path to a YAML file."""
     if isinstance(name_or_path, EngineSpec):
         return name_or_path
-    return _load_engine_file(_resolve("engine_specs", str(name_or_path), "engine").resolve())
+    return _load_engine_file(_real(_resolve("engine_specs", str(name_or_path), "engine")))
 
 
 def engine_source(name_or_path: "str | Path | EngineSpec") -> Optional[str]:
     """The file an engine spec was read from (None for an object built in memory)."""
     if isinstance(name_or_path, EngineSpec):
         return None
-    path = _resolve("engine_specs", str(name_or_path), "engine").resolve()
-    shipped = shipped_dir("engine_specs").resolve()
+    path = _real(_resolve("engine_specs", str(name_or_path), "engine"))
+    shipped = _real(shipped_dir("engine_specs"))
     return f"engine_specs/{path.name}" if path.parent == shipped else str(path)
 
 
@@ -218,14 +227,14 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
     """A shipped or user hardware spec by name (``h100-sxm``), or by path to a YAML/JSON file."""
     if isinstance(name_or_path, HardwareSpec):
         return name_or_path
-    return _load_hardware_file(_resolve("hw_specs", str(name_or_path), "hardware").resolve())
+    return _load_hardware_file(_real(_resolve("hw_specs", str(name_or_path), "hardware")))
 
 
 def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     """A shipped or user model by name (``llama-3.1-8b``), or by path to a Hugging Face config.json."""
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
-    path = _resolve("model_specs", str(name_or_path), "model").resolve()
+    path = _real(_resolve("model_specs", str(name_or_path), "model"))
     name = path.parent.name if path.name == "config.json" else path.stem
     return _load_model_file(path, name)
 
