@@ -20,6 +20,7 @@ import numpy as np
 from dsdsim.cost.drafts import draft_ops
 from dsdsim.cost.engine import EngineParams, EngineTime, engine_time, padded_tokens
 from dsdsim.cost.layers import PassContext, pass_ops
+from dsdsim.cost.memo import by_identity
 from dsdsim.cost.memory import MemoryUse, memory_use
 from dsdsim.cost.num import as_float, num, where
 from dsdsim.cost.ops import OpCost, OpKind
@@ -150,12 +151,18 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
     et = None
     passes = _draft_passes(s.drafter, kk)
     if eng is not None:
-        params = s.engine_params or EngineParams.of(eng)
+        params = s.engine_params or _engine_params(eng)
         device = verify.time_s + draft.time_s + overhead
         et = engine_time(params, device, b, kk, passes, q)
     b, kk, c = np.asarray(b), np.asarray(kk), np.asarray(c)
     return StepCost(m, hw, dep, s.drafter, b, kk, c, verify, draft, overhead, memory, touched, eng, et,
                     np.broadcast_to(b * q_verify, shape), np.broadcast_to(graphed, shape), passes, np.asarray(q))
+
+
+@by_identity
+def _engine_params(engine: EngineSpec) -> EngineParams:
+    """An engine spec's own figures (once per spec object)."""
+    return EngineParams.of(engine)
 
 
 def _draft_passes(drafter: Optional[DrafterSpec], k: np.ndarray) -> np.ndarray:
