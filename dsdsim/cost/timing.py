@@ -212,7 +212,6 @@ class _Rates:
     moe_call_latency_s: float
 
 
-
 @by_identity
 def _rates(hw: HardwareSpec) -> _Rates:
     kf = hw.kernels
@@ -230,10 +229,10 @@ def _rates(hw: HardwareSpec) -> _Rates:
                 memory[kind, kernel] = hw.bandwidth * memory_efficiency(hw, kind)
     attention = ({k: _attention_curve(hw, k) for k in KernelClass} if kf is not None else {})
     return _Rates(compute_flops_per_s=compute, memory_bytes_per_s=memory, attention=attention,
-               launch_s={True: hw.launch_overhead_s.value, False: hw.eager_launch_overhead_s.value},
-               kernel_floor_s=kf.kernel_floor_s.value if kf is not None else None,
-               transition_p=kf.gemm_transition_p.value if kf is not None else None,
-               moe_call_latency_s=kf.moe_call_latency_s.value if kf is not None else 0.0)
+                  launch_s={True: hw.launch_overhead_s.value, False: hw.eager_launch_overhead_s.value},
+                  kernel_floor_s=kf.kernel_floor_s.value if kf is not None else None,
+                  transition_p=kf.gemm_transition_p.value if kf is not None else None,
+                  moe_call_latency_s=kf.moe_call_latency_s.value if kf is not None else 0.0)
 
 
 def _memory_time(op: OpCost, hw: HardwareSpec, rates: _Rates):
