@@ -73,7 +73,7 @@ def _help_position(command) -> int:
     return COMMAND_MODULES.index(command.callback.__module__.rsplit(".", 1)[-1])
 
 
-_START_UP_GC_THRESHOLD = 100_000    # allocations between young collections (Python's default: 700)
+_COMPUTE_GC_THRESHOLD = 100_000    # allocations between young collections (Python's default: 700)
 
 
 def _measures(argv: list[str]) -> bool:
@@ -128,7 +128,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     own = argv is None
     thresholds = gc.get_threshold()
     if own and not _measures(sys.argv[1:]):
-        gc.set_threshold(_START_UP_GC_THRESHOLD, *thresholds[1:])
+        gc.set_threshold(_COMPUTE_GC_THRESHOLD, *thresholds[1:])
     try:
         _run(argv)
     finally:

@@ -186,14 +186,9 @@ def _attention_curve(hw: HardwareSpec, kernel: KernelClass) -> tuple[float, floa
     return eta_max, kf.decode_attention_ramp_tokens.value
 
 
-def attention_memory_time(op: OpCost, hw: HardwareSpec):
+def attention_memory_time(op: OpCost, bandwidth: float, eta_max: float, ramp_tokens: float):
     """Bytes / (BW * eta_max), where every sequence also pays for c_ramp tokens it does not read: the per-call
     ramp that keeps short-context decode attention far below bandwidth."""
-    eta_max, ramp = _attention_curve(hw, op.kernel)
-    return _ramped_memory_time(op, hw.bandwidth, eta_max, ramp)
-
-
-def _ramped_memory_time(op: OpCost, bandwidth: float, eta_max: float, ramp_tokens: float):
     ramp_bytes = num(op.sequences) * (op.kv_bytes_per_token * ramp_tokens)
     return (num(op.bytes) + ramp_bytes) / (bandwidth * eta_max)
 
@@ -201,12 +196,11 @@ def _ramped_memory_time(op: OpCost, bandwidth: float, eta_max: float, ramp_token
 @dataclass(frozen=True)
 class _Rates:
     """The figures of one hardware spec that ``op_time`` reads for every operator, looked up once per spec object
-    (specs are frozen): FLOP/s and bytes/s an operator class reaches, launch gaps, kernel-shape figures."""
+    (specs are frozen): FLOP/s and bytes/s an operator class reaches, kernel-shape figures."""
 
     compute_flops_per_s: dict          # (dtype, fused MoE?) -> peak * compute fraction
     memory_bytes_per_s: dict           # (kind, kernel) -> bandwidth * the fraction that class reaches
     attention: dict                    # kernel class -> (eta_max, ramp tokens), with kernel figures only
-    launch_s: dict                     # CUDA graphs on? -> gap per kernel
     kernel_floor_s: float | None       # None without kernel figures
     transition_p: float | None
     moe_call_latency_s: float
@@ -229,7 +223,6 @@ def _rates(hw: HardwareSpec) -> _Rates:
                 memory[kind, kernel] = hw.bandwidth * memory_efficiency(hw, kind)
     attention = ({k: _attention_curve(hw, k) for k in KernelClass} if kf is not None else {})
     return _Rates(compute_flops_per_s=compute, memory_bytes_per_s=memory, attention=attention,
-                  launch_s={True: hw.launch_overhead_s.value, False: hw.eager_launch_overhead_s.value},
                   kernel_floor_s=kf.kernel_floor_s.value if kf is not None else None,
                   transition_p=kf.gemm_transition_p.value if kf is not None else None,
                   moe_call_latency_s=kf.moe_call_latency_s.value if kf is not None else 0.0)
@@ -237,9 +230,9 @@ def _rates(hw: HardwareSpec) -> _Rates:
 
 def _memory_time(op: OpCost, hw: HardwareSpec, rates: _Rates):
     """Bytes / the bandwidth the operator's class reaches; decode attention (with kernel figures) also pays its
-    per-sequence ramp (``attention_memory_time``)."""
+    per-sequence ramp (``attention_memory_time``, its (eta_max, c_ramp) from ``_attention_curve``)."""
     if rates.attention and op.kind is OpKind.attention:
-        return _ramped_memory_time(op, hw.bandwidth, *rates.attention[op.kernel])
+        return attention_memory_time(op, hw.bandwidth, *rates.attention[op.kernel])
     return num(op.bytes) / rates.memory_bytes_per_s[op.kind, op.kernel]
 
 
@@ -342,9 +335,7 @@ def op_terms(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTerms:
         work = p_norm_time(compute, memory, transition_p)
     else:
         work = maximum(compute, memory)     # a new array (or a float): op_time may add to it in place
-    gap = (rates.launch_s[bool(cuda_graphs)] if isinstance(cuda_graphs, (bool, np.bool_))
-           else launch_overhead(hw, cuda_graphs))
-    overhead = op.launches * gap + num(op.host_s)
+    overhead = op.launches * launch_overhead(hw, cuda_graphs) + num(op.host_s)
     if rates.kernel_floor_s is not None and kind is not OpKind.host and not collective:
         if op.kernel is KernelClass.fused_moe:
             overhead = overhead + rates.moe_call_latency_s
