@@ -7,11 +7,15 @@ costs (launches, sampling, the draft/verify hand-off) dominate at small batch an
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
+
 from dsdsim.cost import ops
-from dsdsim.cost.layers import PassContext, head_ops, layer_ops, pass_ops
+from dsdsim.cost.layers import PassContext, head_plan, layer_plan, pass_plan
 from dsdsim.cost.memo import by_identity
 from dsdsim.cost.num import maximum, minimum, num, where
 from dsdsim.cost.ops import OpCost
+from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, records, tokens
 from dsdsim.errors import DsdsimError
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec, DraftHead, eagle3_head, eagle_head, medusa_heads
 from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec
@@ -53,92 +57,144 @@ def draft_head(target: ModelSpec, drafter: DrafterSpec) -> DraftHead | None:
     return None
 
 
-def _passes(first: list[OpCost], rest: list[OpCost], k) -> list[OpCost]:
-    """First pass once when K >= 1, the single-token pass K - 1 times."""
-    k = num(k)
-    once, again = minimum(k, 1.0), maximum(k - 1.0, 0.0)
-    return [o.renamed("pass1.", once) for o in first] + [o.renamed("passN.", again) for o in rest]
+class DraftPass(NamedTuple):
+    """One kind of draft pass: its operators and when it runs. ``role``: ``first`` (once when K >= 1, over the
+    tokens verified last step), ``again`` (K - 1 times, over ``width`` candidates per sequence), ``each`` (Medusa:
+    one pass over B rows whose operators occur K times) or ``step`` (once per step: the n-gram host lookup)."""
+
+    role: str
+    ops: list[PlanOp]
 
 
-def draft_ops(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, batch, k, context,
-              draft_model: ModelSpec | None = None, draft_pc: PassContext | None = None) -> list[OpCost]:
-    """All operators of the draft phase of one step (zero-count when K = 0). With a draft tree, K >= 1 means the
-    tree: the first pass over the steps + 1 tokens verified last step, then steps - 1 passes over topk candidates
-    per sequence."""
-    b = num(batch)
-    k = num(k)
-    tree = drafter.tree
-    if tree is not None and drafter.kind in (DrafterKind.eagle, DrafterKind.eagle3, DrafterKind.mtp,
-                                             DrafterKind.draft_model):
-        k = where(k > 0, float(tree.steps), 0.0)
-    q_first = k + 1.0
+@dataclass(frozen=True)
+class DraftPlan:
+    """The draft phase of a step as plans (``dsdsim.cost.plan``), fixed per setup; ``points`` gives each pass's sizes
+    and how often it runs at a point. With a draft tree (EAGLE, EAGLE-3, MTP, draft model), K >= 1 means the tree:
+    the first pass over the steps + 1 tokens verified last step, then steps - 1 passes over topk candidates per
+    sequence."""
+
+    passes: tuple[DraftPass, ...]
+    tree_steps: Optional[int]        # a draft tree's sequential steps (K >= 1 means the whole tree)
+    width: float                     # tokens per sequence in passes 2.. (a tree's topk, else 1)
+    again_q: float                   # tokens per sequence the later passes run (self-speculation: 1)
+    again_head_rows_per_sequence: float   # rows per sequence through the lm_head in later passes
+    dp_ranks: int
+
+    def points(self, batch, k, context) -> list[tuple[PassPoint, object]]:
+        """(sizes, times it runs) for each pass at batch B, K draft tokens, context c."""
+        b, k, c = num(batch), num(k), num(context)
+        kk = where(k > 0, float(self.tree_steps), 0.0) if self.tree_steps is not None else k
+        q_first = kk + 1.0
+        out = []
+        for dp in self.passes:
+            if dp.role == "first":
+                out.append((PassPoint(b, q_first, c, dp_ranks=self.dp_ranks, head_rows=b, k=k), minimum(kk, 1.0)))
+            elif dp.role == "again":
+                rows = b * self.again_head_rows_per_sequence
+                out.append((PassPoint(b, self.again_q, c + q_first, dp_ranks=self.dp_ranks, head_rows=rows, k=k),
+                            maximum(kk - 1.0, 0.0)))
+            elif dp.role == "each":
+                out.append((PassPoint(b, 1.0, c, head_rows=b, k=k), k))
+            else:
+                out.append((PassPoint(b, 1.0, c, head_rows=b, k=k), None))
+        return out
+
+
+def _batch(p: PassPoint) -> tuple:
+    return (p.batch,)
+
+
+def _one_sweep(p: PassPoint) -> tuple:
+    return p.batch, 1.0
+
+
+def draft_plan(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, draft_model: ModelSpec | None = None,
+               draft_pc: PassContext | None = None) -> DraftPlan:
+    """All operators of the draft phase of one step, as plans (zero times when K = 0)."""
     h = target.hidden_size
     kind = drafter.kind
+    tree = drafter.tree
+    steps = tree.steps if tree is not None and kind in (DrafterKind.eagle, DrafterKind.eagle3, DrafterKind.mtp,
+                                                        DrafterKind.draft_model) else None
     width = float(tree.topk) if tree is not None else 1.0     # tokens per sequence in passes 2..
+    dp = dp_ranks(pc.dp_attention, pc.tp)
+
+    def two(first: list[PlanOp], again: list[PlanOp], *, again_q=width, rows=width, ranks=dp) -> DraftPlan:
+        return DraftPlan((DraftPass("first", [o.renamed("pass1.") for o in first]),
+                          DraftPass("again", [o.renamed("passN.") for o in again])), steps, width, again_q, rows,
+                         ranks)
+
     if kind is DrafterKind.ngram:
-        seconds = (drafter.host_s_per_step + drafter.host_s_per_sequence * b) * (k > 0)
-        return [ops.host("ngram_lookup", seconds)]
+        def lookup(p: PassPoint) -> tuple:
+            return ((drafter.host_s_per_step + drafter.host_s_per_sequence * p.batch) * (p.k > 0),)
+
+        return DraftPlan((DraftPass("step", [PlanOp("ngram_lookup", ops.Host(), lookup)]),), None, 1.0, 1.0, 1.0, 1)
     if kind is DrafterKind.medusa:
         # K heads on the target's last hidden state, one pass: ResBlock (h->h, bias) + own lm_head (h->V) each
         g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
         head = draft_head(target, drafter)
         res, lm = head.resblock, head.lm_head
-        return [ops.gemm("medusa.resblock", b, res.inputs, res.outputs, bias=res.bias, **g).times(k),
-                ops.elementwise("medusa.act", b, h, reads=2, writes=1, act_dtype=pc.act_dtype).times(k),
-                ops.gemm("medusa.lm_head", b, lm.inputs, -(-lm.outputs // pc.tp), **g).times(k),
-                ops.sampling("medusa.sampling", b, lm.outputs, 1.0).times(k)]
+        heads = [PlanOp("medusa.resblock", ops.Gemm(res.inputs, res.outputs, bias=res.bias, **g), _batch),
+                 PlanOp("medusa.act", ops.Elementwise(h, reads=2, writes=1, act_dtype=pc.act_dtype), _batch),
+                 PlanOp("medusa.lm_head", ops.Gemm(lm.inputs, -(-lm.outputs // pc.tp), **g), _batch),
+                 PlanOp("medusa.sampling", ops.Sampling(lm.outputs), _one_sweep)]
+        return DraftPlan((DraftPass("each", heads),), None, 1.0, 1.0, 1.0, 1)
     if kind is DrafterKind.draft_model:
         if draft_model is None:
             raise DsdsimError("draft-model drafter needs its model spec (draft-model:MODEL)")
         dpc = draft_pc or pc
-        first = pass_ops(draft_model, dpc, b, q_first, context, head_rows=b)
-        rest = pass_ops(draft_model, dpc, b, width, context + q_first, head_rows=b * width)
-        return _passes(first, rest, k)
+        one = pass_plan(draft_model, dpc)
+        return two(one, one, ranks=dp_ranks(dpc.dp_attention, dpc.tp))
     if kind is DrafterKind.self_spec:
-        first = pass_ops(target, pc, b, q_first, context, head_rows=b, kv_budget=drafter.kv_budget)
-        rest = pass_ops(target, pc, b, 1.0, context + q_first, head_rows=b, kv_budget=drafter.kv_budget)
-        return _passes(first, rest, k)
+        one = pass_plan(target, pc, kv_budget=drafter.kv_budget)
+        return two(one, one, again_q=1.0, rows=1.0)
     if kind is DrafterKind.mtp:
         if not target.mtp_layers:
             raise DsdsimError(f"{target.name} has no MTP module (num_nextn_predict_layers = 0); "
                               "choose eagle3, eagle or draft-model:MODEL")
-        return _passes(_mtp_pass(target, pc, b, q_first, context), _mtp_pass(target, pc, b, width, context + q_first, first=False), k)
+        one = _mtp_plan(target, pc)
+        return two(one, one)
     if kind in (DrafterKind.eagle, DrafterKind.eagle3):
-        return _passes(_eagle_pass(target, drafter, pc, b, q_first, context, first=True),
-                       _eagle_pass(target, drafter, pc, b, width, context + q_first, first=False), k)
+        return two(_eagle_plan(target, drafter, pc, first=True), _eagle_plan(target, drafter, pc, first=False))
     raise DsdsimError(f"drafter kind {kind.value} has no cost model")
 
 
-def _mtp_pass(target: ModelSpec, pc: PassContext, b, q, context, first: bool = True) -> list[OpCost]:
-    """DeepSeek MTP: enorm/hnorm, eh_proj (2h -> h), one full layer (MLA + MoE), shared head (full vocab).
-    The head reads the last token of the first pass (B rows) and every candidate of later passes (B*q rows)."""
-    h = target.hidden_size
-    tokens = b * num(q)
-    g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
-    out = [ops.embedding("mtp.embed", tokens, h, pc.w_dtype, pc.act_dtype),
-           ops.elementwise("mtp.enorm_hnorm", tokens, 2 * h, reads=1, writes=1, act_dtype=pc.act_dtype),
-           ops.gemm("mtp.eh_proj", tokens, target.mtp_eh_proj.inputs, target.mtp_eh_proj.outputs, **g)]
-    out += [o.renamed("mtp.") for o in layer_ops(target.mtp_layer, h, b, q, context, pc)]
-    out += head_ops(h, target.vocab_size, b if first else tokens, pc, 1.0, prefix="mtp.")
+def draft_ops(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, batch, k, context,
+              draft_model: ModelSpec | None = None, draft_pc: PassContext | None = None) -> list[OpCost]:
+    """The operator records of the draft phase at batch B, K draft tokens, context c (zero-count when K = 0)."""
+    plan = draft_plan(target, drafter, pc, draft_model, draft_pc)
+    out = []
+    for dp, (p, times) in zip(plan.passes, plan.points(batch, k, context)):
+        out += records(dp.ops, p, times)
     return out
 
 
-def _eagle_pass(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, b, q, context, first: bool):
+def _mtp_plan(target: ModelSpec, pc: PassContext) -> list[PlanOp]:
+    """DeepSeek MTP: enorm/hnorm, eh_proj (2h -> h), one full layer (MLA + MoE), shared head (full vocab).
+    The head reads the last token of the first pass (B rows) and every candidate of later passes (B*q rows)."""
+    h = target.hidden_size
+    g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
+    out = [PlanOp("mtp.embed", ops.Embedding(h, pc.w_dtype, pc.act_dtype), tokens),
+           PlanOp("mtp.enorm_hnorm", ops.Elementwise(2 * h, reads=1, writes=1, act_dtype=pc.act_dtype), tokens),
+           PlanOp("mtp.eh_proj", ops.Gemm(target.mtp_eh_proj.inputs, target.mtp_eh_proj.outputs, **g), tokens)]
+    out += [o.renamed("mtp.") for o in layer_plan(target.mtp_layer, h, pc)]
+    return out + head_plan(h, target.vocab_size, pc, prefix="mtp.")
+
+
+def _eagle_plan(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, first: bool) -> list[PlanOp]:
     """EAGLE: fc(2h->h, bias) then the layer, target lm_head (full V).
     EAGLE-3: fc(3h->h) on fused low/mid/high features in the first pass only, a layer whose q/k/v read 2h
     (embedding ++ hidden), an own lm_head over draft_vocab_size. Shapes from ``draft_head``."""
     h = target.hidden_size
-    tokens = b * num(q)
     g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
     head = draft_head(target, drafter)
     prefix = f"{drafter.kind.value}."
-    out = [ops.embedding("eagle.embed", tokens, h, pc.w_dtype, pc.act_dtype)]
+    out = [PlanOp("eagle.embed", ops.Embedding(h, pc.w_dtype, pc.act_dtype), tokens)]
     if first or drafter.kind is DrafterKind.eagle:
-        out.append(ops.gemm(prefix + "fc", tokens, head.fc.inputs, head.fc.outputs, bias=head.fc.bias, **g))
-    out += [o.renamed(prefix) for o in layer_ops(head.layer, h, b, q, context, pc, qkv_in=head.layer_input)]
+        out.append(PlanOp(prefix + "fc", ops.Gemm(head.fc.inputs, head.fc.outputs, bias=head.fc.bias, **g), tokens))
+    out += [o.renamed(prefix) for o in layer_plan(head.layer, h, pc, qkv_in=head.layer_input)]
     vocab = target.vocab_size if head.lm_head is None else head.lm_head.outputs
-    out += head_ops(h, vocab, b if first else tokens, pc, 1.0, prefix=prefix)
-    return out
+    return out + head_plan(h, vocab, pc, prefix=prefix)
 
 
 @by_identity

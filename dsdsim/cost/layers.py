@@ -1,7 +1,9 @@
 """Operators of one forward pass, layer by layer, on ONE GPU of a tp-way replica.
 
-``pass_ops`` is the single code path for every pass shape: decode (q = 1), verify (q = K + 1),
-a draft model's passes, an MTP module or an EAGLE head. batch, q and context broadcast as numpy arrays.
+``pass_plan`` is the single description of every pass shape: decode (q = 1), verify (q = K + 1), a draft model's
+passes, an MTP module or an EAGLE head, written as a plan (``dsdsim.cost.plan``) whose sizes come per point.
+``pass_ops`` and the other ``*_ops`` give the operator records at given sizes; batch, q and context broadcast as
+numpy arrays.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dsdsim.cost.experts import check_popularity, experts_touched, experts_touch
 from dsdsim.cost.memo import by_identity
 from dsdsim.cost.num import ceil, minimum, num
 from dsdsim.cost.ops import KernelClass, OpCost
+from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, head_rows, rank_rows, records, tokens
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec
@@ -81,65 +84,69 @@ def kv_elements_per_token_per_rank(attn: Attention, tp: int) -> int:
     return 2 * kv_heads_per_rank(attn, tp) * attn.head_dim
 
 
-def effective_context(attn: Attention, context, kv_budget: Optional[int] = None):
-    """Keys a query attends to: min(c, window) on sliding layers; chunked layers use min(c, chunk), the bound
-    at a chunk's end (the mean over a chunk is chunk/2; the bound keeps cost monotone in c).
+def context_limit(attn: Attention, kv_budget: Optional[int] = None) -> Optional[float]:
+    """The most keys a query of this layer attends to, None for all: the window on sliding layers; chunked layers
+    the chunk, the bound at a chunk's end (the mean over a chunk is chunk/2; the bound keeps cost monotone in c).
     A self-speculation draft attends to at most kv_budget tokens."""
-    c = num(context)
-    if attn.window is not None and attn.kind in (AttentionKind.sliding, AttentionKind.chunked):
-        c = minimum(c, attn.window)
-    if kv_budget is not None:
-        c = minimum(c, kv_budget)
-    return c
+    limits = [float(n) for n in (attn.window if attn.kind in (AttentionKind.sliding, AttentionKind.chunked) else None,
+                                 kv_budget) if n is not None]
+    return min(limits) if limits else None
 
 
-def attention_ops(attn: Attention, hidden: int, batch, q, context, pc: PassContext,
-                  kv_budget: Optional[int] = None, qkv_in: Optional[int] = None) -> list[OpCost]:
-    """Projections, rotary, attention core and output projection for one layer (one rank)."""
-    tokens = num(batch) * num(q)
-    c_eff = effective_context(attn, context, kv_budget)
+def effective_context(attn: Attention, context, kv_budget: Optional[int] = None):
+    """Keys a query attends to with ``context`` cached tokens: min(c, ``context_limit``)."""
+    limit = context_limit(attn, kv_budget)
+    return num(context) if limit is None else minimum(num(context), limit)
+
+
+def attention_plan(attn: Attention, hidden: int, pc: PassContext, kv_budget: Optional[int] = None,
+                   qkv_in: Optional[int] = None) -> list[PlanOp]:
+    """Projections, rotary, attention core and output projection for one layer (one rank), over the rows and
+    sequences the rank holds (``PassPoint.rank_rows``, ``rank_batch``)."""
     heads = _split(attn.num_heads, pc.tp)
     k_in = qkv_in or hidden
     g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
+
+    limit = context_limit(attn, kv_budget)
+
+    def core(p: PassPoint) -> tuple:
+        return p.rank_batch, p.q, p.context if limit is None else minimum(p.context, limit)
+
     if attn.kind is AttentionKind.mla:
         qk = attn.qk_nope_head_dim + attn.qk_rope_head_dim
         latent = attn.kv_lora_rank + attn.qk_rope_head_dim
+
+        def per_head(p: PassPoint) -> tuple:
+            return (p.rank_rows * heads,)
+
         out = []
         if attn.q_lora_rank:
-            out += [ops.gemm("q_a", tokens, k_in, attn.q_lora_rank, **g),
-                    ops.gemm("q_b", tokens, attn.q_lora_rank, heads * qk, **g)]
+            out += [PlanOp("q_a", ops.Gemm(k_in, attn.q_lora_rank, **g), rank_rows),
+                    PlanOp("q_b", ops.Gemm(attn.q_lora_rank, heads * qk, **g), rank_rows)]
         else:
-            out.append(ops.gemm("q", tokens, k_in, heads * qk, **g))
-        out += [
-            ops.gemm("kv_a", tokens, k_in, latent, **g),
-            # weight absorption: q_nope @ W_UK per head moves queries into the latent space
-            ops.gemm("q_absorb", tokens * heads, attn.qk_nope_head_dim, attn.kv_lora_rank, **g),
-            ops.attention("attn", batch, q, c_eff, heads, latent, attn.kv_lora_rank, latent, pc.kv_dtype,
-                          pc.act_dtype, kernel=KernelClass.mla_decode),
-            ops.gemm("v_absorb", tokens * heads, attn.kv_lora_rank, attn.v_head_dim, **g),
-            ops.gemm("o", tokens, heads * attn.v_head_dim, hidden, **g),
+            out.append(PlanOp("q", ops.Gemm(k_in, heads * qk, **g), rank_rows))
+        return out + [
+            PlanOp("kv_a", ops.Gemm(k_in, latent, **g), rank_rows),
+            # weight absorption: q_nope @ W_UK per head moves queries into the latent space; the per-head absorbed
+            # matrices are distinct weights: heads x (nope x lora) read once, not per token
+            PlanOp("q_absorb", ops.Gemm(attn.qk_nope_head_dim, attn.kv_lora_rank, **g, weight_sets=heads), per_head),
+            PlanOp("attn", ops.Attention(heads, latent, attn.kv_lora_rank, latent, pc.kv_dtype, pc.act_dtype,
+                                         kernel=KernelClass.mla_decode), core),
+            PlanOp("v_absorb", ops.Gemm(attn.kv_lora_rank, attn.v_head_dim, **g, weight_sets=heads), per_head),
+            PlanOp("o", ops.Gemm(heads * attn.v_head_dim, hidden, **g), rank_rows),
         ]
-        # per-head absorbed matrices are distinct weights: heads x (nope x lora) read once, not per token
-        out[-4] = _per_head_weights(out[-4], heads)
-        out[-2] = _per_head_weights(out[-2], heads)
-        return out
     kv_heads = kv_heads_per_rank(attn, pc.tp)
     d = attn.head_dim
     return [
-        ops.gemm("qkv", tokens, k_in, (heads + 2 * kv_heads) * d, bias=attn.qkv_bias, **g),
-        ops.elementwise("rotary", tokens, (heads + kv_heads) * d, reads=1, writes=1, act_dtype=pc.act_dtype,
-                        flops_per_element=3),
-        ops.attention("attn", batch, q, c_eff, heads, d, d, 2 * kv_heads * d, pc.kv_dtype, pc.act_dtype),
-        ops.gemm("o", tokens, heads * d, hidden, bias=attn.o_bias, **g),
+        PlanOp("qkv", ops.Gemm(k_in, (heads + 2 * kv_heads) * d, bias=attn.qkv_bias, **g), rank_rows),
+        PlanOp("rotary", ops.Elementwise((heads + kv_heads) * d, reads=1, writes=1, act_dtype=pc.act_dtype,
+                                         flops_per_element=3), rank_rows),
+        PlanOp("attn", ops.Attention(heads, d, d, 2 * kv_heads * d, pc.kv_dtype, pc.act_dtype), core),
+        PlanOp("o", ops.Gemm(heads * d, hidden, bias=attn.o_bias, **g), rank_rows),
     ]
 
 
-def _per_head_weights(op: OpCost, heads: int) -> OpCost:
-    """A batched GEMM whose m = tokens*heads rows use one of `heads` weight matrices each."""
-    return replace(op, weight_bytes=op.weight_bytes * heads)
-
-
-def ffn_ops(ffn: FFN, hidden: int, batch, q, pc: PassContext) -> list[OpCost]:
+def ffn_plan(ffn: FFN, hidden: int, pc: PassContext) -> list[PlanOp]:
     """Dense SwiGLU, or router + routed experts (+ shared experts) for one layer (one rank).
 
     Layouts as engines run them. Tensor-parallel attention (vLLM): every rank holds all B*q tokens after the
@@ -148,32 +155,121 @@ def ffn_ops(ffn: FFN, hidden: int, batch, q, pc: PassContext) -> list[OpCost]:
     token-expert rows to the expert ranks and combines the results by all-to-all (ep > 1), or gathers and
     reduce-scatters the tokens of all ranks (ep = 1, one all-reduce's traffic); the shared experts and dense FFN
     layers run on the rank's own tokens with whole weights (SGLang --moe-dense-tp-size 1)."""
-    tokens = num(batch) * num(q)
-    local = dp_rank_batch(batch, pc) * num(q) if pc.dp_attention else tokens
     g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
     dense_tp = 1 if pc.dp_attention else pc.tp
     if ffn.kind is FFNKind.dense:
-        width = _split(ffn.intermediate_size, dense_tp)
-        return _swiglu("mlp", local, hidden, width, ffn.bias, pc, g)
-    out = [ops.gemm("router", local, hidden, ffn.num_experts, w_dtype=pc.act_dtype, act_dtype=pc.act_dtype,
-                    tile_m=pc.tile_m, bias=ffn.router_bias)]
-    touched_rank, share = experts_touched_busiest_rank(
-        ffn.num_experts, ffn.top_k, batch, q, pc.ep, pc.expert_overlap, pc.expert_popularity)
-    width = _split(ffn.expert_intermediate_size, pc.tp // pc.ep)
-    total = experts_touched(ffn.num_experts, ffn.top_k, batch, q, pc.expert_overlap, pc.expert_popularity)
-    experts = ops.moe_experts("experts", tokens, ffn.top_k, hidden, width, touched_rank, share,
-                              w_dtype=pc.expert_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m, bias=ffn.bias,
-                              experts_touched_total=total)
+        return _swiglu("mlp", hidden, _split(ffn.intermediate_size, dense_tp), ffn.bias, pc, g)
+    out = [PlanOp("router", ops.Gemm(hidden, ffn.num_experts, w_dtype=pc.act_dtype, act_dtype=pc.act_dtype,
+                                     tile_m=pc.tile_m, bias=ffn.router_bias), rank_rows)]
+
+    def experts(p: PassPoint) -> tuple:
+        return (p.tokens, *routed_experts(ffn, pc, p))
+
+    routed = ops.MoEExperts(ffn.top_k, hidden, _split(ffn.expert_intermediate_size, pc.tp // pc.ep),
+                            w_dtype=pc.expert_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m, bias=ffn.bias)
     a2a = pc.dp_attention and pc.ep > 1
     if a2a:   # this rank's rows leave for the expert ranks; all_to_all counts the rows of the ep-rank group
-        out.append(ops.all_to_all("dispatch", local * ffn.top_k * pc.ep, hidden, pc.act_dtype, pc.ep))
-    out.append(experts)
+        rows_per_token = ffn.top_k * pc.ep
+
+        def exchanged(p: PassPoint) -> tuple:
+            return (p.rank_rows * rows_per_token,)
+
+        exchange = ops.AllToAll(hidden, pc.act_dtype, pc.ep)
+        out.append(PlanOp("dispatch", exchange, exchanged))
+    out.append(PlanOp("experts", routed, experts))
     if a2a:
-        out.append(ops.all_to_all("combine", local * ffn.top_k * pc.ep, hidden, pc.act_dtype, pc.ep))
+        out.append(PlanOp("combine", exchange, exchanged))
     if ffn.num_shared_experts:
         width = _split(ffn.num_shared_experts * ffn.shared_intermediate_size, dense_tp)
-        out += _swiglu("shared", local, hidden, width, ffn.bias, pc, g)
+        out += _swiglu("shared", hidden, width, ffn.bias, pc, g)
     return out
+
+
+def routed_experts(ffn: FFN, pc: PassContext, p: PassPoint) -> tuple:
+    """(experts touched on the busiest rank, that rank's share of the token-expert rows, experts touched by all
+    ranks) for B sequences x q tokens at ``p``; worked out once per point for all layers with this FFN."""
+    key = id(ffn)
+    hit = p.memo.get(key)
+    if hit is None:
+        rank, share = experts_touched_busiest_rank(
+            ffn.num_experts, ffn.top_k, p.batch, p.q, pc.ep, pc.expert_overlap, pc.expert_popularity)
+        total = experts_touched(ffn.num_experts, ffn.top_k, p.batch, p.q, pc.expert_overlap, pc.expert_popularity)
+        hit = p.memo[key] = (num(rank), num(share), num(total))
+    return hit
+
+
+def _swiglu(prefix: str, hidden: int, width: int, bias: bool, pc: PassContext, g: dict) -> list[PlanOp]:
+    return [
+        PlanOp(f"{prefix}.gate_up", ops.Gemm(hidden, 2 * width, bias=bias, **g), rank_rows),
+        PlanOp(f"{prefix}.act", ops.Elementwise(width, reads=2, writes=1, act_dtype=pc.act_dtype,
+                                                flops_per_element=5), rank_rows),
+        PlanOp(f"{prefix}.down", ops.Gemm(width, hidden, bias=bias, **g), rank_rows),
+    ]
+
+
+def layer_plan(layer: Layer, hidden: int, pc: PassContext, *, kv_budget: Optional[int] = None,
+               qkv_in: Optional[int] = None) -> list[PlanOp]:
+    """One decoder layer: norms (with residual adds), attention block, FFN block, TP all-reduces."""
+    attn_pc = replace(pc, tp=1) if pc.dp_attention else pc   # own sequences, all heads, no attention all-reduce
+    norm = ops.Elementwise(hidden, reads=2, writes=2, act_dtype=pc.act_dtype, flops_per_element=4)
+    out = [PlanOp("input_norm+residual", norm, rank_rows)]
+    out += [o.renamed("attn.") for o in attention_plan(layer.attention, hidden, attn_pc, kv_budget, qkv_in)]
+    if pc.tp > 1 and not pc.dp_attention:
+        out.append(PlanOp("attn.all_reduce", ops.AllReduce(hidden, pc.act_dtype, pc.tp), tokens))
+    out += [PlanOp(("post_attn_" if i == 0 else f"extra{i}_") + "norm+residual", norm, rank_rows)
+            for i in range(max(0, layer.norms - 1))]
+    out += [o.renamed("ffn.") for o in ffn_plan(layer.ffn, hidden, pc)]
+    tp_reduce = not pc.dp_attention or (layer.ffn.kind is FFNKind.moe and pc.ep == 1)
+    if pc.tp > 1 and tp_reduce:
+        out.append(PlanOp("ffn.all_reduce", ops.AllReduce(hidden, pc.act_dtype, pc.tp), tokens))
+    return out
+
+
+def head_plan(hidden: int, vocab: int, pc: PassContext, prefix: str = "") -> list[PlanOp]:
+    """Final norm, vocab-parallel lm_head (logits in the activation dtype, as vLLM computes them), the logits
+    gather under TP, and sampling, which upcasts to fp32 and sweeps N x V x 4 bytes per pass; over the point's
+    ``head_rows``."""
+    out = [
+        PlanOp(f"{prefix}final_norm", ops.Elementwise(hidden, reads=2, writes=1, act_dtype=pc.act_dtype,
+                                                      flops_per_element=4), head_rows),
+        PlanOp(f"{prefix}lm_head", ops.Gemm(hidden, _split(vocab, pc.tp), w_dtype=pc.w_dtype, act_dtype=pc.act_dtype,
+                                            tile_m=pc.tile_m), head_rows),
+    ]
+    if pc.tp > 1:
+        out.append(PlanOp(f"{prefix}logits_gather", ops.Gather(vocab, pc.act_dtype.bytes_per_element, pc.tp),
+                          head_rows))
+    out.append(PlanOp(f"{prefix}sampling", ops.Sampling(vocab), _sampled))
+    return out
+
+
+def _sampled(p: PassPoint) -> tuple:
+    return p.head_rows, p.sampling_passes
+
+
+def pass_plan(model: ModelSpec, pc: PassContext, *, kv_budget: Optional[int] = None) -> list[PlanOp]:
+    """A full forward pass of ``model``: embedding, every layer group (its layers as the count), the head."""
+    out = [PlanOp("embed", ops.Embedding(model.hidden_size, pc.w_dtype, pc.act_dtype), tokens)]
+    for layer, count, tag in layer_groups(model):
+        out += [o.renamed(tag, count) for o in layer_plan(layer, model.hidden_size, pc, kv_budget=kv_budget)]
+    return out + head_plan(model.hidden_size, model.vocab_size, pc)
+
+
+# --- the operators at given sizes (explain, tests, the benches) ------------------------------------------------
+
+
+def point(batch, q, context, pc: PassContext, head_rows=None, sampling_passes=1.0) -> PassPoint:
+    return PassPoint(batch, q, context, dp_ranks=dp_ranks(pc.dp_attention, pc.tp), head_rows=head_rows,
+                     sampling_passes=sampling_passes)
+
+
+def attention_ops(attn: Attention, hidden: int, batch, q, context, pc: PassContext,
+                  kv_budget: Optional[int] = None, qkv_in: Optional[int] = None) -> list[OpCost]:
+    """``attention_plan`` for ``batch`` sequences (the caller's: the rank's own under data-parallel attention)."""
+    return records(attention_plan(attn, hidden, pc, kv_budget, qkv_in), PassPoint(batch, q, context))
+
+
+def ffn_ops(ffn: FFN, hidden: int, batch, q, pc: PassContext) -> list[OpCost]:
+    return records(ffn_plan(ffn, hidden, pc), point(batch, q, 0.0, pc))
 
 
 def dp_rank_batch(batch, pc: PassContext):
@@ -181,69 +277,23 @@ def dp_rank_batch(batch, pc: PassContext):
     return ceil(num(batch) / pc.tp)
 
 
-def _swiglu(prefix: str, tokens, hidden: int, width: int, bias: bool, pc: PassContext, g: dict) -> list[OpCost]:
-    return [
-        ops.gemm(f"{prefix}.gate_up", tokens, hidden, 2 * width, bias=bias, **g),
-        ops.elementwise(f"{prefix}.act", tokens, width, reads=2, writes=1, act_dtype=pc.act_dtype,
-                        flops_per_element=5),
-        ops.gemm(f"{prefix}.down", tokens, width, hidden, bias=bias, **g),
-    ]
-
-
 def layer_ops(layer: Layer, hidden: int, batch, q, context, pc: PassContext, *,
               kv_budget: Optional[int] = None, qkv_in: Optional[int] = None) -> list[OpCost]:
-    """One decoder layer: norms (with residual adds), attention block, FFN block, TP all-reduces."""
-    tokens = num(batch) * num(q)
-    if pc.dp_attention:   # own sequences, all heads, no attention all-reduce
-        attn_batch, attn_pc = dp_rank_batch(batch, pc), replace(pc, tp=1)
-    else:
-        attn_batch, attn_pc = batch, pc
-    rows = num(attn_batch) * num(q)
-    norm = ops.elementwise("norm+residual", rows, hidden, reads=2, writes=2, act_dtype=pc.act_dtype,
-                           flops_per_element=4)
-    out = [norm.renamed("input_")]
-    out += [o.renamed("attn.") for o in attention_ops(layer.attention, hidden, attn_batch, q, context, attn_pc,
-                                                      kv_budget, qkv_in)]
-    if pc.tp > 1 and not pc.dp_attention:
-        out.append(ops.all_reduce("attn.all_reduce", tokens, hidden, pc.act_dtype, pc.tp))
-    out += [norm.renamed("post_attn_" if i == 0 else f"extra{i}_") for i in range(max(0, layer.norms - 1))]
-    out += [o.renamed("ffn.") for o in ffn_ops(layer.ffn, hidden, batch, q, pc)]
-    tp_reduce = not pc.dp_attention or (layer.ffn.kind is FFNKind.moe and pc.ep == 1)
-    if pc.tp > 1 and tp_reduce:
-        out.append(ops.all_reduce("ffn.all_reduce", tokens, hidden, pc.act_dtype, pc.tp))
-    return out
+    return records(layer_plan(layer, hidden, pc, kv_budget=kv_budget, qkv_in=qkv_in), point(batch, q, context, pc))
 
 
 def head_ops(hidden: int, vocab: int, rows, pc: PassContext, sampling_passes, prefix: str = "") -> list[OpCost]:
-    """Final norm, vocab-parallel lm_head (logits in the activation dtype, as vLLM computes them), the logits
-    gather under TP, and sampling, which upcasts to fp32 and sweeps N x V x 4 bytes per pass."""
-    a = pc.act_dtype.bytes_per_element
-    out = [
-        ops.elementwise(f"{prefix}final_norm", rows, hidden, reads=2, writes=1, act_dtype=pc.act_dtype,
-                        flops_per_element=4),
-        ops.gemm(f"{prefix}lm_head", rows, hidden, _split(vocab, pc.tp), w_dtype=pc.w_dtype, act_dtype=pc.act_dtype,
-                 tile_m=pc.tile_m),
-    ]
-    if pc.tp > 1:
-        out.append(ops.gather(f"{prefix}logits_gather", rows, vocab, a, pc.tp))
-    out.append(ops.sampling(f"{prefix}sampling", rows, vocab, sampling_passes))
-    return out
+    return records(head_plan(hidden, vocab, pc, prefix), PassPoint(rows, 1.0, 0.0, head_rows=rows,
+                                                                   sampling_passes=sampling_passes))
 
 
 def pass_ops(model: ModelSpec, pc: PassContext, batch, q, context, *, head_rows=None, sampling_passes=1.0,
              kv_budget: Optional[int] = None) -> list[OpCost]:
-    """A full forward pass of `model` over q tokens for each of `batch` sequences at `context` cached tokens.
+    """``pass_plan`` over q tokens for each of ``batch`` sequences at ``context`` cached tokens.
 
     head_rows: rows that go through the lm_head (verify: all B*q; a draft pass: B).
     """
-    tokens = num(batch) * num(q)
-    rows = tokens if head_rows is None else head_rows
-    out = [ops.embedding("embed", tokens, model.hidden_size, pc.w_dtype, pc.act_dtype)]
-    for layer, count, tag in layer_groups(model):
-        out += [o.renamed(tag, count) for o in layer_ops(layer, model.hidden_size, batch, q, context, pc,
-                                                         kv_budget=kv_budget)]
-    out += head_ops(model.hidden_size, model.vocab_size, rows, pc, sampling_passes)
-    return out
+    return records(pass_plan(model, pc, kv_budget=kv_budget), point(batch, q, context, pc, head_rows, sampling_passes))
 
 
 def _group_label(layer: Layer) -> str:

@@ -83,7 +83,7 @@ def _attention_tp(dep: Deployment) -> int:
 def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, tokens_per_seq, batch) -> np.ndarray:
     """KV cache for `batch` sequences of `tokens_per_seq` tokens on one rank; sliding/chunked layers keep only
     their window."""
-    total = np.zeros(())
+    total = 0.0
     for layer, count, _ in layer_groups(model):
         held = effective_context(layer.attention, tokens_per_seq)
         total = total + count * held * kv_elements_per_token_per_rank(layer.attention, _attention_tp(dep))
@@ -104,7 +104,7 @@ def memory_use(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Opt
     a = dep.act_dtype.bytes_per_element
     widest = _widest_ffn(model) // dep.tp
     act = n * (4 * model.hidden_size + 3 * widest) * a + 2 * n * (model.vocab_size / dep.tp) * 4.0
-    draft = np.zeros(())
+    draft = 0.0
     if drafter is not None:
         w = dep.weight_dtype(model).bytes_per_element
         extra = drafter_weight_params(model, drafter, draft_model)

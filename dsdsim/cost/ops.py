@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NamedTuple, Optional, Union
+from typing import ClassVar, NamedTuple, Optional, Union
 
 import numpy as np
 
@@ -145,6 +145,13 @@ class OpCost:
             total, fresh = _accumulate(total, part, fresh), True
         return total
 
+    @property
+    def demand(self) -> "Demand":
+        """What its time depends on (``dsdsim.cost.timing.terms``); an all-reduce is timed on its payload."""
+        comm = self.act_in_bytes if self.kind is OpKind.all_reduce else self.comm_bytes
+        return Demand(num(self.flops_padded), num(self.bytes), num(self.launches), num(self.sequences), num(comm),
+                      num(self.host_s))
+
     def times(self, count) -> "OpCost":
         return self._with(count=self.count * count)
 
@@ -179,58 +186,133 @@ def pad_rows(m, tile: int):
     """Rows a GEMM kernel computes: at least one M tile (a decode/verify GEMM with m=4 still runs a 64-row
     tile on Hopper). Above one tile, libraries choose among tile shapes, so finer quantisation is not modelled
     (it would make cost jump non-monotonically with m). m = 0 (an absent op) stays 0."""
-    m = num(m)
     if tile <= 1:
-        return m
+        return num(m)
+    if type(m) is float:
+        return (m if m >= tile else float(tile)) if m > 0 else 0.0
+    m = num(m)
     if isinstance(m, np.ndarray) and m.size and m.min() > 0:
         return np.maximum(m, tile)      # no absent op among them: the same values, two grid passes fewer
     return where(m > 0, maximum(m, tile), 0.0)
 
 
-def gemm(name: str, m, k: int, n: int, w_dtype: DType, act_dtype: DType, tile_m: int = 1,
-         bias: bool = False, out_bytes_per_element: float | None = None) -> OpCost:
-    """Y[m, n] = X[m, k] @ W[k, n] (+ b). Weights are read once; X read, Y written."""
-    a = act_dtype.bytes_per_element
-    out = a if out_bytes_per_element is None else out_bytes_per_element
-    m = num(m)
-    weights = k * n * w_dtype.bytes_per_element + (n * a if bias else 0.0)
-    return OpCost(
-        name=name, kind=OpKind.gemm, dtype=w_dtype,
-        # scalar factors first, one multiply over the (possibly large) m grid each
-        flops=m * (2.0 * k * n), flops_padded=pad_rows(m, tile_m) * (2.0 * k * n),
-        weight_bytes=weights, act_in_bytes=m * (k * a), act_out_bytes=m * (n * out),
-        shape=GemmShape(m, k, n),
-    )
+# --- the operators -------------------------------------------------------------------------------------------
+#
+# Each operator kind is one frozen class: its static shape (widths, formats, group) fixed when a pass is planned,
+# and its size (rows, tokens, context) given per point. ``record`` gives the full OpCost; ``demand`` gives only what
+# its time depends on (``Demand``, read by dsdsim.cost.timing), the same figures without building a record, so a
+# step at one point costs plain float arithmetic. ``tests/test_cost_ops.py`` checks the two agree for every kind.
 
 
-def attention(name: str, batch, q, context, num_heads: int, qk_dim: int, v_dim: int,
-              kv_elements_per_token: int, kv_dtype: DType, act_dtype: DType,
-              kernel: KernelClass = KernelClass.flash_decode) -> OpCost:
+class Demand(NamedTuple):
+    """What one occurrence of an operator asks of the hardware: all that its time depends on."""
+
+    flops_padded: np.ndarray | float
+    bytes: np.ndarray | float                 # DRAM bytes (``OpCost.bytes``)
+    launches: np.ndarray | float = 1.0
+    sequences: np.ndarray | float = 0.0       # attention: sequences whose KV cache one call reads
+    comm_bytes: np.ndarray | float = 0.0      # collectives: the all-reduce payload, or the bytes a rank sends
+    host_s: np.ndarray | float = 0.0
+
+
+def _frozen_init(obj, **derived) -> None:
+    for key, value in derived.items():
+        object.__setattr__(obj, key, value)
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """Y[m, n] = X[m, k] @ W[k, n] (+ b). Weights are read once; X read, Y written. ``weight_sets`` distinct
+    weight matrices serve the m rows (a batched GEMM with one matrix per head: MLA's absorbed projections)."""
+
+    kind: ClassVar[OpKind] = OpKind.gemm
+    kernel: ClassVar[KernelClass] = KernelClass.dense
+
+    k: int
+    n: int
+    w_dtype: DType
+    act_dtype: DType
+    tile_m: int = 1
+    bias: bool = False
+    out_bytes_per_element: float | None = None
+    weight_sets: int = 1
+
+    def __post_init__(self):
+        a = self.act_dtype.bytes_per_element
+        out = a if self.out_bytes_per_element is None else self.out_bytes_per_element
+        weights = self.k * self.n * self.w_dtype.bytes_per_element + (self.n * a if self.bias else 0.0)
+        _frozen_init(self, _flops_per_row=2.0 * self.k * self.n, _weight_bytes=weights * self.weight_sets,
+                     _in_per_row=self.k * a, _out_per_row=self.n * out)
+
+    @property
+    def dtype(self) -> DType:
+        """The format whose peak FLOP/s it runs at."""
+        return self.w_dtype
+
+    def record(self, name: str, m) -> OpCost:
+        m = num(m)
+        return OpCost(name=name, kind=OpKind.gemm, dtype=self.w_dtype,
+                      # scalar factors first, one multiply over the (possibly large) m grid each
+                      flops=m * self._flops_per_row, flops_padded=pad_rows(m, self.tile_m) * self._flops_per_row,
+                      weight_bytes=self._weight_bytes, act_in_bytes=m * self._in_per_row,
+                      act_out_bytes=m * self._out_per_row, shape=GemmShape(m, self.k, self.n))
+
+    def demand(self, m) -> Demand:
+        return Demand(pad_rows(m, self.tile_m) * self._flops_per_row,
+                      self._weight_bytes + m * self._in_per_row + m * self._out_per_row)
+
+
+@dataclass(frozen=True)
+class Attention:
     """Scores and weighted values for q new tokens per sequence against context + q keys.
 
     FLOPs = 2*B*q*n_q*(d_qk + d_v)*(c + q)  (= 4*B*q*n_q*d*(c + q) when d_qk = d_v).
     KV: each sequence's cache is read ONCE for all its q queries (why verify amortises KV reads),
     and the q new tokens' K/V are written. MLA: qk_dim = kv_lora + rope, v_dim = kv_lora (absorbed).
     """
-    a = act_dtype.bytes_per_element
-    kvb = kv_dtype.bytes_per_element
-    b = num(batch)
-    q = num(q)
-    c = num(context)
-    queries = b * q                     # scalar factors grouped: one multiply over the grid per term
-    flops = queries * (2.0 * num_heads * (qk_dim + v_dim)) * (c + q)
-    return OpCost(
-        name=name, kind=OpKind.attention, dtype=act_dtype, flops=flops, flops_padded=flops,
-        act_in_bytes=queries * (num_heads * qk_dim * a), act_out_bytes=queries * (num_heads * v_dim * a),
-        kv_read_bytes=b * c * (kv_elements_per_token * kvb), kv_write_bytes=queries * (kv_elements_per_token * kvb),
-        kernel=kernel, sequences=b, kv_bytes_per_token=kv_elements_per_token * kvb,
-        shape=AttentionShape(b, q, c, num_heads, qk_dim, v_dim, kv_elements_per_token),
-    )
+
+    kind: ClassVar[OpKind] = OpKind.attention
+
+    heads: int
+    qk_dim: int
+    v_dim: int
+    kv_elements_per_token: int
+    kv_dtype: DType
+    act_dtype: DType
+    kernel: KernelClass = KernelClass.flash_decode
+
+    def __post_init__(self):
+        a = self.act_dtype.bytes_per_element
+        _frozen_init(self, _flops_per_query_key=2.0 * self.heads * (self.qk_dim + self.v_dim),
+                     _in_per_query=self.heads * self.qk_dim * a, _out_per_query=self.heads * self.v_dim * a,
+                     kv_bytes_per_token=self.kv_elements_per_token * self.kv_dtype.bytes_per_element)
+
+    @property
+    def dtype(self) -> DType:
+        """The format whose peak FLOP/s it runs at."""
+        return self.act_dtype
+
+    def record(self, name: str, batch, q, context) -> OpCost:
+        b, q, c = num(batch), num(q), num(context)
+        queries = b * q                     # scalar factors grouped: one multiply over the grid per term
+        flops = queries * self._flops_per_query_key * (c + q)
+        return OpCost(
+            name=name, kind=OpKind.attention, dtype=self.act_dtype, flops=flops, flops_padded=flops,
+            act_in_bytes=queries * self._in_per_query, act_out_bytes=queries * self._out_per_query,
+            kv_read_bytes=b * c * self.kv_bytes_per_token, kv_write_bytes=queries * self.kv_bytes_per_token,
+            kernel=self.kernel, sequences=b, kv_bytes_per_token=self.kv_bytes_per_token,
+            shape=AttentionShape(b, q, c, self.heads, self.qk_dim, self.v_dim, self.kv_elements_per_token))
+
+    def demand(self, b, q, c) -> Demand:
+        queries = b * q
+        kv = self.kv_bytes_per_token
+        return Demand(queries * self._flops_per_query_key * (c + q),
+                      queries * self._in_per_query + queries * self._out_per_query + b * c * kv + queries * kv,
+                      1.0, b)
 
 
-def moe_experts(name: str, tokens, top_k: int, hidden: int, expert_width: int, experts_touched,
-                token_share, w_dtype: DType, act_dtype: DType, tile_m: int = 1, bias: bool = False,
-                experts_touched_total=None) -> OpCost:
+@dataclass(frozen=True)
+class MoEExperts:
     """Routed SwiGLU experts as one grouped GEMM (gate_up then down).
 
     FLOPs = 2 * (tokens*top_k*share) * 3*h*I_e on this rank; weight bytes = experts_touched * 3*h*I_e.
@@ -238,84 +320,305 @@ def moe_experts(name: str, tokens, top_k: int, hidden: int, expert_width: int, e
     Padding: each touched expert's rows are padded to the M tile. ``experts_touched_total``: the distinct experts
     all ranks read (reported, not timed).
     """
-    a = act_dtype.bytes_per_element
-    assignments = num(tokens) * top_k * token_share      # (token, expert) pairs here
-    touched = maximum(num(experts_touched), 1e-12)
-    per_expert_m = assignments / touched
-    padded = touched * pad_rows(per_expert_m, tile_m)
-    per_row_flops = 2.0 * swiglu_matrix_params(hidden, expert_width)
-    per_expert_w = swiglu_matrix_params(hidden, expert_width) * w_dtype.bytes_per_element
-    if bias:
-        per_expert_w += swiglu_bias_params(hidden, expert_width) * a
-    return OpCost(
-        name=name, kind=OpKind.moe_experts, dtype=w_dtype,
-        flops=assignments * per_row_flops, flops_padded=padded * per_row_flops,
-        weight_bytes=num(experts_touched) * per_expert_w,
-        # gather the routed rows in, write gate_up out and read it back, scatter the results out
-        act_in_bytes=assignments * (hidden + 2 * expert_width) * a,
-        act_out_bytes=assignments * (hidden + 2 * expert_width) * a,
-        launches=2, experts_touched=experts_touched, experts_touched_total=experts_touched_total,
-        kernel=KernelClass.fused_moe,
-        shape=MoEShape(num(tokens), top_k, hidden, expert_width, experts_touched, token_share),
-    )
+
+    kind: ClassVar[OpKind] = OpKind.moe_experts
+    kernel: ClassVar[KernelClass] = KernelClass.fused_moe
 
 
-def elementwise(name: str, rows, width: int, reads: float, writes: float, act_dtype: DType,
-                flops_per_element: float = 1.0, weight_elements: int = 0) -> OpCost:
-    """Norms, residual adds, rotary, activations: `reads`/`writes` vectors of `width` per row."""
-    a = act_dtype.bytes_per_element
-    rows = num(rows)
-    f = rows * (width * flops_per_element)
-    return OpCost(name=name, kind=OpKind.elementwise, dtype=act_dtype, flops=f, flops_padded=f,
-                  weight_bytes=weight_elements * a, act_in_bytes=rows * (width * reads * a),
-                  act_out_bytes=rows * (width * writes * a),
-                  shape=ElementwiseShape(rows, width, reads, writes))
+    top_k: int
+    hidden: int
+    width: int
+    w_dtype: DType
+    act_dtype: DType
+    tile_m: int = 1
+    bias: bool = False
+
+    def __post_init__(self):
+        a = self.act_dtype.bytes_per_element
+        per_expert_w = swiglu_matrix_params(self.hidden, self.width) * self.w_dtype.bytes_per_element
+        if self.bias:
+            per_expert_w += swiglu_bias_params(self.hidden, self.width) * a
+        _frozen_init(self, _flops_per_row=2.0 * swiglu_matrix_params(self.hidden, self.width),
+                     _weight_bytes_per_expert=per_expert_w,
+                     # gather the routed rows in, write gate_up out and read it back, scatter the results out
+                     _act_per_row=(self.hidden + 2 * self.width) * a)
+
+    def _padded_rows(self, assignments, touched):
+        t = maximum(touched, 1e-12)
+        return t * pad_rows(assignments / t, self.tile_m)
+
+    @property
+    def dtype(self) -> DType:
+        """The format whose peak FLOP/s it runs at."""
+        return self.w_dtype
+
+    def record(self, name: str, tokens, experts_touched, token_share, experts_touched_total=None) -> OpCost:
+        tokens, touched = num(tokens), num(experts_touched)
+        assignments = tokens * self.top_k * token_share      # (token, expert) pairs here
+        return OpCost(
+            name=name, kind=OpKind.moe_experts, dtype=self.w_dtype,
+            flops=assignments * self._flops_per_row,
+            flops_padded=self._padded_rows(assignments, touched) * self._flops_per_row,
+            weight_bytes=touched * self._weight_bytes_per_expert,
+            act_in_bytes=assignments * self._act_per_row, act_out_bytes=assignments * self._act_per_row,
+            launches=2, experts_touched=experts_touched, experts_touched_total=experts_touched_total,
+            kernel=KernelClass.fused_moe,
+            shape=MoEShape(tokens, self.top_k, self.hidden, self.width, experts_touched, token_share))
+
+    def demand(self, tokens, experts_touched, token_share, experts_touched_total=None) -> Demand:
+        assignments = tokens * self.top_k * token_share
+        act = assignments * self._act_per_row
+        return Demand(self._padded_rows(assignments, experts_touched) * self._flops_per_row,
+                      experts_touched * self._weight_bytes_per_expert + act + act, 2.0)
 
 
-def embedding(name: str, tokens, hidden: int, w_dtype: DType, act_dtype: DType) -> OpCost:
+@dataclass(frozen=True)
+class Elementwise:
+    """Norms, residual adds, rotary, activations: ``reads``/``writes`` vectors of ``width`` per row."""
+
+    kind: ClassVar[OpKind] = OpKind.elementwise
+    kernel: ClassVar[KernelClass] = KernelClass.dense
+
+    width: int
+    reads: float
+    writes: float
+    act_dtype: DType
+    flops_per_element: float = 1.0
+    weight_elements: int = 0
+
+    def __post_init__(self):
+        a = self.act_dtype.bytes_per_element
+        _frozen_init(self, _flops_per_row=self.width * self.flops_per_element, _weight_bytes=self.weight_elements * a,
+                     _in_per_row=self.width * self.reads * a, _out_per_row=self.width * self.writes * a)
+
+    @property
+    def dtype(self) -> DType:
+        """The format whose peak FLOP/s it runs at."""
+        return self.act_dtype
+
+    def record(self, name: str, rows) -> OpCost:
+        rows = num(rows)
+        f = rows * self._flops_per_row
+        return OpCost(name=name, kind=OpKind.elementwise, dtype=self.act_dtype, flops=f, flops_padded=f,
+                      weight_bytes=self._weight_bytes, act_in_bytes=rows * self._in_per_row,
+                      act_out_bytes=rows * self._out_per_row,
+                      shape=ElementwiseShape(rows, self.width, self.reads, self.writes))
+
+    def demand(self, rows) -> Demand:
+        return Demand(rows * self._flops_per_row,
+                      self._weight_bytes + rows * self._in_per_row + rows * self._out_per_row)
+
+
+@dataclass(frozen=True)
+class Embedding:
     """Gather one row of the table per token."""
-    t = num(tokens)
-    return OpCost(name=name, kind=OpKind.embedding, dtype=act_dtype,
-                  weight_bytes=t * (hidden * w_dtype.bytes_per_element),
-                  act_out_bytes=t * (hidden * act_dtype.bytes_per_element))
+
+    kind: ClassVar[OpKind] = OpKind.embedding
+    kernel: ClassVar[KernelClass] = KernelClass.dense
+
+    hidden: int
+    w_dtype: DType
+    act_dtype: DType
+
+    def __post_init__(self):
+        _frozen_init(self, _weight_per_token=self.hidden * self.w_dtype.bytes_per_element,
+                     _out_per_token=self.hidden * self.act_dtype.bytes_per_element)
+
+    @property
+    def dtype(self) -> DType:
+        """The format whose peak FLOP/s it runs at."""
+        return self.act_dtype
+
+    def record(self, name: str, tokens) -> OpCost:
+        t = num(tokens)
+        return OpCost(name=name, kind=OpKind.embedding, dtype=self.act_dtype,
+                      weight_bytes=t * self._weight_per_token, act_out_bytes=t * self._out_per_token)
+
+    def demand(self, tokens) -> Demand:
+        return Demand(0.0, tokens * self._weight_per_token + tokens * self._out_per_token)
 
 
-def sampling(name: str, rows, vocab: int, passes: float) -> OpCost:
-    """fp32 logits over the vocabulary read `passes` times and probabilities written once per row.
+@dataclass(frozen=True)
+class Sampling:
+    """fp32 logits over the vocabulary read ``passes`` times and probabilities written once per row.
 
     Sampling reads the logits (softmax, top-p) and writes probabilities; rejection sampling reads target and
     draft probabilities. At large B*q these N*V*4-byte sweeps are not small.
     """
-    rows = num(rows)
-    sweep = rows * (vocab * 4.0)
-    f = rows * (vocab * 5.0) * passes
-    return OpCost(name=name, kind=OpKind.logits, dtype=DType.fp32, flops=f, flops_padded=f,
-                  act_in_bytes=sweep * passes, act_out_bytes=sweep, launches=maximum(1.0, rint(num(passes))))
+
+    kind: ClassVar[OpKind] = OpKind.logits
+    kernel: ClassVar[KernelClass] = KernelClass.dense
+
+    vocab: int
+
+    @property
+    def dtype(self) -> DType:
+        """The format whose peak FLOP/s it runs at."""
+        return DType.fp32
+
+    def record(self, name: str, rows, passes) -> OpCost:
+        rows = num(rows)
+        sweep = rows * (self.vocab * 4.0)
+        f = rows * (self.vocab * 5.0) * passes
+        return OpCost(name=name, kind=OpKind.logits, dtype=DType.fp32, flops=f, flops_padded=f,
+                      act_in_bytes=sweep * passes, act_out_bytes=sweep, launches=maximum(1.0, rint(num(passes))))
+
+    def demand(self, rows, passes) -> Demand:
+        sweep = rows * (self.vocab * 4.0)
+        return Demand(rows * (self.vocab * 5.0) * passes, sweep * passes + sweep, maximum(1.0, rint(passes)))
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    """Ring all-reduce of rows x width activations across ``group`` ranks; a rank sends 2(n-1)/n of the buffer."""
+
+    kind: ClassVar[OpKind] = OpKind.all_reduce
+    kernel: ClassVar[KernelClass] = KernelClass.dense
+
+    width: int
+    act_dtype: DType
+    group: int
+
+    @property
+    def dtype(self) -> DType:
+        """The format whose peak FLOP/s it runs at."""
+        return self.act_dtype
+
+    def record(self, name: str, rows) -> OpCost:
+        payload = num(rows) * (self.width * self.act_dtype.bytes_per_element)
+        g = self.group
+        sent = 2.0 * (g - 1) / g * payload if g > 1 else 0.0 * payload
+        return OpCost(name=name, kind=OpKind.all_reduce, dtype=self.act_dtype, comm_bytes=sent, comm_group=g,
+                      act_in_bytes=payload, act_out_bytes=payload)
+
+    def demand(self, rows) -> Demand:
+        payload = rows * (self.width * self.act_dtype.bytes_per_element)
+        return Demand(0.0, payload + payload, 1.0, 0.0, payload)
+
+
+@dataclass(frozen=True)
+class AllToAll:
+    """Expert-parallel dispatch or combine: a rank sends the (n-1)/n of its token-expert rows that live elsewhere."""
+
+    kind: ClassVar[OpKind] = OpKind.all_to_all
+    kernel: ClassVar[KernelClass] = KernelClass.dense
+
+    hidden: int
+    act_dtype: DType
+    group: int
+
+    def _sent(self, assignments):
+        g = self.group
+        return assignments / g * self.hidden * self.act_dtype.bytes_per_element * (g - 1) / g
+
+    @property
+    def dtype(self) -> DType:
+        """The format whose peak FLOP/s it runs at."""
+        return self.act_dtype
+
+    def record(self, name: str, assignments) -> OpCost:
+        return OpCost(name=name, kind=OpKind.all_to_all, dtype=self.act_dtype, comm_bytes=self._sent(num(assignments)),
+                      comm_group=self.group)
+
+    def demand(self, assignments) -> Demand:
+        return Demand(0.0, 0.0, 1.0, 0.0, self._sent(assignments))
+
+
+@dataclass(frozen=True)
+class Gather:
+    """All-gather of a vocab-parallel logits shard: a rank sends its rows x width/n slice to n-1 peers."""
+
+    kind: ClassVar[OpKind] = OpKind.gather
+    kernel: ClassVar[KernelClass] = KernelClass.dense
+
+    width: int
+    bytes_per_element: float
+    group: int
+
+    def _sent(self, rows):
+        return rows * self.width * self.bytes_per_element * (self.group - 1) / self.group
+
+    @property
+    def dtype(self) -> DType:
+        """The format whose peak FLOP/s it runs at."""
+        return DType.fp32
+
+    def record(self, name: str, rows) -> OpCost:
+        return OpCost(name=name, kind=OpKind.gather, dtype=DType.fp32, comm_bytes=self._sent(num(rows)),
+                      comm_group=self.group)
+
+    def demand(self, rows) -> Demand:
+        return Demand(0.0, 0.0, 1.0, 0.0, self._sent(rows))
+
+
+@dataclass(frozen=True)
+class Host:
+    """CPU-side work with no device traffic (n-gram lookup, per-step bookkeeping)."""
+
+    kind: ClassVar[OpKind] = OpKind.host
+    kernel: ClassVar[KernelClass] = KernelClass.dense
+
+    @property
+    def dtype(self) -> DType:
+        """The format whose peak FLOP/s it runs at."""
+        return DType.bf16
+
+    def record(self, name: str, seconds) -> OpCost:
+        return OpCost(name=name, kind=OpKind.host, host_s=num(seconds), launches=0)
+
+    def demand(self, seconds) -> Demand:
+        return Demand(0.0, 0.0, 0.0, 0.0, 0.0, seconds)
+
+
+StaticOp = Union[Gemm, Attention, MoEExperts, Elementwise, Embedding, Sampling, AllReduce, AllToAll, Gather, Host]
+
+
+# --- one record at given sizes (tests, benches and probes build single operators this way) --------------------
+
+
+def gemm(name: str, m, k: int, n: int, w_dtype: DType, act_dtype: DType, tile_m: int = 1,
+         bias: bool = False, out_bytes_per_element: float | None = None) -> OpCost:
+    return Gemm(k, n, w_dtype, act_dtype, tile_m, bias, out_bytes_per_element).record(name, m)
+
+
+def attention(name: str, batch, q, context, num_heads: int, qk_dim: int, v_dim: int,
+              kv_elements_per_token: int, kv_dtype: DType, act_dtype: DType,
+              kernel: KernelClass = KernelClass.flash_decode) -> OpCost:
+    return Attention(num_heads, qk_dim, v_dim, kv_elements_per_token, kv_dtype, act_dtype, kernel).record(
+        name, batch, q, context)
+
+
+def moe_experts(name: str, tokens, top_k: int, hidden: int, expert_width: int, experts_touched,
+                token_share, w_dtype: DType, act_dtype: DType, tile_m: int = 1, bias: bool = False,
+                experts_touched_total=None) -> OpCost:
+    return MoEExperts(top_k, hidden, expert_width, w_dtype, act_dtype, tile_m, bias).record(
+        name, tokens, experts_touched, token_share, experts_touched_total)
+
+
+def elementwise(name: str, rows, width: int, reads: float, writes: float, act_dtype: DType,
+                flops_per_element: float = 1.0, weight_elements: int = 0) -> OpCost:
+    return Elementwise(width, reads, writes, act_dtype, flops_per_element, weight_elements).record(name, rows)
+
+
+def embedding(name: str, tokens, hidden: int, w_dtype: DType, act_dtype: DType) -> OpCost:
+    return Embedding(hidden, w_dtype, act_dtype).record(name, tokens)
+
+
+def sampling(name: str, rows, vocab: int, passes: float) -> OpCost:
+    return Sampling(vocab).record(name, rows, passes)
 
 
 def all_reduce(name: str, rows, width: int, act_dtype: DType, group: int) -> OpCost:
-    """Ring all-reduce of rows x width activations across `group` ranks; a rank sends 2(n-1)/n of the buffer."""
-    payload = num(rows) * (width * act_dtype.bytes_per_element)
-    sent = 2.0 * (group - 1) / group * payload if group > 1 else 0.0 * payload
-    return OpCost(name=name, kind=OpKind.all_reduce, dtype=act_dtype, comm_bytes=sent, comm_group=group,
-                  act_in_bytes=payload, act_out_bytes=payload)
+    return AllReduce(width, act_dtype, group).record(name, rows)
 
 
 def all_to_all(name: str, assignments, hidden: int, act_dtype: DType, group: int) -> OpCost:
-    """Expert-parallel dispatch or combine: a rank sends the (n-1)/n of its token-expert rows that live elsewhere."""
-    rows_here = num(assignments) / group
-    sent = rows_here * hidden * act_dtype.bytes_per_element * (group - 1) / group
-    return OpCost(name=name, kind=OpKind.all_to_all, dtype=act_dtype, comm_bytes=sent, comm_group=group)
+    return AllToAll(hidden, act_dtype, group).record(name, assignments)
 
 
 def gather(name: str, rows, width: int, bytes_per_element: float, group: int) -> OpCost:
-    """All-gather of a vocab-parallel logits shard: a rank sends its rows x width/n slice to n-1 peers."""
-    shard = num(rows) * width * bytes_per_element
-    return OpCost(name=name, kind=OpKind.gather, dtype=DType.fp32, comm_bytes=shard * (group - 1) / group,
-                  comm_group=group)
+    return Gather(width, bytes_per_element, group).record(name, rows)
 
 
 def host(name: str, seconds) -> OpCost:
-    """CPU-side work with no device traffic (n-gram lookup, per-step bookkeeping)."""
-    return OpCost(name=name, kind=OpKind.host, host_s=num(seconds), launches=0)
-
+    return Host().record(name, seconds)

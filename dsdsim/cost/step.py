@@ -13,18 +13,19 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
-from dsdsim.cost.drafts import draft_ops
+from dsdsim.cost.drafts import DraftPlan, draft_plan
 from dsdsim.cost.engine import EngineParams, EngineTime, engine_time, padded_tokens
-from dsdsim.cost.layers import PassContext, pass_ops
+from dsdsim.cost.layers import PassContext, pass_plan
 from dsdsim.cost.memo import by_identity
 from dsdsim.cost.memory import MemoryUse, memory_use
 from dsdsim.cost.num import as_float, num, where
-from dsdsim.cost.ops import OpCost, OpKind
-from dsdsim.cost.timing import OpTime, op_time, total_time
+from dsdsim.cost.ops import OpKind
+from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, records
+from dsdsim.cost.timing import OpRates, OpTime, _in_place, launch_overhead, rates_of, seconds, sum_by_shape
 from dsdsim.errors import DsdsimError
 from dsdsim.defaults import DEFAULT_ENGINE
 from dsdsim.specs.deployment import Deployment
@@ -35,16 +36,21 @@ from dsdsim.specs.model import ModelSpec
 from dsdsim.specs.setup import Setup, resolve  # noqa: F401  (resolve re-exported for callers of the old place)
 
 
-@dataclass(frozen=True)
 class PassCost:
-    """Operators of one phase (draft or verify) with their roofline times."""
+    """One phase of a step (draft or verify): its time, and its operators with their roofline times, whose records
+    are built from the pass plans (``dsdsim.cost.plan``) only when asked for."""
 
-    op_times: list[OpTime]
+    def __init__(self, time_s, parts: list, op_seconds: list, hardware: HardwareSpec, cuda_graphs=True):
+        self.time_s = time_s                  # the sum of the operator times
+        self._parts = parts                   # (plan, sizes, times the pass runs or None) per pass
+        self._op_seconds = op_seconds         # seconds per step of each operator, in plan order
+        self._hardware = hardware
+        self._cuda_graphs = cuda_graphs
 
     @functools.cached_property
-    def time_s(self) -> np.ndarray:
-        """Sum of the operator times (worked out once: the step time and the engine's terms both read it)."""
-        return total_time(self.op_times)
+    def op_times(self) -> list[OpTime]:
+        ops = [o for plan, p, times in self._parts for o in records(plan, p, times)]
+        return [OpTime(o, t, self._hardware, self._cuda_graphs) for o, t in zip(ops, self._op_seconds)]
 
     @property
     def flops(self) -> np.ndarray:
@@ -68,7 +74,6 @@ class StepCost:
     draft: PassCost
     overhead_s: np.ndarray                    # hardware step_overhead_s (legacy specs) + hand-off without an engine
     memory: MemoryUse
-    experts_touched: Optional[np.ndarray]     # mean distinct routed experts per MoE layer (verify, all ranks)
     engine: Optional[EngineSpec] = None
     engine_time: Optional[EngineTime] = None
     verify_padded_tokens: Optional[np.ndarray] = None   # tokens the verify kernels ran for (CUDA-graph padding)
@@ -93,6 +98,17 @@ class StepCost:
     @property
     def feasible(self) -> np.ndarray:
         return self.memory.feasible
+
+    @functools.cached_property
+    def experts_touched(self) -> Optional[np.ndarray]:
+        """Mean distinct routed experts per MoE layer in the verify pass (all ranks); None for a dense model."""
+        totals, counts = np.zeros(()), 0.0
+        for t in self.verify.op_times:
+            o = t.op
+            if o.kind is OpKind.moe_experts:
+                totals = totals + o.experts_touched_total * o.count
+                counts += float(np.max(o.count))
+        return totals / counts if counts else None
 
 
 _NUMBERS = (int, float, np.int64, np.float64)
@@ -126,7 +142,7 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
     s = setup or resolve(model, hardware, deployment, drafter, engine)
     b, kk, c = _check_grid(batch, k, context, s.drafter)
     m, hw, dep, eng = s.model, s.hardware, s.deployment, s.engine
-    pc = PassContext.build(m, hw, dep)
+    plan = step_plan(m, hw, dep, s.drafter, s.draft_model)
     tree = s.drafter.tree if s.drafter is not None else None
     q = where(kk > 0, tree.tokens + 1.0, 1.0) if tree is not None else kk + 1.0   # a tree verifies TOKENS + 1
     graphs = eng.cuda_graphs if eng is not None else None
@@ -134,20 +150,19 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
     draft_on = dep.cuda_graphs and (graphs is None or graphs.draft_graphs)
     _, draft_graphed = padded_tokens(graphs, b, 1.0, draft_on)   # draft passes: graphed or not, not padded
     sampling_passes = where(kk > 0, 2.0, 1.0)   # rejection sampling reads target and draft probabilities
-    verify_ops = pass_ops(m, pc, b, q_verify, c, sampling_passes=sampling_passes)
-    d_ops: list[OpCost] = []
-    if s.drafter is not None:
-        dpc = PassContext.build(s.draft_model, hw, s.draft_deployment) if s.draft_model else None
-        d_ops = draft_ops(m, s.drafter, pc, b, kk, c, draft_model=s.draft_model, draft_pc=dpc)
-    verify = _pass_cost(verify_ops, hw, graphed)
-    draft = _pass_cost(d_ops, hw, draft_graphed)
-    shape = np.broadcast_shapes(np.shape(b), np.shape(kk), np.shape(c))
+    verify_point = PassPoint(b, q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=sampling_passes)
+    verify = _pass_cost([(plan.verify, verify_point, None)], [plan.verify_timed], hw, graphed)
+    draft = PassCost(0.0, [], [], hw)
+    if plan.draft is not None:
+        draft = _pass_cost(list(zip((dp.ops for dp in plan.draft.passes), *zip(*plan.draft.points(b, kk, c)))),
+                           plan.draft_timed, hw, draft_graphed)
+    one_point = type(b) is float and type(kk) is float and type(c) is float
+    shape = () if one_point else np.broadcast_shapes(np.shape(b), np.shape(kk), np.shape(c))
     handoff = s.drafter.handoff_s if (eng is None and s.drafter is not None
                                       and s.drafter.kind is not DrafterKind.ngram) else 0.0
     overhead = hw.step_overhead_s.value + handoff * (kk > 0)
     overhead = float(overhead) if not shape else np.broadcast_to(overhead, shape).astype(float)
     memory = memory_use(m, hw, dep, s.drafter, b, kk, c, s.draft_model)
-    touched = _mean_touched(verify_ops)
     et = None
     passes = _draft_passes(s.drafter, kk)
     if eng is not None:
@@ -155,8 +170,52 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
         device = verify.time_s + draft.time_s + overhead
         et = engine_time(params, device, b, kk, passes, q)
     b, kk, c = np.asarray(b), np.asarray(kk), np.asarray(c)
-    return StepCost(m, hw, dep, s.drafter, b, kk, c, verify, draft, overhead, memory, touched, eng, et,
-                    np.broadcast_to(b * q_verify, shape), np.broadcast_to(graphed, shape), passes, np.asarray(q))
+    if one_point:
+        padded, graphed = np.asarray(b * q_verify), np.asarray(graphed)
+    else:
+        padded, graphed = np.broadcast_to(b * q_verify, shape), np.broadcast_to(graphed, shape)
+    return StepCost(m, hw, dep, s.drafter, b, kk, c, verify, draft, overhead, memory, eng, et, padded, graphed, passes,
+                    np.asarray(q))
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The passes of a step as plans, with each operator's rates on the hardware, fixed per setup."""
+
+    verify: list[PlanOp]
+    verify_timed: list[Timed]
+    draft: Optional[DraftPlan]
+    draft_timed: list[list[Timed]]       # per draft pass
+    dp_ranks: int                        # ranks the verify batch is split over (data-parallel attention)
+
+
+@by_identity
+def step_plan(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Optional[DrafterSpec],
+              draft_model: Optional[ModelSpec]) -> StepPlan:
+    """Plans of the verify and draft passes of ``model`` with ``drafter`` on ``hw`` under ``dep`` (once per set of
+    spec objects)."""
+    pc = PassContext.build(model, hw, dep)
+    verify = pass_plan(model, pc)
+    draft = None
+    if drafter is not None:
+        dpc = PassContext.build(draft_model, hw, dep.for_draft_model()) if draft_model else None
+        draft = draft_plan(model, drafter, pc, draft_model=draft_model, draft_pc=dpc)
+    return StepPlan(verify, _timed(verify, hw), draft,
+                    [_timed(dp.ops, hw) for dp in draft.passes] if draft is not None else [],
+                    dp_ranks(pc.dp_attention, pc.tp))
+
+
+class Timed(NamedTuple):
+    """A planned operator ready to time: its size function, its ``demand``, its rates on the hardware, its count."""
+
+    size: Callable
+    demand: Callable
+    rates: OpRates
+    count: float
+
+
+def _timed(plan: list[PlanOp], hw: HardwareSpec) -> list[Timed]:
+    return [Timed(e.size, e.op.demand, rates_of(e.op, hw), e.count) for e in plan]
 
 
 @by_identity
@@ -176,23 +235,26 @@ def _draft_passes(drafter: Optional[DrafterSpec], k: np.ndarray) -> np.ndarray:
     return num(k)
 
 
-def _pass_cost(ops: list[OpCost], hw: HardwareSpec, graphed: np.ndarray) -> PassCost:
-    """Operator times replayed under a CUDA graph where ``graphed``, eager (per-kernel launches) elsewhere."""
-    g = np.asarray(graphed, dtype=bool)
-    if g.all() or not ops:
-        g = True
-    elif not g.any():
-        g = False
-    return PassCost([op_time(o, hw, g) for o in ops])   # mixed: the launch gap chosen per point
-
-
-def _mean_touched(verify_ops: list[OpCost]) -> Optional[np.ndarray]:
-    totals, counts = np.zeros(()), 0.0
-    for o in verify_ops:
-        if o.kind is OpKind.moe_experts:
-            totals = totals + o.experts_touched_total * o.count
-            counts += float(np.max(o.count))
-    return totals / counts if counts else None
+def _pass_cost(parts: list, timed: list[list[Timed]], hw: HardwareSpec, graphed) -> PassCost:
+    """The time of each operator of ``parts`` ((plan, sizes, times the pass runs or None) per pass), replayed under
+    a CUDA graph where ``graphed``, eager (per-kernel launches) elsewhere. A pass that runs zero times at a single
+    point is not evaluated: its operators take 0 s."""
+    g = graphed
+    if type(g) is not bool:
+        g = np.asarray(g, dtype=bool)
+        g = True if g.all() else False if not g.any() else g   # mixed: the launch gap chosen per point
+    gap = launch_overhead(hw, g)
+    op_seconds = []
+    for (plan, p, times), ops in zip(parts, timed):
+        if type(times) is float and times == 0.0:
+            op_seconds += [0.0] * len(ops)
+            continue
+        for size, demand, rates, count in ops:
+            per = seconds(rates, demand(*size(p)), gap)
+            if times is not None:
+                count = count * times
+            op_seconds.append(per * count if type(per) is float else _in_place(per, count, np.multiply))
+    return PassCost(sum_by_shape(op_seconds), parts, op_seconds, hw, g)
 
 
 def step_time_grid(model, hardware, deployment: Optional[Deployment] = None, drafter=None, batch_sizes=(1,),

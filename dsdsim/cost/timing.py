@@ -16,13 +16,13 @@ from __future__ import annotations
 import functools
 import operator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from dsdsim.cost.memo import by_identity
 from dsdsim.cost.num import is_scalar, isfinite, maximum, minimum, num, where
-from dsdsim.cost.ops import Bound, KernelClass, OpCost, OpKind
+from dsdsim.cost.ops import Bound, Demand, KernelClass, OpCost, OpKind, StaticOp
 from dsdsim.specs.hardware import AllReduceAlgorithm, AllReduceTier, HardwareSpec
 from dsdsim.units import DType
 
@@ -148,12 +148,12 @@ def launch_overhead(hw: HardwareSpec, cuda_graphs):
 
 def p_norm_time(compute_s, memory_s, p: float):
     """(t_c^p + t_m^p)^(1/p): equal to max(t_c, t_m) far from the ridge point, up to 2^(1/p) x at it."""
-    hi = maximum(compute_s, memory_s)
-    lo = minimum(compute_s, memory_s)
-    if type(hi) is float:
+    if type(compute_s) is float and type(memory_s) is float:
+        hi, lo = (compute_s, memory_s) if compute_s >= memory_s else (memory_s, compute_s)
         ratio = lo / hi if hi > 0 else 0.0
         return hi * (1.0 + ratio ** p) ** (1.0 / p)
-    hi = np.asarray(hi)
+    hi = np.asarray(maximum(compute_s, memory_s))
+    lo = minimum(compute_s, memory_s)
     if hi.size and hi.min() > 0:
         ratio = np.divide(lo, hi, out=np.empty(np.broadcast_shapes(np.shape(lo), hi.shape)))
     else:
@@ -186,16 +186,9 @@ def _attention_curve(hw: HardwareSpec, kernel: KernelClass) -> tuple[float, floa
     return eta_max, kf.decode_attention_ramp_tokens.value
 
 
-def attention_memory_time(op: OpCost, bandwidth: float, eta_max: float, ramp_tokens: float):
-    """Bytes / (BW * eta_max), where every sequence also pays for c_ramp tokens it does not read: the per-call
-    ramp that keeps short-context decode attention far below bandwidth."""
-    ramp_bytes = num(op.sequences) * (op.kv_bytes_per_token * ramp_tokens)
-    return (num(op.bytes) + ramp_bytes) / (bandwidth * eta_max)
-
-
 @dataclass(frozen=True)
 class _Rates:
-    """The figures of one hardware spec that ``op_time`` reads for every operator, looked up once per spec object
+    """The figures of one hardware spec that ``op_rates`` reads for every operator, looked up once per spec object
     (specs are frozen): FLOP/s and bytes/s an operator class reaches, kernel-shape figures."""
 
     compute_flops_per_s: dict          # (dtype, fused MoE?) -> peak * compute fraction
@@ -228,12 +221,47 @@ def _rates(hw: HardwareSpec) -> _Rates:
                   moe_call_latency_s=kf.moe_call_latency_s.value if kf is not None else 0.0)
 
 
-def _memory_time(op: OpCost, hw: HardwareSpec, rates: _Rates):
-    """Bytes / the bandwidth the operator's class reaches; decode attention (with kernel figures) also pays its
-    per-sequence ramp (``attention_memory_time``, its (eta_max, c_ramp) from ``_attention_curve``)."""
-    if rates.attention and op.kind is OpKind.attention:
-        return attention_memory_time(op, hw.bandwidth, *rates.attention[op.kernel])
-    return num(op.bytes) / rates.memory_bytes_per_s[op.kind, op.kernel]
+class OpRates(NamedTuple):
+    """What one operator class reaches on one hardware spec (``op_rates``): its time is ``terms`` of these and of
+    the operator's ``Demand``."""
+
+    flops_per_s: float                  # peak of its format x the compute fraction its class reaches
+    bytes_per_s: float                  # bandwidth x the fraction its class reaches (decode attention: eta_max)
+    ramp_bytes_per_sequence: float | None   # decode attention with kernel figures: bytes of the c_ramp tokens
+                                            # each sequence pays for
+    transition_p: float | None          # GEMMs with kernel figures: the p-norm exponent
+    floor_s: float | None               # the kernel floor per launch; None without kernel figures, for host
+                                        # work and for collectives
+    fixed_s: float                      # a fixed per-call latency (fused MoE)
+    collective: Callable | None         # payload or bytes sent -> seconds, for a collective over > 1 rank
+
+
+def op_rates(hw: HardwareSpec, kind: OpKind, kernel: KernelClass, dtype: DType, kv_bytes_per_token: float = 0.0,
+             group: int = 1) -> OpRates:
+    """The rates of an operator of ``kind`` run by ``kernel`` in ``dtype`` (attention: ``kv_bytes_per_token``
+    cached per token; collectives: over ``group`` ranks)."""
+    rates = _rates(hw)
+    flops = rates.compute_flops_per_s[dtype, kernel is KernelClass.fused_moe]
+    ramp = None
+    if rates.attention and kind is OpKind.attention:
+        # bytes / (BW * eta_max), every sequence also paying for c_ramp tokens it does not read: the per-call ramp
+        # that keeps short-context decode attention far below bandwidth
+        eta_max, ramp_tokens = rates.attention[kernel]
+        memory, ramp = hw.bandwidth * eta_max, kv_bytes_per_token * ramp_tokens
+    else:
+        memory = rates.memory_bytes_per_s[kind, kernel]
+    collective = None
+    if kind in _COLLECTIVE_KINDS and group > 1:
+        time = all_reduce_time if kind is OpKind.all_reduce else exchange_time
+        collective = functools.partial(_collective, time, hw, group)
+    floor = rates.kernel_floor_s if kind is not OpKind.host and collective is None else None
+    fixed = rates.moe_call_latency_s if floor is not None and kernel is KernelClass.fused_moe else 0.0
+    return OpRates(flops, memory, ramp, rates.transition_p if kind in _GEMM_KINDS else None, floor, fixed,
+                   collective)
+
+
+def _collective(time: Callable, hw: HardwareSpec, group: int, comm_bytes):
+    return time(hw, comm_bytes, group)
 
 
 # --- collectives ----------------------------------------------------------------------------------------------
@@ -309,49 +337,69 @@ def exchange_time(hw: HardwareSpec, sent_bytes, group: int):
                       out_lat.value + s * off_node / (out_bw.value * eff))
 
 
-def collective_time(op: OpCost, hw: HardwareSpec):
-    if op.kind is OpKind.all_reduce:
-        return all_reduce_time(hw, op.act_in_bytes, op.comm_group)
-    return exchange_time(hw, op.comm_bytes, op.comm_group)
-
-
 # --- one operator ---------------------------------------------------------------------------------------------
+
+
+def terms(r: OpRates, d: Demand, gap) -> OpTerms:
+    """The terms of one occurrence of an operator with rates ``r`` and demand ``d``; ``gap`` the launch gap
+    (``launch_overhead``: one figure, or an array over the grid)."""
+    return OpTerms(*_terms(r, d, gap), r.transition_p)
+
+
+def seconds(r: OpRates, d: Demand, gap):
+    """Seconds of one occurrence: work + communication + overhead (``terms``)."""
+    _, _, comm, overhead, work = _terms(r, d, gap)
+    if type(comm) is not float or comm != 0.0:
+        overhead = comm + overhead
+    if type(work) is float and type(overhead) is float:
+        return work + overhead
+    return _in_place(work, overhead, np.add)
+
+
+def _terms(r: OpRates, d: Demand, gap) -> tuple:
+    """(compute, memory, communication, overhead, work) seconds: ``OpTerms`` without the record, for ``seconds``."""
+    compute = d.flops_padded / r.flops_per_s
+    if r.collective is not None:
+        comm = r.collective(d.comm_bytes)
+        memory = 0.0            # the collective's own buffer traffic hides under the link time
+    else:
+        comm = 0.0
+        ramp = r.ramp_bytes_per_sequence
+        memory = (d.bytes if ramp is None else d.bytes + d.sequences * ramp) / r.bytes_per_s
+    p = r.transition_p
+    work = p_norm_time(compute, memory, p) if p is not None else maximum(compute, memory)
+    overhead = d.launches * gap + d.host_s
+    if r.floor_s is not None:
+        if r.fixed_s:
+            overhead = overhead + r.fixed_s
+        added = d.launches * r.floor_s - work   # the time a kernel floor adds to short kernels: max(floor - work, 0)
+        if type(added) is float and type(overhead) is float:
+            overhead = maximum(added, 0.0) + overhead
+        else:
+            added = np.maximum(added, 0.0, out=added) if isinstance(added, np.ndarray) and added.ndim else maximum(added, 0.0)
+            overhead = _in_place(added, overhead, np.add)     # overhead + added (a new array: work is left as it was)
+    return compute, memory, comm, overhead, work
+
+
+def record_rates(op: OpCost, hw: HardwareSpec) -> OpRates:
+    """The rates of an operator record."""
+    return op_rates(hw, op.kind, op.kernel, op.dtype, op.kv_bytes_per_token, op.comm_group)
+
+
+def rates_of(op: StaticOp, hw: HardwareSpec) -> OpRates:
+    """The rates of a planned operator (``dsdsim.cost.ops``: Gemm, Attention, ...)."""
+    return op_rates(hw, op.kind, op.kernel, op.dtype, getattr(op, "kv_bytes_per_token", 0.0), getattr(op, "group", 1))
 
 
 def op_terms(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTerms:
     """The terms of one occurrence of ``op``. ``cuda_graphs``: whether the kernels replay a CUDA graph, one truth
     value or an array over the grid."""
-    rates = _rates(hw)
-    kind = op.kind
-    compute = num(op.flops_padded) / rates.compute_flops_per_s[op.dtype, op.kernel is KernelClass.fused_moe]
-    memory = _memory_time(op, hw, rates)
-    comm = 0.0
-    collective = kind in _COLLECTIVE_KINDS and op.comm_group > 1
-    if collective:
-        comm = collective_time(op, hw)
-        memory = 0.0  # the collective's own buffer traffic hides under the link time
-    transition_p = rates.transition_p if kind in _GEMM_KINDS else None
-    if transition_p is not None:
-        work = p_norm_time(compute, memory, transition_p)
-    else:
-        work = maximum(compute, memory)     # a new array (or a float): op_time may add to it in place
-    overhead = op.launches * launch_overhead(hw, cuda_graphs) + num(op.host_s)
-    if rates.kernel_floor_s is not None and kind is not OpKind.host and not collective:
-        if op.kernel is KernelClass.fused_moe:
-            overhead = overhead + rates.moe_call_latency_s
-        floor = num(op.launches) * rates.kernel_floor_s
-        added = floor - work                    # the time a kernel floor adds to short kernels: max(floor - work, 0)
-        added = np.maximum(added, 0.0, out=added) if isinstance(added, np.ndarray) and added.ndim else maximum(added, 0.0)
-        overhead = _in_place(added, overhead, np.add)     # overhead + added (a new array: work is left as it was)
-    return OpTerms(compute, memory, comm, overhead, work, transition_p)
+    return terms(record_rates(op, hw), op.demand, launch_overhead(hw, cuda_graphs))
 
 
 def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTime:
     """count * (work + communication + overhead): seconds per step on ``op``."""
-    t = op_terms(op, hw, cuda_graphs)
-    comm = t.comm_per
-    per = _in_place(t.work_per, t.overhead_per if type(comm) is float and comm == 0.0 else comm + t.overhead_per,
-                    np.add)
+    per = seconds(record_rates(op, hw), op.demand, launch_overhead(hw, cuda_graphs))
     return OpTime(op, _in_place(per, num(op.count), np.multiply), hw, cuda_graphs)
 
 
@@ -366,14 +414,20 @@ def _in_place(a, b, ufunc):
 _OPERATORS = {np.add: operator.add, np.multiply: operator.mul}
 
 
-def total_time(op_times: list[OpTime]) -> np.ndarray:
-    """Sum of operator times. Operators are summed within each array shape first (most do not depend on the
-    context axis), then the few partial sums are broadcast together: the same sum, far fewer full-grid adds."""
+def sum_by_shape(parts: list) -> np.ndarray | float:
+    """Sum of per-operator times. Summed within each array shape first (most operators do not depend on the context
+    axis), then the few partial sums are broadcast together: the same sum, far fewer full-grid adds."""
+    total = 0.0
+    for a in parts:                  # one point: the floats in order
+        if type(a) is not float:
+            break
+        total += a
+    else:
+        return total
     by_shape: dict[tuple, np.ndarray] = {}
     owned: set[tuple] = set()        # partial sums this function made (added to in place; operators' own arrays never)
-    for t in op_times:
-        a = num(t.time_s)
-        shape = () if type(a) is float else a.shape
+    for a in parts:
+        shape = () if type(a) is float else np.shape(a)
         if shape not in by_shape:
             by_shape[shape] = a
         elif shape in owned:
@@ -385,3 +439,8 @@ def total_time(op_times: list[OpTime]) -> np.ndarray:
     for part in by_shape.values():
         out = out + part
     return out
+
+
+def total_time(op_times: list[OpTime]) -> np.ndarray:
+    """Sum of operator times (``sum_by_shape``)."""
+    return sum_by_shape([num(t.time_s) for t in op_times])

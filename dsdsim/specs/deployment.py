@@ -39,6 +39,12 @@ class Deployment(BaseModel):
             return self.dtype
         return model.default_expert_dtype or model.default_dtype
 
+    def for_draft_model(self) -> "Deployment":
+        """A draft model runs on the target's GPUs with the same tp and number formats (tensor-parallel attention,
+        no experts of its own)."""
+        return Deployment(tp=self.tp, dtype=self.dtype, kv_dtype=self.kv_dtype, act_dtype=self.act_dtype,
+                          cuda_graphs=self.cuda_graphs)
+
     def check(self, model: ModelSpec) -> "Deployment":
         """Refuse parallelism the model cannot be split by, with a one-line reason."""
         tp, ep = self.tp, self.ep

@@ -32,9 +32,7 @@ class Setup:
     @property
     def draft_deployment(self) -> Deployment:
         """A draft model runs on the target's GPUs with the same tp and number formats."""
-        d = self.deployment
-        return Deployment(tp=d.tp, dtype=d.dtype, kv_dtype=d.kv_dtype, act_dtype=d.act_dtype,
-                          cuda_graphs=d.cuda_graphs)
+        return self.deployment.for_draft_model()
 
 
 def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=None, engine=DEFAULT_ENGINE) -> Setup:
