@@ -9,6 +9,7 @@
                  freed a >= 128 KiB array runs like this) and stops returning the grid's temporaries to the OS
   predict        `python -m dsdsim predict` (defaults), wall-clock median of 5 runs    target <= 0.35 s
   --help         `python -m dsdsim --help`, wall-clock median of 5 runs                target <= 0.2 s
+  MoE points     one point of two MoE setups, reported without a target
 
     python benchmarks/bench_speed.py
 """
@@ -75,6 +76,7 @@ def main() -> int:
         float(simulate_step(*specs, batch=batch, k=k, context=context).step_time_s)
         samples.append(time.perf_counter() - start)
     point_specs_s = statistics.median(samples)
+    moe = {label: _point_median(resolve(*args), points) for label, args in MOE_SETUPS.items()}
 
     per_point_grid = grid_s / (b.size * ks.size)
 
@@ -93,7 +95,28 @@ def main() -> int:
     print(f"{'  one point / one grid point':<34} {point_s / per_point_grid:>14,.0f}x")
     line("dsdsim predict (wall, median of 5)", f"{predict_s:.3f} s", "<= 0.35 s", predict_s <= 0.35)
     line("dsdsim --help (wall, median of 5)", f"{help_s:.3f} s", "<= 0.2 s", help_s <= 0.2)
+    print("one point of MoE setups (more operators, experts touched per point; reported, no target):")
+    for label, seconds in moe.items():
+        print(f"  {label:<32} {seconds * 1e6:>14,.0f} us")
     return 0
+
+
+MOE_SETUPS = {
+    "qwen3-30b-a3b h100 tp2 ep2 eagle3": ("qwen3-30b-a3b", "h100-sxm", Deployment(tp=2, ep=2), "eagle3"),
+    "deepseek-v3 h200 tp8 mtp": ("deepseek-v3", "h200-sxm", Deployment(tp=8), "mtp"),
+}
+
+
+def _point_median(setup, points) -> float:
+    """Median seconds of simulate_step over ``points`` (K capped at the drafter's limit), Setup resolved once."""
+    simulate_step(None, None, setup=setup, batch=8, k=1, context=1024)           # warm-up: the plan is built
+    samples = []
+    for batch, k, context in points:
+        k = min(k, setup.drafter.max_k)
+        start = time.perf_counter()
+        float(simulate_step(None, None, setup=setup, batch=batch, k=k, context=context).step_time_s)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
 
 
 if __name__ == "__main__":

@@ -16,13 +16,17 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from dsdsim.cost.num import is_scalar, maximum, minimum
+
 
 def _p_untouched_per_expert(num_experts: int, top_k: int, q, overlap: float, p: np.ndarray) -> np.ndarray:
-    """P(an expert of popularity p_e is untouched by one sequence's q tokens); shape p.shape + q.shape."""
+    """P(an expert of popularity p_e is untouched by one sequence's q tokens); shape p.shape + q.shape (floats for
+    one popularity and one q)."""
     E, k = num_experts, top_k
-    p = np.asarray(p, dtype=float).reshape((-1,) + (1,) * np.ndim(q))
-    q = np.asarray(q, dtype=float)
-    fresh = np.clip((1.0 - overlap) * p * E / (E - overlap * k), 0.0, 1.0)
+    if not (is_scalar(p) and is_scalar(q)):     # the popularity values on a leading axis
+        p = np.asarray(p, dtype=float).reshape((-1,) + (1,) * np.ndim(q))
+        q = np.asarray(q, dtype=float)
+    fresh = minimum(maximum((1.0 - overlap) * p * E / (E - overlap * k), 0.0), 1.0)
     return (1.0 - p) * (1.0 - fresh) ** (q - 1.0)
 
 
@@ -53,6 +57,9 @@ def experts_touched(num_experts: int, top_k: int, batch, q, overlap: float = 0.0
     """Expected distinct routed experts hit by B sequences x q tokens (one MoE layer)."""
     if not 0.0 <= overlap < 1.0:
         raise ValueError(f"expert_overlap must be in [0, 1), got {overlap}")
+    if popularity is None and is_scalar(batch) and is_scalar(q):    # one point, uniform routing: in floats
+        untouched_seq = _p_untouched_per_expert(num_experts, top_k, float(q), overlap, top_k / num_experts)
+        return num_experts * (1.0 - untouched_seq ** float(batch))
     b, q = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(q, dtype=float))  # expert axis goes first
     p, multiplicity = _distinct_popularity(num_experts, top_k, popularity)
     untouched_seq = _p_untouched_per_expert(num_experts, top_k, q, overlap, p)          # (distinct p, ...)
@@ -69,8 +76,8 @@ def experts_touched_busiest_rank(num_experts: int, top_k: int, batch, q, ep: int
     busiest block (largest expected load) sets both figures.
     """
     if ep == 1:
-        return experts_touched(num_experts, top_k, batch, q, overlap, popularity), np.ones_like(
-            np.asarray(batch, dtype=float) * np.asarray(q, dtype=float))
+        touched = experts_touched(num_experts, top_k, batch, q, overlap, popularity)
+        return touched, 1.0 if is_scalar(touched) else np.ones_like(touched)
     if num_experts % ep:
         raise ValueError(f"ep {ep} does not divide the {num_experts} routed experts")
     per_rank = num_experts // ep

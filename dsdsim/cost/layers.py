@@ -15,7 +15,7 @@ import numpy as np
 from dsdsim.cost import ops
 from dsdsim.cost.experts import check_popularity, experts_touched, experts_touched_busiest_rank
 from dsdsim.cost.memo import by_identity
-from dsdsim.cost.num import ceil, minimum, num
+from dsdsim.cost.num import minimum, num
 from dsdsim.cost.ops import KernelClass, OpCost
 from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, head_rows, rank_rows, records, tokens
 from dsdsim.specs.deployment import Deployment
@@ -193,7 +193,8 @@ def routed_experts(ffn: FFN, pc: PassContext, p: PassPoint) -> tuple:
     if hit is None:
         rank, share = experts_touched_busiest_rank(
             ffn.num_experts, ffn.top_k, p.batch, p.q, pc.ep, pc.expert_overlap, pc.expert_popularity)
-        total = experts_touched(ffn.num_experts, ffn.top_k, p.batch, p.q, pc.expert_overlap, pc.expert_popularity)
+        total = rank if pc.ep == 1 else experts_touched(ffn.num_experts, ffn.top_k, p.batch, p.q, pc.expert_overlap,
+                                                        pc.expert_popularity)
         hit = p.memo[key] = (num(rank), num(share), num(total))
     return hit
 
@@ -270,11 +271,6 @@ def attention_ops(attn: Attention, hidden: int, batch, q, context, pc: PassConte
 
 def ffn_ops(ffn: FFN, hidden: int, batch, q, pc: PassContext) -> list[OpCost]:
     return records(ffn_plan(ffn, hidden, pc), point(batch, q, 0.0, pc))
-
-
-def dp_rank_batch(batch, pc: PassContext):
-    """Sequences on the busiest rank under data-parallel attention: ceil(B / tp)."""
-    return ceil(num(batch) / pc.tp)
 
 
 def layer_ops(layer: Layer, hidden: int, batch, q, context, pc: PassContext, *,

@@ -1,6 +1,8 @@
-"""One cost primitive per operator kind. Each returns an OpCost: FLOPs and bytes split by kind.
+"""One cost primitive per operator kind: a frozen class holding the operator's static shape (``Gemm``,
+``Attention``, ``MoEExperts``, ...), whose ``record`` at given sizes is an OpCost (FLOPs and bytes split by kind)
+and whose ``demand`` is what its time depends on. ``gemm``, ``attention``, ... build one record directly.
 
-Shapes broadcast: any argument may be a numpy array (batch sizes, draft lengths, contexts), so one call
+Sizes broadcast: any size may be a numpy array (batch sizes, draft lengths, contexts), so one call
 evaluates a whole grid. FLOPs count multiply and add separately (a GEMM m x k @ k x n costs 2*m*k*n).
 Bytes are DRAM traffic per GPU: weights, activations in/out, KV cache read/write; communication bytes are
 what one rank sends over the scale-up link.

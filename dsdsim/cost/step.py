@@ -4,6 +4,10 @@ T(B, K, c) = engine(draft + verify kernels at the CUDA-graph padded size): the e
 machinery and the host time it does not hide (``dsdsim.cost.engine``). K = 0 is plain decoding: no draft, a
 q = 1 pass sampled once. Everything broadcasts over numpy arrays of batch, k and context.
 
+The passes are planned once per set of spec objects (``step_plan``: ``dsdsim.cost.plan``); a point times each
+planned operator from the sizes it reads, and the operator records are built only when ``PassCost.op_times`` is
+read.
+
 Without an engine spec (``Setup.engine`` None, what ``dsdsim.bench`` measures: kernels replayed as a graph) a step
 is its kernels plus the drafter's hand-off, as before engine specs existed. A hardware spec that still carries
 ``step_overhead_s`` has it charged on every step in either case.
@@ -25,7 +29,7 @@ from dsdsim.cost.memory import MemoryUse, memory_use
 from dsdsim.cost.num import as_float, num, where
 from dsdsim.cost.ops import OpKind
 from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, records
-from dsdsim.cost.timing import OpRates, OpTime, _in_place, launch_overhead, rates_of, seconds, sum_by_shape
+from dsdsim.cost.timing import OpRates, OpTime, in_place, launch_overhead, rates_of, seconds, sum_by_shape
 from dsdsim.errors import DsdsimError
 from dsdsim.defaults import DEFAULT_ENGINE
 from dsdsim.specs.deployment import Deployment
@@ -154,8 +158,8 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
     verify = _pass_cost([(plan.verify, verify_point, None)], [plan.verify_timed], hw, graphed)
     draft = PassCost(0.0, [], [], hw)
     if plan.draft is not None:
-        draft = _pass_cost(list(zip((dp.ops for dp in plan.draft.passes), *zip(*plan.draft.points(b, kk, c)))),
-                           plan.draft_timed, hw, draft_graphed)
+        parts = [(dp.ops, p, times) for dp, (p, times) in zip(plan.draft.passes, plan.draft.points(b, kk, c))]
+        draft = _pass_cost(parts, plan.draft_timed, hw, draft_graphed)
     one_point = type(b) is float and type(kk) is float and type(c) is float
     shape = () if one_point else np.broadcast_shapes(np.shape(b), np.shape(kk), np.shape(c))
     handoff = s.drafter.handoff_s if (eng is None and s.drafter is not None
@@ -176,6 +180,15 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
         padded, graphed = np.broadcast_to(b * q_verify, shape), np.broadcast_to(graphed, shape)
     return StepCost(m, hw, dep, s.drafter, b, kk, c, verify, draft, overhead, memory, eng, et, padded, graphed, passes,
                     np.asarray(q))
+
+
+class Timed(NamedTuple):
+    """A planned operator ready to time: its size function, its ``demand``, its rates on the hardware, its count."""
+
+    size: Callable
+    demand: Callable
+    rates: OpRates
+    count: float
 
 
 @dataclass(frozen=True)
@@ -203,15 +216,6 @@ def step_plan(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Opti
     return StepPlan(verify, _timed(verify, hw), draft,
                     [_timed(dp.ops, hw) for dp in draft.passes] if draft is not None else [],
                     dp_ranks(pc.dp_attention, pc.tp))
-
-
-class Timed(NamedTuple):
-    """A planned operator ready to time: its size function, its ``demand``, its rates on the hardware, its count."""
-
-    size: Callable
-    demand: Callable
-    rates: OpRates
-    count: float
 
 
 def _timed(plan: list[PlanOp], hw: HardwareSpec) -> list[Timed]:
@@ -253,7 +257,7 @@ def _pass_cost(parts: list, timed: list[list[Timed]], hw: HardwareSpec, graphed)
             per = seconds(rates, demand(*size(p)), gap)
             if times is not None:
                 count = count * times
-            op_seconds.append(per * count if type(per) is float else _in_place(per, count, np.multiply))
+            op_seconds.append(per * count if type(per) is float else in_place(per, count, np.multiply))
     return PassCost(sum_by_shape(op_seconds), parts, op_seconds, hw, g)
 
 

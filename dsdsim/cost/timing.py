@@ -10,6 +10,9 @@ Per occurrence, with t_c = F_padded / (P_dtype * eta_c) and t_m = bytes / (BW * 
                     scale-out network once the group spans more than one node
 t = count * (work + collective + fixed). Without a ``kernels`` block in the spec this is the flat roofline
 max(t_c, t_m) + launches * t_launch. Figures come from the hardware spec; calibration replaces them.
+
+``terms`` is the one formula: an operator's rates on the hardware (``op_rates``) and its ``Demand``. A planned
+operator and an operator record (``op_time``) are both timed by it.
 """
 from __future__ import annotations
 
@@ -353,7 +356,7 @@ def seconds(r: OpRates, d: Demand, gap):
         overhead = comm + overhead
     if type(work) is float and type(overhead) is float:
         return work + overhead
-    return _in_place(work, overhead, np.add)
+    return in_place(work, overhead, np.add)
 
 
 def _terms(r: OpRates, d: Demand, gap) -> tuple:
@@ -377,7 +380,7 @@ def _terms(r: OpRates, d: Demand, gap) -> tuple:
             overhead = maximum(added, 0.0) + overhead
         else:
             added = np.maximum(added, 0.0, out=added) if isinstance(added, np.ndarray) and added.ndim else maximum(added, 0.0)
-            overhead = _in_place(added, overhead, np.add)     # overhead + added (a new array: work is left as it was)
+            overhead = in_place(added, overhead, np.add)     # overhead + added (a new array: work is left as it was)
     return compute, memory, comm, overhead, work
 
 
@@ -400,10 +403,10 @@ def op_terms(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTerms:
 def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTime:
     """count * (work + communication + overhead): seconds per step on ``op``."""
     per = seconds(record_rates(op, hw), op.demand, launch_overhead(hw, cuda_graphs))
-    return OpTime(op, _in_place(per, num(op.count), np.multiply), hw, cuda_graphs)
+    return OpTime(op, in_place(per, num(op.count), np.multiply), hw, cuda_graphs)
 
 
-def _in_place(a, b, ufunc):
+def in_place(a, b, ufunc):
     """ufunc(a, b), written into `a` when `a` is an array already of the result's shape (same values, one
     grid-sized allocation fewer)."""
     if isinstance(a, np.ndarray) and a.ndim and a.shape == np.broadcast_shapes(a.shape, np.shape(b)):
@@ -439,8 +442,3 @@ def sum_by_shape(parts: list) -> np.ndarray | float:
     for part in by_shape.values():
         out = out + part
     return out
-
-
-def total_time(op_times: list[OpTime]) -> np.ndarray:
-    """Sum of operator times (``sum_by_shape``)."""
-    return sum_by_shape([num(t.time_s) for t in op_times])
