@@ -21,13 +21,17 @@ def _clean_env(monkeypatch):
 def test_gloo_world_size_one(monkeypatch):
     _clean_env(monkeypatch)
     res = nccl_smoke("cpu", backend="gloo", large_bytes=1 << 20, repeats=3)
-    assert res["ok"] is True and res["error"] is None and res["correct"] is True, res
-    assert (res["rank"], res["world_size"], res["device"], res["init"]) == (0, 1, "cpu", "TCPStore 127.0.0.1")
-    assert set(res["times_s"]) == {"init", "all_reduce_small", "all_reduce_large", "barrier", "destroy"}
-    assert all(t > 0 for t in res["times_s"].values()) and res["large_bytes_per_s"] > 0
-    assert res["device_id_passed"] is False                       # device_id binds a GPU; not passed for a CPU
+    assert res.ok is True and res.error is None and res.correct is True, res
+    assert (res.rank, res.world_size, res.device, res.init) == (0, 1, "cpu", "TCPStore 127.0.0.1")
+    assert set(res.times_s) == {"init", "all_reduce_small", "all_reduce_large", "barrier", "destroy"}
+    assert all(t > 0 for t in res.times_s.values()) and res.large_bytes_per_s > 0
+    assert res.device_id_passed is False                          # device_id binds a GPU; not passed for a CPU
     assert not dist.is_initialized()                              # destroyed: the smoke can run again
-    assert json.loads(json.dumps(res, allow_nan=False)) == res
+    data = res.to_json()
+    assert json.loads(json.dumps(data, allow_nan=False)) == data
+    assert list(data) == ["ok", "backend", "device", "rank", "world_size", "init", "device_id_passed", "times_s",
+                          "large_bytes", "large_bytes_per_s", "correct", "torch_version", "nccl_version", "error",
+                          "traceback", "wall_s"]                  # comm_check.json keeps its keys and order
 
 
 def test_under_torchrun_env(monkeypatch):
@@ -36,7 +40,7 @@ def test_under_torchrun_env(monkeypatch):
                        "MASTER_PORT": str(free_port())}.items():
         monkeypatch.setenv(key, value)
     res = nccl_smoke("cpu", backend="gloo", large_bytes=4096, repeats=2)
-    assert res["ok"] and res["init"] == "env://", res
+    assert res.ok and res.init == "env://", res
 
 
 def test_local_rank_picks_the_gpu(monkeypatch):
@@ -50,8 +54,8 @@ def test_local_rank_picks_the_gpu(monkeypatch):
 def test_nccl_without_a_gpu_fails_soft(monkeypatch):
     _clean_env(monkeypatch)
     res = nccl_smoke("cuda", backend="nccl", repeats=1)
-    assert res["ok"] is False and res["error"] and res["traceback"]
-    assert res["device"] == "cuda:0" and res["wall_s"] >= 0
+    assert res.ok is False and res.error and res.traceback
+    assert res.device == "cuda:0" and res.wall_s >= 0
     assert not dist.is_initialized()
 
 

@@ -256,88 +256,108 @@ def _accepts_device_id() -> bool:
         return False
 
 
+@dataclass
+class CommCheck:
+    """What ``nccl_smoke`` saw: whether the collective path works, its timings, and what it ran on. ``error`` is None
+    or "Type: message" (with ``traceback``); ``times_s`` holds the median seconds of init, all_reduce_small,
+    all_reduce_large, barrier and destroy; ``correct``: the all-reduced sums equal the inputs times the world size."""
+
+    ok: bool = False
+    backend: Optional[str] = None
+    device: Optional[str] = None
+    rank: int = 0
+    world_size: int = 1
+    init: Optional[str] = None                 # "env://" under torchrun, else a TCPStore on 127.0.0.1
+    device_id_passed: bool = False             # the communicator bound to this GPU at init (eager NCCL init)
+    times_s: dict[str, float] = field(default_factory=dict)
+    large_bytes: int = 0
+    large_bytes_per_s: Optional[float] = None  # algorithm bandwidth of the large all-reduce
+    correct: Optional[bool] = None
+    torch_version: Optional[str] = None
+    nccl_version: Optional[str] = None
+    error: Optional[str] = None
+    traceback: Optional[str] = None
+    wall_s: Optional[float] = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
 def nccl_smoke(device: str = "cuda", backend: str = "nccl", large_bytes: int = SMOKE_LARGE_BYTES, repeats: int = 5,
-               timeout_s: float = 120.0) -> dict:
+               timeout_s: float = 120.0) -> CommCheck:
     """Init a world-size-1 process group, all-reduce a small and a ``large_bytes`` tensor (timed), barrier,
-    destroy. Never raises: returns a dict with ``ok``, ``error`` (None, or "Type: message") and ``traceback``,
-    ``times_s`` (init, all_reduce_small, all_reduce_large, barrier, destroy: median seconds where repeated),
-    ``large_bytes_per_s`` (algorithm bandwidth of the large all-reduce), ``correct`` (sum over one rank equals
-    the input), and what was used: device, backend, rank, world_size, init ("env://" under torchrun, else a
-    TCPStore on 127.0.0.1 with a free port), ``device_id_passed``, torch / NCCL versions.
+    destroy. Never raises: the result says whether it worked and, if not, why (``CommCheck``).
 
     Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR set) the group is the launcher's; ``device`` "cuda" follows
     LOCAL_RANK. ``backend`` "gloo" with device "cpu" runs the same path on a CPU."""
     t_start = time.perf_counter()
-    out: dict = {"ok": False, "backend": backend, "device": None, "rank": 0, "world_size": 1, "init": None,
-                 "device_id_passed": False, "times_s": {}, "large_bytes": int(large_bytes),
-                 "large_bytes_per_s": None, "correct": None, "torch_version": None, "nccl_version": None,
-                 "error": None, "traceback": None, "wall_s": None}
+    out = CommCheck(backend=backend, large_bytes=int(large_bytes))
     try:
         _smoke(out, device, backend, large_bytes, repeats, timeout_s)
-        out["ok"] = bool(out["correct"])
-        if not out["ok"]:
-            out["error"] = "all-reduce returned a wrong sum"
+        out.ok = bool(out.correct)
+        if not out.ok:
+            out.error = "all-reduce returned a wrong sum"
     except Exception as exc:                  # noqa: BLE001 (a smoke test reports; it does not raise)
-        out["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:800]}"
-        out["traceback"] = traceback.format_exc(limit=8)[-4000:]
-    out["wall_s"] = time.perf_counter() - t_start
+        out.error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:800]}"
+        out.traceback = traceback.format_exc(limit=8)[-4000:]
+    out.wall_s = time.perf_counter() - t_start
     return out
 
 
-def _smoke(out: dict, device: str, backend: str, large_bytes: int, repeats: int, timeout_s: float) -> None:
+def _smoke(out: CommCheck, device: str, backend: str, large_bytes: int, repeats: int, timeout_s: float) -> None:
     import torch
     import torch.distributed as dist
 
-    out["torch_version"] = torch.__version__
+    out.torch_version = torch.__version__
     dev = torch.device(smoke_device(device))
-    out["device"] = str(dev)
+    out.device = str(dev)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-        out["nccl_version"] = _nccl_version()
+        out.nccl_version = _nccl_version()
     if dist.is_initialized():
         raise RuntimeError("a default process group is already initialised in this process")
     kwargs: dict = {"timeout": datetime.timedelta(seconds=timeout_s)}
     if dev.type == "cuda" and _accepts_device_id():
         kwargs["device_id"] = dev                      # binds the communicator to this GPU (eager NCCL init)
-        out["device_id_passed"] = True
+        out.device_id_passed = True
     t0 = time.perf_counter()
     if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
-        out["init"] = "env://"
+        out.init = "env://"
         dist.init_process_group(backend, init_method="env://", **kwargs)
     else:
-        out["init"] = "TCPStore 127.0.0.1"
+        out.init = "TCPStore 127.0.0.1"
         store = dist.TCPStore("127.0.0.1", free_port(), 1, True, timeout=kwargs["timeout"])
         dist.init_process_group(backend, store=store, rank=0, world_size=1, **kwargs)
-    out["times_s"]["init"] = time.perf_counter() - t0
+    out.times_s["init"] = time.perf_counter() - t0
     try:
-        out["rank"], out["world_size"] = dist.get_rank(), dist.get_world_size()
+        out.rank, out.world_size = dist.get_rank(), dist.get_world_size()
         _smoke_collectives(out, dev, large_bytes, repeats)
     finally:
         t0 = time.perf_counter()
         dist.destroy_process_group()
-        out["times_s"]["destroy"] = time.perf_counter() - t0
+        out.times_s["destroy"] = time.perf_counter() - t0
 
 
-def _smoke_collectives(out: dict, dev, large_bytes: int, repeats: int) -> None:
+def _smoke_collectives(out: CommCheck, dev, large_bytes: int, repeats: int) -> None:
     import torch
     import torch.distributed as dist
 
-    world = out["world_size"]
+    world = out.world_size
     small = torch.arange(1024, dtype=torch.float32, device=dev)
     expect = small * world
     dist.all_reduce(small)                                              # first call: lazy communicator setup
     _sync(str(dev))
-    out["correct"] = bool(torch.equal(small, expect))
-    out["times_s"]["all_reduce_small"] = _median_s(lambda: dist.all_reduce(small), str(dev), repeats)
+    out.correct = bool(torch.equal(small, expect))
+    out.times_s["all_reduce_small"] = _median_s(lambda: dist.all_reduce(small), str(dev), repeats)
     large = torch.ones(max(1, large_bytes // 4), dtype=torch.float32, device=dev)
     dist.all_reduce(large)
     _sync(str(dev))
-    out["correct"] = out["correct"] and bool(large[0].item() == world and large[-1].item() == world)
+    out.correct = out.correct and bool(large[0].item() == world and large[-1].item() == world)
     t = _median_s(lambda: dist.all_reduce(large), str(dev), repeats)
-    out["times_s"]["all_reduce_large"] = t
-    out["large_bytes_per_s"] = large.numel() * 4 / t if t > 0 else None
+    out.times_s["all_reduce_large"] = t
+    out.large_bytes_per_s = large.numel() * 4 / t if t > 0 else None
     barrier = {"device_ids": [dev.index]} if dev.type == "cuda" and dev.index is not None else {}
-    out["times_s"]["barrier"] = _median_s(lambda: dist.barrier(**barrier), str(dev), repeats)
+    out.times_s["barrier"] = _median_s(lambda: dist.barrier(**barrier), str(dev), repeats)
 
 
 def _median_s(call, dev: str, repeats: int) -> float:

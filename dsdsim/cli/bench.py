@@ -234,12 +234,12 @@ def comm_check(
 
     res = nccl_smoke(device=device, backend=backend)
     if output is not None:
-        write_atomic(output, to_json(res) + "\n")
+        write_atomic(output, to_json(res.to_json()) + "\n")
         typer.echo(f"wrote {output}", err=True)
     show(kv_table(f"{backend} world-size-1 check on {device}",
-                  {k: v for k, v in res.items() if not isinstance(v, (dict, list))}))
-    if not res.get("ok"):
-        raise DsdsimError(f"{backend} check failed: {res.get('error')}")
+                  {k: v for k, v in res.to_json().items() if not isinstance(v, (dict, list))}))
+    if not res.ok:
+        raise DsdsimError(f"{backend} check failed: {res.error}")
 
 
 def _comm_sweep(backend: str, world_size: int, hardware: Optional[str], output: Optional[Path]) -> None:

@@ -22,9 +22,7 @@ def list_models(fmt: ShowFmt = ShowFormat.table) -> None:
     from dsdsim.specs.catalog import iter_models
 
     rows = [model_summary(m) for m in iter_models()]
-    if fmt is ShowFormat.json:
-        return emit(to_json(rows), None)
-    show(models_table(rows))
+    _render_rows(rows, fmt, models_table)
 
 
 @list_app.command("hardware")
@@ -40,9 +38,14 @@ def list_hardware(fmt: ShowFmt = ShowFormat.table) -> None:
     from dsdsim.specs.catalog import iter_hardware
 
     rows = [hardware_summary(h) for h in iter_hardware()]
+    _render_rows(rows, fmt, hardware_table)
+
+
+def _render_rows(rows: list, fmt: ShowFormat, table) -> None:
+    """A catalog listing as JSON, or as the rich ``table`` of its rows."""
     if fmt is ShowFormat.json:
         return emit(to_json(rows), None)
-    show(hardware_table(rows))
+    show(table(rows))
 
 
 @show_app.command("model")
