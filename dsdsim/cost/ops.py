@@ -222,13 +222,24 @@ def _frozen_init(obj, **derived) -> None:
         object.__setattr__(obj, key, value)
 
 
+class Operator:
+    """An operator kind: ``kind``, the ``kernel`` class that runs it (dense unless it says otherwise), the ``dtype``
+    whose peak FLOP/s it runs at; ``record(name, *size)`` -> OpCost and ``demand(*size)`` -> Demand."""
+
+    kernel: ClassVar[KernelClass] = KernelClass.dense
+
+    @property
+    def dtype(self) -> DType:
+        """The format whose peak FLOP/s it runs at: the activations' unless the operator says otherwise."""
+        return self.act_dtype
+
+
 @dataclass(frozen=True)
-class Gemm:
+class Gemm(Operator):
     """Y[m, n] = X[m, k] @ W[k, n] (+ b). Weights are read once; X read, Y written. ``weight_sets`` distinct
     weight matrices serve the m rows (a batched GEMM with one matrix per head: MLA's absorbed projections)."""
 
     kind: ClassVar[OpKind] = OpKind.gemm
-    kernel: ClassVar[KernelClass] = KernelClass.dense
 
     k: int
     n: int
@@ -265,7 +276,7 @@ class Gemm:
 
 
 @dataclass(frozen=True)
-class Attention:
+class Attention(Operator):
     """Scores and weighted values for q new tokens per sequence against context + q keys.
 
     FLOPs = 2*B*q*n_q*(d_qk + d_v)*(c + q)  (= 4*B*q*n_q*d*(c + q) when d_qk = d_v).
@@ -289,11 +300,6 @@ class Attention:
                      _in_per_query=self.heads * self.qk_dim * a, _out_per_query=self.heads * self.v_dim * a,
                      kv_bytes_per_token=self.kv_elements_per_token * self.kv_dtype.bytes_per_element)
 
-    @property
-    def dtype(self) -> DType:
-        """The format whose peak FLOP/s it runs at."""
-        return self.act_dtype
-
     def record(self, name: str, batch, q, context) -> OpCost:
         b, q, c = num(batch), num(q), num(context)
         queries = b * q                     # scalar factors grouped: one multiply over the grid per term
@@ -314,7 +320,7 @@ class Attention:
 
 
 @dataclass(frozen=True)
-class MoEExperts:
+class MoEExperts(Operator):
     """Routed SwiGLU experts as one grouped GEMM (gate_up then down).
 
     FLOPs = 2 * (tokens*top_k*share) * 3*h*I_e on this rank; weight bytes = experts_touched * 3*h*I_e.
@@ -375,11 +381,10 @@ class MoEExperts:
 
 
 @dataclass(frozen=True)
-class Elementwise:
+class Elementwise(Operator):
     """Norms, residual adds, rotary, activations: ``reads``/``writes`` vectors of ``width`` per row."""
 
     kind: ClassVar[OpKind] = OpKind.elementwise
-    kernel: ClassVar[KernelClass] = KernelClass.dense
 
     width: int
     reads: float
@@ -392,11 +397,6 @@ class Elementwise:
         a = self.act_dtype.bytes_per_element
         _frozen_init(self, _flops_per_row=self.width * self.flops_per_element, _weight_bytes=self.weight_elements * a,
                      _in_per_row=self.width * self.reads * a, _out_per_row=self.width * self.writes * a)
-
-    @property
-    def dtype(self) -> DType:
-        """The format whose peak FLOP/s it runs at."""
-        return self.act_dtype
 
     def record(self, name: str, rows) -> OpCost:
         rows = num(rows)
@@ -412,11 +412,10 @@ class Elementwise:
 
 
 @dataclass(frozen=True)
-class Embedding:
+class Embedding(Operator):
     """Gather one row of the table per token."""
 
     kind: ClassVar[OpKind] = OpKind.embedding
-    kernel: ClassVar[KernelClass] = KernelClass.dense
 
     hidden: int
     w_dtype: DType
@@ -425,11 +424,6 @@ class Embedding:
     def __post_init__(self):
         _frozen_init(self, _weight_per_token=self.hidden * self.w_dtype.bytes_per_element,
                      _out_per_token=self.hidden * self.act_dtype.bytes_per_element)
-
-    @property
-    def dtype(self) -> DType:
-        """The format whose peak FLOP/s it runs at."""
-        return self.act_dtype
 
     def record(self, name: str, tokens) -> OpCost:
         t = num(tokens)
@@ -441,7 +435,7 @@ class Embedding:
 
 
 @dataclass(frozen=True)
-class Sampling:
+class Sampling(Operator):
     """fp32 logits over the vocabulary read ``passes`` times and probabilities written once per row.
 
     Sampling reads the logits (softmax, top-p) and writes probabilities; rejection sampling reads target and
@@ -449,14 +443,9 @@ class Sampling:
     """
 
     kind: ClassVar[OpKind] = OpKind.logits
-    kernel: ClassVar[KernelClass] = KernelClass.dense
+    dtype: ClassVar[DType] = DType.fp32            # the format whose peak FLOP/s it runs at
 
     vocab: int
-
-    @property
-    def dtype(self) -> DType:
-        """The format whose peak FLOP/s it runs at."""
-        return DType.fp32
 
     def record(self, name: str, rows, passes) -> OpCost:
         rows = num(rows)
@@ -471,20 +460,14 @@ class Sampling:
 
 
 @dataclass(frozen=True)
-class AllReduce:
+class AllReduce(Operator):
     """Ring all-reduce of rows x width activations across ``group`` ranks; a rank sends 2(n-1)/n of the buffer."""
 
     kind: ClassVar[OpKind] = OpKind.all_reduce
-    kernel: ClassVar[KernelClass] = KernelClass.dense
 
     width: int
     act_dtype: DType
     group: int
-
-    @property
-    def dtype(self) -> DType:
-        """The format whose peak FLOP/s it runs at."""
-        return self.act_dtype
 
     def record(self, name: str, rows) -> OpCost:
         payload = num(rows) * (self.width * self.act_dtype.bytes_per_element)
@@ -498,72 +481,54 @@ class AllReduce:
         return Demand(0.0, payload + payload, 1.0, 0.0, payload)
 
 
+class _Exchange(Operator):
+    """A collective in which a rank sends ``sent_bytes(size)`` to its peers (timed on the link, no DRAM term)."""
+
+    def record(self, name: str, size) -> OpCost:
+        return OpCost(name=name, kind=self.kind, dtype=self.dtype, comm_bytes=self.sent_bytes(num(size)),
+                      comm_group=self.group)
+
+    def demand(self, size) -> Demand:
+        return Demand(0.0, 0.0, 1.0, 0.0, self.sent_bytes(size))
+
+
 @dataclass(frozen=True)
-class AllToAll:
-    """Expert-parallel dispatch or combine: a rank sends the (n-1)/n of its token-expert rows that live elsewhere."""
+class AllToAll(_Exchange):
+    """Expert-parallel dispatch or combine of ``assignments`` token-expert rows: a rank sends the (n-1)/n of its rows
+    that live elsewhere."""
 
     kind: ClassVar[OpKind] = OpKind.all_to_all
-    kernel: ClassVar[KernelClass] = KernelClass.dense
 
     hidden: int
     act_dtype: DType
     group: int
 
-    def _sent(self, assignments):
+    def sent_bytes(self, assignments):
         g = self.group
         return assignments / g * self.hidden * self.act_dtype.bytes_per_element * (g - 1) / g
 
-    @property
-    def dtype(self) -> DType:
-        """The format whose peak FLOP/s it runs at."""
-        return self.act_dtype
-
-    def record(self, name: str, assignments) -> OpCost:
-        return OpCost(name=name, kind=OpKind.all_to_all, dtype=self.act_dtype, comm_bytes=self._sent(num(assignments)),
-                      comm_group=self.group)
-
-    def demand(self, assignments) -> Demand:
-        return Demand(0.0, 0.0, 1.0, 0.0, self._sent(assignments))
-
 
 @dataclass(frozen=True)
-class Gather:
-    """All-gather of a vocab-parallel logits shard: a rank sends its rows x width/n slice to n-1 peers."""
+class Gather(_Exchange):
+    """All-gather of a vocab-parallel logits shard of ``rows``: a rank sends its rows x width/n slice to n-1 peers."""
 
     kind: ClassVar[OpKind] = OpKind.gather
-    kernel: ClassVar[KernelClass] = KernelClass.dense
+    dtype: ClassVar[DType] = DType.fp32            # the format whose peak FLOP/s it runs at
 
     width: int
     bytes_per_element: float
     group: int
 
-    def _sent(self, rows):
+    def sent_bytes(self, rows):
         return rows * self.width * self.bytes_per_element * (self.group - 1) / self.group
-
-    @property
-    def dtype(self) -> DType:
-        """The format whose peak FLOP/s it runs at."""
-        return DType.fp32
-
-    def record(self, name: str, rows) -> OpCost:
-        return OpCost(name=name, kind=OpKind.gather, dtype=DType.fp32, comm_bytes=self._sent(num(rows)),
-                      comm_group=self.group)
-
-    def demand(self, rows) -> Demand:
-        return Demand(0.0, 0.0, 1.0, 0.0, self._sent(rows))
 
 
 @dataclass(frozen=True)
-class Host:
+class Host(Operator):
     """CPU-side work with no device traffic (n-gram lookup, per-step bookkeeping)."""
 
     kind: ClassVar[OpKind] = OpKind.host
-    kernel: ClassVar[KernelClass] = KernelClass.dense
-
-    @property
-    def dtype(self) -> DType:
-        """The format whose peak FLOP/s it runs at."""
-        return DType.bf16
+    dtype: ClassVar[DType] = DType.bf16            # the format whose peak FLOP/s it runs at
 
     def record(self, name: str, seconds) -> OpCost:
         return OpCost(name=name, kind=OpKind.host, host_s=num(seconds), launches=0)
@@ -572,7 +537,6 @@ class Host:
         return Demand(0.0, 0.0, 0.0, 0.0, 0.0, seconds)
 
 
-StaticOp = Union[Gemm, Attention, MoEExperts, Elementwise, Embedding, Sampling, AllReduce, AllToAll, Gather, Host]
 
 
 # --- one record at given sizes (tests, benches and probes build single operators this way) --------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from dsdsim.cost.num import ceil, num
-from dsdsim.cost.ops import OpCost, StaticOp
+from dsdsim.cost.ops import OpCost, Operator
 
 
 class PassPoint:
@@ -58,7 +58,7 @@ class PlanOp(NamedTuple):
     """One operator of a pass: ``op`` run at ``size(point)``, ``count`` times per pass (a layer group's layers)."""
 
     name: str
-    op: StaticOp
+    op: Operator
     size: Callable[[PassPoint], tuple]
     count: float = 1
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from dsdsim.cost.memo import by_identity
 from dsdsim.cost.num import is_scalar, isfinite, maximum, minimum, num, where
-from dsdsim.cost.ops import Bound, Demand, KernelClass, OpCost, OpKind, StaticOp
+from dsdsim.cost.ops import Bound, Demand, KernelClass, OpCost, OpKind, Operator
 from dsdsim.specs.hardware import AllReduceAlgorithm, AllReduceTier, HardwareSpec
 from dsdsim.units import DType
 
@@ -389,7 +389,7 @@ def record_rates(op: OpCost, hw: HardwareSpec) -> OpRates:
     return op_rates(hw, op.kind, op.kernel, op.dtype, op.kv_bytes_per_token, op.comm_group)
 
 
-def rates_of(op: StaticOp, hw: HardwareSpec) -> OpRates:
+def rates_of(op: Operator, hw: HardwareSpec) -> OpRates:
     """The rates of a planned operator (``dsdsim.cost.ops``: Gemm, Attention, ...)."""
     return op_rates(hw, op.kind, op.kernel, op.dtype, getattr(op, "kv_bytes_per_token", 0.0), getattr(op, "group", 1))
 
