@@ -8,7 +8,10 @@ costs (launches, sampling, the draft/verify hand-off) dominate at small batch an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import NamedTuple, Optional
+
+import numpy as np
 
 from dsdsim.cost import ops
 from dsdsim.cost.layers import PassContext, head_plan, layer_plan, pass_plan
@@ -57,12 +60,19 @@ def draft_head(target: ModelSpec, drafter: DrafterSpec) -> DraftHead | None:
     return None
 
 
-class DraftPass(NamedTuple):
-    """One kind of draft pass: its operators and when it runs. ``role``: ``first`` (once when K >= 1, over the
-    tokens verified last step), ``again`` (K - 1 times, over ``width`` candidates per sequence), ``each`` (Medusa:
-    one pass over B rows whose operators occur K times) or ``step`` (once per step: the n-gram host lookup)."""
+class DraftRole(str, Enum):
+    """When a draft pass runs in a step."""
 
-    role: str
+    first = "first"      # once when K >= 1, over the tokens verified last step
+    again = "again"      # K - 1 times, over the candidates per sequence (a tree's topk, else 1)
+    each = "each"        # Medusa: one pass over B rows whose operators occur K times
+    step = "step"        # once per step: the n-gram host lookup
+
+
+class DraftPass(NamedTuple):
+    """One kind of draft pass: its operators and when it runs."""
+
+    role: DraftRole
     ops: list[PlanOp]
 
 
@@ -74,26 +84,26 @@ class DraftPlan:
     sequence."""
 
     passes: tuple[DraftPass, ...]
-    tree_steps: Optional[int]        # a draft tree's sequential steps (K >= 1 means the whole tree)
-    width: float                     # tokens per sequence in passes 2.. (a tree's topk, else 1)
-    again_q: float                   # tokens per sequence the later passes run (self-speculation: 1)
-    again_head_rows_per_sequence: float   # rows per sequence through the lm_head in later passes
-    dp_ranks: int
+    tree_steps: Optional[int] = None       # a draft tree's sequential steps (K >= 1 means the whole tree)
+    again_q: float = 1.0                   # tokens per sequence the later passes run (a tree's topk, else 1;
+                                           # self-speculation: 1)
+    again_head_rows_per_sequence: float = 1.0   # rows per sequence through the lm_head in later passes
+    dp_ranks: int = 1                      # ranks the batch is split over (data-parallel attention)
 
-    def points(self, batch, k, context) -> list[tuple[PassPoint, object]]:
-        """(sizes, times it runs) for each pass at batch B, K draft tokens, context c."""
+    def points(self, batch, k, context) -> list[tuple[PassPoint, Optional[np.ndarray | float]]]:
+        """(sizes, times it runs; None: once, not counted) for each pass at batch B, K draft tokens, context c."""
         b, k, c = num(batch), num(k), num(context)
         kk = where(k > 0, float(self.tree_steps), 0.0) if self.tree_steps is not None else k
         q_first = kk + 1.0
         out = []
         for dp in self.passes:
-            if dp.role == "first":
+            if dp.role is DraftRole.first:
                 out.append((PassPoint(b, q_first, c, dp_ranks=self.dp_ranks, head_rows=b, k=k), minimum(kk, 1.0)))
-            elif dp.role == "again":
+            elif dp.role is DraftRole.again:
                 rows = b * self.again_head_rows_per_sequence
                 out.append((PassPoint(b, self.again_q, c + q_first, dp_ranks=self.dp_ranks, head_rows=rows, k=k),
                             maximum(kk - 1.0, 0.0)))
-            elif dp.role == "each":
+            elif dp.role is DraftRole.each:
                 out.append((PassPoint(b, 1.0, c, head_rows=b, k=k), k))
             else:
                 out.append((PassPoint(b, 1.0, c, head_rows=b, k=k), None))
@@ -120,15 +130,15 @@ def draft_plan(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, draft_m
     dp = dp_ranks(pc.dp_attention, pc.tp)
 
     def two(first: list[PlanOp], again: list[PlanOp], *, again_q=width, rows=width, ranks=dp) -> DraftPlan:
-        return DraftPlan((DraftPass("first", [o.renamed("pass1.") for o in first]),
-                          DraftPass("again", [o.renamed("passN.") for o in again])), steps, width, again_q, rows,
+        return DraftPlan((DraftPass(DraftRole.first, [o.renamed("pass1.") for o in first]),
+                          DraftPass(DraftRole.again, [o.renamed("passN.") for o in again])), steps, again_q, rows,
                          ranks)
 
     if kind is DrafterKind.ngram:
         def lookup(p: PassPoint) -> tuple:
             return ((drafter.host_s_per_step + drafter.host_s_per_sequence * p.batch) * (p.k > 0),)
 
-        return DraftPlan((DraftPass("step", [PlanOp("ngram_lookup", ops.Host(), lookup)]),), None, 1.0, 1.0, 1.0, 1)
+        return DraftPlan((DraftPass(DraftRole.step, [PlanOp("ngram_lookup", ops.Host(), lookup)]),))
     if kind is DrafterKind.medusa:
         # K heads on the target's last hidden state, one pass: ResBlock (h->h, bias) + own lm_head (h->V) each
         g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
@@ -138,7 +148,7 @@ def draft_plan(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, draft_m
                  PlanOp("medusa.act", ops.Elementwise(h, reads=2, writes=1, act_dtype=pc.act_dtype), _batch),
                  PlanOp("medusa.lm_head", ops.Gemm(lm.inputs, -(-lm.outputs // pc.tp), **g), _batch),
                  PlanOp("medusa.sampling", ops.Sampling(lm.outputs), _one_sweep)]
-        return DraftPlan((DraftPass("each", heads),), None, 1.0, 1.0, 1.0, 1)
+        return DraftPlan((DraftPass(DraftRole.each, heads),))
     if kind is DrafterKind.draft_model:
         if draft_model is None:
             raise DsdsimError("draft-model drafter needs its model spec (draft-model:MODEL)")
