@@ -11,7 +11,8 @@ from dsdsim.cli.app import app
 from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, DpAttention, Drafter, DraftTreeOpt, Eager,
                                 Engine, Ep, ExpertOverlap, Hardware, K, KvDType, MaxK, MemoryUtilization, Model,
                                 OptionalDrafter, Output, Plot, PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat,
-                                Tp, WeightDType, deployment_from_options, drafter_from_options)
+                                Tp, WeightDType, deployment_from_options, drafter_from_options,
+                                step_from_options)
 from dsdsim.cli.output import (check_png, check_writable, emit, given, output_format, show_or_write, warn,
                                with_progress)
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DP_ATTENTION, DEFAULT_DRAFT_TREE, DEFAULT_DRAFTER,
@@ -57,26 +58,13 @@ def explain(
       dsdsim explain -m qwen3-30b-a3b -g h200-sxm -b 64 -k 3 -c 8192
       dsdsim explain -m deepseek-v3 -g h200-sxm --tp 8 --ep 8 --dp-attention -d mtp --draft-tree 3,4,8 -b 64
     """
-    from dsdsim.cost.step import simulate_step
     from dsdsim.export.render import explain_view
     from dsdsim.report import explain_step
 
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
-    if batch < 1:
-        raise DsdsimError(f"--batch must be >= 1, got {batch}")
-    if k < 0:
-        raise DsdsimError(f"--k must be >= 0, got {k}")
-    if context < 0:
-        raise DsdsimError(f"--context must be >= 0, got {context}")
     dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, dp_attention=dp_attention)
-    d = drafter_from_options(drafter, draft_tree)
-    if k == 0:
-        d = None
-    elif d is not None and d.tree is not None:
-        k = d.tree.steps              # the tree, whatever K >= 1 was asked for
-    step = simulate_step(model, hardware, dep, d, batch, k, context, engine=engine)
-    data = explain_step(step)
+    data = explain_step(step_from_options(model, hardware, dep, drafter, draft_tree, batch, k, context, engine))
     if fmt is ShowFormat.json:
         return emit(data.to_json(), output)
     show_or_write(explain_view(data), output)

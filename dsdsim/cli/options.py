@@ -124,3 +124,23 @@ def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: st
                           dp_attention=dp_attention)
     except ValidationError as exc:
         raise DsdsimError(pydantic_one_line(exc, "deployment")) from None
+
+
+def step_from_options(model: str, hardware: str, dep, drafter: Optional[str], draft_tree: Optional[str], batch: int,
+                      k: int, context: int, engine: Optional[str]):
+    """One simulated step from the shared options: sizes checked, K = 0 plain decoding, any K >= 1 the draft tree
+    when there is one."""
+    from dsdsim.cost.step import simulate_step
+
+    if batch < 1:
+        raise DsdsimError(f"--batch must be >= 1, got {batch}")
+    if k < 0:
+        raise DsdsimError(f"--k must be >= 0, got {k}")
+    if context < 0:
+        raise DsdsimError(f"--context must be >= 0, got {context}")
+    d = drafter_from_options(drafter, draft_tree)
+    if k == 0:
+        d = None
+    elif d is not None and d.tree is not None:
+        k = d.tree.steps              # the tree, whatever K >= 1 was asked for
+    return simulate_step(model, hardware, dep, d, batch, k, context, engine=engine)

@@ -5,7 +5,7 @@ import typer
 
 from dsdsim.cli.app import plot_app
 from dsdsim.cli.options import (BatchSize, Context, Drafter, DraftTreeOpt, Engine, Hardware, K, Model, PngOutput, Tp,
-                                deployment_from_options, drafter_from_options)
+                                deployment_from_options, step_from_options)
 from dsdsim.cli.output import check_png
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MODEL,
                              DEFAULT_ROOFLINE_BATCH, DEFAULT_SENSITIVITY_ALPHAS, DEFAULT_SENSITIVITY_BATCH_SIZES,
@@ -32,17 +32,11 @@ def plot_roofline(
     Example:
       dsdsim plot roofline -o roofline.png -m llama-3.1-8b -b 32 -k 3
     """
-    from dsdsim.cost.step import simulate_step
     from dsdsim.plot import RooflineDisplay, save_png
 
     check_png(output, "--output")
-    if batch < 1 or k < 0 or context < 0:
-        raise DsdsimError("--batch must be >= 1, --k >= 0 and --context >= 0")
     dep = deployment_from_options(tp, 1, None, DEFAULT_KV_DTYPE, 0.0)
-    d = drafter_from_options(drafter, draft_tree)
-    if d is not None and d.tree is not None and k > 0:
-        k = d.tree.steps              # any K >= 1 is the tree
-    step = simulate_step(model, hardware, dep, d if k > 0 else None, batch, k, context, engine=engine)
+    step = step_from_options(model, hardware, dep, drafter, draft_tree, batch, k, context, engine)
     save_png(RooflineDisplay.from_step(step).plot(), output)
     typer.echo(f"wrote {output}", err=True)
 

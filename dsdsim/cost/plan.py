@@ -68,9 +68,9 @@ class PlanOp(NamedTuple):
 
     def record(self, p: PassPoint, times=None) -> OpCost:
         """Its OpCost at ``p``; with ``times``, occurring ``times`` as often (a draft pass run K - 1 times)."""
-        r = self.op.record(self.name, *self.size(p))
+        r = self.op.record(self.name, *self.size(p))             # one occurrence
         count = self.count if times is None else self.count * times
-        return r if times is None and count == 1 else r._with(count=count)
+        return r if times is None and count == 1 else r.times(count)
 
 
 def records(plan: list[PlanOp], p: PassPoint, times=None) -> list[OpCost]:
