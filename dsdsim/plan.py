@@ -76,6 +76,14 @@ class PlanRow:
     gpus_needed_dsd: Optional[int]
     cost_per_million_tokens_vanilla: Optional[float]
     cost_per_million_tokens_dsd: Optional[float]
+    # the DSD operating point's ITL, and the intervals of held-out corpus errors (dsdsim.fit.intervals)
+    itl_ms_dsd: Optional[float] = None
+    itl_ms_dsd_low: Optional[float] = None
+    itl_ms_dsd_high: Optional[float] = None
+    tokens_per_s_per_gpu_dsd_low: Optional[float] = None
+    tokens_per_s_per_gpu_dsd_high: Optional[float] = None
+    tokens_per_s_per_gpu_vanilla_low: Optional[float] = None
+    tokens_per_s_per_gpu_vanilla_high: Optional[float] = None
 
 
 def _best_under_slo(p: Prediction, slo_s: float, k_rows: np.ndarray) -> tuple[Optional[int], Optional[int], float]:
@@ -92,6 +100,18 @@ def _best_under_slo(p: Prediction, slo_s: float, k_rows: np.ndarray) -> tuple[Op
     best = g.max()
     i, j = max(zip(*np.nonzero(g == best)), key=lambda ij: (ij[1], -ij[0]))   # largest batch, then smallest K
     return int(p.batch_sizes[j]), int(p.k_values[k_rows][i]), float(best)
+
+
+def _best_plain(p: Prediction, slo_s: float) -> tuple[Optional[int], float]:
+    """The operating point of the same deployment served without speculation (a plain server, not the K table's
+    off tier): the batch with the most tokens/s whose step meets the SLO."""
+    step = p.plain_step_s if p.plain_step_s is not None else p.step_s[list(p.k_values).index(0)]
+    ok = p.feasible[list(p.k_values).index(0)] & (step <= slo_s)
+    if not ok.any():
+        return None, float("nan")
+    g = np.where(ok, p.batch_sizes / step, -np.inf)
+    j = int(np.flatnonzero(g == g.max())[-1])
+    return int(p.batch_sizes[j]), float(g[j])
 
 
 def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: float, context: int = DEFAULT_CONTEXT,
@@ -160,7 +180,7 @@ def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, accept
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False,
                        f"memory: weights and KV do not fit in {gpus} GPU(s) at context {context}", **empty)
     all_k = np.arange(len(p.k_values))
-    b_v, _, g_v = _best_under_slo(p, slo_s, np.array([0]))
+    b_v, g_v = _best_plain(p, slo_s)
     b_d, k_d, g_d = _best_under_slo(p, slo_s, all_k)
     if b_d is None:
         fastest = float(np.nanmin(np.where(p.feasible, p.step_s / p.tau[:, None], np.nan))) * 1e3
@@ -180,8 +200,16 @@ def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, accept
             return None
         return price * gpus / (g * 3600.0) * 1e6
 
+    iv_d, iv_v = p.interval(b_d), (p.interval(b_v) if b_v is not None else None)
+    itl_d = b_d / g_d * 1e3    # ms per token of one sequence: B / (tokens/s)
     return PlanRow(
         cand.hardware, cand.tp, cand.ep, gpus, True, "",
+        itl_ms_dsd=itl_d, itl_ms_dsd_low=itl_d * iv_d.low if iv_d else None,
+        itl_ms_dsd_high=itl_d * iv_d.high if iv_d else None,
+        tokens_per_s_per_gpu_dsd_low=per_gpu(g_d / iv_d.high) if iv_d else None,
+        tokens_per_s_per_gpu_dsd_high=per_gpu(g_d / iv_d.low) if iv_d else None,
+        tokens_per_s_per_gpu_vanilla_low=per_gpu(g_v / iv_v.high) if iv_v and math.isfinite(g_v) else None,
+        tokens_per_s_per_gpu_vanilla_high=per_gpu(g_v / iv_v.low) if iv_v and math.isfinite(g_v) else None,
         batch_vanilla=b_v, tokens_per_s_vanilla=g_v if math.isfinite(g_v) else None,
         batch_dsd=b_d, k_dsd=k_d, tokens_per_s_dsd=g_d,
         tokens_per_s_per_gpu_vanilla=per_gpu(g_v), tokens_per_s_per_gpu_dsd=per_gpu(g_d),

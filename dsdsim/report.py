@@ -191,6 +191,10 @@ class ExplainView:
     experts_touched: Optional[float]              # per MoE layer in the verify pass; None for dense models
     num_experts: Optional[int]
     memory: MemoryView
+    # the interval of held-out corpus errors of comparable cases (dsdsim.fit.intervals); None where none is shipped
+    step_time_low_s: Optional[float] = field(default=None, metadata=_OMIT_NONE)
+    step_time_high_s: Optional[float] = field(default=None, metadata=_OMIT_NONE)
+    interval: Optional[str] = field(default=None, metadata=_OMIT_NONE)    # "80%, vllm/dense/1-8 (n 23)"
 
     def to_dict(self) -> dict:
         return json_plain(self)
@@ -235,6 +239,7 @@ def explain_step(step: StepCost) -> ExplainView:
     touched: Optional[float] = None if step.experts_touched is None else _scalar(step.experts_touched)
     moe = step.model.moe_ffn
     mem = step.memory
+    iv = step_interval(step)
     return ExplainView(
         model=step.model.name, hardware=step.hardware.name,
         deployment=deployment_view(step.model, step.deployment),
@@ -247,30 +252,51 @@ def explain_step(step: StepCost) -> ExplainView:
                           weights_bytes=mem.weights_bytes, kv_bytes=_scalar(mem.kv_bytes),
                           activation_bytes=_scalar(mem.activation_bytes), draft_bytes=_scalar(mem.draft_bytes),
                           feasible=bool(np.asarray(mem.feasible).reshape(-1)[0])),
+        step_time_low_s=total * iv.low if iv else None, step_time_high_s=total * iv.high if iv else None,
+        interval=f"{100 * iv.coverage:.0f}%, {iv.stratum} (n {iv.n})" if iv else None,
     )
 
 
+def step_interval(step: StepCost):
+    """The shipped interval factors for one scalar step (engine family, dense or MoE, batch regime), or None."""
+    from dsdsim.fit.intervals import engine_family, shipped_intervals
+
+    ivs = shipped_intervals()
+    if ivs is None:
+        return None
+    eng = step.engine
+    return ivs.interval(engine_family(eng.name if eng is not None else None),
+                        "moe" if step.model.moe_ffn is not None else "dense", _scalar(step.batch))
+
+
 def engine_view(step: StepCost) -> EngineView:
-    """The engine's terms of one (scalar) step as their own rows, so a reader sees where the time goes."""
+    """The engine's terms of one (scalar) step as their own rows, so a reader sees where the time goes: each GPU
+    term with the device time it adds, each host term with its share of the host time the step waits for."""
+    from dsdsim.cost.engine import term_seconds
+    from dsdsim.specs.engine import RunsOn
+
     eng, et = step.engine, step.engine_time
     if eng is None or et is None:
         return EngineView(name=None, rows=(), time_s=0.0)
     b, q = _scalar(step.batch), _scalar(step.verify_tokens)
     padded, graphed = _scalar(step.verify_padded_tokens), bool(np.asarray(step.verify_graphed).reshape(-1)[0])
-    hidden = _scalar(et.host_s) - _scalar(et.host_exposed_s)
-    rows = (
-        EngineRow("host (scheduling, inputs, outputs)", _scalar(et.host_exposed_s),
-                  f"{_scalar(et.host_s) * 1e6:.0f} us per step, {hidden * 1e6:.0f} us hidden behind device time"),
-        EngineRow("speculative fixed cost", _scalar(et.spec_fixed_s), "per speculative step"),
-        EngineRow("draft passes (beyond kernels)", _scalar(et.draft_passes_s), f"{_scalar(step.draft_passes):g} passes"),
-        EngineRow("rejection sampling", _scalar(et.rejection_s), f"{b * q:g} verified tokens"),
-    )
+    host, exposed = _scalar(et.host_s), _scalar(et.host_exposed_s)
+    share = exposed / host if host > 0 else 0.0
+    rows = []
+    for term, seconds in term_seconds(eng, step):
+        if term.runs_on is RunsOn.host:
+            note = (f"host {term.component.value}, {seconds * 1e6:.0f} us per step"
+                    + (f", {(1 - share) * 100:.0f}% hidden behind device time" if share < 1 else ""))
+            rows.append(EngineRow(term.name, seconds * share, note))
+        else:
+            rows.append(EngineRow(term.name, seconds, f"gpu {term.component.value}, per {term.per.value}"))
     if graphed:
         pad = (f"verify replays a CUDA graph for {padded:g} tokens ({b * q:g} padded)" if padded > b * q
                else "verify replays a CUDA graph (no padding)")
     else:
         pad = "verify runs eager (past the largest CUDA-graph capture size, or --eager)"
-    return EngineView(name=eng.name, rows=rows, time_s=_scalar(et.added_s), cuda_graph=pad,
+    label = eng.name if eng.versions is None else f"{eng.name} {eng.version_label}"
+    return EngineView(name=label, rows=tuple(rows), time_s=_scalar(et.added_s), cuda_graph=pad,
                       verify_padded_tokens=padded, verify_graphed=graphed)
 
 

@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""Fit the shipped engine specs (engine_specs/*.yaml) on the TRAIN split of the measurement corpus.
+"""Fit the engine terms marked ``fit: true`` in engine_specs/*.yaml on the TRAIN split of the measurement corpus.
 
-    python3 scripts/fit_engines.py                 # refit and rewrite vllm, sglang, trtllm
+    python3 scripts/fit_engines.py                 # refit and rewrite the engine spec files
     python3 scripts/fit_engines.py --check         # refit and fail if a file would change (reproducibility)
-    python3 scripts/fit_engines.py --date 2026-01-31
+    python3 scripts/fit_engines.py --date 2026-12-01
 
-Each engine is fitted on the train cases measured on it (``dsdsim.corpus.evaluate.ENGINE_OF_CASE``), the kernel
-model held fixed, by bounded least squares (``dsdsim.corpus.fit``). Test cases are never read. The date in the
+Every train case is predicted with the engine spec of the engine version it was measured on; the terms those specs
+mark ``fit: true`` are fitted jointly (``dsdsim.fit.engine.EngineFit``: kernel model fixed, priors from sources,
+bounded by sourced ranges). A term a version inherits through ``extends`` is one figure, written into the file that
+defines it. Test cases are never read, nor train cases whose acceptance would have to be fitted. The date in the
 provenance is ``--date``, else the date already in the file, so running the script twice writes the same files.
+
+It then holds out each source in turn (``dsdsim.fit.cv``) and writes the split-conformal intervals of the held-out
+errors (``dsdsim.fit.intervals``) to measurements/intervals.json, which predict, explain and plan print.
 """
 from __future__ import annotations
 
@@ -15,47 +20,115 @@ import argparse
 import datetime as dt
 import sys
 from pathlib import Path
+from statistics import median
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dsdsim.corpus.fit import engine_train_cases, fit_engine  # noqa: E402
+from dsdsim.corpus.evaluate import all_case_steps  # noqa: E402
 from dsdsim.corpus.schema import load_corpus  # noqa: E402
-from dsdsim.specs.engine import engine_yaml, load_engine_file  # noqa: E402
+from dsdsim.fit.engine import EngineFit, Parameter  # noqa: E402
+from dsdsim.specs.io import read_structured  # noqa: E402
 
-# Which figures each engine's train cases can determine (fewer figures than cases, none two cases cannot tell
-# apart). host_step_s stays at its sourced value where plain steps hide host time (async scheduling): in a
-# speculative step it adds exactly like spec_fixed_s, so the data cannot split the two.
-FITTED = {
-    "vllm": ("spec_fixed_s", "draft_pass_s", "host_per_sequence_s", "rejection_per_token_s"),
-    "sglang": ("spec_fixed_s", "draft_pass_s", "host_per_sequence_s", "rejection_per_token_s"),
-    "trtllm": ("spec_fixed_s", "host_per_sequence_s"),
-}
-HEADER = ("# Engine spec (dsdsim/specs/engine.py). Figures marked 'fitted' are written by scripts/fit_engines.py\n"
-          "# from the train split of measurements/; edit the other figures here, then rerun the script.\n")
+HEADER = ("# Engine spec (dsdsim/specs/engine.py). Terms with `fit: true` are fitted by scripts/fit_engines.py on the\n"
+          "# train split of measurements/ (their value, verified and cases are written by it); edit the rest, then\n"
+          "# rerun it. Other fields are sourced where they stand.\n")
+METHOD = ("scripts/fit_engines.py: maximum a posteriori bounded least squares (scipy least_squares, Cauchy loss scale "
+          "{scale} on log(predicted/measured), each fitted term pulled towards its sourced prior with weight {weight} "
+          "per range), kernel model fixed; every train case predicted with its engine version's spec")
+
+
+def _dump(data: dict) -> str:
+    import yaml
+
+    return HEADER + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
+
+
+def fitted_files(fit: EngineFit, date_of) -> dict[Path, str]:
+    """Engine spec file -> its new text: fitted terms written where they are defined, provenance per spec."""
+    from dsdsim.specs.catalog import shipped_dir
+
+    folder = shipped_dir("engine_specs")
+    out: dict[Path, str] = {}
+    by_origin: dict[str, list[Parameter]] = {}
+    for p in fit.parameters_:
+        by_origin.setdefault(p.origin, []).append(p)
+    stems = sorted(set(by_origin) | set(fit.spec_cases_))
+    for stem in stems:
+        path = folder / f"{stem}.yaml"
+        if not path.is_file():
+            continue
+        data = read_structured(path)
+        for p in by_origin.get(stem, []):
+            for term in data.get("terms", []):
+                if term["name"] == p.term:
+                    cases = fit.cases_[p]
+                    term["value"] = fit.values_[p]
+                    term["verified"] = "fitted"
+                    term["cases"] = list(cases)
+                    term["note"] = (f"fitted by scripts/fit_engines.py on {len(cases)} train cases; sourced prior "
+                                    f"{term['prior']:g}")
+        ids = fit.spec_cases_.get(stem, ())
+        if ids:
+            res = {i: fit.residuals_[i] for i in ids}
+            abs_res = [abs(v) for v in res.values()]
+            data["fit"] = {"method": METHOD.format(scale=fit.loss_scale, weight=fit.prior_weight),
+                           "date": date_of(data), "cases": list(ids), "residuals": res,
+                           "median_abs_residual": round(median(abs_res), 4),
+                           "max_abs_residual": round(max(abs_res), 4)}
+        else:
+            data.pop("fit", None)
+        out[path] = _dump(data)
+    return out
+
+
+def intervals_path() -> Path:
+    from dsdsim.fit.intervals import INTERVALS_FILE
+    from dsdsim.specs.catalog import shipped_dir
+
+    return Path(shipped_dir("measurements")) / INTERVALS_FILE
+
+
+def intervals_text(corpus, steps) -> str:
+    """The intervals of the held-out errors, as JSON (deterministic)."""
+    import json
+
+    from dsdsim.fit.cv import source_cv
+    from dsdsim.fit.intervals import StepTimeIntervals
+
+    cv = source_cv(corpus, steps)
+    iv = StepTimeIntervals().fit(cv.results)
+    iv.source_ = (f"scripts/fit_engines.py: leave-one-source-out over {len(cv.sources)} sources, "
+                  f"{sum(s.n for s in cv.sources.values())} evaluated cases")
+    print(f"intervals: {len(iv.strata_)} strata; median of per-source held-out medians "
+          f"{100 * (cv.median_of_source_medians or 0):.1f}%")
+    return json.dumps(iv.to_dict(), indent=1) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--date", help="date written into the provenance (default: the file's, else today)")
     ap.add_argument("--check", action="store_true", help="do not write; exit 1 if a file would change")
-    ap.add_argument("--engines", nargs="*", default=list(FITTED), help="engines to fit (default: all)")
     args = ap.parse_args(argv)
     corpus = load_corpus()
+    steps = all_case_steps(corpus)
+    fit = EngineFit().fit(corpus, steps)
+    today = dt.date.today().isoformat()
+
+    def date_of(data: dict) -> str:
+        return args.date or (data.get("fit") or {}).get("date") or today
+
+    for p in fit.parameters_:
+        print(f"{p.label}: {fit.values_[p]:.3g} on {len(fit.cases_[p])} cases")
+    res = [abs(v) for v in fit.residuals_.values()]
+    before = [abs(v) for v in fit.before_.values()]
+    print(f"{len(res)} train cases: median |residual| {100 * median(res):.1f}% (at the priors {100 * median(before):.1f}%),"
+          f" max {100 * max(res):.1f}%")
     changed = []
-    for name in args.engines:
-        path = ROOT / "engine_specs" / f"{name}.yaml"
-        spec = load_engine_file(path)
-        date = args.date or (spec.fit.date if spec.fit else dt.date.today().isoformat())
-        cases = engine_train_cases(corpus, name)
-        fit = fit_engine(spec, cases, FITTED[name], date)
-        text = engine_yaml(fit.spec, HEADER)
-        old = path.read_text(encoding="utf-8")
-        med = fit.spec.fit.median_abs_residual
-        print(f"{name}: {len(fit.cases)} train cases; "
-              + ", ".join(f"{k}={v:.3g}" for k, v in fit.values.items())
-              + f"; median |residual| {100 * med:.1f}%, max {100 * fit.spec.fit.max_abs_residual:.1f}%")
-        if text != old:
+    files = fitted_files(fit, date_of)
+    files[intervals_path()] = intervals_text(corpus, steps)
+    for path, text in files.items():
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
             changed.append(path.name)
             if not args.check:
                 path.write_text(text, encoding="utf-8")

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from dsdsim.bench.calibrate import (Calibrator, Params, Point, calibrate_from_batch_stats, op_features, predict,
+from dsdsim.fit.calibrate import (Calibrator, Params, Point, calibrate_from_batch_stats, op_features, predict,
                                     split_points)
 from dsdsim.cost.layers import PassContext, pass_ops
 from dsdsim.cost.ops import OpKind
@@ -135,7 +135,7 @@ def test_predict_batch_stats_export_calibrates_back_to_its_step_times(tmp_path):
 
 
 def test_calibrated_spec_yaml_loads(tmp_path):
-    from dsdsim.bench.calibrate import write_calibrated_spec
+    from dsdsim.fit.calibrate import write_calibrated_spec
 
     hw = load_hardware("h200-sxm")
     spec = hw.with_efficiency(source="dsdsim calibrate test", compute=0.7, gemm_tile_m=16)

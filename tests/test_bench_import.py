@@ -24,4 +24,4 @@ def test_core_modules_do_not_load_torch():
 
 def test_bench_calibrate_needs_no_torch():
     """Calibrating from a report or a batch_stats file is pure numpy/scipy: usable without torch."""
-    assert "torch" not in _loaded("import dsdsim.bench.calibrate")
+    assert "torch" not in _loaded("import dsdsim.fit.calibrate")

@@ -33,7 +33,7 @@ def test_probe_spec_loads_and_simulates(cpu_spec):
 
 @pytest.mark.slow
 def test_validate_quick_writes_a_complete_report(cpu_spec, tmp_path):
-    from dsdsim.bench.calibrate import run_calibrate
+    from dsdsim.fit.calibrate import run_calibrate
     from dsdsim.bench.validate import run_validate
 
     rep = run_validate("llama-3.1-8b", cpu_spec, "cpu", quick=True, output_dir=tmp_path / "v")

@@ -46,7 +46,7 @@ def report():
 
 def test_every_item_of_the_training_list_is_in_the_corpus(corpus):
     items = _items()
-    assert sorted(items) == list(range(1, 22)), "the training list has items 1-21"
+    assert sorted(items) == list(range(1, 29)), "the training list has items 1-28"
     covered = {c.train_list_item for _, c in corpus if c.split.value == "train"}
     assert covered == set(items), f"items without a train case: {sorted(set(items) - covered)}"
 
@@ -60,7 +60,8 @@ def test_train_figures_read_directly_appear_in_their_item(corpus):
         text = items[case.train_list_item]
         for v in filter(None, (m.value, m.value_high)):
             pct = f"{100 * v:.0f}"
-            forms = {f"{v:g}", f"{v:.2f}", f"{v:.1f}", f"{100 * v:.1f}%", pct + "%", pct + "–", pct + " %"}
+            forms = {f"{v:g}", f"{v:.2f}", f"{v:.1f}", f"{100 * v:.1f}%", pct + "%", pct + "–", pct + " %",
+                     f"{v:,.0f}", f"{v:,.1f}", f"{v:,.2f}"}
             assert any(f in text for f in forms), f"{case.id}: {v} is not in item {case.train_list_item}"
 
 
@@ -83,15 +84,41 @@ def test_every_evaluated_case_names_shipped_specs(corpus):
 def test_every_case_states_how_acceptance_is_handled(corpus):
     for _, c in corpus:
         a = c.acceptance
-        if c.not_evaluated is None and c.conditions.k > 0 and c.measured.quantity.value != "step_time_ratio":
-            assert a.handling.value in ("reported", "fitted"), c.id
+        m = c.measured
+        step_times = m.quantity.value == "step_time_ratio" or (m.ratio_of is not None and m.ratio_of.value == "step_ms")
+        if c.not_evaluated is None and c.conditions.k > 0 and not step_times:
+            assert a.handling.value in ("reported", "fitted", "cancels"), c.id
+
+
+def test_every_serving_engine_case_names_the_version_it_ran_and_a_spec_covers_it(corpus):
+    from dsdsim.corpus.evaluate import case_engine
+    from dsdsim.specs.catalog import load_engine
+
+    for _, c in corpus:
+        k = c.conditions
+        if k.engine in ("vllm", "vllm-mrv2", "sglang", "tensorrt-llm"):
+            assert k.engine_version and k.engine_version_stated, c.id
+            if c.not_evaluated is None:
+                assert load_engine(case_engine(c)).versions.covers(k.engine_version), c.id
+
+
+def test_acceptance_is_never_fitted_jointly_with_engine_figures(corpus):
+    """Engine terms are fitted only on cases whose acceptance is reported, cancels or is not needed."""
+    from dsdsim.corpus.evaluate import all_case_steps
+    from dsdsim.fit.engine import fit_cases
+
+    steps = all_case_steps(corpus)
+    cases = fit_cases(corpus, steps)
+    assert len(cases) >= 80
+    assert all(c.acceptance.handling.value != "fitted" and c.split.value == "train" for _, c in cases)
 
 
 # --- schema errors: one line naming the file and the field ----------------------------------------------
 
 GOOD = {"source": {"title": "t", "url": "https://example.org"}, "cases": [{
     "id": "x-1", "where": "table 1", "tag": "primary", "split": "test",
-    "conditions": {"engine": "vllm", "hardware": "h100-sxm", "hardware_stated": "H100", "model": "llama-3.1-8b",
+    "conditions": {"engine": "vllm", "engine_version": "0.8.4", "engine_version_stated": "inferred from date 2025-04",
+                   "hardware": "h100-sxm", "hardware_stated": "H100", "model": "llama-3.1-8b",
                    "model_stated": "Llama-3.1-8B", "batch_size": 1, "context_tokens": 256, "context_note": "stated"},
     "acceptance": {"handling": "not-needed"}, "measured": {"quantity": "tokens_per_s", "value": 150.0}}]}
 

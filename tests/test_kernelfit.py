@@ -3,7 +3,7 @@ them back, and a quick CPU probe writes a kernels block whose unmeasured figures
 import numpy as np
 import pytest
 
-from dsdsim.bench.kernelfit import attention_ramp, fastest_per_context, gemm_transition_p, kernel_floor_s
+from dsdsim.fit.kernels import attention_ramp, fastest_per_context, gemm_transition_p, kernel_floor_s
 
 
 def _gemm_points(p: float, peak=500e12, bw=3e12, launch=1e-6, floor=2e-6):

@@ -7,8 +7,9 @@ Nothing outside this package imports it except the CLI. Modules:
     shapes       torch implementations of the cost model's operator kinds, built from an OpCost's shape
     model        a small torch decoder (GQA / MoE / EAGLE-3 head) built from a ModelSpec, with a KV cache
     validate     operator and step points, predicted vs measured, held-out calibration, K-table regret (run_validate)
-    calibrate    Calibrator (estimator conventions) and vLLM batch_stats calibration (run_calibrate; torch-free)
     loop         a real batched speculative loop with rejection sampling (run_loop)
     distributed  gloo / NCCL all-reduce vs the link model, and a tensor-parallel MLP (run_distributed)
     specfile     hardware specs written as hw_specs YAML (torch-free)
+
+Fitting what it measures (the Calibrator, the kernel-shape figures of a probe) lives in ``dsdsim.fit``, torch-free.
 """

@@ -340,10 +340,10 @@ REFERENCE_KERNELS_SPEC = "h100-sxm"     # where the figures the probe cannot mea
 
 
 def _kernels_block(r: ProbeResult, launch_s: float, fig) -> Optional[dict]:
-    """The spec's kernel-shape figures fitted to the sweeps (dsdsim.bench.kernelfit); the MLA and fused-MoE
+    """The spec's kernel-shape figures fitted to the sweeps (dsdsim.fit.kernels); the MLA and fused-MoE
     figures, which need kernels the probe does not run, from the reference spec, marked unverified. None
     without sweeps or when the floor, GEMM or attention fits are missing."""
-    from dsdsim.bench.kernelfit import NOT_PROBED, fit_kernel_figures
+    from dsdsim.fit.kernels import NOT_PROBED, fit_kernel_figures
     from dsdsim.specs.catalog import load_hardware
 
     if not r.sweeps:

@@ -7,7 +7,7 @@ predicted = op_time of the same OpCost on the given spec (eager launches: cuda_g
 Whole passes are timed too ("step" points): a real torch decoder with one layer of each distinct kind plus
 embedding, final norm, lm_head and sampling, and the EAGLE-3 draft head's first and later passes. Points
 are split into interleaved train / held-out halves; efficiencies fitted on the train half
-(dsdsim.bench.calibrate) are scored on the held-out half.
+(dsdsim.fit.calibrate) are scored on the held-out half.
 
 Loop 2, tables. Measured step times T(B, K) = sum over the step's operators of count x measured time give the
 measured best K per batch under an acceptance model; regret = 1 - G(K_predicted) / G(K_best).
@@ -27,8 +27,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from dsdsim.bench.summary import TableCheck, ValidationSummary
-from dsdsim.bench.calibrate import (Calibrator, OpRecord, Point, calibrate_points, error_summary,
+from dsdsim.fit.summary import TableCheck, ValidationSummary
+from dsdsim.fit.calibrate import (Calibrator, OpRecord, Point, calibrate_points, error_summary,
                                     op_features, split_points)
 from dsdsim.cost.drafts import draft_ops, eagle_layer
 from dsdsim.cost.layers import PassContext, pass_ops
@@ -904,7 +904,7 @@ def reanalyse(report: str | Path, hardware, output_dir: Optional[str | Path] = N
     re-predicted from its operator records on ``hardware``, the same train / held-out halves are re-calibrated,
     and the K table is checked again on the measured whole steps. Writes report.json, summary.md, the plot and
     the calibrated spec to ``output_dir`` (the original report is left as it is)."""
-    from dsdsim.bench.calibrate import Evaluator
+    from dsdsim.fit.calibrate import Evaluator
 
     src = Path(report)
     data = json.loads(src.read_text(encoding="utf-8"))
@@ -989,7 +989,7 @@ def write_report(report: ValidationReport, output_dir: str | Path) -> dict[str, 
     _write_json(paths["report"], report.data)
     paths["summary"].write_text(summary_markdown(report.data))
     plot_points(report.points, paths["plot"], title=f"{report.data['model_measured']} on {report.data['device_name']}")
-    from dsdsim.bench.calibrate import write_calibrated_spec
+    from dsdsim.fit.calibrate import write_calibrated_spec
 
     write_calibrated_spec(report.calibrated_hardware, paths["calibrated_spec"])
     return paths

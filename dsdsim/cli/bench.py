@@ -319,7 +319,7 @@ def calibrate(
         raise DsdsimError(f"--report {report}: has neither 'points' (validation report) nor 'batch_stats'")
     if "batch_stats" in data and model is None:
         raise DsdsimError("calibrating from a batch_stats file needs --model (the model that was measured)")
-    from dsdsim.bench.calibrate import run_calibrate
+    from dsdsim.fit.calibrate import run_calibrate
     from dsdsim.specs.catalog import load_hardware
 
     hw = load_hardware(hardware)

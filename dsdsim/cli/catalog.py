@@ -37,7 +37,7 @@ def list_hardware(fmt: ShowFmt = ShowFormat.table) -> None:
     from dsdsim.report import hardware_summary
     from dsdsim.specs.catalog import iter_hardware
 
-    rows = [hardware_summary(h) for h in iter_hardware()]
+    rows = [{**hardware_summary(h), "generation": h.generation_name} for h in iter_hardware()]
     _render_rows(rows, fmt, hardware_table)
 
 
@@ -71,7 +71,8 @@ def show_model(name: str = typer.Argument(..., help="A model name (dsdsim list m
 @show_app.command("hardware")
 def show_hardware(name: str = typer.Argument(..., help="A hardware name (dsdsim list hardware) or a YAML/JSON path"),
                   fmt: ShowFmt = ShowFormat.table) -> None:
-    """One accelerator: capacities, dense peaks per dtype, ridge points, efficiencies and overheads.
+    """One accelerator: capacities, dense peaks per dtype, ridge points, efficiencies and overheads, and each kernel
+    figure with where it was measured (this part, or assumed from another), the fused-MoE kernel families included.
 
     \b
     Example:
@@ -80,9 +81,66 @@ def show_hardware(name: str = typer.Argument(..., help="A hardware name (dsdsim 
     from dsdsim.export.render import kv_table
     from dsdsim.report import hardware_summary
     from dsdsim.specs.catalog import load_hardware
+    from dsdsim.specs.hardware import kernel_figure_origins
 
     hw = load_hardware(name)
-    data = hardware_summary(hw)
+    origins = kernel_figure_origins(hw)
+    data = {**hardware_summary(hw), "generation": hw.generation_name,
+            "kernel_figures": [_origin_json(o) for o in origins],
+            "moe_default_family": hw.kernels.moe_default_family if hw.kernels is not None else None}
     if fmt is ShowFormat.json:
         return emit(to_json(data), None)
-    show(kv_table(f"Hardware {hw.name}", data))
+    from rich.console import Group
+
+    plain = {k: v for k, v in data.items() if k not in ("kernels", "kernel_figures")}
+    tables = [kv_table(f"Hardware {hw.name}", plain)]
+    if origins:
+        tables += [_figures_table(hw.name, [o for o in origins if not o.name.startswith("moe_families.")]),
+                   _families_table(hw.name, [o for o in origins if o.name.startswith("moe_families.")],
+                                   data["moe_default_family"])]
+    show(Group(*tables))
+
+
+def _origin(o) -> str:
+    """'this part', 'assumed from b200', or 'not stated'."""
+    if o.assumed is None:
+        return "not stated"
+    return "assumed from " + ", ".join(o.measured_on) if o.assumed else "measured on this part"
+
+
+def _origin_json(o) -> dict:
+    return {"name": o.name, "value": o.value, "measured_on": list(o.measured_on) if o.measured_on else None,
+            "assumed": o.assumed, "origin": _origin(o), "verified": o.verified.value, "source": o.source}
+
+
+def _figures_table(name: str, origins: list):
+    from rich.table import Table
+
+    from dsdsim.export.render import format_field
+
+    t = Table(title=f"Kernel figures of {name} (sources: --format json)")
+    for col in ("figure", "value", "measured"):
+        t.add_column(col)
+    for o in origins:
+        t.add_row(o.name, format_field(o.name.rsplit(".", 1)[-1], o.value), _origin(o))
+    return t
+
+
+def _families_table(name: str, origins: list, default):
+    """One row per fused-MoE family: its figures, and where they were measured."""
+    from rich.table import Table
+
+    from dsdsim.export.render import format_field
+
+    t = Table(title=f"Fused-MoE kernel families of {name} (default: {default or 'none: single figures'})")
+    for col in ("family", "figures", "measured"):
+        t.add_column(col)
+    by_family: dict[str, list] = {}
+    for o in origins:
+        by_family.setdefault(o.name.split(".")[1], []).append(o)
+    for family, figs in by_family.items():
+        values = ", ".join(f"{o.name.rsplit('.', 1)[-1]}={format_field(o.name.rsplit('.', 1)[-1], o.value)}"
+                           for o in figs)
+        fitted = {_origin(o) for o in figs if o.measured_on}
+        t.add_row(family, values, "; ".join(sorted(fitted)) or "not stated")
+    return t

@@ -14,19 +14,47 @@ from dsdsim.errors import DsdsimError
 from dsdsim.export.render import kv_table, to_json
 
 
-def engine_summary(spec, source: Optional[str]) -> dict:
-    from dsdsim.specs.engine import FITTABLE
+def term_value_text(t, value=None) -> str:
+    """A term's value (or ``value`` in its unit): seconds as us/ms, kernel launches as a count."""
+    from dsdsim.export.render import format_seconds
+    from dsdsim.specs.engine import Unit
 
-    out = {"name": spec.name, "description": spec.description, "source_file": source}
-    for key in FITTABLE:
-        f = spec.figure(key)
-        out[key] = {"value": f.value, "verified": f.verified.value, "source": f.source}
-    out["host_overlaps_plain"] = spec.host_overlaps_plain.value
-    out["host_overlaps_speculative"] = spec.host_overlaps_speculative.value
+    v = t.value if value is None else value
+    if t.unit is Unit.seconds:
+        return format_seconds(v)
+    return f"{v:g} {'eager ' if t.unit is Unit.eager_kernels else ''}kernels"
+
+
+def term_range_text(t) -> str:
+    from dsdsim.export.render import format_seconds
+    from dsdsim.specs.engine import Unit
+
+    lo, hi = t.range
+    if t.unit is Unit.seconds:
+        return f"{format_seconds(lo)} - {format_seconds(hi)}"
+    return f"{lo:g} - {term_value_text(t, hi)}"
+
+
+def engine_summary(spec, source: Optional[str]) -> dict:
+    """What `list engines` and `show engine` print (and their JSON): the range, the flags, every term."""
     g = spec.cuda_graphs
-    out["cuda_graphs"] = {"capture_sizes": list(g.capture_sizes) if g.capture_sizes else None,
-                          "padding": g.padding.value, "draft_graphs": g.draft_graphs}
-    out["draft_shape"] = spec.draft_shape.value
+    ov = spec.overlap
+    out = {"name": spec.name, "versions": spec.version_label, "label": spec.label, "source_file": source,
+           "overlap_plain": ov.plain.value, "overlap_speculative": ov.speculative.value,
+           "overlap_speculative_drafters": list(ov.speculative_drafters) if ov.speculative_drafters else None,
+           "dynamic_k_table": spec.supports_off_tier,
+           "off_tier_drafts": bool(spec.off_tier_drafts and spec.off_tier_drafts.value),
+           "cuda_graphs": {"capture_sizes": list(g.capture_sizes) if g.capture_sizes else None,
+                           "padding": g.padding.value, "mode": g.mode.value,
+                           "multiple_of_verify_tokens": g.multiple_of_verify_tokens, "draft_graphs": g.draft_graphs},
+           "draft_shape": spec.draft_shape.value,
+           "terms": [{"name": t.name, "component": t.component.value, "runs_on": t.runs_on.value, "per": t.per.value,
+                      "applies": t.applies.value, "unit": t.unit.value, "value": t.value, "range": list(t.range),
+                      "verified": t.verified.value, "fitted_cases": len(t.cases or ()), "on_bound": t.on_bound,
+                      "mechanism": t.mechanism, "source": t.source} for t in spec.terms]}
+    if spec.moe_kernels is not None:
+        out["moe_kernels"] = {"by_generation": dict(spec.moe_kernels.by_generation),
+                              "default": spec.moe_kernels.default}
     if spec.fit is not None:
         out["fit"] = {"date": spec.fit.date, "cases": len(spec.fit.cases),
                       "median_abs_residual": spec.fit.median_abs_residual,
@@ -36,46 +64,77 @@ def engine_summary(spec, source: Optional[str]) -> dict:
 
 @list_app.command("engines")
 def list_engines(fmt: ShowFmt = ShowFormat.table) -> None:
-    """Every known engine spec: host time, speculative costs, CUDA-graph padding, and whether fitted."""
+    """Every known engine spec and the releases it covers (ENGINE@VERSION picks one): overlap of host work,
+    CUDA-graph padding, its terms and how many are fitted. `dsdsim show engine vllm@0.10.1` shows one whole."""
     from rich.table import Table
 
     from dsdsim.specs.catalog import engine_names, engine_source, load_engine
 
-    rows = [engine_summary(load_engine(n), engine_source(n)) for n in engine_names()]
+    rows = [(n, engine_summary(load_engine(n), engine_source(n))) for n in engine_names()]
     if fmt is ShowFormat.json:
-        return emit(to_json(rows), None)
-    t = Table(title="Engines (dsdsim list engines; times per step)")
-    for col in ("name", "host", "per seq", "overlap plain/spec", "spec fixed", "per draft pass", "rejection/token",
-                "graph padding", "fitted on"):
-        t.add_column(col, justify="left" if col in ("name", "overlap plain/spec", "graph padding", "fitted on")
-                     else "right")
-    for r in rows:
-        us = {k: f"{r[k]['value'] * 1e6:.1f} us" for k in ("host_step_s", "host_per_sequence_s", "spec_fixed_s",
-                                                          "draft_pass_s", "rejection_per_token_s")}
+        return emit(to_json([{"file": n, **r} for n, r in rows]), None)
+    t = Table(title="Engines (dsdsim list engines; --engine NAME for the current release line, NAME@VERSION for a "
+                    "release)")
+    widest = {"spec": max(len(n) for n, _ in rows), "releases": max(len(r["versions"]) for _, r in rows)}
+    for col in ("spec", "engine", "releases", "what", "overlap plain/spec", "dynamic K", "graph padding", "terms",
+                "fitted"):
+        if col == "what":
+            t.add_column(col, justify="left", no_wrap=True, overflow="ellipsis", max_width=30)
+        else:
+            t.add_column(col, justify="left", no_wrap=True, min_width=widest.get(col))
+    for n, r in sorted(rows, key=lambda x: (x[1]["name"], x[1]["versions"] == "-", x[0])):
         g = r["cuda_graphs"]
         pad = "every shape" if g["capture_sizes"] is None else f"{g['padding']} to {max(g['capture_sizes'])}"
-        t.add_row(r["name"], us["host_step_s"], us["host_per_sequence_s"],
-                  f"{'yes' if r['host_overlaps_plain'] else 'no'}/{'yes' if r['host_overlaps_speculative'] else 'no'}",
-                  us["spec_fixed_s"], us["draft_pass_s"], us["rejection_per_token_s"], pad,
-                  f"{r['fit']['cases']} cases" if "fit" in r else "-")
+        fitted = sum(1 for term in r["terms"] if term["verified"] == "fitted")
+        t.add_row(n, r["name"], r["versions"], r["label"], f"{_yes(r['overlap_plain'])}/{_yes(r['overlap_speculative'])}",
+                  _yes(r["dynamic_k_table"]), pad, str(len(r["terms"])),
+                  f"{fitted} on {r['fit']['cases']} cases" if "fit" in r else str(fitted))
     show(t)
 
 
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
 @show_app.command("engine")
-def show_engine(name: str = typer.Argument(..., help="An engine name (dsdsim list engines) or a YAML path"),
+def show_engine(name: str = typer.Argument(..., help="An engine (vllm: its current release line), ENGINE@VERSION "
+                                           "(vllm@0.10.1), a spec name from `dsdsim list engines`, or a YAML path"),
                 fmt: ShowFmt = ShowFormat.table) -> None:
-    """One engine spec: every figure with its source, CUDA-graph capture sizes, and the fit's provenance."""
+    """One engine spec: the releases it covers, every term (what it is in the engine, host or GPU, what it scales
+    with, its value and sourced range, whether fitted and on a bound), overlap, CUDA graphs, the fit."""
+    from rich.console import Group
+    from rich.table import Table
+
     from dsdsim.specs.catalog import engine_source, load_engine
 
     spec = load_engine(name)
+    summary = engine_summary(spec, engine_source(name))
     if fmt is ShowFormat.json:
         data = spec.model_dump(mode="json", exclude_none=True)
-        data["source_file"] = engine_source(name)
+        data["source_file"] = summary["source_file"]
+        for term, row in zip(data.get("terms", []), summary["terms"]):
+            term["on_bound"] = row["on_bound"]
         return emit(to_json(data), None)
-    data = engine_summary(spec, engine_source(name))
-    flat = {k: (f"{v['value']:.4g} s ({v['verified']}: {v['source']})" if isinstance(v, dict) and "value" in v else v)
-            for k, v in data.items()}
-    show(kv_table(f"Engine {spec.name}", flat))
+    head = {k: v for k, v in summary.items() if k not in ("terms", "cuda_graphs")}
+    head["cuda_graphs"] = ", ".join(f"{k} {v}" for k, v in summary["cuda_graphs"].items() if k != "capture_sizes")
+    sizes = summary["cuda_graphs"]["capture_sizes"]
+    head["capture_sizes"] = "every shape" if not sizes else f"{len(sizes)} sizes, {sizes[0]}..{sizes[-1]}"
+    t = Table(title=f"terms of {summary['source_file'] or spec.name}")
+    for col in ("term", "component", "runs on", "per", "steps", "value", "range", "verified"):
+        t.add_column(col, justify="right" if col in ("value", "range") else "left")
+    for term in spec.terms:
+        rng = term_range_text(term)
+        verified = term.verified.value + (f" ({len(term.cases)} cases)" if term.cases else "")
+        if term.on_bound:
+            verified += f", ON ITS {term.on_bound.upper()} BOUND"
+        t.add_row(term.name, term.component.value, term.runs_on.value, term.per.value, term.applies.value,
+                  term_value_text(term), rng, verified)
+    mechanisms = Table(title="what each term is (sources: --format json)", show_header=False, box=None)
+    mechanisms.add_column("term", no_wrap=True)
+    mechanisms.add_column("mechanism")
+    for term in spec.terms:
+        mechanisms.add_row(term.name, term.mechanism)
+    show(Group(kv_table(f"Engine {spec.name} {spec.version_label}", head), t, mechanisms))
 
 
 def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: str, deployment, drafter: str,
@@ -83,7 +142,7 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
     """The `calibrate --measurements` path: read, fit engine figures, print per point, write NAME.yaml."""
     from rich.table import Table
 
-    from dsdsim.calibrate_engine import EngineCalibration, read_measurements
+    from dsdsim.fit.points import EngineCalibration, read_measurements
     from dsdsim.specs.catalog import is_shipped_engine
     from dsdsim.specs.engine import engine_yaml
 

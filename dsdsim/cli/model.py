@@ -267,6 +267,10 @@ def accuracy(
     output: Output = None,
     corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR",
                                           help="A folder of measurement YAML files (default: the shipped corpus)"),
+    cv: Optional[str] = typer.Option(None, "--cv", metavar="source",
+                                     help="source: the leave-one-source-out error (every fitted figure refitted "
+                                          "without each source in turn, that source predicted): the error to expect "
+                                          "on a setup no source measured"),
 ) -> None:
     """Predict every public measurement in the corpus with the shipped defaults (no calibration) and report the
     relative error per case, then the median and max |error| per split and per group.
@@ -277,6 +281,7 @@ def accuracy(
       dsdsim accuracy --split test --format json -o accuracy.json
       dsdsim accuracy --measured-on vllm --plot accuracy.png
       dsdsim accuracy --engine ideal          # kernels only: the gap the engine specs close
+      dsdsim accuracy --cv source             # leave one source out, per source (about a minute)
     """
     from dsdsim.corpus.evaluate import accuracy as run_accuracy
 
@@ -284,8 +289,9 @@ def accuracy(
     fmt = output_format(ctx, fmt, output)
     if plot is not None:
         check_png(plot, "--plot")
-    report = with_progress("predicting measurement cases", lambda progress: run_accuracy(
-        split.value, measured_on, corpus, progress=progress, engine=engine))
+    report = with_progress("predicting measurement cases" if cv is None else "refitting without each source",
+                           lambda progress: run_accuracy(split.value, measured_on, corpus, progress=progress,
+                                                         engine=engine, cv=cv))
     if plot is not None:
         from dsdsim.corpus.display import AccuracyDisplay
         from dsdsim.plot import save_png

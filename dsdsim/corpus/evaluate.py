@@ -1,10 +1,15 @@
 """Predict every corpus case with the shipped defaults (no calibration) and measure the error.
 
-For one case: T = the step time at the case's K (or tree), T0 = the plain-decoding step time at the same
-batch and context, tau = the tokens one step emits (from the acceptance the source reports, or from one
-constant alpha fitted jointly over the case's fit group). The predicted quantity follows
-``dsdsim.corpus.schema`` (itl_ms = T/tau, tokens_per_s = B*tau/T, speedup_vs_no_sd = tau*T0/T, ...).
-relative error = predicted / measured - 1.
+A case is one or two *runs*: the configuration it measured and, for a ratio, the configuration it divides by
+(``relative_to``). For one run: T = the step time at the run's K (or tree, or the K = 0 tier of a speculative
+server), T0 = the plain-decoding step time of a server without speculation at the same batch and context, tau =
+the tokens one step emits (the acceptance the source reports, one constant alpha fitted over the case's fit
+group, or nothing where it cancels). The quantity follows ``dsdsim.corpus.schema`` (itl_ms = T/tau, tokens_per_s
+= B*tau/T, speedup_vs_no_sd = tau*T0/T, ...); relative error = predicted / measured - 1.
+
+Each run is predicted with the engine spec of the engine version it was measured on (``case_engine``): vLLM,
+SGLang and TensorRT-LLM by version range (``engine_specs/``), compiled decode loops (gpt-fast, MagicDec) with the
+kernels-only ``ideal`` spec.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from pathlib import Path
 from statistics import median
 from typing import Callable, Iterable, Optional
 
-from dsdsim.corpus.schema import (AcceptanceHandling, Case, CorpusFile, Quantity, Split, load_corpus)
+from dsdsim.corpus.schema import (AcceptanceHandling, Case, Conditions, CorpusFile, Quantity, Split, load_corpus)
 from dsdsim.errors import DsdsimError
 
 ALPHA_BOUNDS = (0.01, 0.99)     # a fitted constant alpha stays inside (0, 1)
@@ -23,13 +28,15 @@ GROUP_AXES = ("architecture", "engine", "drafter")
 
 @dataclass(frozen=True)
 class CaseTimes:
-    """Predicted physics of one case."""
+    """Predicted physics of one case: its run, and for a ratio the run it divides by (``ref_*``)."""
 
     step_s: float          # T at the case's K (tree: STEPS draft passes + a verify of draft_tokens per sequence)
-    plain_step_s: float    # T0: plain decoding, same batch and context
+    plain_step_s: float    # T0: plain decoding on a server without speculation, same batch and context
     fits_in_memory: bool
     architecture: str      # "dense" | "moe"
     drafter_kind: str      # DrafterKind value, or "none"
+    ref_step_s: Optional[float] = None
+    ref_plain_step_s: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,9 @@ class CaseResult:
     tau: Optional[float]             # tokens per step used (None where the quantity does not need it)
     fits_in_memory: Optional[bool]
     not_evaluated: Optional[str]
+    engine_version: Optional[str] = None
+    engine_spec: Optional[str] = None       # the engine spec file the case was predicted with
+    batch_size: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -80,77 +90,124 @@ class AccuracyReport:
     summary: dict[str, ErrorSummary]         # "train", "test": over the selected cases
     groups: list[GroupSummary]
     fitted: list[FittedAcceptance]           # acceptance fitted where the source gives none
+    cv: Optional[object] = None              # dsdsim.fit.cv.SourceCV when asked for (--cv source)
 
     def to_dict(self) -> dict:
-        """The JSON contract: ``cases`` and ``summary`` (train, test), plus groups and fitted acceptance."""
-        return {"cases": [asdict(c) for c in self.cases],
-                "summary": {k: asdict(v) for k, v in self.summary.items()},
-                "groups": [{"split": g.split, "axis": g.axis, "value": g.value, **asdict(g.summary)}
-                           for g in self.groups],
-                "fitted_acceptance": [asdict(f) for f in self.fitted]}
+        """The JSON contract: ``cases`` and ``summary`` (train, test), plus groups, fitted acceptance and, with
+        ``--cv source``, ``cv`` (``cv.sources.<source>.median_abs_rel_error``)."""
+        out = {"cases": [asdict(c) for c in self.cases],
+               "summary": {k: asdict(v) for k, v in self.summary.items()},
+               "groups": [{"split": g.split, "axis": g.axis, "value": g.value, **asdict(g.summary)}
+                          for g in self.groups],
+               "fitted_acceptance": [asdict(f) for f in self.fitted]}
+        if self.cv is not None:
+            out["cv"] = self.cv.to_dict()
+        return out
 
 
 # --- physics of one case --------------------------------------------------------------------------------
 
-# The engine spec a case is predicted with when none is forced: the engine it was measured on. gpt-fast and
-# MagicDec run whole compiled decode loops without a serving scheduler: kernels only.
-ENGINE_OF_CASE = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm"}
+# The engine a case is predicted with when none is forced: the engine it was measured on, at its version.
+# gpt-fast and MagicDec run whole compiled decode loops without a serving scheduler: kernels only.
+ENGINE_OF_CASE = {"vllm": "vllm", "vllm-mrv2": "vllm-mrv2", "sglang": "sglang", "tensorrt-llm": "trtllm"}
 NO_ENGINE = "ideal"
 
 
-def case_engine(case: Case, engine=None):
-    """The engine spec (name, path or spec) for a case: ``engine`` when given, else the one it was measured on."""
+def case_engine(conditions: Conditions | Case, engine=None):
+    """The engine spec (name, path or spec) for a run: ``engine`` when given, else the spec whose version range
+    covers the engine version the run was measured on (``vllm@0.8.4``)."""
     if engine is not None:
         return engine
-    return ENGINE_OF_CASE.get(case.conditions.engine, NO_ENGINE)
+    c = conditions.conditions if isinstance(conditions, Case) else conditions
+    family = ENGINE_OF_CASE.get(c.engine)
+    if family is None:
+        return NO_ENGINE
+    return f"{family}@{c.engine_version}" if c.engine_version else family
+
+
+@dataclass(frozen=True)
+class Run:
+    """One simulated configuration of a case: the step it measured and plain decoding at the same batch."""
+
+    step: object           # dsdsim.cost.step.StepCost
+    plain: object          # a server without speculation, same batch and context
+    engine: object         # the EngineSpec it was predicted with (None: kernels only)
+    engine_file: Optional[str]
+    async_scheduling: Optional[bool]
+    batch: int
+    architecture: str
+    drafter_kind: str
+
+    def times(self, params=None) -> tuple[float, float]:
+        """(T, T0) with the steps' own engine figures, or with ``params(spec, async_scheduling, drafter)`` giving
+        the EngineParams of each spec (fitting)."""
+        if params is None or self.engine is None:
+            return float(self.step.step_time_s), float(self.plain.step_time_s)
+        step = float(self.step.step_time_with(params(self.engine, self.async_scheduling, self.step.drafter)))
+        plain = float(self.plain.step_time_with(params(self.engine, self.async_scheduling, None)))
+        return step, plain
 
 
 @dataclass(frozen=True)
 class CaseSteps:
-    """The two simulated steps of a case (plain decoding and the case's own), kernels and engine terms."""
+    """The run of a case and, for a ratio, its reference run."""
 
-    plain: object          # dsdsim.cost.step.StepCost
-    step: object
-    architecture: str
-    drafter_kind: str
+    run: Run
+    ref: Optional[Run] = None
+
+    @property
+    def engines(self) -> tuple:
+        return tuple(r.engine for r in (self.run, self.ref) if r is not None and r.engine is not None)
 
     def times(self, params=None) -> CaseTimes:
-        """CaseTimes with the steps' own engine figures, or with ``params`` (EngineParams) in their place."""
-        if params is None:
-            t, t0 = float(self.step.step_time_s), float(self.plain.step_time_s)
-        else:
-            t, t0 = float(self.step.step_time_with(params)), float(self.plain.step_time_with(params))
-        return CaseTimes(t, t0, bool(self.step.feasible), self.architecture, self.drafter_kind)
+        """CaseTimes with the steps' own engine figures, or with ``params`` giving each engine spec's EngineParams
+        (fitting; ``Run.times``)."""
+        t, t0 = self.run.times(params)
+        rt = self.ref.times(params) if self.ref is not None else (None, None)
+        return CaseTimes(t, t0, bool(self.run.step.feasible), self.run.architecture, self.run.drafter_kind, *rt)
 
 
-def case_steps(case: Case, engine=None) -> CaseSteps:
-    """Simulate an evaluated case through the public cost model (dsdsim.simulate_step). A tree draft runs as the
-    cost layer models trees: STEPS draft passes over TOPK candidates, a verify of draft_tokens per sequence."""
+def _run(c: Conditions, engine=None) -> Run:
+    """Simulate one configuration through the public cost model. A tree draft runs as the cost layer models trees:
+    STEPS draft passes over TOPK candidates, a verify of draft_tokens per sequence."""
     from dsdsim.cost.step import simulate_step
-    from dsdsim.specs.setup import resolve
     from dsdsim.specs.deployment import Deployment
     from dsdsim.specs.drafter import DraftTree, parse_drafter
-    from dsdsim.units import parse_dtype
+    from dsdsim.specs.setup import resolve
+    from dsdsim.units import DType, parse_dtype
 
-    c = case.conditions
-    dep = Deployment(tp=c.tp, ep=c.ep, dtype=parse_dtype(c.dtype) if c.dtype else None)
+    dep = Deployment(tp=c.tp, ep=c.ep, dtype=parse_dtype(c.dtype) if c.dtype else None,
+                     kv_dtype=parse_dtype(c.kv_dtype) if c.kv_dtype else DType.bf16, dp_attention=c.dp_attention)
     drafter = parse_drafter(c.drafter) if c.drafter else None
     k = c.k
     if drafter is not None and c.tree is not None:
         tree = DraftTree(steps=c.tree.steps, topk=c.tree.topk, tokens=c.tree.draft_tokens - 1)
         drafter = drafter.model_copy(update={"max_k": 64, "tree": tree})
         k = c.tree.steps
-    setup = resolve(c.model, c.hardware, dep, drafter, engine=case_engine(case, engine))
-    plain = simulate_step(None, None, batch=c.batch_size, k=0, context=c.context_tokens, setup=setup)
-    step = plain if drafter is None or k == 0 else simulate_step(None, None, batch=c.batch_size, k=k,
-                                                                   context=c.context_tokens, setup=setup)
+    eng = case_engine(c, engine)
+    setup = resolve(c.model, c.hardware, dep, drafter, engine=eng, async_scheduling=c.async_scheduling)
+    plain_setup = setup if drafter is None else resolve(c.model, c.hardware, dep, None, engine=eng,
+                                                         async_scheduling=c.async_scheduling)
+    plain = simulate_step(None, None, batch=c.batch_size, k=0, context=c.context_tokens, setup=plain_setup)
+    if drafter is None:
+        step = plain
+    else:
+        step = simulate_step(None, None, batch=c.batch_size, k=k, context=c.context_tokens, setup=setup,
+                             dynamic=c.dynamic_k)
     arch = "moe" if setup.model.moe_ffn is not None else "dense"
     kind = drafter.kind.value if drafter is not None else "none"
-    return CaseSteps(plain, step, arch, kind)
+    return Run(step, plain, setup.engine, setup.engine_source, c.async_scheduling, c.batch_size, arch, kind)
+
+
+def case_steps(case: Case, engine=None) -> CaseSteps:
+    """Simulate an evaluated case: its run and, for a ratio, the run it divides by."""
+    c = case.conditions
+    ref = case.measured.relative_to
+    return CaseSteps(_run(c, engine), _run(ref.applied_to(c), engine) if ref is not None else None)
 
 
 def case_times(case: Case, engine=None) -> CaseTimes:
-    """T and T0 for an evaluated case."""
+    """T and T0 (and the reference run's) for an evaluated case."""
     return case_steps(case, engine).times()
 
 
@@ -175,6 +232,17 @@ def predict_quantity(quantity: Quantity, batch: int, tau: Optional[float], step_
     raise DsdsimError(f"{quantity.value} is not a step-level quantity")
 
 
+def predict_case(case: Case, t: CaseTimes, tau: Optional[float], tau_ref: Optional[float] = None) -> float:
+    """The case's measured quantity from its predicted times: one run, or a ratio of two."""
+    c, m = case.conditions, case.measured
+    if m.quantity is not Quantity.ratio:
+        return predict_quantity(m.quantity, c.batch_size, tau, t.step_s, t.plain_step_s)
+    ref = m.relative_to.applied_to(c)
+    num = predict_quantity(m.ratio_of, c.batch_size, tau, t.step_s, t.plain_step_s)
+    den = predict_quantity(m.ratio_of, ref.batch_size, tau_ref, t.ref_step_s, t.ref_plain_step_s)
+    return num / den
+
+
 def tau_of_alpha(alpha: float, k: int) -> float:
     """Tokens per step for a constant conditional acceptance: (1 - alpha^(K+1)) / (1 - alpha)."""
     from dsdsim.policy.acceptance import constant
@@ -182,20 +250,26 @@ def tau_of_alpha(alpha: float, k: int) -> float:
     return float(constant(alpha).tau(k))
 
 
-def _draft_length(case: Case) -> int:
+def _draft_length(c: Conditions) -> int:
     """K for tau: the chain length, or a tree's depth (the most tokens a tree step can accept)."""
-    c = case.conditions
     return c.tree.steps if c.tree is not None else c.k
 
 
-def reported_tau(case: Case) -> tuple[Optional[float], str]:
-    """tau and its description for reported / not-needed acceptance."""
-    a, k = case.acceptance, _draft_length(case)
+def reported_tau(case: Case) -> tuple[Optional[float], Optional[float], str]:
+    """(tau, tau of the reference run, description) for reported / not-needed / cancelling acceptance."""
+    a, c = case.acceptance, case.conditions
+    k = _draft_length(c)
+    if a.handling is AcceptanceHandling.cancels:
+        return 1.0, 1.0, "cancels (same drafter, K and data in both runs)"
     if a.handling is AcceptanceHandling.not_needed:
-        return (1.0 if k == 0 else None), ("none (plain decoding)" if k == 0 else "not needed (ratio of step times)")
+        if k == 0:
+            return 1.0, 1.0, "none (plain decoding)"
+        return None, None, "not needed (ratio of step times)"
+    if case.measured.quantity is Quantity.ratio:
+        return a.al, a.al_reference, f"AL {a.al:g} / {a.al_reference:g} reported"
     if a.al is not None:
-        return a.al, f"AL {a.al:g} reported"
-    return tau_of_alpha(a.alpha, k), f"alpha {a.alpha:g} reported (tau {tau_of_alpha(a.alpha, k):.2f} at K={k})"
+        return a.al, None, f"AL {a.al:g} reported"
+    return tau_of_alpha(a.alpha, k), None, f"alpha {a.alpha:g} reported (tau {tau_of_alpha(a.alpha, k):.2f} at K={k})"
 
 
 def fit_alpha(cases: list[tuple[Case, CaseTimes]]) -> float:
@@ -205,8 +279,8 @@ def fit_alpha(cases: list[tuple[Case, CaseTimes]]) -> float:
     def loss(alpha: float) -> float:
         total = 0.0
         for case, t in cases:
-            tau = tau_of_alpha(alpha, _draft_length(case))
-            pred = predict_quantity(case.measured.quantity, case.conditions.batch_size, tau, t.step_s, t.plain_step_s)
+            tau = tau_of_alpha(alpha, _draft_length(case.conditions))
+            pred = predict_case(case, t, tau)
             total += math.log(pred / case.measured.value) ** 2
         return total
 
@@ -229,9 +303,11 @@ def _source_text(cf: CorpusFile, case: Case) -> str:
 
 
 def _skipped(cf: CorpusFile, case: Case) -> CaseResult:
+    c = case.conditions
     return CaseResult(case.id, _source_text(cf, case), case.split.value, case.measured.quantity.value,
-                      case.measured.value, None, None, case.tag.value, case.conditions.engine, "unknown",
-                      "unknown", f"{case.acceptance.handling.value}", None, None, case.not_evaluated)
+                      case.measured.value, None, None, case.tag.value, c.engine, "unknown",
+                      "unknown", f"{case.acceptance.handling.value}", None, None, case.not_evaluated,
+                      c.engine_version, None, c.batch_size)
 
 
 def steps_or_error(case: Case, engine=None) -> CaseSteps:
@@ -241,21 +317,28 @@ def steps_or_error(case: Case, engine=None) -> CaseSteps:
         raise type(exc)(f"measurement case {case.id}: {exc}") from None
 
 
+def all_case_steps(corpus: list[tuple[CorpusFile, Case]], engine=None,
+                   progress: Optional[Callable[[int, int], None]] = None) -> dict[str, CaseSteps]:
+    """The simulated runs of every evaluated case (progress(done, total))."""
+    todo = [c for _, c in corpus if c.not_evaluated is None]
+    out = {}
+    for i, case in enumerate(todo):
+        out[case.id] = steps_or_error(case, engine)
+        if progress is not None:
+            progress(i + 1, len(todo))
+    return out
+
+
 def evaluate(corpus: list[tuple[CorpusFile, Case]], progress: Optional[Callable[[int, int], None]] = None,
              engine=None) -> tuple[list[CaseResult], list[FittedAcceptance]]:
     """Every case of the corpus, in corpus order; fitted acceptance per fit group. progress(done, total).
-    ``engine``: one engine spec for every case; None: each case's own engine (``case_engine``)."""
-    times: dict[str, CaseTimes] = {}
-    todo = [(cf, c) for cf, c in corpus if c.not_evaluated is None]
-    for i, (_, case) in enumerate(todo):
-        times[case.id] = steps_or_error(case, engine).times()
-        if progress is not None:
-            progress(i + 1, len(todo))
-    return score(corpus, times)
+    ``engine``: one engine spec for every case; None: each case's own engine and version (``case_engine``)."""
+    steps = all_case_steps(corpus, engine, progress)
+    return score(corpus, {cid: s.times() for cid, s in steps.items()}, steps)
 
 
-def score(corpus: list[tuple[CorpusFile, Case]], times: dict[str, CaseTimes]
-          ) -> tuple[list[CaseResult], list[FittedAcceptance]]:
+def score(corpus: list[tuple[CorpusFile, Case]], times: dict[str, CaseTimes],
+          steps: Optional[dict[str, CaseSteps]] = None) -> tuple[list[CaseResult], list[FittedAcceptance]]:
     """Results from predicted times: acceptance fitted per fit group over the cases present, then each quantity."""
     todo = [(cf, c) for cf, c in corpus if c.not_evaluated is None and c.id in times]
     groups: dict[str, list[tuple[Case, CaseTimes]]] = {}
@@ -275,15 +358,17 @@ def score(corpus: list[tuple[CorpusFile, Case]], times: dict[str, CaseTimes]
         t = times[case.id]
         if case.acceptance.handling is AcceptanceHandling.fitted:
             f = alpha_of[case.acceptance.fit_group]
-            tau = tau_of_alpha(f.alpha, _draft_length(case))
+            tau, tau_ref = tau_of_alpha(f.alpha, _draft_length(case.conditions)), None
             how = f"alpha {f.alpha:.3f} fitted over {f.group} (n={f.n})"
         else:
-            tau, how = reported_tau(case)
+            tau, tau_ref, how = reported_tau(case)
         c = case.conditions
-        pred = predict_quantity(case.measured.quantity, c.batch_size, tau, t.step_s, t.plain_step_s)
+        pred = predict_case(case, t, tau, tau_ref)
+        run = steps[case.id].run if steps is not None else None
         results.append(CaseResult(case.id, _source_text(cf, case), case.split.value, case.measured.quantity.value,
                                   case.measured.value, pred, pred / case.measured.value - 1.0, case.tag.value,
-                                  c.engine, t.architecture, t.drafter_kind, how, tau, t.fits_in_memory, None))
+                                  c.engine, t.architecture, t.drafter_kind, how, tau, t.fits_in_memory, None,
+                                  c.engine_version, run.engine_file if run is not None else None, c.batch_size))
     return results, fitted
 
 
@@ -302,14 +387,21 @@ SPLITS = ("train", "test", "all")
 
 
 def accuracy(split: str = "all", measured_on: Optional[str] = None, corpus: Optional[Path | str] = None,
-             progress: Optional[Callable[[int, int], None]] = None, engine=None) -> AccuracyReport:
+             progress: Optional[Callable[[int, int], None]] = None, engine=None, cv: Optional[str] = None
+             ) -> AccuracyReport:
     """Evaluate the measurement corpus with shipped defaults; keep the cases of ``split`` (train | test | all) and,
     when given, those ``measured_on`` one engine (the case's conditions.engine, e.g. vllm, sglang).
 
     ``engine``: an engine spec (name, path or spec) used for every case, e.g. ``ideal`` for kernels only; None:
-    each case is predicted with the engine it was measured on (``ENGINE_OF_CASE``; kernels only for the rest)."""
+    each case is predicted with the engine and version it was measured on (``case_engine``).
+    ``cv``: ``source`` adds the leave-one-source-out error (``dsdsim.fit.cv``): every fitted figure refitted
+    without each source in turn, that source predicted."""
     if split not in SPLITS:
         raise DsdsimError(f"unknown split {split!r}; use one of: {', '.join(SPLITS)}")
+    if cv not in (None, "source"):
+        raise DsdsimError(f"unknown cross-validation {cv!r}; use --cv source")
+    if cv is not None and engine is not None:
+        raise DsdsimError("--cv refits the shipped engine specs: it cannot be combined with one forced --engine")
     cases = load_corpus(corpus)
     if measured_on is not None:
         engines = sorted({c.conditions.engine for _, c in cases})
@@ -320,8 +412,14 @@ def accuracy(split: str = "all", measured_on: Optional[str] = None, corpus: Opti
         from dsdsim.specs.catalog import load_engine
 
         engine = load_engine(engine)
-    results, fitted = evaluate(cases, progress, engine)
+    steps = all_case_steps(cases, engine, None if cv is not None else progress)
+    results, fitted = score(cases, {cid: s.times() for cid, s in steps.items()}, steps)
     keep = [r for r in results if (split == "all" or r.split == split)
             and (measured_on is None or r.engine == measured_on)]
     summary = {s: summarize(r for r in keep if r.split == s) for s in (Split.train.value, Split.test.value)}
-    return AccuracyReport(keep, summary, group_summaries(keep), fitted)
+    cv_result = None
+    if cv is not None:
+        from dsdsim.fit.cv import source_cv
+
+        cv_result = source_cv(cases, steps, results, progress)
+    return AccuracyReport(keep, summary, group_summaries(keep), fitted, cv_result)

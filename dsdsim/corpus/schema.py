@@ -13,6 +13,17 @@ step emits:
     tokens_per_s       B * tau / T, the whole batch
     speedup_vs_no_sd   (B * tau / T) / (B / T0) = tau * T0 / T
     step_time_ratio    T / T0 (does not depend on acceptance)
+    ratio              one of the above (``ratio_of``) divided by the same quantity under other conditions
+                       (``relative_to``: the fields that differ, e.g. another batch size, context or engine
+                       version). Where both emit the same tokens per step (same drafter, K and dataset) the
+                       acceptance cancels (``handling: cancels``): the case checks step times only.
+    e2e_latency_ms     mean end-to-end latency of a request (prefill and queueing included)
+    run_tokens_per_s   output tokens per second over a whole benchmark run (prefill and the tail included)
+The last two are end-to-end figures: kept in the corpus, predicted once a serving simulator can (not_evaluated).
+
+Every case measured on a serving engine names the engine version it ran (``engine_version``) and how that is
+known (``engine_version_stated``: ``stated``, or ``inferred from date YYYY-MM`` for the release current at the
+source's date); it is predicted with the engine spec whose version range covers it.
 """
 from __future__ import annotations
 
@@ -27,6 +38,9 @@ from dsdsim.errors import SpecError, pydantic_one_line
 from dsdsim.specs.io import read_structured
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)")                      # the release a version string starts with
+_VERSION_STATED = re.compile(r"^(stated|inferred from date \d{4}-\d{2})$")
+SERVING_ENGINES = ("vllm", "vllm-mrv2", "sglang", "tensorrt-llm")   # engines with versioned specs (engine_specs/)
 
 
 class Tag(str, Enum):
@@ -48,6 +62,9 @@ class Quantity(str, Enum):
     tokens_per_s = "tokens_per_s"
     speedup_vs_no_sd = "speedup_vs_no_sd"
     step_time_ratio = "step_time_ratio"
+    ratio = "ratio"                        # ratio_of under these conditions / under relative_to
+    e2e_latency_ms = "e2e_latency_ms"      # end to end: not predicted per step
+    run_tokens_per_s = "run_tokens_per_s"  # end to end: not predicted per step
     other = "other"    # a figure that is not a step-level prediction (kernel efficiency, acceptance, overlap)
 
 
@@ -55,6 +72,7 @@ class AcceptanceHandling(str, Enum):
     reported = "reported"        # the source gives AL (tau at the case's K) or a per-token alpha
     not_needed = "not-needed"    # plain decoding, or a quantity that does not depend on acceptance
     fitted = "fitted"            # one constant alpha fitted jointly over the cases of fit_group, and reported
+    cancels = "cancels"          # a ratio of two runs that emit the same tokens per step (same drafter, K, data)
     unknown = "unknown"          # not stated and not fitted: only allowed on a case that is not evaluated
 
 
@@ -76,8 +94,9 @@ class Tree(_Frozen):
 
 
 class Conditions(_Frozen):
-    engine: str = Field(min_length=1)               # vllm, sglang, tensorrt-llm, gpt-fast, magicdec, ...
-    engine_version: Optional[str] = None            # None: not stated
+    engine: str = Field(min_length=1)               # vllm (vllm-mrv2: model runner V2), sglang, tensorrt-llm, ...
+    engine_version: Optional[str] = None            # "0.8.4", "v0.4.4", "0.24 (commit c5d967c23)"; None: no release
+    engine_version_stated: Optional[str] = None     # "stated" | "inferred from date YYYY-MM"
     hardware: Optional[str] = None                  # a dsdsim hardware name; None: not stated and not assumed
     hardware_stated: str = Field(min_length=1)      # as the source puts it ("1xH100", "not stated")
     tp: int = Field(default=1, ge=1, le=1024)
@@ -93,9 +112,24 @@ class Conditions(_Frozen):
     context_tokens: Optional[int] = Field(default=None, ge=0)   # mean KV length per sequence while decoding
     context_note: str = Field(min_length=1)          # how context_tokens was obtained (stated or assumed)
     dataset: Optional[str] = None
+    dynamic_k: bool = False                         # the server ran a dynamic K table (k: the tier; 0: its off tier)
+    kv_dtype: Optional[str] = None                  # the KV cache format (None: bf16)
+    dp_attention: bool = False                      # data-parallel attention (SGLang --enable-dp-attention)
+    async_scheduling: Optional[bool] = None         # None: the engine version's default
 
     @model_validator(mode="after")
     def _check(self) -> "Conditions":
+        if self.engine in SERVING_ENGINES:
+            if not self.engine_version or not _VERSION.match(self.engine_version):
+                raise ValueError(f"a case measured on {self.engine} names the engine_version it ran (e.g. 0.8.4), "
+                                 "stated by the source or the release current at the source's date")
+            if not self.engine_version_stated or not _VERSION_STATED.match(self.engine_version_stated):
+                raise ValueError("engine_version_stated: write 'stated' or 'inferred from date YYYY-MM'")
+        elif self.engine_version_stated is not None and not _VERSION_STATED.match(self.engine_version_stated):
+            raise ValueError("engine_version_stated: write 'stated' or 'inferred from date YYYY-MM'")
+        if self.dynamic_k and self.drafter is None:
+            raise ValueError("dynamic_k is a speculative server running a K table: give its drafter (k: 0 for its "
+                             "off tier)")
         if self.tree is not None and self.drafter is None:
             raise ValueError("a tree draft needs a drafter")
         if self.k > 0 and self.drafter is None:
@@ -103,9 +137,41 @@ class Conditions(_Frozen):
         return self
 
 
+class Reference(_Frozen):
+    """The conditions of the run a ratio divides by: only the fields that differ from the case's own."""
+
+    engine_version: Optional[str] = None
+    engine_version_stated: Optional[str] = None
+    hardware: Optional[str] = None
+    tp: Optional[int] = Field(default=None, ge=1, le=1024)
+    ep: Optional[int] = Field(default=None, ge=1, le=1024)
+    dtype: Optional[str] = None
+    model: Optional[str] = None
+    drafter: Optional[str] = None                   # explicitly null: plain decoding
+    k: Optional[int] = Field(default=None, ge=0, le=64)
+    tree: Optional[Tree] = None
+    batch_size: Optional[int] = Field(default=None, ge=1)
+    context_tokens: Optional[int] = Field(default=None, ge=0)
+    dynamic_k: Optional[bool] = None
+    kv_dtype: Optional[str] = None
+    dp_attention: Optional[bool] = None
+    async_scheduling: Optional[bool] = None
+    note: Optional[str] = None
+
+    def applied_to(self, c: Conditions) -> Conditions:
+        """The case's conditions with these fields replaced."""
+        changes = {f: getattr(self, f) for f in self.model_fields_set if f != "note"}
+        if "drafter" in changes and changes["drafter"] is None:
+            changes.setdefault("k", 0)
+            changes.setdefault("tree", None)
+            changes["dynamic_k"] = False
+        return Conditions.model_validate({**c.model_dump(), **changes})
+
+
 class Acceptance(_Frozen):
     handling: AcceptanceHandling
     al: Optional[float] = Field(default=None, ge=1.0)        # mean tokens per step, bonus included (tau)
+    al_reference: Optional[float] = Field(default=None, ge=1.0)   # a ratio's reference run (relative_to)
     alpha: Optional[float] = Field(default=None, gt=0, lt=1)  # conditional per-token acceptance
     fit_group: Optional[str] = None
     note: Optional[str] = None
@@ -122,17 +188,30 @@ class Acceptance(_Frozen):
         return self
 
 
+RATIO_OF = ("itl_ms", "step_ms", "tokens_per_s", "speedup_vs_no_sd")
+END_TO_END = ("e2e_latency_ms", "run_tokens_per_s")
+
+
 class Measured(_Frozen):
     quantity: Quantity
     value: Optional[float] = Field(default=None, gt=0)       # None: the source states a direction, not a figure
     value_high: Optional[float] = Field(default=None, gt=0)  # upper end when the source gives a range (value = low)
     description: Optional[str] = None      # what the figure is (required for quantity 'other')
     derived_from: Optional[str] = None     # the arithmetic from the source's own numbers, when not read directly
+    ratio_of: Optional[Quantity] = None    # quantity 'ratio': what is divided
+    relative_to: Optional[Reference] = None   # quantity 'ratio': the conditions of the denominator
 
     @model_validator(mode="after")
     def _check(self) -> "Measured":
         if self.quantity is Quantity.other and not self.description:
             raise ValueError("quantity 'other' needs a description of the figure")
+        if self.quantity is Quantity.ratio:
+            if self.ratio_of is None or self.ratio_of.value not in RATIO_OF:
+                raise ValueError(f"quantity 'ratio' needs ratio_of: one of {', '.join(RATIO_OF)}")
+            if self.relative_to is None or not (self.relative_to.model_fields_set - {"note"}):
+                raise ValueError("quantity 'ratio' needs relative_to: the conditions that differ in the denominator")
+        elif self.ratio_of is not None or self.relative_to is not None:
+            raise ValueError("ratio_of and relative_to are only used with quantity 'ratio'")
         if self.value_high is not None and (self.value is None or self.value_high < self.value):
             raise ValueError("value_high is the upper end of a range: give value (the lower end) <= value_high")
         return self
@@ -157,6 +236,24 @@ class Case(_Frozen):
         if (self.split is Split.train) != (self.train_list_item is not None):
             raise ValueError("train cases name their train_list_item; test cases have none")
         q, c, h = self.measured.quantity, self.conditions, self.acceptance.handling
+        if q.value in END_TO_END and self.not_evaluated is None:
+            raise ValueError(f"{q.value} is an end-to-end figure: give a not_evaluated reason (until a serving "
+                             "simulator predicts it)")
+        if q is Quantity.ratio:
+            ref = self.measured.relative_to.applied_to(c)
+            if h is AcceptanceHandling.cancels and (ref.drafter != c.drafter or ref.k != c.k or ref.tree != c.tree):
+                raise ValueError("acceptance 'cancels' needs the same drafter, k and tree in the case and its "
+                                 "relative_to (give al and al_reference otherwise)")
+            if h is AcceptanceHandling.reported and (self.acceptance.al is None or self.acceptance.al_reference is None):
+                raise ValueError("a ratio with reported acceptance gives al and al_reference")
+            if h is AcceptanceHandling.fitted:
+                raise ValueError("a ratio's acceptance cancels or is reported, never fitted")
+            if (h is AcceptanceHandling.not_needed and self.measured.ratio_of is not Quantity.step_ms
+                    and (c.k > 0 or ref.k > 0)):
+                raise ValueError("a ratio of speculative runs depends on acceptance unless it cancels: use handling "
+                                 "'cancels' (same drafter, k, data) or 'reported' (al, al_reference)")
+        elif h is AcceptanceHandling.cancels:
+            raise ValueError("acceptance 'cancels' is only used with quantity 'ratio'")
         if self.not_evaluated is None:
             missing = [f for f in ("hardware", "model", "batch_size", "context_tokens") if getattr(c, f) is None]
             if missing:
@@ -168,7 +265,7 @@ class Case(_Frozen):
             if h is AcceptanceHandling.unknown:
                 raise ValueError("acceptance 'unknown' on an evaluated case: report it, fit it, or mark the case "
                                  "not_evaluated")
-            needs_acceptance = c.k > 0 and q is not Quantity.step_time_ratio and q is not Quantity.step_ms
+            needs_acceptance = (c.k > 0 and q not in (Quantity.step_time_ratio, Quantity.step_ms, Quantity.ratio))
             if needs_acceptance and h is AcceptanceHandling.not_needed:
                 raise ValueError(f"{q.value} at k={c.k} depends on acceptance: handling cannot be 'not-needed'")
             if q in (Quantity.speedup_vs_no_sd, Quantity.step_time_ratio) and c.k == 0:

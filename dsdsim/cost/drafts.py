@@ -90,15 +90,19 @@ class DraftPlan:
     again_head_rows_per_sequence: float = 1.0   # rows per sequence through the lm_head in later passes
     dp_ranks: int = 1                      # ranks the batch is split over (data-parallel attention)
 
-    def points(self, batch, k, context) -> list[tuple[PassPoint, Optional[np.ndarray | float]]]:
-        """(sizes, times it runs; None: once, not counted) for each pass at batch B, K draft tokens, context c."""
+    def points(self, batch, k, context, first_at_zero: bool = False
+               ) -> list[tuple[PassPoint, Optional[np.ndarray | float]]]:
+        """(sizes, times it runs; None: once, not counted) for each pass at batch B, K draft tokens, context c.
+        ``first_at_zero``: the first pass runs at K = 0 too (a dynamic-K server's K = 0 tier keeping the drafter's
+        KV cache in step, vLLM ``llm_base_proposer.py``)."""
         b, k, c = num(batch), num(k), num(context)
         kk = where(k > 0, float(self.tree_steps), 0.0) if self.tree_steps is not None else k
         q_first = kk + 1.0
         out = []
         for dp in self.passes:
             if dp.role is DraftRole.first:
-                out.append((PassPoint(b, q_first, c, dp_ranks=self.dp_ranks, head_rows=b, k=k), minimum(kk, 1.0)))
+                runs = 1.0 if first_at_zero else minimum(kk, 1.0)
+                out.append((PassPoint(b, q_first, c, dp_ranks=self.dp_ranks, head_rows=b, k=k), runs))
             elif dp.role is DraftRole.again:
                 rows = b * self.again_head_rows_per_sequence
                 out.append((PassPoint(b, self.again_q, c + q_first, dp_ranks=self.dp_ranks, head_rows=rows, k=k),

@@ -1,66 +1,128 @@
 """Engine time of a step: host scheduling (overlapped or not), the speculative machinery, CUDA-graph padding.
 
-Pure functions of the step's shape and an engine spec (``dsdsim.specs.engine`` has the equations). The kernel
-time they add to comes from ``dsdsim.cost.step``; fitting (scripts/fit_engines.py, ``dsdsim calibrate
---measurements``) calls ``engine_time`` with the kernel times held fixed.
+Pure functions of the step's shape and an engine spec's terms (``dsdsim.specs.engine`` has the equations). The
+kernel time they add to comes from ``dsdsim.cost.step``; fitting (``dsdsim.fit``) calls ``engine_time`` with the
+kernel times held fixed.
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from dsdsim.cost.num import is_scalar, maximum, num, where
-from dsdsim.specs.engine import CudaGraphs, EngineParams, GraphPadding  # noqa: F401 (EngineParams re-exported)
+from dsdsim.specs.engine import CudaGraphs, EngineParams, GraphPadding, KindCoefficients  # noqa: F401
 
 
 @dataclass(frozen=True)
 class EngineTime:
-    """Seconds per step the engine adds (arrays over the step grid). ``added_s`` is what the step time gains:
-    the speculative terms plus the host time that is not hidden behind device time."""
+    """Seconds per step the engine adds (arrays over the step grid). ``added_s`` is what the step time gains: the
+    GPU terms plus the host time that is not hidden behind device time."""
 
     host_s: np.ndarray            # host time per step (whether hidden or not)
     host_exposed_s: np.ndarray    # the part of it the step waits for
-    spec_fixed_s: np.ndarray
-    draft_passes_s: np.ndarray
-    rejection_s: np.ndarray
-
-    @property
-    def speculative_s(self) -> np.ndarray:
-        return self.spec_fixed_s + self.draft_passes_s + self.rejection_s
+    gpu_s: np.ndarray             # GPU terms: device time beyond the kernels of the passes
 
     @property
     def added_s(self) -> np.ndarray:
-        return self.speculative_s + self.host_exposed_s
+        return self.gpu_s + self.host_exposed_s
 
 
-def engine_time(p: EngineParams, device_s, batch, k, draft_passes, verify_tokens) -> EngineTime:
-    """Engine terms for steps whose kernels take ``device_s``; batch B, K draft tokens, ``draft_passes`` passes and
-    ``verify_tokens`` = q tokens per sequence in the verify pass. K = 0 is a plain step (no speculative terms)."""
+def _units(c: tuple, b, tokens, passes, layers):
+    """step + sequence * B + token * B q + draft_pass * passes + layer * layers, for one coefficient tuple."""
+    out = c[0] + c[1] * b if c[1] else c[0]
+    if c[2]:
+        out = out + c[2] * tokens
+    if c[3]:
+        out = out + c[3] * passes
+    if c[4]:
+        out = out + c[4] * layers
+    return out
+
+
+def _kind_terms(c: KindCoefficients, b, tokens, passes, layers, kernel_s, eager_kernel_s):
+    """(host seconds, of which per draft pass, GPU seconds) of one kind of step."""
+    host = _units(c.host_s, b, tokens, passes, layers)
+    host_pass = c.host_s[3] * passes if c.host_s[3] else 0.0
+    gpu = _units(c.gpu_s, b, tokens, passes, layers) if any(c.gpu_s) else 0.0
+    if any(c.gpu_kernels):
+        gpu = gpu + _units(c.gpu_kernels, b, tokens, passes, layers) * kernel_s
+    if any(c.gpu_eager_kernels):
+        gpu = gpu + _units(c.gpu_eager_kernels, b, tokens, passes, layers) * eager_kernel_s
+    return host, host_pass, gpu
+
+
+def _exposed(overlaps: bool, host, host_pass, device, draft_device):
+    """Host time the step waits for: with overlap, what exceeds the device time; without, all of it except the
+    draft-pass host work that its passes' kernels hide."""
+    if overlaps:
+        return maximum(host - device, 0.0)
+    if type(host_pass) is float and host_pass == 0.0:
+        return host
+    return host - host_pass + maximum(host_pass - draft_device, 0.0)
+
+
+def engine_time(p: EngineParams, device_s, batch, k, draft_passes, verify_tokens, kernel_s, eager_kernel_s=None,
+                dynamic: bool = False, layers: float = 0.0, draft_device_s=0.0) -> EngineTime:
+    """Engine terms for steps whose kernels take ``device_s`` (of which the draft passes ``draft_device_s``): batch
+    B, K draft tokens, ``draft_passes`` passes, ``verify_tokens`` = q tokens per sequence in the verify pass,
+    ``layers`` target layers; ``kernel_s`` / ``eager_kernel_s`` the time of one small kernel replayed from a graph /
+    launched eagerly. K = 0 is a plain step, or with ``dynamic`` the K = 0 tier of a server running a dynamic K
+    table (whose speculative steps are then ``dynamic`` ones)."""
+    eager_kernel_s = kernel_s if eager_kernel_s is None else eager_kernel_s
     b = num(batch)
-    spec = num(k) > 0
-    host = p.host_step_s + p.host_per_sequence_s * b
-    fixed = where(spec, p.spec_fixed_s, 0.0)
-    passes = where(spec, p.draft_pass_s * num(draft_passes), 0.0)
-    rejection = where(spec, p.rejection_per_token_s * b * num(verify_tokens), 0.0)
-    device = num(device_s) + fixed + passes + rejection
-    overlaps = (bool(p.host_overlaps_speculative if spec else p.host_overlaps_plain) if isinstance(spec, bool)
-                else np.where(spec, p.host_overlaps_speculative, p.host_overlaps_plain))
-    exposed = where(overlaps, maximum(host - device, 0.0), host)
+    kk = num(k)
+    tokens = b * num(verify_tokens)
+    passes = num(draft_passes)
+    zero, spec = (p.off_tier, p.dynamic) if dynamic else (p.plain, p.speculative)
+    args = (b, tokens, passes, layers, kernel_s, eager_kernel_s)
+    if type(kk) is float:                          # one kind of step
+        c = spec if kk > 0 else zero
+        host, host_pass, gpu = _kind_terms(c, *args)
+        device = num(device_s) + gpu
+        exposed = _exposed(c.overlaps, host, host_pass, device, draft_device_s)
+    else:
+        on = kk > 0
+        h1, hp1, g1 = _kind_terms(spec, *args)
+        h0, hp0, g0 = _kind_terms(zero, *args)
+        host, gpu = np.where(on, h1, h0), np.where(on, g1, g0)
+        device = num(device_s) + gpu
+        exposed = np.where(on, _exposed(spec.overlaps, h1, hp1, device, draft_device_s),
+                           _exposed(zero.overlaps, h0, hp0, device, draft_device_s))
     if is_scalar(device) and is_scalar(host) and is_scalar(exposed):
-        return EngineTime(host, exposed, fixed, passes, rejection)
-    shape = np.broadcast_shapes(np.shape(device), np.shape(host), np.shape(exposed))
-    return EngineTime(*(np.broadcast_to(x, shape) for x in (host, exposed, fixed, passes, rejection)))
-
-
-def no_engine_time(shape) -> EngineTime:
-    z = np.zeros(shape)
-    return EngineTime(z, z, z, z, z)
+        return EngineTime(host, exposed, gpu)
+    shape = np.broadcast_shapes(np.shape(device), np.shape(host), np.shape(exposed), np.shape(gpu))
+    return EngineTime(*(np.broadcast_to(x, shape) for x in (host, exposed, gpu)))
 
 
 # --- CUDA graphs -----------------------------------------------------------------------------------------------
+
+
+def term_seconds(spec, step) -> list[tuple[object, float]]:
+    """(term, seconds before any overlap) for every term of ``spec`` that one scalar ``step``
+    (dsdsim.cost.step.StepCost) pays: value x units, kernel counts at the hardware's small-kernel times."""
+    from dsdsim.cost.step import small_kernel_s
+    from dsdsim.specs.engine import _APPLIES_TO, RunsOn, Unit
+
+    k = float(np.asarray(step.k).reshape(-1)[0])
+    kind = ("dynamic" if step.dynamic else "speculative") if k > 0 else ("off_tier" if step.dynamic else "plain")
+    b = float(np.asarray(step.batch).reshape(-1)[0])
+    q = float(np.asarray(step.verify_tokens).reshape(-1)[0])
+    units = {"step": 1.0, "sequence": b, "token": b * q,
+             "draft_pass": float(np.asarray(step.draft_passes).reshape(-1)[0]), "layer": float(step.model.num_layers)}
+    graphed_s, eager_s = small_kernel_s(step.hardware)
+    out = []
+    for t in spec.terms:
+        if kind not in _APPLIES_TO[t.applies]:
+            continue
+        per_unit = t.value if t.unit is Unit.seconds or t.runs_on is RunsOn.host else t.value * (
+            graphed_s if t.unit is Unit.kernels else eager_s)
+        out.append((t, per_unit * units[t.per.value]))
+    return out
 
 
 def _next_size(sizes: tuple[int, ...], n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -74,13 +136,37 @@ def _next_size(sizes: tuple[int, ...], n: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.where(ok, arr[np.minimum(idx, arr.size - 1)], n), ok
 
 
+@lru_cache(maxsize=256)
+def _multiples(sizes: tuple[int, ...], q: float) -> tuple[int, ...]:
+    """Capture sizes rounded up to multiples of q, kept where they stay within the largest capture size (vLLM
+    under speculation captures multiples of K + 1 so a uniform decode batch fills whole sequences)."""
+    top = sizes[-1]
+    return tuple(sorted({math.ceil(s / q) * int(q) for s in sizes if math.ceil(s / q) * q <= top}))
+
+
+def _next_multiple_size(sizes: tuple[int, ...], b, q):
+    """(the smallest capture size, rounded to a multiple of q, holding B * q tokens; whether there is one)."""
+    if type(b) is float and type(q) is float:
+        return _next_size(_multiples(sizes, q), b * q)
+    b, q = np.broadcast_arrays(np.asarray(b, dtype=float), np.asarray(q, dtype=float))
+    size, ok = np.array(b * q), np.zeros(b.shape, dtype=bool)
+    for qv in np.unique(q):
+        m = q == qv
+        allowed = _multiples(sizes, float(qv))
+        if allowed:
+            size[m], ok[m] = _next_size(allowed, b[m] * qv)
+    return size, ok
+
+
 def padded_tokens(graphs: Optional[CudaGraphs], batch, tokens_per_sequence, graphs_on: bool = True
                   ) -> tuple[np.ndarray, np.ndarray]:
     """(tokens per sequence the kernels run for, whether they replay a CUDA graph) for a pass of B sequences with
     q tokens each. The padded size S is B * q rounded up to a capture size (padding by tokens) or B rounded up, times
     q (padding by batch); the pass then runs S / B tokens per sequence: GEMMs and sampling see S tokens, attention
     still reads the KV cache of the B real sequences only (padding slots hold no context). Past the largest capture
-    size, or a size not captured when padding is off: eager, unpadded."""
+    size, or a size not captured when padding is off: eager, unpadded. With ``multiple_of_verify_tokens`` (vLLM
+    under speculation) the capture sizes are rounded up to multiples of q first, so a uniform decode batch of B
+    sequences pads to a whole number of sequences."""
     b = num(batch)
     q = num(tokens_per_sequence)
     if type(b) is float and type(q) is float:      # one point: (float, bool)
@@ -97,6 +183,9 @@ def padded_tokens(graphs: Optional[CudaGraphs], batch, tokens_per_sequence, grap
         return out(q, True)
     sizes = graphs.capture_sizes
     if graphs.padding is GraphPadding.tokens:
+        if graphs.multiple_of_verify_tokens:
+            size, ok = _next_multiple_size(sizes, b, q)
+            return out(where(ok, size / b, q), ok)
         size, ok = _next_size(sizes, b * q)
         return out(where(ok, size / b, q), ok)
     size, ok = _next_size(sizes, b)

@@ -38,26 +38,33 @@ class PassContext:
     expert_overlap: float = 0.0
     expert_popularity: Optional[np.ndarray] = None
     dp_attention: bool = False
+    moe_family: Optional[str] = None       # the fused-MoE kernel family the engine runs (None: the part's default)
+    moe_tile_m: Optional[int] = None       # that family's row tile (None: tile_m)
 
     @classmethod
-    def build(cls, model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> "PassContext":
-        """The context of passes of ``model`` on ``hw`` under ``dep`` (computed once per three spec objects)."""
-        return _pass_context(cls, model, hw, dep)
+    def build(cls, model: ModelSpec, hw: HardwareSpec, dep: Deployment,
+              moe_family: Optional[str] = None) -> "PassContext":
+        """The context of passes of ``model`` on ``hw`` under ``dep`` (computed once per three spec objects and
+        family); ``moe_family``: the engine's fused-MoE kernel family on this part (``MoEKernels.family``)."""
+        return _pass_context(cls, model, hw, dep, moe_family)
 
     @classmethod
-    def _build(cls, model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> "PassContext":
+    def _build(cls, model: ModelSpec, hw: HardwareSpec, dep: Deployment, moe_family: Optional[str]) -> "PassContext":
         pop = None
         if dep.expert_popularity is not None and model.moe_ffn is not None:
             moe = model.moe_ffn
             pop = check_popularity(dep.expert_popularity, moe.num_experts, moe.top_k)
-        return cls(tp=dep.tp, ep=dep.ep, w_dtype=dep.weight_dtype(model), expert_dtype=dep.routed_expert_dtype(model),
+        expert_dtype = dep.routed_expert_dtype(model)
+        moe_tile = hw.kernels.moe_tile_m(moe_family, expert_dtype) if hw.kernels is not None else None
+        return cls(tp=dep.tp, ep=dep.ep, w_dtype=dep.weight_dtype(model), expert_dtype=expert_dtype,
                    kv_dtype=dep.kv_dtype, act_dtype=dep.act_dtype, tile_m=int(hw.gemm_tile_m.value),
-                   expert_overlap=dep.expert_overlap, expert_popularity=pop, dp_attention=dep.dp_attention)
+                   expert_overlap=dep.expert_overlap, expert_popularity=pop, dp_attention=dep.dp_attention,
+                   moe_family=moe_family, moe_tile_m=moe_tile)
 
 
 @by_identity
-def _pass_context(cls, model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> PassContext:
-    return cls._build(model, hw, dep)
+def _pass_context(cls, model: ModelSpec, hw: HardwareSpec, dep: Deployment, moe_family) -> PassContext:
+    return cls._build(model, hw, dep, moe_family)
 
 
 @by_identity
@@ -81,7 +88,7 @@ def kv_elements_per_token_per_rank(attn: Attention, tp: int) -> int:
     """Cached elements per token on one rank. The MLA latent is replicated on every rank (not split)."""
     if attn.kind is AttentionKind.mla:
         return attn.kv_elements_per_token
-    return 2 * kv_heads_per_rank(attn, tp) * attn.head_dim
+    return attn.kv_tensors * kv_heads_per_rank(attn, tp) * attn.head_dim
 
 
 def context_limit(attn: Attention, kv_budget: Optional[int] = None) -> Optional[float]:
@@ -137,11 +144,12 @@ def attention_plan(attn: Attention, hidden: int, pc: PassContext, kv_budget: Opt
         ]
     kv_heads = kv_heads_per_rank(attn, pc.tp)
     d = attn.head_dim
+    kv = attn.kv_tensors * kv_heads * d           # k and v (or k alone where the value reuses it) per token
     return [
-        PlanOp("qkv", ops.Gemm(k_in, (heads + 2 * kv_heads) * d, bias=attn.qkv_bias, **g), rank_rows),
+        PlanOp("qkv", ops.Gemm(k_in, heads * d + kv, bias=attn.qkv_bias, **g), rank_rows),
         PlanOp("rotary", ops.Elementwise((heads + kv_heads) * d, reads=1, writes=1, act_dtype=pc.act_dtype,
                                          flops_per_element=3), rank_rows),
-        PlanOp("attn", ops.Attention(heads, d, d, 2 * kv_heads * d, pc.kv_dtype, pc.act_dtype), core),
+        PlanOp("attn", ops.Attention(heads, d, d, kv, pc.kv_dtype, pc.act_dtype), core),
         PlanOp("o", ops.Gemm(heads * d, hidden, bias=attn.o_bias, **g), rank_rows),
     ]
 
@@ -166,7 +174,8 @@ def ffn_plan(ffn: FFN, hidden: int, pc: PassContext) -> list[PlanOp]:
         return (p.tokens, *routed_experts(ffn, pc, p))
 
     routed = ops.MoEExperts(ffn.top_k, hidden, _split(ffn.expert_intermediate_size, pc.tp // pc.ep),
-                            w_dtype=pc.expert_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m, bias=ffn.bias)
+                            w_dtype=pc.expert_dtype, act_dtype=pc.act_dtype, tile_m=pc.moe_tile_m or pc.tile_m,
+                            bias=ffn.bias, experts=ffn.num_experts // pc.ep)
     a2a = pc.dp_attention and pc.ep > 1
     if a2a:   # this rank's rows leave for the expert ranks; all_to_all counts the rows of the ep-rank group
         rows_per_token = ffn.top_k * pc.ep

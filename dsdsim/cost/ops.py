@@ -16,6 +16,7 @@ from typing import ClassVar, NamedTuple, Optional, Union
 import numpy as np
 
 from dsdsim.cost.num import maximum, num, rint, where
+from dsdsim.specs.hardware import GROUPED_GEMM_LAUNCHES
 from dsdsim.specs.model import swiglu_bias_params, swiglu_matrix_params
 from dsdsim.units import DType
 
@@ -296,19 +297,23 @@ class Attention(Operator):
                       1.0, b)
 
 
+_GEMM_LAUNCHES = float(GROUPED_GEMM_LAUNCHES)     # a Demand's launches (a float, as its other fields)
+
+
 @dataclass(frozen=True)
 class MoEExperts(Operator):
     """Routed SwiGLU experts as one grouped GEMM (gate_up then down).
 
     FLOPs = 2 * (tokens*top_k*share) * 3*h*I_e on this rank; weight bytes = experts_touched * 3*h*I_e.
     ``token_share`` is the fraction of all token->expert assignments this rank computes (1/ep if balanced).
-    Padding: each touched expert's rows are padded to the M tile. ``experts_touched_total``: the distinct experts
-    all ranks read (reported, not timed).
+    Padding: each touched expert's rows are padded to the M tile (the fused-MoE family's, ``MoEFamilyFigures.tile_m``,
+    where the plan knows it). ``experts``: the routed experts this rank holds (0: not given), what the per-call
+    work of a fused-MoE kernel family may grow with (dsdsim.cost.timing). ``experts_touched_total``: the distinct
+    experts all ranks read (reported, not timed).
     """
 
     kind: ClassVar[OpKind] = OpKind.moe_experts
     kernel: ClassVar[KernelClass] = KernelClass.fused_moe
-
 
     top_k: int
     hidden: int
@@ -317,6 +322,7 @@ class MoEExperts(Operator):
     act_dtype: DType
     tile_m: int = 1
     bias: bool = False
+    experts: int = 0
 
     def __post_init__(self):
         a = self.act_dtype.bytes_per_element
@@ -327,6 +333,11 @@ class MoEExperts(Operator):
                      _weight_bytes_per_expert=per_expert_w,
                      # gather the routed rows in, write gate_up out and read it back, scatter the results out
                      _act_per_row=(self.hidden + 2 * self.width) * a)
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        """Bytes of one routed expert's weights on this rank (biases included)."""
+        return self._weight_bytes_per_expert
 
     def _padded_rows(self, assignments, touched):
         t = maximum(touched, 1e-12)
@@ -346,7 +357,8 @@ class MoEExperts(Operator):
             flops_padded=self._padded_rows(assignments, touched) * self._flops_per_row,
             weight_bytes=touched * self._weight_bytes_per_expert,
             act_in_bytes=assignments * self._act_per_row, act_out_bytes=assignments * self._act_per_row,
-            launches=2, experts_touched=experts_touched, experts_touched_total=experts_touched_total,
+            launches=GROUPED_GEMM_LAUNCHES, experts_touched=experts_touched,
+            experts_touched_total=experts_touched_total,
             kernel=KernelClass.fused_moe,
             shape=MoEShape(tokens, self.top_k, self.hidden, self.width, experts_touched, token_share))
 
@@ -354,7 +366,7 @@ class MoEExperts(Operator):
         assignments = tokens * self.top_k * token_share
         act = assignments * self._act_per_row
         return Demand(self._padded_rows(assignments, experts_touched) * self._flops_per_row,
-                      experts_touched * self._weight_bytes_per_expert + act + act, 2.0)
+                      experts_touched * self._weight_bytes_per_expert + act + act, _GEMM_LAUNCHES)
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,10 @@ class PassCost:
     """One phase of a step (draft or verify): its time, and its operators with their roofline times, whose records
     are built from the pass plans (``dsdsim.cost.plan``) only when asked for."""
 
-    def __init__(self, time_s, parts: list, op_seconds: list, hardware: HardwareSpec, cuda_graphs=True):
+    def __init__(self, time_s, parts: list, op_seconds: list, hardware: HardwareSpec, cuda_graphs=True, timed=()):
         self.time_s = time_s                  # the sum of the operator times
         self._parts = parts                   # (plan, sizes, times the pass runs or None) per pass
+        self._timed = timed                   # the planned operators' rates, per pass (Timed)
         self._op_seconds = op_seconds         # seconds per step of each operator, in plan order
         self._hardware = hardware
         self._cuda_graphs = cuda_graphs
@@ -54,7 +55,9 @@ class PassCost:
     @functools.cached_property
     def op_times(self) -> list[OpTime]:
         ops = [o for plan, p, times in self._parts for o in records(plan, p, times)]
-        return [OpTime(o, t, self._hardware, self._cuda_graphs) for o, t in zip(ops, self._op_seconds)]
+        rates = [r.rates for timed in self._timed for r in timed]
+        return [OpTime(o, t, self._hardware, self._cuda_graphs, rate)
+                for o, t, rate in zip(ops, self._op_seconds, rates)]
 
     @property
     def flops(self) -> np.ndarray:
@@ -85,10 +88,14 @@ class StepCost:
     draft_passes: Optional[np.ndarray] = None       # sequential draft passes per step
     verify_tokens: Optional[np.ndarray] = None      # q: tokens per sequence in the verify pass
 
+    dynamic: bool = False                           # a server running a dynamic K table (K = 0: its off tier)
+
     def step_time_with(self, params: EngineParams) -> np.ndarray:
         """The step time under other engine figures, kernels held fixed (engine fitting and calibration)."""
         device = self.kernel_time_s + self.overhead_s
-        return device + engine_time(params, device, self.batch, self.k, self.draft_passes, self.verify_tokens).added_s
+        return device + engine_time(params, device, self.batch, self.k, self.draft_passes, self.verify_tokens,
+                                    *small_kernel_s(self.hardware), self.dynamic, self.model.num_layers,
+                                    self.draft.time_s).added_s
 
     @property
     def kernel_time_s(self) -> np.ndarray:
@@ -140,13 +147,16 @@ def _check_grid(batch, k, context, drafter: Optional[DrafterSpec]) -> tuple[np.n
 
 
 def simulate_step(model, hardware, deployment: Optional[Deployment] = None, drafter=None, batch=1, k=0,
-                  context=1024, setup: Optional[Setup] = None, engine=DEFAULT_ENGINE) -> StepCost:
+                  context=1024, setup: Optional[Setup] = None, engine=DEFAULT_ENGINE,
+                  dynamic: bool = False) -> StepCost:
     """Cost of one speculative step. batch, k, context: scalars or broadcastable numpy arrays. ``engine`` is used
-    only when no ``setup`` is given (a Setup carries its engine)."""
+    only when no ``setup`` is given (a Setup carries its engine). ``dynamic``: the server runs a dynamic K table
+    (vLLM num_speculative_tokens_per_batch_size); its steps pay what the engine version charges such a server, and
+    K = 0 is its off tier, not a plain server (where the version says so, the drafter's first pass still runs)."""
     s = setup or resolve(model, hardware, deployment, drafter, engine)
     b, kk, c = _check_grid(batch, k, context, s.drafter)
     m, hw, dep, eng = s.model, s.hardware, s.deployment, s.engine
-    plan = step_plan(m, hw, dep, s.drafter, s.draft_model)
+    plan = step_plan(m, hw, dep, s.drafter, s.draft_model, moe_family_of(eng, hw))
     tree = s.drafter.tree if s.drafter is not None else None
     q = where(kk > 0, tree.tokens + 1.0, 1.0) if tree is not None else kk + 1.0   # a tree verifies TOKENS + 1
     graphs = eng.cuda_graphs if eng is not None else None
@@ -157,8 +167,11 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
     verify_point = PassPoint(b, q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=sampling_passes)
     verify = _pass_cost([(plan.verify, verify_point, None)], [plan.verify_timed], hw, graphed)
     draft = PassCost(0.0, [], [], hw)
+    off_tier_drafts = (dynamic and eng is not None and eng.off_tier_drafts is not None
+                       and eng.off_tier_drafts.value)
     if plan.draft is not None:
-        parts = [(dp.ops, p, times) for dp, (p, times) in zip(plan.draft.passes, plan.draft.points(b, kk, c))]
+        points = plan.draft.points(b, kk, c, first_at_zero=off_tier_drafts)
+        parts = [(dp.ops, p, times) for dp, (p, times) in zip(plan.draft.passes, points)]
         draft = _pass_cost(parts, plan.draft_timed, hw, draft_graphed)
     one_point = type(b) is float and type(kk) is float and type(c) is float
     shape = () if one_point else np.broadcast_shapes(np.shape(b), np.shape(kk), np.shape(c))
@@ -169,17 +182,20 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
     memory = memory_use(m, hw, dep, s.drafter, b, kk, c, s.draft_model)
     et = None
     passes = _draft_passes(s.drafter, kk)
+    if off_tier_drafts and plan.draft is not None:
+        passes = where(kk > 0, passes, 1.0)
     if eng is not None:
-        params = s.engine_params or _engine_params(eng)
+        params = s.engine_params or _engine_params(eng, s.drafter)
         device = verify.time_s + draft.time_s + overhead
-        et = engine_time(params, device, b, kk, passes, q)
+        et = engine_time(params, device, b, kk, passes, q, *small_kernel_s(hw), dynamic, m.num_layers,
+                         draft.time_s)
     b, kk, c = np.asarray(b), np.asarray(kk), np.asarray(c)
     if one_point:
         padded, graphed = np.asarray(b * q_verify), np.asarray(graphed)
     else:
         padded, graphed = np.broadcast_to(b * q_verify, shape), np.broadcast_to(graphed, shape)
     return StepCost(m, hw, dep, s.drafter, b, kk, c, verify, draft, overhead, memory, eng, et, padded, graphed, passes,
-                    np.asarray(q))
+                    np.asarray(q), dynamic)
 
 
 class Timed(NamedTuple):
@@ -202,30 +218,48 @@ class StepPlan:
     dp_ranks: int                        # ranks the verify batch is split over (data-parallel attention)
 
 
+def moe_family_of(engine: Optional[EngineSpec], hw: HardwareSpec) -> Optional[str]:
+    """The fused-MoE kernel family ``engine`` runs on ``hw``'s generation (None: the part's default)."""
+    if engine is None or engine.moe_kernels is None:
+        return None
+    return engine.moe_kernels.family(hw.generation_name)
+
+
 @by_identity
 def step_plan(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Optional[DrafterSpec],
-              draft_model: Optional[ModelSpec]) -> StepPlan:
+              draft_model: Optional[ModelSpec], moe_family: Optional[str] = None) -> StepPlan:
     """Plans of the verify and draft passes of ``model`` with ``drafter`` on ``hw`` under ``dep`` (once per set of
-    spec objects)."""
-    pc = PassContext.build(model, hw, dep)
+    spec objects and fused-MoE family)."""
+    pc = PassContext.build(model, hw, dep, moe_family)
     verify = pass_plan(model, pc)
     draft = None
     if drafter is not None:
-        dpc = PassContext.build(draft_model, hw, dep.for_draft_model()) if draft_model else None
+        dpc = PassContext.build(draft_model, hw, dep.for_draft_model(), moe_family) if draft_model else None
         draft = draft_plan(model, drafter, pc, draft_model=draft_model, draft_pc=dpc)
-    return StepPlan(verify, _timed(verify, hw), draft,
-                    [_timed(dp.ops, hw) for dp in draft.passes] if draft is not None else [],
+    return StepPlan(verify, _timed(verify, hw, moe_family), draft,
+                    [_timed(dp.ops, hw, moe_family) for dp in draft.passes] if draft is not None else [],
                     dp_ranks(pc.dp_attention, pc.tp))
 
 
-def _timed(plan: list[PlanOp], hw: HardwareSpec) -> list[Timed]:
-    return [Timed(e.size, e.op.demand, rates_of(e.op, hw), e.count) for e in plan]
+def _timed(plan: list[PlanOp], hw: HardwareSpec, moe_family: Optional[str]) -> list[Timed]:
+    return [Timed(e.size, e.op.demand, rates_of(e.op, hw, moe_family), e.count) for e in plan]
 
 
 @by_identity
-def _engine_params(engine: EngineSpec) -> EngineParams:
-    """An engine spec's own figures (once per spec object)."""
-    return EngineParams.of(engine)
+def _engine_params(engine: EngineSpec, drafter: Optional[DrafterSpec]) -> EngineParams:
+    """An engine spec's own figures for a drafter (once per pair of spec objects: overlap may depend on it)."""
+    if drafter is None:
+        return EngineParams.of(engine)
+    return EngineParams.of(engine, drafter_kind=drafter.kind.value, tree=drafter.tree is not None)
+
+
+@by_identity
+def small_kernel_s(hw: HardwareSpec) -> tuple[float, float]:
+    """The time of one small kernel (the unit of an engine's kernel-count terms: a rejection sampler's or a
+    drafter's bookkeeping kernels): the kernel floor plus the launch gap, replayed from a CUDA graph and launched
+    eagerly."""
+    floor = hw.kernels.kernel_floor_s.value if hw.kernels is not None else 0.0
+    return floor + hw.launch_overhead_s.value, floor + hw.eager_launch_overhead_s.value
 
 
 def _draft_passes(drafter: Optional[DrafterSpec], k: np.ndarray) -> np.ndarray:
@@ -258,16 +292,17 @@ def _pass_cost(parts: list, timed: list[list[Timed]], hw: HardwareSpec, graphed)
             if times is not None:
                 count = count * times
             op_seconds.append(per * count if type(per) is float else in_place(per, count, np.multiply))
-    return PassCost(sum_by_shape(op_seconds), parts, op_seconds, hw, g)
+    return PassCost(sum_by_shape(op_seconds), parts, op_seconds, hw, g, timed)
 
 
 def step_time_grid(model, hardware, deployment: Optional[Deployment] = None, drafter=None, batch_sizes=(1,),
                    k_values=(0,), contexts=(1024,), setup: Optional[Setup] = None,
-                   engine=DEFAULT_ENGINE) -> tuple[np.ndarray, np.ndarray]:
-    """(step_time_s, feasible), each shaped (len(batch_sizes), len(k_values), len(contexts))."""
+                   engine=DEFAULT_ENGINE, dynamic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(step_time_s, feasible), each shaped (len(batch_sizes), len(k_values), len(contexts)). ``dynamic``: the
+    steps of a server running a dynamic K table (``simulate_step``)."""
     b = np.asarray(batch_sizes, dtype=float)[:, None, None]
     kk = np.asarray(k_values, dtype=float)[None, :, None]
     c = np.asarray(contexts, dtype=float)[None, None, :]
-    step = simulate_step(model, hardware, deployment, drafter, b, kk, c, setup=setup, engine=engine)
+    step = simulate_step(model, hardware, deployment, drafter, b, kk, c, setup=setup, engine=engine, dynamic=dynamic)
     shape = (b.shape[0], kk.shape[1], c.shape[2])
     return np.broadcast_to(step.step_time_s, shape), np.broadcast_to(step.feasible, shape)

@@ -2,7 +2,8 @@
 
 Per occurrence, with t_c = F_padded / (P_dtype * eta_c) and t_m = bytes / (BW * eta_m):
     GEMMs           (t_c^p + t_m^p)^(1/p)            time keeps rising with M before the ridge point
-    fused MoE       the same over expert weights at eta_moe, plus a fixed latency per call
+    fused MoE       the same over expert weights at the kernel family's eta_m, plus the family's launches and fixed
+                    latency per call (``moe_family_rates``; a spec without families: one latency, one eta_m)
     decode attention t_m with eta_m = eta_max * c / (c + c_ramp) at c cached tokens per sequence
     other kernels   max(t_c, t_m)
     every kernel    at least ``kernel_floor_s`` per launch, plus the launch gap ``launch_overhead_s``
@@ -19,14 +20,15 @@ from __future__ import annotations
 import functools
 import operator
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
 from dsdsim.cost.memo import by_identity
 from dsdsim.cost.num import is_scalar, isfinite, maximum, minimum, num, where
-from dsdsim.cost.ops import Bound, Demand, KernelClass, OpCost, OpKind, Operator
-from dsdsim.specs.hardware import AllReduceAlgorithm, AllReduceTier, HardwareSpec
+from dsdsim.cost.ops import Bound, Demand, KernelClass, MoEExperts, OpCost, OpKind, Operator
+from dsdsim.specs.hardware import (GROUPED_GEMM_LAUNCHES, AllReduceAlgorithm, AllReduceTier, HardwareSpec,
+                                   MoEFamilyFigures)
 from dsdsim.units import DType
 
 _BOUNDS = (Bound.compute, Bound.memory, Bound.communication, Bound.overhead)
@@ -58,15 +60,20 @@ class OpTime:
     time_s: np.ndarray
     hardware: HardwareSpec = field(repr=False, compare=False)
     cuda_graphs: bool | np.ndarray = field(default=True, repr=False, compare=False)
+    rates: Optional["OpRates"] = field(default=None, repr=False, compare=False)
 
-    def __init__(self, op: OpCost, time_s, hardware: HardwareSpec, cuda_graphs=True):
+    def __init__(self, op: OpCost, time_s, hardware: HardwareSpec, cuda_graphs=True,
+                 rates: Optional["OpRates"] = None):
         # one write instead of a frozen dataclass's object.__setattr__ per field (a step times ~40 operators)
         object.__setattr__(self, "__dict__", {"op": op, "time_s": time_s, "hardware": hardware,
-                                              "cuda_graphs": cuda_graphs})
+                                              "cuda_graphs": cuda_graphs, "rates": rates})
 
     @functools.cached_property
     def terms(self) -> OpTerms:
-        return op_terms(self.op, self.hardware, self.cuda_graphs)
+        """The split, from the rates the time came from (a planned operator's, with its MoE family and shape)
+        where given, else from the record's own (``record_rates``)."""
+        rates = self.rates if self.rates is not None else record_rates(self.op, self.hardware)
+        return terms(rates, self.op.demand, launch_overhead(self.hardware, self.cuda_graphs))
 
     @property
     def compute_per(self):
@@ -237,12 +244,27 @@ class OpRates(NamedTuple):
                                         # work and for collectives
     fixed_s: float                      # a fixed per-call latency (fused MoE)
     collective: Callable | None         # payload or bytes sent -> seconds, for a collective over > 1 rank
+    helper_launches: float = 0.0        # launches beyond the operator's own, one launch gap each (a fused-MoE
+                                        # family's routing, align, activation, quant and combine kernels)
+
+
+class MoECall(NamedTuple):
+    """The static shape of one fused-MoE call on one rank that a family's fixed work depends on."""
+
+    expert_weight_bytes: float = 0.0    # one routed expert's weights (bytes); 0: the lead-expert term is left out
+    experts: int = 0                    # routed experts on the rank; 0: the align term is left out
 
 
 def op_rates(hw: HardwareSpec, kind: OpKind, kernel: KernelClass, dtype: DType, kv_bytes_per_token: float = 0.0,
-             group: int = 1) -> OpRates:
+             group: int = 1, moe_family: Optional[str] = None, moe_call: Optional[MoECall] = None) -> OpRates:
     """The rates of an operator of ``kind`` run by ``kernel`` in ``dtype`` (attention: ``kv_bytes_per_token``
-    cached per token; collectives: over ``group`` ranks)."""
+    cached per token; collectives: over ``group`` ranks). Fused MoE on a spec with kernel families: the family
+    ``moe_family`` (the engine's; None: the spec's default) for weights in ``dtype``, over the call's static shape
+    ``moe_call`` (``KernelFigures.moe_family`` resolves a family the part lacks)."""
+    if kernel is KernelClass.fused_moe and hw.kernels is not None and kind is not OpKind.attention:
+        family = hw.kernels.moe_family(moe_family, dtype)
+        if family is not None:
+            return moe_family_rates(hw, family[1], dtype, moe_call or MoECall())
     rates = _rates(hw)
     flops = rates.compute_flops_per_s[dtype, kernel is KernelClass.fused_moe]
     ramp = None
@@ -265,6 +287,28 @@ def op_rates(hw: HardwareSpec, kind: OpKind, kernel: KernelClass, dtype: DType, 
 
 def _collective(time: Callable, hw: HardwareSpec, group: int, comm_bytes):
     return time(hw, comm_bytes, group)
+
+
+def moe_family_rates(hw: HardwareSpec, fam: MoEFamilyFigures, weight: DType, call: MoECall,
+                     launches: Optional[float] = None) -> OpRates:
+    """The rates of one fused-MoE call of kernel family ``fam`` with ``weight`` weights (``MoEFamilyFigures``):
+
+        fixed_s = latency_s + W_e / (BW * lead_expert_bandwidth_fraction) + E * align_s_per_expert
+        the call's ``launches`` (None: the family's for ``weight``) each pay a launch gap; the two grouped GEMMs
+        (the operator's own launches) also the kernel floor; t_m at BW * bandwidth_fraction, t_c at
+        peak(weight) * moe_compute_fraction, their p-norm at gemm_transition_p.
+    A published timing that leaves kernels out (top-k outside the timed graph, GEMMs only) gives its own
+    ``launches`` (dsdsim.fit.kernels)."""
+    kf = hw.kernels
+    fixed = fam.latency_s.value
+    if fam.lead_expert_bandwidth_fraction is not None:
+        fixed += call.expert_weight_bytes / (hw.bandwidth * fam.lead_expert_bandwidth_fraction.value)
+    if fam.align_s_per_expert is not None:
+        fixed += call.experts * fam.align_s_per_expert.value
+    n = fam.launches(weight) if launches is None else launches
+    return OpRates(hw.peak(weight) * kf.moe_compute_fraction.value, hw.bandwidth * fam.bandwidth_fraction.value,
+                   None, kf.gemm_transition_p.value, kf.kernel_floor_s.value, fixed, None,
+                   n - GROUPED_GEMM_LAUNCHES)
 
 
 # --- collectives ----------------------------------------------------------------------------------------------
@@ -372,6 +416,8 @@ def _terms(r: OpRates, d: Demand, gap) -> tuple:
     p = r.transition_p
     work = p_norm_time(compute, memory, p) if p is not None else maximum(compute, memory)
     overhead = d.launches * gap + d.host_s
+    if r.helper_launches:
+        overhead = overhead + r.helper_launches * gap
     if r.floor_s is not None:
         if r.fixed_s:
             overhead = overhead + r.fixed_s
@@ -384,26 +430,40 @@ def _terms(r: OpRates, d: Demand, gap) -> tuple:
     return compute, memory, comm, overhead, work
 
 
-def record_rates(op: OpCost, hw: HardwareSpec) -> OpRates:
-    """The rates of an operator record."""
-    return op_rates(hw, op.kind, op.kernel, op.dtype, op.kv_bytes_per_token, op.comm_group)
+def record_rates(op: OpCost, hw: HardwareSpec, moe_family: Optional[str] = None) -> OpRates:
+    """The rates of an operator record (fused MoE: of family ``moe_family``, None the spec's default). A record does
+    not carry the rank's expert count: the align term is left out (a planned operator's rates, ``rates_of``, hold it)."""
+    call = _record_call(op) if op.kind is OpKind.moe_experts else None
+    return op_rates(hw, op.kind, op.kernel, op.dtype, op.kv_bytes_per_token, op.comm_group, moe_family, call)
 
 
-def rates_of(op: Operator, hw: HardwareSpec) -> OpRates:
-    """The rates of a planned operator (``dsdsim.cost.ops``: Gemm, Attention, ...)."""
-    return op_rates(hw, op.kind, op.kernel, op.dtype, getattr(op, "kv_bytes_per_token", 0.0), getattr(op, "group", 1))
+def _record_call(op: OpCost) -> MoECall:
+    """One expert's weight bytes from a fused-MoE record: its weight bytes over the experts it touched."""
+    touched = 0.0 if op.experts_touched is None else op.experts_touched
+    w, t = np.broadcast_arrays(np.ravel(op.weight_bytes), np.ravel(touched))
+    hit = t > 0
+    return MoECall(float(w[hit][0] / t[hit][0])) if hit.any() else MoECall()
 
 
-def op_terms(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTerms:
+def rates_of(op: Operator, hw: HardwareSpec, moe_family: Optional[str] = None) -> OpRates:
+    """The rates of a planned operator (``dsdsim.cost.ops``: Gemm, Attention, ...); fused MoE of family
+    ``moe_family`` (the engine's, ``MoEKernels.family``; None: the spec's default)."""
+    call = MoECall(op.expert_weight_bytes, op.experts) if isinstance(op, MoEExperts) else None
+    return op_rates(hw, op.kind, op.kernel, op.dtype, getattr(op, "kv_bytes_per_token", 0.0), getattr(op, "group", 1),
+                    moe_family, call)
+
+
+def op_terms(op: OpCost, hw: HardwareSpec, cuda_graphs=True, moe_family: Optional[str] = None) -> OpTerms:
     """The terms of one occurrence of ``op``. ``cuda_graphs``: whether the kernels replay a CUDA graph, one truth
     value or an array over the grid."""
-    return terms(record_rates(op, hw), op.demand, launch_overhead(hw, cuda_graphs))
+    return terms(record_rates(op, hw, moe_family), op.demand, launch_overhead(hw, cuda_graphs))
 
 
-def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True) -> OpTime:
+def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True, moe_family: Optional[str] = None) -> OpTime:
     """count * (work + communication + overhead): seconds per step on ``op``."""
-    per = seconds(record_rates(op, hw), op.demand, launch_overhead(hw, cuda_graphs))
-    return OpTime(op, in_place(per, num(op.count), np.multiply), hw, cuda_graphs)
+    rates = record_rates(op, hw, moe_family)
+    per = seconds(rates, op.demand, launch_overhead(hw, cuda_graphs))
+    return OpTime(op, in_place(per, num(op.count), np.multiply), hw, cuda_graphs, rates)
 
 
 def in_place(a, b, ufunc):

@@ -40,6 +40,16 @@ def _num(x):
 class EngineRef:
     name: Optional[str]
     source: Optional[str]
+    versions: Optional[str] = field(default=None, metadata=_OMIT_NONE)   # the release range of the spec
+
+
+@dataclass(frozen=True)
+class IntervalsView:
+    """How the rows' *_low / *_high were obtained (dsdsim.fit.intervals)."""
+
+    coverage: float
+    method: str
+    strata: tuple[str, ...]       # the groups of held-out corpus cases the rows' intervals came from, with n
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,8 @@ class PredictionView:
     grid: GridView
     notes: tuple[str, ...]
     robust: Optional[RobustView] = field(default=None, metadata=_OMIT_NONE)
+    intervals: Optional[IntervalsView] = field(default=None, metadata=_OMIT_NONE)
+    baseline: str = "a server without speculation"      # what speedup_vs_vanilla compares with
 
     @classmethod
     def from_prediction(cls, p: "Prediction") -> "PredictionView":
@@ -138,8 +150,22 @@ def _prediction_view(p: "Prediction") -> PredictionView:
                          mean_goodput_loss=p.table.mean_goodput_loss, max_goodput_loss=p.table.max_goodput_loss),
         grid=GridView(k_values=tuple(int(k) for k in p.k_values), batch_sizes=tuple(int(b) for b in p.batch_sizes),
                       tau=tuple(float(t) for t in p.tau), step_ms=step_ms),
-        notes=tuple(p.notes), robust=robust_view(p),
+        notes=tuple(p.notes), robust=robust_view(p), intervals=intervals_view(p),
     )
+
+
+def intervals_view(p: "Prediction") -> Optional[IntervalsView]:
+    if p.intervals is None:
+        return None
+    used = []
+    for b in p.batch_sizes:
+        iv = p.interval(int(b))
+        label = f"{iv.stratum} (n {iv.n})" if iv is not None else None
+        if label and label not in used:
+            used.append(label)
+    return IntervalsView(coverage=p.intervals.coverage, method="split conformal over the leave-one-source-out "
+                         "errors of corpus cases on the same engine family, architecture and batch regime "
+                         "(measurements/intervals.json)", strata=tuple(used))
 
 
 def prediction_dict(p: "Prediction") -> dict:
@@ -154,7 +180,9 @@ def row_view(r: "Row") -> "Row":
 
 def engine_ref(p: "Prediction") -> EngineRef:
     s = p.setup
-    return EngineRef(name=s.engine.name if s.engine is not None else None, source=s.engine_source)
+    e = s.engine
+    return EngineRef(name=e.name if e is not None else None, source=s.engine_source,
+                     versions=e.versions.label if e is not None and e.versions is not None else None)
 
 
 def acceptance_view(p: "Prediction") -> AcceptanceView:

@@ -178,8 +178,11 @@ def explain_view(data: "ExplainView"):
         t.add_row("CUDA graph", "-", eng.cuda_graph)
         parts.append(t)
     mem = data.memory
+    band = (f" ({data.interval.split(',')[0]}: {format_si(data.step_time_low_s, 's')} - "
+            f"{format_si(data.step_time_high_s, 's')}, held-out corpus errors of {data.interval.split(', ', 1)[1]})"
+            if data.interval else "")
     parts.append(f"fixed overheads {format_si(data.overhead_s, 's')}; step time "
-                 f"[bold]{format_si(data.step_time_s, 's')}[/bold]")
+                 f"[bold]{format_si(data.step_time_s, 's')}[/bold]{band}")
     if data.experts_touched is not None:
         parts.append(f"experts touched per MoE layer (verify): {data.experts_touched:.1f} of {data.num_experts}")
     parts.append(f"memory per GPU: {format_si(mem.used_bytes, 'B')} of {format_si(mem.capacity_bytes, 'B')} "
@@ -235,14 +238,27 @@ def prediction_view(p: "Prediction"):
     def k_cell(r):
         return r.draft if tree is not None and r.k is not None else f(r.k, "d")
 
+    def ranged(x, lo, hi, spec):
+        if x is None:
+            return "-"
+        return format(x, spec) + (f" ({format(lo, spec)}-{format(hi, spec)})" if lo is not None else "")
+
     for b in shown:
         r = row_view(p.row(position[b]))
-        t.add_row(str(b), k_cell(r), f(r.tau, ".2f"), f(r.step_ms, ".2f"), f(r.itl_ms, ".2f"),
-                  f(r.tokens_per_s, ",.0f"), f(r.speedup_vs_vanilla, ".2f") + ("x" if r.k is not None and
+        t.add_row(str(b), k_cell(r), f(r.tau, ".2f"), ranged(r.step_ms, r.step_ms_low, r.step_ms_high, ".2f"),
+                  ranged(r.itl_ms, r.itl_ms_low, r.itl_ms_high, ".2f"),
+                  ranged(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high, ",.0f"),
+                  f(r.speedup_vs_vanilla, ".2f") + ("x" if r.k is not None and
                   r.speedup_vs_vanilla is not None else ""),
                   f(r.speedup_vs_fixed_k, ".2f") + ("x" if r.speedup_vs_fixed_k is not None else ""),
                   "yes" if r.feasible else "[red]no[/red]")
     parts.append(t)
+    from dsdsim.export.prediction import intervals_view
+
+    iv = intervals_view(p)
+    if iv is not None:
+        parts.append(f"({100 * iv.coverage:.0f}%: low-high) intervals from the held-out errors of comparable corpus "
+                     f"cases: {', '.join(iv.strata)}; 'vs K=0' compares with a server without speculation")
     if tree is None:
         parts.append("K table (vLLM num_speculative_tokens_per_batch_size): "
                      + json.dumps([list(r) for r in p.ranges()]))
@@ -303,15 +319,21 @@ def plan_table(title: str, rows: Sequence) -> "object":
     def f(x, spec=",.0f"):
         return "-" if x is None else format(x, spec)
 
+    def ranged(x, lo, hi, spec=",.0f"):
+        return f(x, spec) + (f" ({format(lo, spec)}-{format(hi, spec)})" if x is not None and lo is not None else "")
+
     t = Table(title=title)
-    for col in ("candidate", "GPUs", "B (K=0)", "tok/s/GPU (K=0)", "B (DSD)", "K", "tok/s/GPU (DSD)",
+    for col in ("candidate", "GPUs", "B (K=0)", "tok/s/GPU (K=0)", "B (DSD)", "K", "ITL ms (DSD)", "tok/s/GPU (DSD)",
                 "gain", "GPUs needed", "$/M tok (DSD)", "note"):
         t.add_column(col, justify="left" if col in ("candidate", "note") else "right")
     for r in rows:
         t.add_row(f"{r.hardware}:tp{r.tp}" + (f":ep{r.ep}" if r.ep > 1 else ""), str(r.gpus),
-                  f(r.batch_vanilla, "d"), f(r.tokens_per_s_per_gpu_vanilla), f(r.batch_dsd, "d"),
-                  f(r.k_dsd, "d"), f(r.tokens_per_s_per_gpu_dsd), f(r.dsd_gain, ".2f"),
-                  f(r.gpus_needed_dsd, "d"), f(r.cost_per_million_tokens_dsd, ".3f"),
+                  f(r.batch_vanilla, "d"),
+                  ranged(r.tokens_per_s_per_gpu_vanilla, r.tokens_per_s_per_gpu_vanilla_low,
+                         r.tokens_per_s_per_gpu_vanilla_high), f(r.batch_dsd, "d"),
+                  f(r.k_dsd, "d"), ranged(r.itl_ms_dsd, r.itl_ms_dsd_low, r.itl_ms_dsd_high, ".1f"),
+                  ranged(r.tokens_per_s_per_gpu_dsd, r.tokens_per_s_per_gpu_dsd_low, r.tokens_per_s_per_gpu_dsd_high),
+                  f(r.dsd_gain, ".2f"), f(r.gpus_needed_dsd, "d"), f(r.cost_per_million_tokens_dsd, ".3f"),
                   r.reason if not r.feasible else "")
     return t
 
@@ -361,4 +383,34 @@ def accuracy_view(report):
     for f in report.fitted:
         parts.append(f"acceptance fitted where the source gives none: {f.group} ({f.split}, n={f.n}): "
                      f"alpha {f.alpha:.3f}")
+    if report.cv is not None:
+        parts.append(cv_table(report.cv))
     return Group(*parts)
+
+
+def cv_table(cv):
+    """Leave-one-source-out error per source (dsdsim.fit.cv.SourceCV), worst first, then the summary lines."""
+    from rich.console import Group
+    from rich.table import Table
+
+    t = Table(title="Leave one source out: every fitted figure refitted without the source, the source predicted")
+    for col in ("source", "split", "n", "median |err|", "max |err|"):
+        t.add_column(col, justify="right" if col in ("n", "median |err|", "max |err|") else "left")
+    rows = sorted(cv.sources.values(), key=lambda s: -(s.median_abs_rel_error or 0.0))
+    for s in rows:
+        if s.n:
+            note = f" ({s.acceptance_fitted} with acceptance fitted)" if s.acceptance_fitted else ""
+            t.add_row(s.source + note, s.split, str(s.n), f"{100 * s.median_abs_rel_error:.1f}%",
+                      f"{100 * s.max_abs_rel_error:.1f}%")
+    lines = [t]
+    med = cv.median_of_source_medians
+    if med is not None:
+        worst = cv.worst_source
+        lines.append(f"median of per-source medians {100 * med:.1f}%; worst source {worst.source} "
+                     f"{100 * worst.median_abs_rel_error:.1f}%")
+    for split in ("train", "test"):
+        o = cv.overall(split)
+        if o["n"]:
+            lines.append(f"{split}, every case held out with its source: n {o['n']}, median "
+                         f"{100 * o['median_abs_rel_error']:.1f}%, max {100 * o['max_abs_rel_error']:.1f}%")
+    return Group(*lines)

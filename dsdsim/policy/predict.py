@@ -6,6 +6,11 @@ acceptance model's tau(K), and picks K*(B) = argmax_K B*tau(K)/T(B, K) over feas
 With a draft tree (``DrafterSpec.tree``) the K axis is replaced by the tree: two choices per batch size, plain
 decoding (K = 0) or the tree, which stands in K tables as K = tree.steps (its depth); tau of the tree is its
 measured mean acceptance length (``TreeAcceptance``, ``al=2.55@tree``).
+
+Where the engine version reads a dynamic K table, every step is a step of a server running that table (its K = 0
+rows are the table's off tier, which costs more than a server without speculation: vllm-project/vllm issue
+#49548); "vs K=0" compares with a server without speculation. Every step time, ITL and tokens/s carries the
+interval of the held-out corpus errors of comparable cases (``dsdsim.fit.intervals``).
 """
 from __future__ import annotations
 
@@ -43,6 +48,13 @@ class Row:
     feasible: bool
     # with a draft tree only: "tree" (K > 0) or "plain" (K = 0); JSON leaves it out while None
     draft: Optional[str] = field(default=None, metadata={"omit_none": True})
+    # the interval of comparable held-out corpus errors (dsdsim.fit.intervals); None where none is shipped
+    step_ms_low: Optional[float] = None
+    step_ms_high: Optional[float] = None
+    itl_ms_low: Optional[float] = None
+    itl_ms_high: Optional[float] = None
+    tokens_per_s_low: Optional[float] = None
+    tokens_per_s_high: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,19 @@ class Prediction:
     table: CompressedTable           # after --max-distinct-k (equals k_best when unlimited)
     robust: Optional[RobustChoice] = None
     notes: list[str] = field(default_factory=list)
+    plain_step_s: Optional[np.ndarray] = None    # (B,) a server without speculation (None: the K = 0 row's)
+    dynamic: bool = False                        # the steps are those of a server running the K table
+    intervals: Optional[object] = None           # dsdsim.fit.intervals.StepTimeIntervals
+
+    def interval(self, batch: int):
+        """The interval factors for a step at ``batch`` (None without shipped intervals)."""
+        if self.intervals is None:
+            return None
+        from dsdsim.fit.intervals import engine_family
+
+        eng = self.setup.engine
+        arch = "moe" if self.setup.model.moe_ffn is not None else "dense"
+        return self.intervals.interval(engine_family(eng.name if eng is not None else None), arch, batch)
 
     @property
     def rows(self) -> list[Row]:
@@ -75,14 +100,28 @@ class Prediction:
         kv = list(self.k_values)
         i, i0 = kv.index(k), kv.index(0)
         g = self.goodput[i, j]
-        g0 = self.goodput[i0, j]
+        g0 = self.plain_goodput[j]
         gf = self.goodput[kv.index(self.fixed_k), j] if self.fixed_k in kv else np.nan
+        step_ms = float(self.step_s[i, j] * 1e3)
+        itl_ms = float(inter_token_latency(self.tau[i], self.step_s[i, j]) * 1e3)
+        iv = self.interval(b)
+        lo, hi = (iv.low, iv.high) if iv is not None else (None, None)
         return Row(
-            batch_size=b, k=k, tau=float(self.tau[i]), step_ms=float(self.step_s[i, j] * 1e3),
-            itl_ms=float(inter_token_latency(self.tau[i], self.step_s[i, j]) * 1e3), tokens_per_s=float(g),
+            batch_size=b, k=k, tau=float(self.tau[i]), step_ms=step_ms, itl_ms=itl_ms, tokens_per_s=float(g),
             speedup_vs_vanilla=float(g / g0) if np.isfinite(g0) else None,
             speedup_vs_fixed_k=float(g / gf) if np.isfinite(gf) else None, feasible=True,
-            draft=None if self.tree is None else ("tree" if k > 0 else "plain"))
+            draft=None if self.tree is None else ("tree" if k > 0 else "plain"),
+            step_ms_low=_times(step_ms, lo), step_ms_high=_times(step_ms, hi), itl_ms_low=_times(itl_ms, lo),
+            itl_ms_high=_times(itl_ms, hi), tokens_per_s_low=_times(float(g), 1 / hi if hi else None),
+            tokens_per_s_high=_times(float(g), 1 / lo if lo else None))
+
+    @property
+    def plain_goodput(self) -> np.ndarray:
+        """(B,) tokens/s of a server without speculation (NaN where it does not fit)."""
+        i0 = list(self.k_values).index(0)
+        if self.plain_step_s is None:
+            return self.goodput[i0]
+        return np.where(self.feasible[i0], self.batch_sizes / self.plain_step_s, np.nan)
 
     @property
     def tree(self) -> Optional[DraftTree]:
@@ -111,6 +150,10 @@ class Prediction:
         if last_end is not None and last_end > ranges[-1][1] and last == int(self.batch_sizes[-1]):
             ranges[-1] = (ranges[-1][0], int(last_end), ranges[-1][2])
         return ranges
+
+
+def _times(x: float, factor: Optional[float]) -> Optional[float]:
+    return None if factor is None else x * factor
 
 
 def parse_batch_sizes(text: str | Sequence[int] | None) -> np.ndarray:
@@ -198,9 +241,14 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
         raise DsdsimError(f"context must be >= 0 tokens, got {context}")
     b = parse_batch_sizes(batch_sizes)
     ks = np.array([0, tree.steps]) if tree is not None else np.arange(0, max_k + 1)
+    dynamic = setup.engine is not None and setup.engine.supports_off_tier
     step, feas = step_time_grid(setup.model, setup.hardware, setup.deployment, setup.drafter, b, ks, [context],
-                                setup=setup)
+                                setup=setup, dynamic=dynamic)
     step_kb, feas_kb = step[:, :, 0].T, feas[:, :, 0].T                  # (K, B)
+    plain_s = None
+    if dynamic:     # the baseline: the same deployment served without speculation
+        plain_s = step_time_grid(setup.model, setup.hardware, setup.deployment, None, b, [0], [context],
+                                 setup=plain_setup(setup))[0][:, 0, 0]
     tau = np.asarray(acc.tau(ks), dtype=float)
     g = goodput(b[None, :], tau[:, None], step_kb, feas_kb)
     k_best = best_k(g, ks)
@@ -227,8 +275,33 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     if len(b) > 1 and (np.diff(b) > 1).any():
         notes.append("K table: batch sizes between evaluated ones take the K of the evaluated size below "
                      "(step rule, as vLLM reads its table)")
+    if dynamic:
+        notes += off_tier_notes(b, step_kb[0], plain_s, feas_kb[0], setup.engine)
+    from dsdsim.fit.intervals import shipped_intervals
+
     return Prediction(setup, acc, int(context), b, ks, step_kb, feas_kb, tau, g, k_best, int(fixed_k), table,
-                      robust, notes)
+                      robust, notes, plain_s, dynamic, shipped_intervals())
+
+
+def plain_setup(setup: Setup) -> Setup:
+    """The same deployment on a server without speculation (no drafter)."""
+    from dataclasses import replace
+
+    return replace(setup, drafter=None, draft_model=None)
+
+
+def off_tier_notes(batch: np.ndarray, off_tier_s: np.ndarray, plain_s: np.ndarray, fits: np.ndarray, engine) -> list:
+    """What the K = 0 tier of a dynamic table costs against a server without speculation, in one line."""
+    ok = fits & np.isfinite(off_tier_s) & np.isfinite(plain_s)
+    if not ok.any():
+        return []
+    extra = off_tier_s[ok] / plain_s[ok] - 1.0
+    lo, hi = float(extra.min()), float(extra.max())
+    what = "the drafter's first pass still runs, " if engine.off_tier_drafts and engine.off_tier_drafts.value else ""
+    return [f"K = 0 rows are the table's off tier ({engine.name} {engine.version_label}: {what}speculative bookkeeping "
+            f"continues): {100 * lo:.1f}% to {100 * hi:.1f}% slower than a server without speculation over "
+            f"batch {int(batch[ok][0])}-{int(batch[ok][-1])}; 'vs K=0' compares with that server, which is the better "
+            "choice where the table would sit at K = 0"]
 
 
 def _acceptance(a) -> Acceptance | TreeAcceptance:

@@ -99,7 +99,7 @@ def _looks_like(kind: str, path: Path) -> bool:
     except OSError:
         return False
     is_model = '"model_type"' in text
-    is_engine = not is_model and "host_step_s" in text
+    is_engine = not is_model and "cuda_graphs" in text and "overlap" in text
     if kind == "model_specs":
         return is_model
     if kind == "engine_specs":
@@ -181,29 +181,132 @@ def _load_hardware_cached(path: Path, stamp: tuple[int, int]) -> HardwareSpec:
 
 
 @lru_cache(maxsize=64)
-def _load_engine_file(path: Path) -> EngineSpec:
-    return engine_from_dict(read_structured(path), where=path.name)
+def _load_engine_file(path: Path, stamp: tuple[int, int]) -> EngineSpec:
+    return engine_from_dict(engine_data(path), where=path.name)
+
+
+def engine_data(path: Path, _seen: tuple = ()) -> dict:
+    """An engine spec file's data with the specs it ``extends`` merged in (``dsdsim.specs.engine``): the parent is
+    looked up by name beside the file, then in the catalog."""
+    from dsdsim.specs.engine import merge_engine_data
+
+    data = read_structured(path)
+    if not isinstance(data, dict):
+        raise SpecError(f"{path.name}: an engine spec is a mapping of fields")
+    parent = data.get("extends")
+    if parent is None:
+        return data
+    if path in _seen:
+        raise SpecError(f"{path.name}: 'extends' loops back to itself ({' -> '.join(p.name for p in _seen)})")
+    here = path.parent / f"{parent}{path.suffix}"
+    parent_path = here if here.is_file() else _real(_resolve("engine_specs", str(parent), "engine"))
+    return merge_engine_data(engine_data(parent_path, (*_seen, path)), data)
+
+
+def engine_chain(path: Path) -> list[Path]:
+    """The file and the files it extends, the file first (where a term is written when it is fitted)."""
+    chain = [path]
+    while True:
+        data = read_structured(chain[-1])
+        parent = data.get("extends") if isinstance(data, dict) else None
+        if parent is None:
+            return chain
+        here = chain[-1].parent / f"{parent}{chain[-1].suffix}"
+        chain.append(here if here.is_file() else _real(_resolve("engine_specs", str(parent), "engine")))
+
+
+def _engines_of(family: str) -> list[tuple[str, EngineSpec]]:
+    """The versioned specs of one engine, oldest range first."""
+    from dsdsim.specs.engine import parse_version
+
+    out = []
+    for stem, path in sorted(_names("engine_specs").items()):
+        spec = _load_engine_file(_real(path), _stamp(path))
+        if spec.name == family and spec.versions is not None:
+            out.append((stem, spec))
+    return sorted(out, key=lambda s: parse_version(s[1].versions.first))
+
+
+def engine_families() -> list[str]:
+    """Engine names that have version ranges (``vllm``, ``sglang``, ``trtllm``, ...)."""
+    names = set()
+    for path in _names("engine_specs").values():
+        spec = _load_engine_file(_real(path), _stamp(path))
+        if spec.versions is not None:
+            names.add(spec.name)
+    return sorted(names)
+
+
+def resolve_engine_name(name: str) -> str:
+    """The engine spec file name for ``name``: a file name as it is; ``FAMILY`` its current release line (the range
+    with no last release); ``FAMILY@VERSION`` the range covering VERSION."""
+    from dsdsim.specs.engine import parse_version
+
+    text = str(name).strip()
+    family, at, version = text.partition("@")
+    if not at:
+        if text in _names("engine_specs"):
+            return text
+        specs = _engines_of(text)
+        current = [stem for stem, spec in specs if spec.versions.last is None]
+        if len(current) == 1:
+            return current[0]
+        if len(current) > 1:
+            raise SpecError(f"engine {text!r} has {len(current)} open-ended version ranges ({', '.join(current)}); "
+                            "give one of them by name")
+        if specs:
+            raise SpecError(f"engine {text!r} has no current release line; give a version ({text}@VERSION)")
+        if os.sep not in text and not text.endswith((".yaml", ".yml", ".json")):
+            from difflib import get_close_matches       # only for the error
+
+            known = sorted(set(engine_families()) | set(_names("engine_specs")))
+            close = get_close_matches(text.lower(), known, n=4, cutoff=0.5)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise SpecError(f"unknown engine {text!r}{hint} (run `dsdsim list engines`; ENGINE@VERSION picks a "
+                            "release, e.g. vllm@0.10.1; or pass a path to a spec file)")
+        return text
+    family, version = family.strip(), version.strip()
+    specs = _engines_of(family)
+    if not specs:
+        _resolve("engine_specs", family, "engine")        # an unknown engine: close matches
+        raise SpecError(f"engine {family!r} has no version ranges; use --engine {family}")
+    parse_version(version)
+    hits = [stem for stem, spec in specs if spec.versions.covers(version)]
+    if not hits:
+        ranges = ", ".join(f"{spec.versions.label} ({stem})" for stem, spec in specs)
+        raise SpecError(f"no {family} engine spec covers version {version}; the shipped ranges are {ranges}")
+    return hits[-1]
 
 
 def load_engine(name_or_path: "str | Path | EngineSpec") -> EngineSpec:
-    """A shipped or user engine spec by name (``vllm``, ``sglang``, ``trtllm``, ``ideal``) or by path to a YAML file."""
+    """A shipped or user engine spec: a file name (``vllm-0.8-0.13``), an engine's current release line (``vllm``,
+    ``sglang``, ``trtllm``, ``ideal``), ``ENGINE@VERSION`` (``vllm@0.10.1``), or a path to a YAML file."""
     if isinstance(name_or_path, EngineSpec):
         return name_or_path
-    return _load_engine_file(_real(_resolve("engine_specs", str(name_or_path), "engine")))
+    path = _engine_path(str(name_or_path))
+    return _load_engine_file(path, _stamp(path))
+
+
+def _engine_path(text: str) -> Path:
+    return _real(_resolve("engine_specs", resolve_engine_name(text) if "/" not in text and not text.endswith(
+        (".yaml", ".yml", ".json")) else text, "engine"))
 
 
 def engine_source(name_or_path: "str | Path | EngineSpec") -> Optional[str]:
     """The file an engine spec was read from (None for an object built in memory)."""
     if isinstance(name_or_path, EngineSpec):
         return None
-    path = _real(_resolve("engine_specs", str(name_or_path), "engine"))
+    path = _engine_path(str(name_or_path))
     shipped = _real(shipped_dir("engine_specs"))
     return f"engine_specs/{path.name}" if path.parent == shipped else str(path)
 
 
 def is_shipped_engine(name: str) -> bool:
+    """A shipped spec file's name or a shipped engine's name (vllm, sglang, ...)."""
     d = shipped_dir("engine_specs")
-    return any((d / f"{name}{s}").is_file() for s in _HW_SUFFIXES)
+    if any((d / f"{name}{s}").is_file() for s in _HW_SUFFIXES):
+        return True
+    return any(_load_engine_file(_real(p), _stamp(p)).name == name for p in d.glob("*.yaml"))
 
 
 @lru_cache(maxsize=128)

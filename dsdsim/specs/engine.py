@@ -1,23 +1,36 @@
-"""Engine specs: what a serving engine adds to a step beyond its kernels. Frozen, validated, every figure sourced.
+"""Engine specs: what a serving engine adds to a step beyond its kernels, per engine version range.
 
-Files live in ``engine_specs/`` (one YAML per engine: vllm, sglang, trtllm, ideal). Seconds throughout.
+Files live in ``engine_specs/``, one YAML per engine and version range (``vllm-0.8-0.13.yaml``: vLLM releases 0.8
+to 0.13). An engine's costs change more between releases than between GPUs: async scheduling, CUDA-graph modes
+and where rejection sampling runs all moved between vLLM releases. A file may ``extend`` another (the terms of the
+older range, with what changed): a term shared by several ranges is one figure, fitted on the cases of all of them.
 
+Every engine term names what it is in the engine (``component``), where it runs (``runs_on``), what it scales
+with (``per``), which steps pay it (``applies``), the sourced range any fit stays inside, and its mechanism.
 Per step of B sequences verifying q tokens each (K draft tokens; q = K + 1, or a tree's tokens + 1):
 
-    host(B)   = host_step_s + host_per_sequence_s * B            scheduling, input preparation, output processing
-    spec(B,K) = spec_fixed_s + passes * draft_pass_s + rejection_per_token_s * B * q      (K >= 1 only)
-    device    = kernels (at the CUDA-graph padded size; eager past the largest capture) + spec(B, K)
-    T         = max(device, host)  where host time overlaps device time (async scheduling), else device + host
+    units(per)  = 1 (step), B (sequence), B * q (token), draft passes (draft_pass), target layers (layer)
+    host        = sum over host terms of value * units                      CPU time of the step
+    gpu         = sum over GPU terms of value * units (seconds), or kernels * units * (kernel floor + the launch
+                  gap: graph replay for ``kernels``, an eager launch for ``eager_kernels``)
+    device      = kernels of the passes (at the CUDA-graph padded size; eager past the largest capture) + gpu
+    exposed     = host work per draft pass beyond the pass's own kernels (the loop launches pass i while the
+                  device runs pass i - 1), plus the rest of the host work where the step does not overlap
+    T           = max(device, host)   where the step's host work overlaps the device (async scheduling)
+                  device + exposed     otherwise
 
-Overlap differs for plain and speculative steps: vLLM's async scheduling hides host time for plain decoding but,
-when added, not for speculative decoding (vllm-project/vllm PR #23569).
+Four kinds of step pay different terms and overlap differently: ``plain`` (K = 0 on a server without
+speculation), ``speculative`` (K >= 1 with a fixed K), ``dynamic`` speculative steps (K >= 1 on a server
+running a dynamic K table) and ``off_tier`` (K = 0 on such a server: the K = 0 tier, which vLLM measured slower
+than a plain server, issue #49548; where ``off_tier_drafts`` says so, the drafter's first pass still runs).
 
-A figure fitted on the measurement corpus says ``verified: fitted`` and names its train cases and bounds.
+A figure fitted on the measurement corpus says ``verified: fitted`` and names its train cases; its ``range`` is
+the search's bounds, and a figure on its bound says so (``on_bound``).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -28,26 +41,137 @@ from dsdsim.errors import SpecError
 from dsdsim.specs.hardware import Verified
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+_VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)")
 
 
-class EngineFigure(BaseModel):
-    """One engine time in seconds with where it came from; a fitted one names its cases and its bounds."""
+def parse_version(text: str) -> tuple[int, ...]:
+    """The release a version string starts with, as numbers: 'v0.4.10.post1' -> (0, 4, 10)."""
+    m = _VERSION.match(str(text).strip())
+    if not m:
+        raise SpecError(f"cannot read engine version {text!r}; write a release number such as 0.8.4")
+    return tuple(int(p) for p in m.group(1).split("."))
+
+
+class VersionRange(BaseModel):
+    """Releases ``first`` to ``last``, both inclusive at their precision (last '0.13' covers 0.13.2); ``last``
+    None: every later release (the current release line)."""
 
     model_config = _FROZEN
-    value: float = Field(ge=0, le=0.1)
-    source: str = Field(min_length=1)
-    verified: Verified
-    note: Optional[str] = None
-    cases: Optional[tuple[str, ...]] = None           # fitted: the train cases it was fitted on
-    bounds: Optional[tuple[float, float]] = None      # fitted: the physical bounds of the search
+    first: str
+    last: Optional[str] = None
 
     @model_validator(mode="after")
-    def _fitted(self) -> "EngineFigure":
-        if self.verified is Verified.fitted and not self.cases:
-            raise ValueError("a fitted figure names the cases it was fitted on (cases: [...])")
-        if self.bounds is not None and not self.bounds[0] <= self.value <= self.bounds[1]:
-            raise ValueError(f"value {self.value:g} is outside its bounds {self.bounds}")
+    def _check(self) -> "VersionRange":
+        lo = parse_version(self.first)
+        if self.last is not None and parse_version(self.last) < lo[:len(parse_version(self.last))]:
+            raise ValueError(f"version range {self.label}: last comes before first")
         return self
+
+    def covers(self, version: str) -> bool:
+        v = parse_version(version)
+        lo = parse_version(self.first)
+        if v[:len(lo)] < lo:
+            return False
+        if self.last is None:
+            return True
+        hi = parse_version(self.last)
+        return v[:len(hi)] <= hi
+
+    @property
+    def label(self) -> str:
+        return f"{self.first}-{self.last}" if self.last is not None else f">={self.first}"
+
+
+class Component(str, Enum):
+    """What an engine term is, in the engine."""
+
+    scheduler = "scheduler"                   # picks the requests of the step, allocates KV blocks
+    input_preparation = "input_preparation"   # builds the step's input tensors and attention metadata
+    drafter = "drafter"                       # the drafter's launches and bookkeeping beyond its kernels
+    rejection_sampling = "rejection_sampling"
+    sampling = "sampling"
+    logits_processing = "logits_processing"
+    output_processing = "output_processing"   # detokenisation, stop checks, streaming the tokens out
+    synchronisation = "synchronisation"       # the device waiting for the host (a sync the step cannot hide)
+
+
+class RunsOn(str, Enum):
+    host = "host"     # CPU work: hidden behind device time where the step overlaps (async scheduling)
+    gpu = "gpu"       # device time: small kernels or a device-side wait, never hidden
+
+
+class Per(str, Enum):
+    step = "step"
+    sequence = "sequence"         # B sequences in the step
+    token = "token"               # B * q tokens in the verify pass
+    draft_pass = "draft_pass"     # sequential draft passes
+    layer = "layer"               # target decoder layers (e.g. one eager attention launch per layer)
+
+
+class Applies(str, Enum):
+    all = "all"
+    plain = "plain"               # K = 0 on a server without speculation
+    speculative = "speculative"   # K >= 1 (fixed or dynamic K)
+    dynamic = "dynamic"           # every step of a server running a dynamic K table (K >= 1 and its K = 0 tier)
+    off_tier = "off_tier"         # K = 0 on a server running a dynamic K table
+    spec_server = "spec_server"   # every step of a speculative server: speculative and off-tier
+
+
+class Unit(str, Enum):
+    seconds = "seconds"
+    kernels = "kernels"               # small kernels replayed from a graph: kernel floor + graph launch gap each
+    eager_kernels = "eager_kernels"   # small kernels launched from Python: kernel floor + eager launch gap each
+
+
+class EngineTerm(BaseModel):
+    """One cost of the engine beyond the kernels of the passes (module docstring)."""
+
+    model_config = _FROZEN
+    name: str = Field(min_length=1)
+    component: Component
+    runs_on: RunsOn
+    per: Per
+    applies: Applies = Applies.all
+    unit: Unit = Unit.seconds
+    value: float = Field(ge=0)
+    range: tuple[float, float]          # from sources: a fit stays inside it
+    source: str = Field(min_length=1)
+    verified: Verified
+    mechanism: str = Field(min_length=1)   # what it is in the engine and why it scales with `per`
+    fit: bool = False                   # fitted on the corpus by scripts/fit_engines.py
+    prior: Optional[float] = None       # fit: the sourced value the fit starts at and is pulled towards
+    note: Optional[str] = None
+    cases: Optional[tuple[str, ...]] = None   # fitted: the train cases it was fitted on
+
+    @model_validator(mode="after")
+    def _check(self) -> "EngineTerm":
+        lo, hi = self.range
+        if not 0 <= lo <= hi:
+            raise ValueError(f"term {self.name}: range must be 0 <= low <= high, got {self.range}")
+        if self.unit is Unit.seconds and hi > 0.1:
+            raise ValueError(f"term {self.name}: {hi:g} s is not a per-unit engine time (range above 0.1 s)")
+        if self.unit is not Unit.seconds and self.runs_on is not RunsOn.gpu:
+            raise ValueError(f"term {self.name}: kernel launches run on the gpu")
+        if not lo <= self.value <= hi:
+            raise ValueError(f"term {self.name}: value {self.value:g} is outside its range {self.range}")
+        if self.verified is Verified.fitted and not self.cases:
+            raise ValueError(f"term {self.name}: a fitted figure names the cases it was fitted on (cases: [...])")
+        if self.fit and (self.prior is None or not lo <= self.prior <= hi):
+            raise ValueError(f"term {self.name}: a fitted term gives its sourced prior inside its range")
+        return self
+
+    @property
+    def on_bound(self) -> Optional[str]:
+        """'low' or 'high' when a fitted figure sits on a bound of its range (the data pushed it there)."""
+        if self.verified is not Verified.fitted:
+            return None
+        lo, hi = self.range
+        tol = 1e-3 * max(hi - lo, 1e-12)
+        if self.value <= lo + tol and lo < hi:
+            return "low"
+        if self.value >= hi - tol and lo < hi:
+            return "high"
+        return None
 
 
 class EngineFlag(BaseModel):
@@ -58,10 +182,35 @@ class EngineFlag(BaseModel):
     note: Optional[str] = None
 
 
+class Overlap(BaseModel):
+    """Whether the host work of a step runs while the device runs the previous one (async scheduling)."""
+
+    model_config = _FROZEN
+    plain: EngineFlag
+    speculative: EngineFlag
+    # the drafter kinds speculative overlap covers (vLLM: EAGLE/MTP only, the drafts stay on the GPU); None: all
+    speculative_drafters: Optional[tuple[str, ...]] = None
+    speculative_trees: bool = True           # False: a draft tree (top-k > 1) runs without overlap
+    off_tier: Optional[EngineFlag] = None    # None: as speculative steps
+
+    def speculative_overlaps(self, drafter_kind: Optional[str] = None, tree: bool = False) -> bool:
+        if not self.speculative.value:
+            return False
+        if tree and not self.speculative_trees:
+            return False
+        return self.speculative_drafters is None or drafter_kind is None or drafter_kind in self.speculative_drafters
+
+
 class GraphPadding(str, Enum):
     batch = "batch"      # graphs captured per batch size; the batch is padded up to the next capture size
     tokens = "tokens"    # graphs captured per token count; B * q tokens are padded up to the next capture size
     none = "none"        # only the captured sizes themselves replay a graph; any other size runs eager
+
+
+class GraphMode(str, Enum):
+    full = "full"              # the whole pass is one graph (attention included)
+    piecewise = "piecewise"    # graphs between attention calls; attention launched eagerly per layer
+    none = "none"
 
 
 class CudaGraphs(BaseModel):
@@ -70,6 +219,9 @@ class CudaGraphs(BaseModel):
     model_config = _FROZEN
     capture_sizes: Optional[tuple[int, ...]] = None
     padding: GraphPadding = GraphPadding.batch
+    mode: GraphMode = GraphMode.full
+    # vLLM with speculation keeps only capture sizes that are multiples of q = K + 1 (uniform decode batches)
+    multiple_of_verify_tokens: bool = False
     draft_graphs: bool = True            # draft passes replay graphs too (padded by batch)
     source: str = Field(min_length=1)
     verified: Verified
@@ -89,6 +241,21 @@ class DraftShape(str, Enum):
     tree = "tree"
 
 
+class MoEKernels(BaseModel):
+    """The fused-MoE kernel family the engine runs, by GPU generation (``dsdsim.cost.timing`` times each family
+    from its own figures in the hardware spec)."""
+
+    model_config = _FROZEN
+    by_generation: dict[str, str]            # hopper | blackwell | ampere | ada | cdna3 | ... -> kernel family
+    default: str = "triton_fused_moe"
+    source: str = Field(min_length=1)
+    verified: Verified
+    note: Optional[str] = None
+
+    def family(self, generation: Optional[str]) -> str:
+        return self.by_generation.get(generation or "", self.default)
+
+
 class FitProvenance(BaseModel):
     """How the fitted figures were obtained (written by scripts/fit_engines.py or dsdsim calibrate)."""
 
@@ -102,60 +269,109 @@ class FitProvenance(BaseModel):
     note: Optional[str] = None
 
 
-FITTABLE = ("host_step_s", "host_per_sequence_s", "spec_fixed_s", "draft_pass_s", "rejection_per_token_s")
-
-
 class EngineSpec(BaseModel):
-    """One serving engine's costs beyond kernels (module docstring)."""
+    """One serving engine's costs beyond kernels over a range of its releases (module docstring)."""
 
     model_config = _FROZEN
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1)              # the engine: vllm, sglang, trtllm, ideal
+    versions: Optional[VersionRange] = None      # None: not a versioned engine (ideal, a user's own spec)
+    label: str = ""                              # what this range is ("V1 with async scheduling for speculation")
     description: str = ""
-    engine_version: Optional[str] = None
-    host_step_s: EngineFigure
-    host_per_sequence_s: EngineFigure
-    host_overlaps_plain: EngineFlag            # async scheduling hides host time behind plain decode steps
-    host_overlaps_speculative: EngineFlag      # ... and behind speculative steps
-    spec_fixed_s: EngineFigure                 # per speculative step: input preparation, extra sync, bookkeeping
-    draft_pass_s: EngineFigure                 # per draft pass, beyond its kernels
-    rejection_per_token_s: EngineFigure        # per verified token (B * q per step)
+    release_notes: Optional[str] = None          # the releases and changes that bound the range, with sources
+    terms: tuple[EngineTerm, ...] = ()
+    overlap: Overlap
+    dynamic_k_table: Optional[EngineFlag] = None  # the version reads a per-batch-size K table
+    off_tier_drafts: Optional[EngineFlag] = None  # at the K = 0 tier the drafter's first pass still runs
     cuda_graphs: CudaGraphs
+    moe_kernels: Optional[MoEKernels] = None
     draft_shape: DraftShape = DraftShape.chain
     draft_shape_source: Optional[str] = None
     fit: Optional[FitProvenance] = None
 
-    def figure(self, key: str) -> EngineFigure:
-        if key not in FITTABLE:
-            raise SpecError(f"unknown engine figure {key!r}; use one of {', '.join(FITTABLE)}")
-        return getattr(self, key)
+    @model_validator(mode="after")
+    def _unique(self) -> "EngineSpec":
+        names = [t.name for t in self.terms]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"engine term names must be unique: {', '.join(dup)} repeated")
+        return self
+
+    @property
+    def version_label(self) -> str:
+        return self.versions.label if self.versions is not None else "-"
+
+    def term(self, name: str) -> EngineTerm:
+        for t in self.terms:
+            if t.name == name:
+                return t
+        known = ", ".join(t.name for t in self.terms) or "none"
+        raise SpecError(f"engine {self.name} has no term {name!r}; its terms: {known}")
+
+    @property
+    def supports_off_tier(self) -> bool:
+        """Whether the version reads a dynamic K table, whose K = 0 tier is then its own kind of step."""
+        return self.dynamic_k_table is not None and self.dynamic_k_table.value
 
     def with_values(self, values: dict[str, float], source: str, verified: Verified = Verified.fitted,
-                    cases: tuple[str, ...] = (), bounds: Optional[dict[str, tuple[float, float]]] = None,
-                    fit: Optional[FitProvenance] = None, name: Optional[str] = None) -> "EngineSpec":
-        """A copy with some figures replaced (fitting and calibration)."""
-        data = self.model_dump()
-        for key, v in values.items():
-            self.figure(key)
-            data[key] = {"value": float(v), "source": source, "verified": verified,
-                         "cases": tuple(cases) or None, "bounds": (bounds or {}).get(key)}
+                    cases: tuple[str, ...] = (), fit: Optional[FitProvenance] = None,
+                    name: Optional[str] = None) -> "EngineSpec":
+        """A copy with some terms' values replaced (fitting and calibration)."""
+        for key in values:
+            self.term(key)
+        terms = []
+        for t in self.terms:
+            if t.name in values:
+                lo, hi = t.range
+                v = min(max(float(values[t.name]), lo), hi)
+                t = t.model_copy(update={"value": v, "source": source, "verified": verified,
+                                         "cases": tuple(cases) or None})
+                EngineTerm.model_validate(t.model_dump())
+            terms.append(t)
+        update: dict = {"terms": tuple(terms)}
         if fit is not None:
-            data["fit"] = fit.model_dump()
+            update["fit"] = fit
         if name is not None:
-            data["name"] = name
-        return EngineSpec.model_validate(data)
+            update["name"] = name
+        return self.model_copy(update=update)
+
+
+def _deep_merge(parent, child):
+    """Mappings merge key by key (the child's value wins); anything else is replaced by the child's."""
+    if isinstance(parent, dict) and isinstance(child, dict):
+        out = dict(parent)
+        for key, value in child.items():
+            out[key] = _deep_merge(parent.get(key), value) if key in parent else value
+        return out
+    return child
+
+
+def merge_engine_data(parent: dict, child: dict) -> dict:
+    """``child`` over ``parent``: mappings merge key by key (``cuda_graphs: {draft_graphs: false}`` changes one
+    field), other values (and ``versions``) are replaced; ``terms`` merge by name (a child term's fields
+    replace those of the parent's term of the same name, which then is the child's own figure; new names are
+    added) and ``remove_terms`` drops the parent's."""
+    out = {k: v for k, v in parent.items() if k not in ("extends", "fit")}
+    for key, value in child.items():
+        if key in ("terms", "remove_terms", "extends"):
+            continue
+        out[key] = _deep_merge(out[key], value) if key in out and key != "versions" else value
+    terms = {t["name"]: t for t in parent.get("terms", []) if isinstance(t, dict) and "name" in t}
+    for name in child.get("remove_terms", []) or []:
+        if name not in terms:
+            raise SpecError(f"remove_terms names {name!r}, which the extended spec does not have")
+        del terms[name]
+    for t in child.get("terms", []) or []:
+        if not isinstance(t, dict) or "name" not in t:
+            raise SpecError("every engine term is a mapping with a name")
+        terms[t["name"]] = _deep_merge(terms[t["name"]], t) if t["name"] in terms else t
+    out["terms"] = list(terms.values())
+    return out
 
 
 def engine_from_dict(data: object, where: str = "engine spec") -> EngineSpec:
     from dsdsim.specs.io import validated
 
     return validated(EngineSpec, data, where)
-
-
-def load_engine_file(path: str | Path) -> EngineSpec:
-    from dsdsim.specs.io import read_structured
-
-    path = Path(path)
-    return engine_from_dict(read_structured(path), where=str(path.name))
 
 
 YAML_HEADER = ("# Engine spec (dsdsim/specs/engine.py). Figures marked 'fitted' name the cases or points they were fitted on.\n")
@@ -169,21 +385,71 @@ def engine_yaml(spec: EngineSpec, header: str = YAML_HEADER) -> str:
     return header + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
 
 
+def load_engine_file(path: str | Path) -> EngineSpec:
+    """One engine spec file, with the files it extends (looked up in the same folder, then the catalog)."""
+    from dsdsim.specs.catalog import engine_data
+
+    path = Path(path)
+    return engine_from_dict(engine_data(path), where=str(path.name))
+
+
+# --- the figures one step reads, gathered once per spec ----------------------------------------------------------
+
+STEP_KINDS = ("plain", "speculative", "dynamic", "off_tier")
+_APPLIES_TO = {Applies.all: STEP_KINDS, Applies.plain: ("plain",), Applies.speculative: ("speculative", "dynamic"),
+               Applies.dynamic: ("dynamic", "off_tier"), Applies.off_tier: ("off_tier",),
+               Applies.spec_server: ("speculative", "dynamic", "off_tier")}
+_PERS = tuple(p.value for p in Per)
+_SLOTS = {Unit.seconds: "gpu_s", Unit.kernels: "gpu_k", Unit.eager_kernels: "gpu_eager_k"}
+
+
+@dataclass(frozen=True)
+class KindCoefficients:
+    """The summed terms of one kind of step, per unit of each ``Per`` (step, sequence, token, draft_pass, layer):
+    host seconds (``host_pass_s``: the draft-pass host terms, hidden behind the passes' kernels), GPU seconds,
+    graph-replayed and eager small kernels."""
+
+    host_s: tuple[float, ...]
+    gpu_s: tuple[float, ...]
+    gpu_kernels: tuple[float, ...]
+    gpu_eager_kernels: tuple[float, ...]
+    overlaps: bool
+
+    @property
+    def has_gpu(self) -> bool:
+        return any(self.gpu_s) or any(self.gpu_kernels) or any(self.gpu_eager_kernels)
+
+
 @dataclass(frozen=True)
 class EngineParams:
-    """The fittable engine figures as plain floats (seconds), in ``FITTABLE`` order."""
+    """An engine spec's terms as plain floats, summed per kind of step (``dsdsim.cost.engine`` evaluates them)."""
 
-    host_step_s: float = 0.0
-    host_per_sequence_s: float = 0.0
-    spec_fixed_s: float = 0.0
-    draft_pass_s: float = 0.0
-    rejection_per_token_s: float = 0.0
-    host_overlaps_plain: bool = False
-    host_overlaps_speculative: bool = False
+    plain: KindCoefficients
+    speculative: KindCoefficients
+    dynamic: KindCoefficients
+    off_tier: KindCoefficients
 
     @classmethod
-    def of(cls, spec: EngineSpec, **override: float) -> "EngineParams":
-        values = {k: spec.figure(k).value for k in FITTABLE}
-        values.update(override)
-        return cls(**values, host_overlaps_plain=spec.host_overlaps_plain.value,
-                   host_overlaps_speculative=spec.host_overlaps_speculative.value)
+    def of(cls, spec: EngineSpec, values: Optional[dict[str, float]] = None,
+           async_scheduling: Optional[bool] = None, drafter_kind: Optional[str] = None,
+           tree: bool = False) -> "EngineParams":
+        """The spec's coefficients; ``values`` replaces some terms' values (fitting); ``async_scheduling`` forces
+        the overlap of every kind of step on or off (the engine's option; None: the version's defaults, which may
+        depend on the drafter kind and on a draft tree)."""
+        values = values or {}
+        n = len(_PERS)
+        sums = {k: {slot: [0.0] * n for slot in ("host", "gpu_s", "gpu_k", "gpu_eager_k")} for k in STEP_KINDS}
+        for t in spec.terms:
+            v = float(values.get(t.name, t.value))
+            slot = "host" if t.runs_on is RunsOn.host else _SLOTS[t.unit]
+            i = _PERS.index(t.per.value)
+            for kind in _APPLIES_TO[t.applies]:
+                sums[kind][slot][i] += v
+        ov = spec.overlap
+        spec_overlaps = ov.speculative_overlaps(drafter_kind, tree)
+        flags = {"plain": ov.plain.value, "speculative": spec_overlaps, "dynamic": spec_overlaps,
+                 "off_tier": ov.off_tier.value if ov.off_tier is not None else spec_overlaps}
+        if async_scheduling is not None:
+            flags = dict.fromkeys(flags, bool(async_scheduling))
+        return cls(*(KindCoefficients(*(tuple(sums[k][slot]) for slot in ("host", "gpu_s", "gpu_k", "gpu_eager_k")),
+                                      flags[k]) for k in STEP_KINDS))

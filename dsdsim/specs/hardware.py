@@ -5,6 +5,7 @@ Peaks are DENSE (no 2:4 sparsity); a file whose peaks look sparse is refused.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -28,13 +29,26 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class Figure(BaseModel):
-    """One number with where it came from."""
+    """One number with where it came from. ``measured_on``: the hardware names (``hw_specs/``, or a part the catalog
+    lacks) it was measured on; a kernel figure of a spec whose name is not among them is assumed for that part."""
 
     model_config = _FROZEN
     value: float = Field(ge=0)
     source: str = Field(min_length=1)
     verified: Verified
     note: Optional[str] = None
+    measured_on: Optional[tuple[str, ...]] = None
+
+    @field_validator("measured_on")
+    @classmethod
+    def _parts(cls, parts: Optional[tuple[str, ...]]) -> Optional[tuple[str, ...]]:
+        return _part_names(parts)
+
+
+def _part_names(parts: Optional[tuple[str, ...]]) -> Optional[tuple[str, ...]]:
+    if parts is not None and (not parts or any(not p.strip() for p in parts)):
+        raise ValueError("measured_on lists hardware names (at least one, none empty); leave it out when unknown")
+    return parts
 
 
 class Efficiency(BaseModel):
@@ -93,6 +107,73 @@ class AllReduceTier(BaseModel):
     source: str = Field(min_length=1)
     verified: Verified
     note: Optional[str] = None
+    measured_on: Optional[tuple[str, ...]] = None     # as Figure.measured_on
+
+    @field_validator("measured_on")
+    @classmethod
+    def _parts(cls, parts: Optional[tuple[str, ...]]) -> Optional[tuple[str, ...]]:
+        return _part_names(parts)
+
+
+class MoEFamilyFigures(BaseModel):
+    """One fused-MoE kernel family on this part (``dsdsim.cost.timing.moe_family_rates``). One call costs
+
+        kernels(w) launch gaps + the two grouped GEMMs' kernel floor (where their work is shorter)
+        + latency_s + W_e / (BW * lead_expert_bandwidth_fraction) + E * align_s_per_expert
+        + (t_c^p + t_m^p)^(1/p),  t_m = bytes / (BW * bandwidth_fraction),  t_c = padded FLOPs / (peak * moe_compute_fraction)
+
+    with W_e the bytes of one routed expert's weights on the rank and E its routed experts. ``kernels`` counts the
+    launches of one call with unquantised or weight-only weights, the two grouped GEMMs included (the others are
+    routing, align/sort, activation and combine kernels, each a trivial kernel at decode sizes: one launch gap);
+    formats that quantise activations per call add ``quantised_kernels``. ``tile_m``: the rows each touched
+    expert's block is padded to. The last two figures are optional shape terms, present where the data show them.
+    """
+
+    model_config = _FROZEN
+    source: str = Field(min_length=1)            # the engines and backends that run it, and for which formats
+    weight_formats: tuple[DType, ...] = Field(min_length=1)
+    kernels: Figure
+    quantised_kernels: Figure
+    tile_m: Figure
+    latency_s: Figure
+    bandwidth_fraction: Figure
+    lead_expert_bandwidth_fraction: Optional[Figure] = None
+    align_s_per_expert: Optional[Figure] = None
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "MoEFamilyFigures":
+        for name in ("kernels", "quantised_kernels", "tile_m"):
+            v = getattr(self, name).value
+            if v != int(v) or v > 64:
+                raise ValueError(f"{name} = {v:g} must be a whole number of launches / rows (at most 64)")
+        if self.kernels.value < GROUPED_GEMM_LAUNCHES or self.tile_m.value < 1:
+            raise ValueError(f"kernels must count the {GROUPED_GEMM_LAUNCHES} grouped GEMMs; tile_m must be >= 1")
+        for name in ("bandwidth_fraction", "lead_expert_bandwidth_fraction"):
+            fig = getattr(self, name)
+            if fig is not None and not 0.01 <= fig.value <= 1.2:
+                raise ValueError(f"{name} = {fig.value} is not a fraction of peak; use a value in (0, 1.2]")
+        if self.latency_s.value > 1e-3 or (self.align_s_per_expert and self.align_s_per_expert.value > 1e-5):
+            raise ValueError("latency_s / align_s_per_expert are implausible; write seconds (12 us -> 12.0e-6)")
+        return self
+
+    def launches(self, weight: DType) -> float:
+        """Kernel launches of one call with ``weight`` weights."""
+        quantised = self.quantised_kernels.value if weight in ACTIVATION_QUANTISED else 0.0
+        return self.kernels.value + quantised
+
+    def figures(self) -> dict[str, Figure]:
+        """Its figures by name (the optional ones where present)."""
+        return {name: fig for name in MoEFamilyFigures.model_fields
+                if isinstance(fig := getattr(self, name), Figure)}
+
+
+# The two grouped GEMMs of a SwiGLU MoE call (gate_up, down; an activation may be fused into the first), the launches
+# ``MoEExperts`` counts (dsdsim.cost.ops)
+GROUPED_GEMM_LAUNCHES = 2
+# Weight formats whose kernels quantise the activations on every call (W8A8 fp8/int8 per-token-group quant of both
+# GEMMs' inputs in vLLM/SGLang fused_moe; NVFP4 W4A4 fp4 quantize in FlashInfer); int4 and mxfp4 are weight-only
+# (W4A16: Marlin, and the Hopper mixed-input CUTLASS path of lightseekorg/tokenspeed PR #1664) -- /work/notes §3
+ACTIVATION_QUANTISED = frozenset({DType.fp8, DType.int8, DType.fp4, DType.nvfp4})
 
 
 class KernelFigures(BaseModel):
@@ -105,8 +186,12 @@ class KernelFigures(BaseModel):
       (FlashAttention / FlashInfer) reaches fraction * c / (c + ramp) of bandwidth at c cached tokens per
       sequence: every sequence costs as if ``ramp`` more tokens were read.
     * ``mla_attention_*``: the same for MLA decode kernels (FlashMLA) over the latent cache.
-    * ``moe_*``: fused-MoE grouped GEMMs (routing align, gate_up, activation, down, combine): a fixed latency per
-      call, expert weights streamed at their own bandwidth fraction, grouped-GEMM compute at its own fraction.
+    * ``moe_families``: fused-MoE kernel families (Triton fused_moe, FlashInfer TRT-LLM-gen, ...), each with its
+      own launches, fixed latency and bandwidth (``MoEFamilyFigures``); the engine names the family it runs and
+      ``moe_default_family`` runs where it names none. Grouped-GEMM compute reaches ``moe_compute_fraction``.
+    * ``moe_call_latency_s`` / ``moe_bandwidth_fraction``: the older single figures (one fixed latency per call,
+      one bandwidth fraction, whatever the kernel). A spec without ``moe_families`` is timed by them; with
+      families they are views of the default family, filled in for readers of the old fields (calibration).
     """
 
     model_config = _FROZEN
@@ -116,9 +201,11 @@ class KernelFigures(BaseModel):
     decode_attention_ramp_tokens: Figure
     mla_attention_bandwidth_fraction: Figure
     mla_attention_ramp_tokens: Figure
-    moe_call_latency_s: Figure
-    moe_bandwidth_fraction: Figure
+    moe_call_latency_s: Optional[Figure] = None
+    moe_bandwidth_fraction: Optional[Figure] = None
     moe_compute_fraction: Figure
+    moe_default_family: Optional[str] = None
+    moe_families: dict[str, MoEFamilyFigures] = Field(default_factory=dict)
     all_reduce: tuple[AllReduceTier, ...] = ()
 
     @model_validator(mode="after")
@@ -127,14 +214,85 @@ class KernelFigures(BaseModel):
             raise ValueError(f"kernels.gemm_transition_p = {self.gemm_transition_p.value} must be in [1, 64]")
         for name in ("decode_attention_bandwidth_fraction", "mla_attention_bandwidth_fraction",
                      "moe_bandwidth_fraction", "moe_compute_fraction"):
-            v = getattr(self, name).value
-            if not 0.01 <= v <= 1.2:
-                raise ValueError(f"kernels.{name} = {v} is not a fraction of peak; use a value in (0, 1.2]")
+            fig = getattr(self, name)
+            if fig is not None and not 0.01 <= fig.value <= 1.2:
+                raise ValueError(f"kernels.{name} = {fig.value} is not a fraction of peak; use a value in (0, 1.2]")
         for name in ("kernel_floor_s", "moe_call_latency_s"):
-            if getattr(self, name).value > 1e-3:
-                raise ValueError(f"kernels.{name} = {getattr(self, name).value:g} s is implausible; write seconds "
-                                 "(3 us -> 3.0e-6)")
-        return self
+            fig = getattr(self, name)
+            if fig is not None and fig.value > 1e-3:
+                raise ValueError(f"kernels.{name} = {fig.value:g} s is implausible; write seconds (3 us -> 3.0e-6)")
+        self._check_moe_figures()
+        return self._with_views() if self.moe_families else self
+
+    def _check_moe_figures(self) -> None:
+        if self.moe_families:
+            if self.moe_default_family not in self.moe_families:
+                raise ValueError(f"kernels.moe_default_family must name one of moe_families "
+                                 f"({', '.join(self.moe_families)}), got {self.moe_default_family!r}")
+        elif self.moe_call_latency_s is None or self.moe_bandwidth_fraction is None:
+            raise ValueError("kernels: give moe_families (with moe_default_family), or the single figures "
+                             "moe_call_latency_s and moe_bandwidth_fraction")
+        elif self.moe_default_family is not None:
+            raise ValueError("kernels.moe_default_family names a family of moe_families, which is empty")
+
+    def _with_views(self) -> "KernelFigures":
+        """The single MoE figures as views of the default family (equal to what a dump of this spec holds)."""
+        fam = self.moe_families[self.moe_default_family]
+        views = {"moe_call_latency_s": _view(fam.latency_s, self.moe_default_family, "latency_s"),
+                 "moe_bandwidth_fraction": _view(fam.bandwidth_fraction, self.moe_default_family, "bandwidth_fraction")}
+        for name, view in views.items():
+            given = getattr(self, name)
+            if given is not None and given != view:
+                raise ValueError(f"kernels.{name} is a view of moe_families.{self.moe_default_family} when "
+                                 "moe_families is given; leave it out")
+        return self.model_copy(update=views)
+
+    def moe_family(self, name: Optional[str], weight: DType) -> Optional[tuple[str, MoEFamilyFigures]]:
+        """(family, its figures) that times a fused-MoE call with ``weight`` weights; None without families.
+
+        ``name`` is the engine's family (None: ``moe_default_family``). A family this part has no figures for runs
+        as the default family: engines fall back to Triton where their preferred backend does not run (SGLang
+        ``--moe-runner-backend auto``, vLLM's MoE oracle, /work/notes §5). A weight format the family does not take
+        runs the first listed family that takes it (int4 / mxfp4 weight-only on Hopper: Marlin)."""
+        if not self.moe_families:
+            return None
+        chosen = name if name in self.moe_families else self.moe_default_family
+        if weight not in self.moe_families[chosen].weight_formats:
+            chosen = next((n for n, f in self.moe_families.items() if weight in f.weight_formats), chosen)
+        return chosen, self.moe_families[chosen]
+
+    def moe_tile_m(self, name: Optional[str], weight: DType) -> Optional[int]:
+        """The rows each touched expert's block is padded to by the family ``moe_family`` resolves (what a plan
+        builds ``MoEExperts`` with); None without families (the part's GEMM tile applies)."""
+        family = self.moe_family(name, weight)
+        return int(family[1].tile_m.value) if family is not None else None
+
+
+def _view(fig: Figure, family: Optional[str], name: str) -> Figure:
+    return fig.model_copy(update={"source": f"view of moe_families.{family}.{name}: {fig.source}"})
+
+
+class Generation(str, Enum):
+    """Accelerator architecture generation: what an engine's kernel choice depends on (``MoEKernels.family``)."""
+
+    ampere = "ampere"            # NVIDIA SM80/SM86 (A100, A10G)
+    ada = "ada"                  # NVIDIA SM89 (L4, L40S, L20, RTX 4090)
+    hopper = "hopper"            # NVIDIA SM90 (H100, H200, H20, GH200)
+    blackwell = "blackwell"      # NVIDIA SM100/SM103 (B200, B300, GB200) and SM120 (RTX 5090)
+    cdna3 = "cdna3"              # AMD gfx942 (MI300X, MI325X)
+    cdna4 = "cdna4"              # AMD gfx950 (MI355X)
+    gaudi3 = "gaudi3"            # Intel Gaudi 3
+    tpu = "tpu"                  # Google TPU (v5e, v6e)
+
+
+class GenerationTag(BaseModel):
+    """The part's generation, with where it is stated."""
+
+    model_config = _FROZEN
+    value: Generation
+    source: str = Field(min_length=1)
+    verified: Verified
+    note: Optional[str] = None
 
 
 class Measurement(BaseModel):
@@ -166,6 +324,7 @@ class HardwareSpec(BaseModel):
     name: str = Field(min_length=1)
     description: str = ""
     vendor: str = ""
+    generation: Optional[GenerationTag] = None       # absent (a user's or a probed spec): engines use their default
     memory_bytes: Figure
     memory_bandwidth_bytes_per_s: Figure
     peak_flops_per_s: dict[DType, Figure]
@@ -260,6 +419,11 @@ class HardwareSpec(BaseModel):
     def bandwidth(self) -> float:
         return self.memory_bandwidth_bytes_per_s.value
 
+    @property
+    def generation_name(self) -> Optional[str]:
+        """The generation as the engine specs key it (``MoEKernels.by_generation``); None when not stated."""
+        return self.generation.value.value if self.generation is not None else None
+
     def peak(self, dtype: DType) -> float:
         """Dense peak FLOP/s for GEMMs in ``dtype``; falls back to bf16 (weight-only quantization dequantizes)."""
         key = dtype.peak_key
@@ -298,16 +462,64 @@ class HardwareSpec(BaseModel):
 
     def with_kernels(self, source: str = "override", **values: float) -> "HardwareSpec":
         """A copy with some kernel figures replaced (calibration). Keys: the scalar figures of KernelFigures
-        (gemm_transition_p, kernel_floor_s, decode_attention_ramp_tokens, moe_call_latency_s, ...)."""
+        (gemm_transition_p, kernel_floor_s, decode_attention_ramp_tokens, moe_call_latency_s, ...). With
+        ``moe_families``, moe_call_latency_s and moe_bandwidth_fraction write the default family's latency_s and
+        bandwidth_fraction (the figures they are views of)."""
         if self.kernels is None:
             raise SpecError(f"{self.name} has no kernels block to update")
-        names = {n for n, f in KernelFigures.model_fields.items() if n != "all_reduce"}
+        names = {n for n, f in KernelFigures.model_fields.items()
+                 if n not in ("all_reduce", "moe_families", "moe_default_family")}
         unknown = set(values) - names
         if unknown:
             raise SpecError(f"unknown kernel figure(s) {sorted(unknown)}; use one of {sorted(names)}")
-        update = {k: Figure(value=float(v), source=source, verified=Verified.measured) for k, v in values.items()}
-        kernels = KernelFigures.model_validate({**self.kernels.model_dump(), **{k: f.model_dump() for k, f in update.items()}})
+        update = {k: Figure(value=float(v), source=source, verified=Verified.measured).model_dump()
+                  for k, v in values.items()}
+        data = self.kernels.model_dump()
+        if self.kernels.moe_families:
+            family = data["moe_families"][self.kernels.moe_default_family]
+            for legacy, name in _FAMILY_VIEWS.items():
+                data.pop(legacy)
+                if legacy in update:
+                    family[name] = update.pop(legacy)
+        kernels = KernelFigures.model_validate({**data, **update})
         return self.model_copy(update={"kernels": kernels})
+
+
+# the single MoE figures -> the default family's figures they are views of
+_FAMILY_VIEWS = {"moe_call_latency_s": "latency_s", "moe_bandwidth_fraction": "bandwidth_fraction"}
+
+
+@dataclass(frozen=True)
+class KernelFigureOrigin:
+    """Where one kernel figure of a spec was measured (``kernel_figure_origins``)."""
+
+    name: str                               # its path in the kernels block: moe_families.triton_fused_moe.latency_s
+    value: float
+    measured_on: Optional[tuple[str, ...]]  # None: the spec does not say
+    assumed: Optional[bool]                 # True: measured on other parts only; None: not stated
+    source: str
+    verified: Verified
+
+
+def kernel_figure_origins(hw: HardwareSpec) -> list[KernelFigureOrigin]:
+    """Every kernel figure of ``hw`` (all-reduce tiers included; the single MoE views left out where families
+    give them) and whether it was measured on this part or assumed from others."""
+    kf = hw.kernels
+    if kf is None:
+        return []
+    figures: list[tuple[str, float, Optional[tuple[str, ...]], str, Verified]] = []
+    for name in KernelFigures.model_fields:
+        fig = getattr(kf, name)
+        if isinstance(fig, Figure) and not (kf.moe_families and name in _FAMILY_VIEWS):
+            figures.append((name, fig.value, fig.measured_on, fig.source, fig.verified))
+    for family, figs in kf.moe_families.items():
+        for name, fig in figs.figures().items():
+            figures.append((f"moe_families.{family}.{name}", fig.value, fig.measured_on, fig.source, fig.verified))
+    for tier in kf.all_reduce:
+        figures.append((f"all_reduce.{tier.algorithm.value}.latency_s", tier.latency_s, tier.measured_on,
+                        tier.source, tier.verified))
+    return [KernelFigureOrigin(name, value, on, None if on is None else hw.name not in on, source, verified)
+            for name, value, on, source, verified in figures]
 
 
 def hardware_from_dict(data: object, where: str = "hardware spec") -> HardwareSpec:

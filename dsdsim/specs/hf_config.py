@@ -17,11 +17,13 @@ from dsdsim.units import DType
 SUPPORTED_FAMILIES = (
     "llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mixtral", "phimoe", "deepseek_v2",
     "deepseek_v3", "kimi_k2", "gpt_oss", "llama4", "llama4_text", "cohere", "cohere2", "gemma3", "gemma3_text",
-    "glm4_moe",
+    "gemma4", "gemma4_text", "gemma4_assistant", "glm4_moe",
 )
 # transformers' per-class default for tie_word_embeddings (PretrainedConfig's own default is True).
-_TIE_DEFAULT = {"cohere": True, "cohere2": True, "gemma3_text": True}
-_WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+_TIE_DEFAULT = {"cohere": True, "cohere2": True, "gemma3_text": True, "gemma4_text": True}
+# multimodal or drafter wrappers whose decoder is their text_config
+_WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "gemma4": "gemma4_text",
+             "gemma4_assistant": "gemma4_text"}
 _LAYER_TYPE_KIND = {
     "full_attention": AttentionKind.full, "attention": AttentionKind.full, "global": AttentionKind.full,
     "sliding_attention": AttentionKind.sliding, "sliding": AttentionKind.sliding, "local": AttentionKind.sliding,
@@ -190,7 +192,7 @@ def _gqa(cfg: _Cfg, kind: AttentionKind, window: int | None) -> Attention:
     bias = cfg.bool("attention_bias", False)
     qkv_bias = bias or fam in ("qwen2", "qwen2_moe")      # Qwen2 always has q/k/v biases (no config field)
     o_bias = bias and fam not in ("glm4_moe", "qwen2", "qwen2_moe")
-    qk_norm = fam in ("qwen3", "qwen3_moe", "gemma3_text") or cfg.bool("use_qk_norm", False)
+    qk_norm = fam in ("qwen3", "qwen3_moe", "gemma3_text", "gemma4_text") or cfg.bool("use_qk_norm", False)
     if fam == "llama4_text":
         qk_norm = False  # Llama-4 qk norm is a parameter-free L2 norm
     return Attention(
@@ -209,7 +211,7 @@ def _norm_layout(cfg: _Cfg) -> dict:
         return {"norm": NormKind.layer, "norms": 1, "norm_bias": False}  # parallel attention + MLP block
     if fam == "phimoe":
         return {"norm": NormKind.layer, "norms": 2, "norm_bias": True}
-    if fam == "gemma3_text":
+    if fam in ("gemma3_text", "gemma4_text"):
         return {"norm": NormKind.rms, "norms": 4, "norm_bias": False}
     return {"norm": NormKind.rms, "norms": 2, "norm_bias": False}
 
@@ -317,6 +319,37 @@ def _build_glm4_moe(cfg: _Cfg):
     return layers, *_mtp(cfg, layers)
 
 
+def _build_gemma4(cfg: _Cfg):
+    """Gemma-4 text decoder (transformers Gemma4TextConfig): sliding layers with num_key_value_heads x head_dim,
+    full-attention layers with num_global_key_value_heads x global_head_dim whose value reuses the key where
+    attention_k_eq_v (one k projection, one cached tensor); GeGLU MLPs (three matrices, as SwiGLU); four norms per
+    layer and q/k norms."""
+    for key, why in (("enable_moe_block", "the Gemma-4 MoE block"),):
+        if cfg.bool(key, False):
+            raise cfg.refuse(key, why)
+    if cfg.int("hidden_size_per_layer_input", 0, minimum=0):
+        raise cfg.refuse("hidden_size_per_layer_input", "per-layer input embeddings (Gemma-4 E2B / E4B)")
+    n = _num_layers(cfg)
+    kinds = _attention_kinds(cfg, n)
+    ffns = _ffns(cfg, n)
+    norm = _norm_layout(cfg)
+    shared_kv = cfg.bool("attention_k_eq_v", False)
+    heads = cfg.int("num_attention_heads")
+    try:
+        layers = []
+        for (kind, window), ffn in zip(kinds, ffns):
+            if kind is AttentionKind.full and cfg.has("global_head_dim"):
+                attn = Attention(kind=kind, num_heads=heads,
+                                 num_kv_heads=cfg.int("num_global_key_value_heads", cfg.int("num_key_value_heads")),
+                                 head_dim=cfg.int("global_head_dim"), qk_norm=True, kv_tensors=1 if shared_kv else 2)
+            else:
+                attn = _gqa(cfg, kind, window)
+            layers.append(Layer(attention=attn, ffn=ffn, **norm))
+    except ValidationError as exc:
+        raise SpecError(pydantic_one_line(exc, cfg.where)) from None
+    return layers, 0, None
+
+
 def _mtp(cfg: _Cfg, layers: list[Layer]):
     count = cfg.int("num_nextn_predict_layers", 0, minimum=0)
     return (count, layers[-1]) if count else (0, None)
@@ -324,7 +357,7 @@ def _mtp(cfg: _Cfg, layers: list[Layer]):
 
 _FAMILY_BUILDERS: dict[str, Callable] = {
     "deepseek_v2": _build_deepseek, "deepseek_v3": _build_deepseek, "kimi_k2": _build_deepseek,
-    "glm4_moe": _build_glm4_moe,
+    "glm4_moe": _build_glm4_moe, "gemma4_text": _build_gemma4,
 }
 
 

@@ -44,6 +44,9 @@ class Attention(BaseModel):
     o_bias: bool = False
     qk_norm: bool = False
     sinks: bool = False                        # gpt-oss learned attention sinks: one scalar per head
+    # cached tensors per KV head: 2 (keys and values); 1 where the value reuses the key (Gemma-4's full-attention
+    # layers, attention_k_eq_v: one k projection, no v projection, one cached tensor)
+    kv_tensors: int = Field(default=2, ge=1, le=2)
     # MLA only
     q_lora_rank: Optional[int] = None          # None: plain q projection h -> n_q*(nope+rope)
     kv_lora_rank: Optional[int] = None
@@ -75,10 +78,11 @@ class Attention(BaseModel):
 
     @property
     def kv_elements_per_token(self) -> int:
-        """Cached elements per token per layer: 2*n_kv*d, or the MLA latent kv_lora_rank + qk_rope_head_dim."""
+        """Cached elements per token per layer: kv_tensors*n_kv*d (2 n_kv d: keys and values), or the MLA latent
+        kv_lora_rank + qk_rope_head_dim."""
         if self.kind is AttentionKind.mla:
             return self.kv_lora_rank + self.qk_rope_head_dim
-        return 2 * self.num_kv_heads * self.head_dim
+        return self.kv_tensors * self.num_kv_heads * self.head_dim
 
     def params(self, hidden: int, qkv_in: Optional[int] = None) -> int:
         """Weights of the projections, biases, q/k norms and sinks. ``qkv_in``: the width q/k/v read when it is
@@ -96,9 +100,10 @@ class Attention(BaseModel):
             kv += self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
             return q + kv + self.o_width * h
         k_in = qkv_in or h
-        n = k_in * (self.q_width + 2 * self.num_kv_heads * self.head_dim) + self.o_width * h
+        kv = self.kv_tensors * self.num_kv_heads * self.head_dim
+        n = k_in * (self.q_width + kv) + self.o_width * h
         if self.qkv_bias:
-            n += self.q_width + 2 * self.num_kv_heads * self.head_dim
+            n += self.q_width + kv
         if self.o_bias:
             n += h
         if self.qk_norm:

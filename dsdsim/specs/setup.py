@@ -35,16 +35,22 @@ class Setup:
         return self.deployment.for_draft_model()
 
 
-def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=None, engine=DEFAULT_ENGINE) -> Setup:
-    """Accept names, paths or spec objects; check the deployment against the model. ``engine``: an engine name,
-    path or spec (default vLLM); None for kernels only."""
+def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=None, engine=DEFAULT_ENGINE,
+            async_scheduling: Optional[bool] = None) -> Setup:
+    """Accept names, paths or spec objects; check the deployment against the model. ``engine``: an engine name
+    (``vllm``: its current release line; ``vllm@0.10.1``: the spec covering that version), path or spec (default
+    vLLM); None for kernels only. ``async_scheduling``: force the engine's async scheduling on or off (None: the
+    version's default)."""
     m = load_model(model)
     hw = load_hardware(hardware)
     dep = (deployment or Deployment()).check(m)
     d = parse_drafter(drafter) if isinstance(drafter, str) else drafter
     draft_model = load_model(d.model) if d is not None and d.kind is DrafterKind.draft_model else None
     eng = load_engine(engine) if engine is not None else None
-    setup = Setup(m, hw, dep, d, draft_model, eng, engine_source=engine_source(engine) if engine is not None else None)
+    params = EngineParams.of(eng, async_scheduling=async_scheduling) if (eng is not None and async_scheduling
+                                                                          is not None) else None   # forced: all kinds
+    setup = Setup(m, hw, dep, d, draft_model, eng, params,
+                  engine_source=engine_source(engine) if engine is not None else None)
     if draft_model is not None:
         setup.draft_deployment.check(draft_model)
         if draft_model.vocab_size != m.vocab_size:

@@ -31,7 +31,7 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy.optimize import least_squares
 
-from dsdsim.bench.summary import CalibrationSummary
+from dsdsim.fit.summary import CalibrationSummary
 from dsdsim.cost.ops import GemmShape, MoEShape, OpCost, OpKind, pad_rows
 from dsdsim.specs.hardware import HardwareSpec
 

@@ -4,11 +4,10 @@ Input points come from a CSV ``batch_size,k,context,itl_ms,acceptance_length``, 
 ``vllm bench serve --save-result``, or from SGLang ``bench_serving`` JSON lines. ``itl_ms`` is the time per
 output token of one sequence (vLLM's and SGLang's mean TPOT), so a step takes itl_ms x acceptance_length.
 
-The hardware and the kernel model stay fixed: only engine figures are fitted (bounded least squares on log step
-time, ``dsdsim.corpus.fit.BOUNDS``), the rest of the base engine is kept. Which figures depend on what the points
-can tell apart: spec_fixed_s and host_per_sequence_s always; host_step_s only where the base engine does not
-hide host time behind plain steps (otherwise it adds exactly like spec_fixed_s); draft_pass_s only with two or
-more K > 0; never more figures than points - 1.
+The hardware, the kernel model and the base engine version's own terms stay fixed: the fit adds device-time
+terms for what the points show beyond them (``CALIBRATION_TERMS``, bounded least squares on log step time), as
+many as the points can tell apart: a speculative per-step time and a per-sequence time always, a per-draft-pass time
+with two or more K > 0; never more figures than points - 1.
 """
 from __future__ import annotations
 
@@ -186,9 +185,39 @@ def merge_points(rows: list[tuple[MeasuredPoint, str]]) -> list[MeasuredPoint]:
 # --- fitting ---------------------------------------------------------------------------------------------------
 
 
+# The terms a calibration adds to the base engine: device time the measured points show beyond the modelled terms.
+# On the device timeline (never hidden by async scheduling), so they are identifiable whether the base engine
+# overlaps host work or not; each bounded like the largest engine terms the shipped specs source.
+CALIBRATION_TERMS = (
+    # name, per, applies, range (seconds), used when
+    ("measured_speculative_step", "step", "speculative", (0.0, 5e-3)),
+    ("measured_per_sequence", "sequence", "all", (0.0, 1e-4)),
+    ("measured_draft_pass", "draft_pass", "speculative", (0.0, 2e-3)),
+)
+
+
+def calibration_terms(names: Sequence[str], source: str) -> list:
+    """The calibration terms ``names`` at zero, fittable (``dsdsim.specs.engine.EngineTerm``)."""
+    from dsdsim.specs.engine import EngineTerm
+    from dsdsim.specs.hardware import Verified
+
+    out = []
+    for name, per, applies, rng in CALIBRATION_TERMS:
+        if name in names:
+            out.append(EngineTerm(name=name, component="synchronisation", runs_on="gpu", per=per, applies=applies,
+                                  value=0.0, range=rng, fit=True, prior=0.0, source=source, verified=Verified.derived,
+                                  mechanism="step time your measured points show beyond the modelled engine terms "
+                                            f"(per {per}; fitted by dsdsim calibrate --measurements)"))
+    return out
+
+
 @dataclass
 class EngineCalibration:
-    """Fitted engine figures for one deployment; estimator conventions (fit -> self, learned values end in _)."""
+    """Fitted engine figures for one deployment; estimator conventions (fit -> self, learned values end in _).
+
+    The base engine spec (its version's terms) is kept whole; the fit adds calibration terms on the device timeline
+    (``CALIBRATION_TERMS``): a speculative per-step time and a per-sequence time always, a per-draft-pass time with
+    two or more K > 0 among the points; never more figures than points - 1."""
 
     model: object
     hardware: object
@@ -209,38 +238,40 @@ class EngineCalibration:
         return [simulate_step(None, None, batch=p.batch, k=p.k, context=p.context, setup=setup) for p in points]
 
     def _keys(self, points: Sequence[MeasuredPoint]) -> tuple[str, ...]:
-        eng = self._setup.engine
-        keys = ["spec_fixed_s", "host_per_sequence_s"]
-        if not eng.host_overlaps_plain.value:
-            keys.insert(0, "host_step_s")
+        keys = ["measured_speculative_step", "measured_per_sequence"]
         if len({p.k for p in points if p.k > 0}) >= 2:
-            keys.append("draft_pass_s")
+            keys.append("measured_draft_pass")
         return tuple(keys[:max(1, len(points) - 1)])
+
+    def _spec(self, keys: Sequence[str], source: str = "dsdsim calibrate --measurements"):
+        base = self._setup.engine
+        return base.model_copy(update={"terms": tuple(base.terms) + tuple(calibration_terms(keys, source))})
+
+    def _params(self, keys: Sequence[str], values: dict[str, float], drafter):
+        from dsdsim.specs.engine import EngineParams
+
+        kind = drafter.kind.value if drafter is not None else None
+        return EngineParams.of(self._spec(keys), values, drafter_kind=kind,
+                               tree=drafter is not None and drafter.tree is not None)
+
+    def _predict(self, steps, values: dict[str, float]) -> np.ndarray:
+        keys = tuple(values)
+        p = self._params(keys, values, self._setup.drafter)
+        return np.array([float(s.step_time_with(p)) for s in steps])
 
     def _solve(self, steps, measured_s: np.ndarray, keys: tuple[str, ...]) -> dict[str, float]:
         from scipy.optimize import least_squares
 
-        from dsdsim.corpus.fit import BOUNDS, START_FRACTION
-        from dsdsim.cost.engine import EngineParams
-
-        base = EngineParams.of(self._setup.engine)
-        lo = np.array([BOUNDS[k][0] for k in keys])
-        hi = np.array([BOUNDS[k][1] for k in keys])
+        ranges = {name: rng for name, _, _, rng in CALIBRATION_TERMS}
+        lo = np.array([ranges[k][0] for k in keys])
+        hi = np.array([ranges[k][1] for k in keys])
 
         def resid(x):
-            p = EngineParams(**{**base.__dict__, **dict(zip(keys, map(float, x)))})
-            pred = np.array([float(s.step_time_with(p)) for s in steps])
-            return np.log(pred / measured_s)
+            return np.log(self._predict(steps, dict(zip(keys, map(float, x)))) / measured_s)
 
-        res = least_squares(resid, lo + START_FRACTION * (hi - lo), bounds=(lo, hi), x_scale=hi - lo,
-                            diff_step=1e-3, method="trf")
+        res = least_squares(resid, lo + 0.01 * (hi - lo), bounds=(lo, hi), x_scale=hi - lo, diff_step=1e-3,
+                            method="trf")
         return {k: float(v) for k, v in zip(keys, res.x)}
-
-    def _predict(self, steps, values: dict[str, float]) -> np.ndarray:
-        from dsdsim.cost.engine import EngineParams
-
-        p = EngineParams(**{**EngineParams.of(self._setup.engine).__dict__, **values})
-        return np.array([float(s.step_time_with(p)) for s in steps])
 
     def fit(self, points: Sequence[MeasuredPoint]) -> "EngineCalibration":
         self.points_ = list(points)
@@ -260,19 +291,19 @@ class EngineCalibration:
         return self
 
     def engine_spec(self, name: str, source_files: Sequence[str], date: str):
-        """The base engine with the fitted figures, named ``name``, provenance naming the points."""
-        from dsdsim.corpus.fit import BOUNDS
-        from dsdsim.corpus.fit import _round as round_s
+        """The base engine with the fitted calibration terms, named ``name``, provenance naming the points."""
+        from dsdsim.fit.engine import round_value
         from dsdsim.specs.engine import FitProvenance
 
         ids = tuple(f"b{p.batch}-k{p.k}-c{p.context}" for p in self.points_)
         res = {i: round(f / p.itl_ms - 1.0, 4) for i, f, p in zip(ids, self.fitted_ms_, self.points_)}
         fit = FitProvenance(method="dsdsim calibrate --measurements: bounded least squares on log step time, "
-                                   "kernel model and hardware fixed", date=date, cases=ids, residuals=res,
+                                   "kernel model, hardware and the base engine's terms fixed", date=date, cases=ids,
+                            residuals=res,
                             median_abs_residual=round(float(np.median(np.abs(list(res.values())))), 4),
                             max_abs_residual=round(float(np.max(np.abs(list(res.values())))), 4),
                             note="measured points: " + ", ".join(source_files))
-        values = {k: round_s(v) for k, v in self.values_.items()}
-        return self._setup.engine.with_values(
-            values, f"dsdsim calibrate --measurements ({', '.join(source_files)})", cases=ids,
-            bounds={k: BOUNDS[k] for k in values}, fit=fit, name=name)
+        source = f"dsdsim calibrate --measurements ({', '.join(source_files)})"
+        spec = self._spec(self.keys_, source)
+        values = {k: round_value(v) for k, v in self.values_.items()}
+        return spec.with_values(values, source, cases=ids, fit=fit, name=name)
