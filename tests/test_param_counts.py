@@ -181,6 +181,19 @@ PUBLISHED: list[Published] = [
               "Total here is embedding + non-embedding, the text model without the 417M vision encoder; the "
               "marketed '27B' and the Hub's 27.4B include the vision tower. Table 1's embedding figure is 0.45% "
               "above 262208x5376; the non-embedding figure (tested below) matches to 0.01%."),
+    # --- Gemma 4 (text model) and its MTP assistant ---------------------------------------------------
+    Published("gemma-4-31b", 30.7 * B, None, "dense",
+              "https://docs.api.nvidia.com/nim/reference/google-gemma-4-31b-it (model card: 'Total Parameters: "
+              "30.7B'); third-party cards give '30.7B dense + ~550M vision encoder'",
+              "The text model; the vision tower is not part of the spec. The config counts 30.697B, the tied "
+              "262144x5376 embedding once."),
+    Published("gemma-4-31b-assistant", 0.47 * B, None, "dense",
+              "https://huggingface.co/google/gemma-4-31B-it-qat-q4_0-unquantized-assistant (Hub safetensors "
+              "count 'params 470M', as captured by a public model-tracker page)",
+              "Counts what the config implies: 4 layers that read the target's KV cache (num_kv_shared_layers 4: "
+              "no k/v projections), the tied 262144x1024 embedding, and the pre_projection (2x5376 -> 1024) and "
+              "post_projection (1024 -> 5376) of backbone_hidden_size: 469.5M. Without KV sharing and the "
+              "projections it would be 480.3M (+2.2%), outside the tolerance."),
     # --- Zhipu GLM-4.5 ---------------------------------------------------------------------------------
     Published("glm-4.5", 355 * B, 32 * B, "no_embeddings",
               "https://huggingface.co/zai-org/GLM-4.5 (card: '355 billion total parameters with 32 billion active "

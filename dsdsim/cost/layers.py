@@ -86,7 +86,7 @@ def kv_heads_per_rank(attn: Attention, tp: int) -> int:
 
 def kv_elements_per_token_per_rank(attn: Attention, tp: int) -> int:
     """Cached elements per token on one rank. The MLA latent is replicated on every rank (not split)."""
-    if attn.kind is AttentionKind.mla:
+    if attn.kind is AttentionKind.mla or attn.kv_shared:
         return attn.kv_elements_per_token
     return attn.kv_tensors * kv_heads_per_rank(attn, tp) * attn.head_dim
 
@@ -145,11 +145,14 @@ def attention_plan(attn: Attention, hidden: int, pc: PassContext, kv_budget: Opt
     kv_heads = kv_heads_per_rank(attn, pc.tp)
     d = attn.head_dim
     kv = attn.kv_tensors * kv_heads * d           # k and v (or k alone where the value reuses it) per token
+    # a layer reading a shared cache projects, rotates and writes no keys or values of its own
+    new_kv_heads, new_kv = (0, 0) if attn.kv_shared else (kv_heads, kv)
     return [
-        PlanOp("qkv", ops.Gemm(k_in, heads * d + kv, bias=attn.qkv_bias, **g), rank_rows),
-        PlanOp("rotary", ops.Elementwise((heads + kv_heads) * d, reads=1, writes=1, act_dtype=pc.act_dtype,
+        PlanOp("qkv", ops.Gemm(k_in, heads * d + new_kv, bias=attn.qkv_bias, **g), rank_rows),
+        PlanOp("rotary", ops.Elementwise((heads + new_kv_heads) * d, reads=1, writes=1, act_dtype=pc.act_dtype,
                                          flops_per_element=3), rank_rows),
-        PlanOp("attn", ops.Attention(heads, d, d, kv, pc.kv_dtype, pc.act_dtype), core),
+        PlanOp("attn", ops.Attention(heads, d, d, kv, pc.kv_dtype, pc.act_dtype, writes_kv=not attn.kv_shared),
+               core),
         PlanOp("o", ops.Gemm(heads * d, hidden, bias=attn.o_bias, **g), rank_rows),
     ]
 
@@ -258,10 +261,14 @@ def _sampled(p: PassPoint) -> tuple:
 
 def pass_plan(model: ModelSpec, pc: PassContext, *, kv_budget: Optional[int] = None) -> list[PlanOp]:
     """A full forward pass of ``model``: embedding, every layer group (its layers as the count), the head."""
+    g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
     out = [PlanOp("embed", ops.Embedding(model.hidden_size, pc.w_dtype, pc.act_dtype), tokens)]
+    projections = [PlanOp(name, ops.Gemm(p.inputs, p.outputs, **g), tokens)
+                   for name, p in zip(("pre_projection", "post_projection"), model.backbone_projections)]
+    out += projections[:1]
     for layer, count, tag in layer_groups(model):
         out += [o.renamed(tag, count) for o in layer_plan(layer, model.hidden_size, pc, kv_budget=kv_budget)]
-    return out + head_plan(model.hidden_size, model.vocab_size, pc)
+    return out + projections[1:] + head_plan(model.hidden_size, model.vocab_size, pc)
 
 
 # --- the operators at given sizes (explain, tests, the benches) ------------------------------------------------

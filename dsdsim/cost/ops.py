@@ -271,12 +271,14 @@ class Attention(Operator):
     kv_dtype: DType
     act_dtype: DType
     kernel: KernelClass = KernelClass.flash_decode
+    writes_kv: bool = True                  # False where the layer reads a cache another layer wrote
 
     def __post_init__(self):
         a = self.act_dtype.bytes_per_element
+        kv = self.kv_elements_per_token * self.kv_dtype.bytes_per_element
         _frozen_init(self, _flops_per_query_key=2.0 * self.heads * (self.qk_dim + self.v_dim),
                      _in_per_query=self.heads * self.qk_dim * a, _out_per_query=self.heads * self.v_dim * a,
-                     kv_bytes_per_token=self.kv_elements_per_token * self.kv_dtype.bytes_per_element)
+                     kv_bytes_per_token=kv, _kv_write_per_query=kv if self.writes_kv else 0.0)
 
     def record(self, name: str, batch, q, context) -> OpCost:
         b, q, c = num(batch), num(q), num(context)
@@ -285,7 +287,7 @@ class Attention(Operator):
         return OpCost(
             name=name, kind=OpKind.attention, dtype=self.act_dtype, flops=flops, flops_padded=flops,
             act_in_bytes=queries * self._in_per_query, act_out_bytes=queries * self._out_per_query,
-            kv_read_bytes=b * c * self.kv_bytes_per_token, kv_write_bytes=queries * self.kv_bytes_per_token,
+            kv_read_bytes=b * c * self.kv_bytes_per_token, kv_write_bytes=queries * self._kv_write_per_query,
             kernel=self.kernel, sequences=b, kv_bytes_per_token=self.kv_bytes_per_token,
             shape=AttentionShape(b, q, c, self.heads, self.qk_dim, self.v_dim, self.kv_elements_per_token))
 
@@ -293,7 +295,8 @@ class Attention(Operator):
         queries = b * q
         kv = self.kv_bytes_per_token
         return Demand(queries * self._flops_per_query_key * (c + q),
-                      queries * self._in_per_query + queries * self._out_per_query + b * c * kv + queries * kv,
+                      queries * self._in_per_query + queries * self._out_per_query + b * c * kv
+                      + queries * self._kv_write_per_query,
                       1.0, b)
 
 

@@ -118,6 +118,7 @@ def model_from_hf_config(config: object, name: str, source: str = "") -> ModelSp
             lm_head_bias=cfg.bool("lm_head_bias", False), layers=tuple(layers), mtp_layers=mtp_layers,
             mtp_layer=mtp_layer, max_position_embeddings=cfg.get("max_position_embeddings"),
             default_dtype=dtype, default_expert_dtype=expert_dtype, source=source,
+            backbone_hidden_size=_Cfg(outer, family, where).int("backbone_hidden_size", None),
         )
     except ValidationError as exc:
         raise SpecError(pydantic_one_line(exc, where)) from None
@@ -333,17 +334,22 @@ def _build_gemma4(cfg: _Cfg):
     kinds = _attention_kinds(cfg, n)
     ffns = _ffns(cfg, n)
     norm = _norm_layout(cfg)
-    shared_kv = cfg.bool("attention_k_eq_v", False)
+    k_eq_v = cfg.bool("attention_k_eq_v", False)
     heads = cfg.int("num_attention_heads")
+    # the last num_kv_shared_layers layers read the cache of the last earlier layer of their kind (the assistant:
+    # all of them, the target's)
+    first_shared = n - cfg.int("num_kv_shared_layers", 0, minimum=0, maximum=n)
     try:
         layers = []
-        for (kind, window), ffn in zip(kinds, ffns):
+        for i, ((kind, window), ffn) in enumerate(zip(kinds, ffns)):
             if kind is AttentionKind.full and cfg.has("global_head_dim"):
                 attn = Attention(kind=kind, num_heads=heads,
                                  num_kv_heads=cfg.int("num_global_key_value_heads", cfg.int("num_key_value_heads")),
-                                 head_dim=cfg.int("global_head_dim"), qk_norm=True, kv_tensors=1 if shared_kv else 2)
+                                 head_dim=cfg.int("global_head_dim"), qk_norm=True, kv_tensors=1 if k_eq_v else 2)
             else:
                 attn = _gqa(cfg, kind, window)
+            if i >= first_shared:
+                attn = attn.model_copy(update={"kv_shared": True})
             layers.append(Layer(attention=attn, ffn=ffn, **norm))
     except ValidationError as exc:
         raise SpecError(pydantic_one_line(exc, cfg.where)) from None

@@ -47,6 +47,9 @@ class Attention(BaseModel):
     # cached tensors per KV head: 2 (keys and values); 1 where the value reuses the key (Gemma-4's full-attention
     # layers, attention_k_eq_v: one k projection, no v projection, one cached tensor)
     kv_tensors: int = Field(default=2, ge=1, le=2)
+    # reads the cache of an earlier layer instead of its own (Gemma-4 num_kv_shared_layers; the Gemma-4 assistant's
+    # layers read the target's): no k/v projections or k norm, no cache of its own, no K/V written
+    kv_shared: bool = False
     # MLA only
     q_lora_rank: Optional[int] = None          # None: plain q projection h -> n_q*(nope+rope)
     kv_lora_rank: Optional[int] = None
@@ -82,6 +85,13 @@ class Attention(BaseModel):
         kv_lora_rank + qk_rope_head_dim."""
         if self.kind is AttentionKind.mla:
             return self.kv_lora_rank + self.qk_rope_head_dim
+        return 0 if self.kv_shared else self.kv_tensors * self.num_kv_heads * self.head_dim
+
+    @property
+    def kv_elements_read_per_token(self) -> int:
+        """Cached elements per token one query reads: the layer's own, or the shared cache it reads."""
+        if self.kind is AttentionKind.mla:
+            return self.kv_elements_per_token
         return self.kv_tensors * self.num_kv_heads * self.head_dim
 
     def params(self, hidden: int, qkv_in: Optional[int] = None) -> int:
@@ -100,14 +110,14 @@ class Attention(BaseModel):
             kv += self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
             return q + kv + self.o_width * h
         k_in = qkv_in or h
-        kv = self.kv_tensors * self.num_kv_heads * self.head_dim
+        kv = self.kv_elements_per_token          # k and v projections' outputs (none where the cache is shared)
         n = k_in * (self.q_width + kv) + self.o_width * h
         if self.qkv_bias:
             n += self.q_width + kv
         if self.o_bias:
             n += h
         if self.qk_norm:
-            n += 2 * self.head_dim
+            n += (1 if self.kv_shared else 2) * self.head_dim
         if self.sinks:
             n += self.num_heads
         return n
@@ -230,6 +240,9 @@ class ModelSpec(BaseModel):
     max_position_embeddings: Optional[int] = None
     default_dtype: DType = DType.bf16            # the checkpoint's weight dtype (quantization_config / torch_dtype)
     default_expert_dtype: Optional[DType] = None  # routed-expert weights when they differ (gpt-oss: MXFP4)
+    # a drafter that reads its target's hidden state (Gemma-4 assistant, config backbone_hidden_size): each pass
+    # projects [target embedding ++ target hidden] (2 x backbone) to h and its output h back to backbone
+    backbone_hidden_size: Optional[int] = Field(default=None, gt=0)
     source: str = ""
 
     @model_validator(mode="after")
@@ -314,16 +327,28 @@ class ModelSpec(BaseModel):
         return Linear(2 * self.hidden_size, self.hidden_size)
 
     @property
+    def backbone_projections(self) -> tuple[Linear, ...]:
+        """A target-reading drafter's pre_projection (2 x backbone -> h) and post_projection (h -> backbone);
+        none for other models."""
+        b = self.backbone_hidden_size
+        return () if b is None else (Linear(2 * b, self.hidden_size), Linear(self.hidden_size, b))
+
+    @property
     def params_total(self) -> int:
         """All weights except MTP modules; tied embeddings counted once."""
         body = sum(layer.params(self.hidden_size) for layer in self.layers)
-        return self.params_embedding + body + self.params_final_norm + self.params_lm_head
+        return self._params_outside_layers + body
 
     @property
     def params_active(self) -> int:
         """Weights one token touches, embedding and lm_head included (the lm_head once if tied)."""
         body = sum(layer.active_params(self.hidden_size) for layer in self.layers)
-        return self.params_embedding + body + self.params_final_norm + self.params_lm_head
+        return self._params_outside_layers + body
+
+    @property
+    def _params_outside_layers(self) -> int:
+        projections = sum(p.params for p in self.backbone_projections)
+        return self.params_embedding + self.params_final_norm + self.params_lm_head + projections
 
     def kv_bytes_per_token(self, kv_dtype: DType = DType.bf16) -> float:
         """KV-cache bytes one token adds across all layers (ignoring window caps; see cost.memory for those)."""
