@@ -4,7 +4,9 @@ Public API (imported lazily so ``import dsdsim`` stays fast and never pulls in t
 
     load_model, load_hardware, model_names, hardware_names   specs and the catalog
     Deployment, parse_drafter, DrafterSpec                   how the model is served and drafted
+    resolve, Setup                                           names looked up once (engine@version too), reused per call
     simulate_step, step_time_grid                            the cost model (vectorised over B, K, c)
+    load_engine, engine_names                                engine specs by version range
     parse_acceptance, Acceptance                             acceptance models
     predict                                                  the K* table per batch size
     plan                                                     capacity planning
@@ -26,6 +28,10 @@ _EXPORTS = {
     "Deployment": "dsdsim.specs.deployment",
     "DrafterSpec": "dsdsim.specs.drafter",
     "parse_drafter": "dsdsim.specs.drafter",
+    "resolve": "dsdsim.specs.setup",
+    "Setup": "dsdsim.specs.setup",
+    "load_engine": "dsdsim.specs.catalog",
+    "engine_names": "dsdsim.specs.catalog",
     "simulate_step": "dsdsim.cost.step",
     "step_time_grid": "dsdsim.cost.step",
     "Acceptance": "dsdsim.policy.acceptance",

@@ -26,8 +26,7 @@ import numpy as np
 
 from dsdsim.fit.kernels import (FITTABLE, MoEFamilyFit, MoERow, median_abs, moe_row_seconds, read_moe_rows,
                                 select_terms)
-from dsdsim.specs.hardware import Figure, HardwareSpec, MoEFamilyFigures, Verified, load_hardware
-from dsdsim.units import DType
+from dsdsim.specs.hardware import HardwareSpec, MoEFamilyFigures, load_hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "measurements" / "kernels" / "fused_moe.csv"

@@ -70,7 +70,14 @@ def test_step_time_is_finite_positive_and_non_decreasing_in_b_k_c(sid, model, hw
     assert np.all(np.isfinite(t)) and np.all(t > 0)
     tol = 1e-12 * t
     assert np.all(np.diff(t, axis=0) >= -tol[1:]), "step time fell as the batch grew"
-    assert np.all(np.diff(t, axis=1) >= -tol[:, 1:]), "step time fell as K grew"
+    # vLLM rounds its capture sizes to multiples of K + 1 (0.14+): one more draft token can pad to fewer tokens
+    # (3 sequences: 15 tokens pad to 20 at K = 4, 18 tokens replay the 18-token graph at K = 5). Where the padded
+    # verify tokens do not fall, the step time does not either.
+    padded = simulate_step(None, None, batch=BATCHES[:, None, None], k=ks[None, :, None],
+                           context=np.asarray(CONTEXTS, dtype=float)[None, None, :], setup=s).verify_padded_tokens
+    padded = np.broadcast_to(padded, t.shape)
+    fell = np.diff(t, axis=1) < -tol[:, 1:]
+    assert not np.any(fell & (np.diff(padded, axis=1) >= 0)), "step time fell as K grew"
     assert np.all(np.diff(t, axis=2) >= -tol[:, :, 1:]), "step time fell as the context grew"
     # feasibility only ever flips from feasible to infeasible along each axis
     f = feasible.astype(int)

@@ -251,6 +251,11 @@ def test_calibrate_measurements_writes_a_spec_that_predict_picks_up(cli, tmp_pat
     assert code == 0, err
     assert "leave-one-out" in stdout and out.is_file()
     assert load_engine(out).name == "mine"
+    # the fitted figures are named with their values, as the spec file writes them
+    fitted = next(line for line in stdout.splitlines() if line.startswith("fitted:"))
+    spec = load_engine(out)
+    for name in ("measured_speculative_step", "measured_per_sequence"):
+        assert name in fitted and spec.term(name).verified is Verified.fitted
     code, stdout, err = cli("predict", "--engine", out, "-b", "1,8", "--max-k", "3", "--format", "json")
     assert code == 0, err
     assert json.loads(stdout)["engine"]["name"] == "mine"

@@ -51,8 +51,11 @@ def test_wheel_contains_every_shipped_spec(wheel):
         assert f"dsdsim/model_specs/{stem}.json" in names, stem
     for stem in SHIPPED_MEASUREMENTS:
         assert f"dsdsim/measurements/{stem}" in names, stem
-    for stem in ("vllm", "sglang", "trtllm", "ideal"):
+    for stem in sorted(p.stem for p in (REPO_ROOT / "engine_specs").glob("*.yaml")):
         assert f"dsdsim/engine_specs/{stem}.yaml" in names, stem
+    # the published kernel timings the hardware specs' MoE families were fitted on, and their fit
+    for name in sorted(p.name for p in (REPO_ROOT / "measurements" / "kernels").iterdir()):
+        assert f"dsdsim/measurements/kernels/{name}" in names, name
     for module in ("dsdsim/__init__.py", "dsdsim/cli/__init__.py", "dsdsim/cli/model.py", "dsdsim/specs/catalog.py",
                    "dsdsim/cost/step.py"):
         assert module in names, module
@@ -64,7 +67,9 @@ CATALOG_CHECK = """
 import json
 from dsdsim.specs import catalog
 from dsdsim.corpus.schema import load_corpus
-print(json.dumps({"hw_dir": str(catalog.shipped_dir("hw_specs")), "model_dir": str(catalog.shipped_dir("model_specs")),
+from dsdsim.fit.intervals import shipped_intervals
+print(json.dumps({"intervals": shipped_intervals() is not None, "vllm": catalog.load_engine("vllm@0.10.1").label,
+                  "hw_dir": str(catalog.shipped_dir("hw_specs")), "model_dir": str(catalog.shipped_dir("model_specs")),
                   "hw": catalog.hardware_names(), "models": catalog.model_names(),
                   "module": catalog.__file__, "h100_bw": catalog.load_hardware("h100-sxm").bandwidth,
                   "corpus_dir": str(catalog.shipped_dir("measurements")), "n_cases": len(load_corpus())}))
@@ -91,6 +96,8 @@ def test_installed_wheel_finds_its_specs(wheel, tmp_path):
     assert d["models"] == SHIPPED_MODELS
     assert d["h100_bw"] == 3.35e12
     assert Path(d["corpus_dir"]) == site / "dsdsim" / "measurements"
+    assert d["intervals"], "the installed package reads the intervals fitted beside its corpus"
+    assert d["vllm"], "an engine version resolves inside the installed package"
     assert d["n_cases"] == sum(len(yaml.safe_load(p.read_text())["cases"]) for p in (REPO_ROOT / "measurements").glob("*.yaml"))
 
 

@@ -72,8 +72,9 @@ def test_plan_rows_invariants(rows_by_model, name):
         assert r.tokens_per_s_per_gpu_dsd == pytest.approx(r.tokens_per_s_dsd / r.gpus)
         if r.batch_vanilla is not None:
             assert r.tokens_per_s_vanilla > 0
-            assert r.tokens_per_s_dsd >= r.tokens_per_s_vanilla * (1 - 1e-12)
-            assert r.dsd_gain >= 1 - 1e-12
+            # every step of a server running a K table pays what the engine charges such a server (its K = 0
+            # tier included, vLLM issue #49548), so at large batch it can fall behind a server without speculation
+            assert r.dsd_gain == pytest.approx(r.tokens_per_s_dsd / r.tokens_per_s_vanilla, rel=1e-12)
         assert r.gpus_needed_dsd is None and r.cost_per_million_tokens_dsd is None   # no target, no price given
 
 
@@ -141,7 +142,10 @@ def _by_hand(name, tp, slo_ms, batches, max_k=8):
     """(batch K=0, batch DSD, goodput K=0, goodput DSD) at the best point under the SLO, by plain loops."""
     p = predict(name, HW, Deployment(tp=tp), "eagle3", None, 1024, batches, max_k=max_k, fixed_k=0)
     best = {"vanilla": (None, -math.inf), "dsd": (None, -math.inf)}
-    for i, k in enumerate(p.k_values):
+    for j, b in enumerate(p.batch_sizes):          # a server without speculation
+        if p.feasible[0, j] and p.plain_step_s[j] * 1e3 <= slo_ms and int(b) / p.plain_step_s[j] > best["vanilla"][1]:
+            best["vanilla"] = (int(b), int(b) / p.plain_step_s[j])
+    for i, k in enumerate(p.k_values):             # a server running the K table (its K = 0 tier included)
         for j, b in enumerate(p.batch_sizes):
             if not p.feasible[i, j]:
                 continue
@@ -149,9 +153,8 @@ def _by_hand(name, tp, slo_ms, batches, max_k=8):
             if itl_ms > slo_ms:
                 continue
             g = int(b) * p.tau[i] / p.step_s[i, j]
-            for key in (("vanilla", "dsd") if k == 0 else ("dsd",)):
-                if g > best[key][1] * (1 + 1e-12):
-                    best[key] = (int(b), g)
+            if g > best["dsd"][1] * (1 + 1e-12):
+                best["dsd"] = (int(b), g)
     return best["vanilla"][0], best["dsd"][0], best["vanilla"][1], best["dsd"][1]
 
 
@@ -287,4 +290,4 @@ def test_a_row_is_one_operating_point():
     assert np.nanmax(np.where(p.feasible & (itl_ms <= slo_ms), p.goodput, np.nan)) == pytest.approx(
         r.tokens_per_s_dsd, rel=1e-12)
     j0 = list(p.batch_sizes).index(r.batch_vanilla)
-    assert r.tokens_per_s_vanilla == pytest.approx(float(p.goodput[0, j0]), rel=1e-12)
+    assert r.tokens_per_s_vanilla == pytest.approx(float(p.plain_goodput[j0]), rel=1e-12)

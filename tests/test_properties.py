@@ -165,7 +165,13 @@ def test_predict_on_random_models(case):
             assert v is not None and math.isfinite(v) and v > 0, r
         assert 0 <= r.k <= max_k
         assert 1 - 1e-12 <= r.tau <= r.k + 1 + 1e-9
-        assert r.speedup_vs_vanilla >= 1 - 1e-9          # K* is at least as good as K = 0
+        # K* is at least as good as the table's own K = 0 row; against a server without speculation it can lose
+        # only the off tier's cost (vLLM issue #49548)
+        i = list(p.k_values).index(r.k)
+        j = list(p.batch_sizes).index(r.batch_size)
+        assert p.goodput[i, j] >= p.goodput[0, j] * (1 - 1e-9)
+        if not p.dynamic:
+            assert r.speedup_vs_vanilla >= 1 - 1e-9
         assert r.itl_ms == pytest.approx(r.step_ms / r.tau)
         assert r.tokens_per_s == pytest.approx(r.batch_size * r.tau / (r.step_ms / 1e3))
 

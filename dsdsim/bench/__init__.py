@@ -9,7 +9,7 @@ Nothing outside this package imports it except the CLI. Modules:
     validate     operator and step points, predicted vs measured, held-out calibration, K-table regret (run_validate)
     loop         a real batched speculative loop with rejection sampling (run_loop)
     distributed  gloo / NCCL all-reduce vs the link model, and a tensor-parallel MLP (run_distributed)
-    specfile     hardware specs written as hw_specs YAML (torch-free)
 
-Fitting what it measures (the Calibrator, the kernel-shape figures of a probe) lives in ``dsdsim.fit``, torch-free.
+Fitting what it measures (the Calibrator, the kernel-shape figures of a probe) lives in ``dsdsim.fit`` and writing
+hardware specs in ``dsdsim.specs.hardware_yaml``, both torch-free.
 """

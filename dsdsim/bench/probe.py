@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from dsdsim.bench.timing import (DEFAULT_CPU_THREADS, Timing, cpu_threads, device_name, last_level_cache_bytes,
                                  on_device, random_tensor, rotation_sets, sm_clock_mhz, time_fn, time_graph,
                                  time_kernels, torch_dtype)
-from dsdsim.bench.specfile import spec_yaml, write_spec  # noqa: F401  (re-exported: probe.write_spec)
+from dsdsim.specs.hardware_yaml import spec_yaml, write_spec  # noqa: F401  (re-exported: probe.write_spec)
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.units import DType
 
@@ -343,14 +343,14 @@ def _kernels_block(r: ProbeResult, launch_s: float, fig) -> Optional[dict]:
     """The spec's kernel-shape figures fitted to the sweeps (dsdsim.fit.kernels); the MLA and fused-MoE
     figures, which need kernels the probe does not run, from the reference spec, marked unverified. None
     without sweeps or when the floor, GEMM or attention fits are missing."""
-    from dsdsim.fit.kernels import NOT_PROBED, fit_kernel_figures
+    from dsdsim.fit.kernels import NOT_PROBED, KernelFigureFit
     from dsdsim.specs.catalog import load_hardware
 
     if not r.sweeps:
         return None
     peak = r.peaks_flops_per_s.get(DType.bf16) or max(r.peaks_flops_per_s.values(), default=0.0)
-    fitted = fit_kernel_figures({w.name: w.points for w in r.sweeps}, peak, r.bandwidth_bytes_per_s, launch_s,
-                                graphs=r.device.startswith("cuda") and r.graph_launch_s is not None)
+    fitted = KernelFigureFit(peak, r.bandwidth_bytes_per_s, launch_s, graphs=r.device.startswith("cuda")
+                             and r.graph_launch_s is not None).fit({w.name: w.points for w in r.sweeps}).figures_
     needed = ("kernel_floor_s", "gemm_transition_p", "decode_attention_bandwidth_fraction",
               "decode_attention_ramp_tokens")
     if not all(k in fitted for k in needed):

@@ -73,22 +73,22 @@ def list_engines(fmt: ShowFmt = ShowFormat.table) -> None:
     rows = [(n, engine_summary(load_engine(n), engine_source(n))) for n in engine_names()]
     if fmt is ShowFormat.json:
         return emit(to_json([{"file": n, **r} for n, r in rows]), None)
-    t = Table(title="Engines (dsdsim list engines; --engine NAME for the current release line, NAME@VERSION for a "
-                    "release)")
-    widest = {"spec": max(len(n) for n, _ in rows), "releases": max(len(r["versions"]) for _, r in rows)}
-    for col in ("spec", "engine", "releases", "what", "overlap plain/spec", "dynamic K", "graph padding", "terms",
-                "fitted"):
-        if col == "what":
-            t.add_column(col, justify="left", no_wrap=True, overflow="ellipsis", max_width=30)
-        else:
-            t.add_column(col, justify="left", no_wrap=True, min_width=widest.get(col))
+    t = Table(title="Engines: --engine NAME is the current release line, NAME@VERSION the spec covering a release",
+              caption="dsdsim show engine SPEC (or NAME@VERSION) for every term, its mechanism and source")
+    for col, kw in (("spec", {"no_wrap": True}), ("releases", {"no_wrap": True}), ("host overlaps", {}),
+                    ("K table", {}), ("CUDA graphs", {}), ("terms (fitted)", {}), ("train cases", {"justify": "right"}),
+                    ("what", {"max_width": 44, "overflow": "fold"})):
+        t.add_column(col, **kw)
     for n, r in sorted(rows, key=lambda x: (x[1]["name"], x[1]["versions"] == "-", x[0])):
         g = r["cuda_graphs"]
         pad = "every shape" if g["capture_sizes"] is None else f"{g['padding']} to {max(g['capture_sizes'])}"
-        fitted = sum(1 for term in r["terms"] if term["verified"] == "fitted")
-        t.add_row(n, r["name"], r["versions"], r["label"], f"{_yes(r['overlap_plain'])}/{_yes(r['overlap_speculative'])}",
-                  _yes(r["dynamic_k_table"]), pad, str(len(r["terms"])),
-                  f"{fitted} on {r['fit']['cases']} cases" if "fit" in r else str(fitted))
+        fitted = [term for term in r["terms"] if term["verified"] == "fitted"]
+        bound = sum(1 for term in fitted if term["on_bound"])
+        overlap = {(True, True): "plain, spec", (True, False): "plain", (False, True): "spec",
+                   (False, False): "none"}[(r["overlap_plain"], r["overlap_speculative"])]
+        terms = f"{len(r['terms'])} ({len(fitted)}" + (f", {bound} on a bound)" if bound else ")")
+        t.add_row(n if n == r["name"] or n.startswith(r["name"] + "-") else f"{n} ({r['name']})", r["versions"], overlap, _yes(r["dynamic_k_table"]), pad, terms,
+                  str(r["fit"]["cases"]) if "fit" in r else "0", r["label"])
     show(t)
 
 
@@ -115,7 +115,19 @@ def show_engine(name: str = typer.Argument(..., help="An engine (vllm: its curre
         for term, row in zip(data.get("terms", []), summary["terms"]):
             term["on_bound"] = row["on_bound"]
         return emit(to_json(data), None)
-    head = {k: v for k, v in summary.items() if k not in ("terms", "cuda_graphs")}
+    head = {k: v for k, v in summary.items() if k not in ("terms", "cuda_graphs", "moe_kernels", "fit")}
+    if not summary["overlap_speculative"]:     # the drafters async scheduling would cover, were it on
+        head.pop("overlap_speculative_drafters", None)
+    if "moe_kernels" in summary:
+        mk = summary["moe_kernels"]
+        head["moe_kernels"] = ", ".join([f"{fam} on {gen}" for gen, fam in mk["by_generation"].items()]
+                                        + [f"{mk['default']} elsewhere" if mk["by_generation"] else
+                                           f"{mk['default']} on every GPU"])
+    if "fit" in summary:
+        f = summary["fit"]
+        head["fit"] = (f"{f['date']}: {f['cases']} train case{'' if f['cases'] == 1 else 's'} on this range, "
+                       f"median |residual| "
+                       f"{100 * f['median_abs_residual']:.1f}%, max {100 * f['max_abs_residual']:.1f}%")
     head["cuda_graphs"] = ", ".join(f"{k} {v}" for k, v in summary["cuda_graphs"].items() if k != "capture_sizes")
     sizes = summary["cuda_graphs"]["capture_sizes"]
     head["capture_sizes"] = "every shape" if not sizes else f"{len(sizes)} sizes, {sizes[0]}..{sizes[-1]}"
@@ -166,7 +178,7 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
     con.print(t)
     loo = [abs(x) for x in cal.loo_error_]
     con.print(f"leave-one-out |error|: median {100 * sorted(loo)[len(loo) // 2]:.1f}%, max {100 * max(loo):.1f}%")
-    con.print("fitted: " + ", ".join(f"{k}={v * 1e6:.1f} us" for k, v in spec.model_dump().items()
-                                     if k in cal.values_ for v in [spec.figure(k).value]))
+    con.print("fitted: " + ", ".join(f"{k} {term_value_text(t)}" + (f" (on its {t.on_bound} bound)" if t.on_bound else "")
+                                     for k in cal.keys_ for t in [spec.term(k)]))
     write_atomic(output, engine_yaml(spec))
     typer.echo(f"wrote {output} (use it with --engine {output})", err=True)

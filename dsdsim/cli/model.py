@@ -281,7 +281,7 @@ def accuracy(
       dsdsim accuracy --split test --format json -o accuracy.json
       dsdsim accuracy --measured-on vllm --plot accuracy.png
       dsdsim accuracy --engine ideal          # kernels only: the gap the engine specs close
-      dsdsim accuracy --cv source             # leave one source out, per source (about a minute)
+      dsdsim accuracy --cv source             # leave one source out, per source (seconds: one refit a source)
     """
     from dsdsim.corpus.evaluate import accuracy as run_accuracy
 
@@ -289,9 +289,20 @@ def accuracy(
     fmt = output_format(ctx, fmt, output)
     if plot is not None:
         check_png(plot, "--plot")
-    report = with_progress("predicting measurement cases" if cv is None else "refitting without each source",
-                           lambda progress: run_accuracy(split.value, measured_on, corpus, progress=progress,
-                                                         engine=engine, cv=cv))
+    if cv not in (None, "source"):
+        raise DsdsimError(f"unknown cross-validation {cv!r}; use --cv source")
+    if cv is not None and engine is not None:
+        raise DsdsimError("--cv refits the shipped engine specs: it cannot be combined with one forced --engine")
+    if cv is None:
+        report = with_progress("predicting measurement cases",
+                               lambda progress: run_accuracy(split.value, measured_on, corpus, progress=progress,
+                                                             engine=engine))
+    else:
+        from dsdsim.fit.cv import accuracy_with_source_cv
+
+        report = with_progress("refitting without each source",
+                               lambda progress: accuracy_with_source_cv(split.value, measured_on, corpus,
+                                                                        progress=progress))
     if plot is not None:
         from dsdsim.corpus.display import AccuracyDisplay
         from dsdsim.plot import save_png

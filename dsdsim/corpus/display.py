@@ -28,10 +28,13 @@ class AccuracyDisplay:
         else:
             fig = ax.figure
         rows = [c for c in self.report.cases if c.predicted is not None]
-        markers = {"itl_ms": "o", "step_ms": "s", "tokens_per_s": "^", "speedup_vs_no_sd": "D", "step_time_ratio": "v"}
+        markers = {"itl_ms": "o", "step_ms": "s", "tokens_per_s": "^", "speedup_vs_no_sd": "D", "step_time_ratio": "v",
+                   "ratio": "P"}
+        quantities = list(markers) + sorted({c.quantity for c in rows} - set(markers))   # any other: an x
         colors = {"train": "tab:blue", "test": "tab:orange"}
         for split in ("train", "test"):
-            for q, mk in markers.items():
+            for q in quantities:
+                mk = markers.get(q, "x")
                 pts = [c for c in rows if c.split == split and c.quantity == q]
                 if pts:
                     ax.scatter([c.measured for c in pts], [c.predicted for c in pts], marker=mk, s=28, alpha=0.8,

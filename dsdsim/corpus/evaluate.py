@@ -91,6 +91,7 @@ class AccuracyReport:
     groups: list[GroupSummary]
     fitted: list[FittedAcceptance]           # acceptance fitted where the source gives none
     cv: Optional[object] = None              # dsdsim.fit.cv.SourceCV when asked for (--cv source)
+    checks: Optional[object] = None          # dsdsim.corpus.checks.Checks: T(K)/T(0) pairs and the K choice
 
     def to_dict(self) -> dict:
         """The JSON contract: ``cases`` and ``summary`` (train, test), plus groups, fitted acceptance and, with
@@ -100,6 +101,8 @@ class AccuracyReport:
                "groups": [{"split": g.split, "axis": g.axis, "value": g.value, **asdict(g.summary)}
                           for g in self.groups],
                "fitted_acceptance": [asdict(f) for f in self.fitted]}
+        if self.checks is not None:
+            out["checks"] = self.checks.to_dict()
         if self.cv is not None:
             out["cv"] = self.cv.to_dict()
         return out
@@ -134,6 +137,7 @@ class Run:
     engine: object         # the EngineSpec it was predicted with (None: kernels only)
     engine_file: Optional[str]
     async_scheduling: Optional[bool]
+    engine_method: Optional[str]
     batch: int
     architecture: str
     drafter_kind: str
@@ -143,8 +147,9 @@ class Run:
         the EngineParams of each spec (fitting)."""
         if params is None or self.engine is None:
             return float(self.step.step_time_s), float(self.plain.step_time_s)
-        step = float(self.step.step_time_with(params(self.engine, self.async_scheduling, self.step.drafter)))
-        plain = float(self.plain.step_time_with(params(self.engine, self.async_scheduling, None)))
+        step = float(self.step.step_time_with(params(self.engine, self.async_scheduling, self.step.drafter,
+                                                     self.engine_method)))
+        plain = float(self.plain.step_time_with(params(self.engine, self.async_scheduling, None, None)))
         return step, plain
 
 
@@ -185,7 +190,8 @@ def _run(c: Conditions, engine=None) -> Run:
         drafter = drafter.model_copy(update={"max_k": 64, "tree": tree})
         k = c.tree.steps
     eng = case_engine(c, engine)
-    setup = resolve(c.model, c.hardware, dep, drafter, engine=eng, async_scheduling=c.async_scheduling)
+    setup = resolve(c.model, c.hardware, dep, drafter, engine=eng, async_scheduling=c.async_scheduling,
+                    engine_method=c.engine_method)
     plain_setup = setup if drafter is None else resolve(c.model, c.hardware, dep, None, engine=eng,
                                                          async_scheduling=c.async_scheduling)
     plain = simulate_step(None, None, batch=c.batch_size, k=0, context=c.context_tokens, setup=plain_setup)
@@ -196,7 +202,8 @@ def _run(c: Conditions, engine=None) -> Run:
                              dynamic=c.dynamic_k)
     arch = "moe" if setup.model.moe_ffn is not None else "dense"
     kind = drafter.kind.value if drafter is not None else "none"
-    return Run(step, plain, setup.engine, setup.engine_source, c.async_scheduling, c.batch_size, arch, kind)
+    return Run(step, plain, setup.engine, setup.engine_source, c.async_scheduling, c.engine_method, c.batch_size,
+               arch, kind)
 
 
 def case_steps(case: Case, engine=None) -> CaseSteps:
@@ -387,21 +394,31 @@ SPLITS = ("train", "test", "all")
 
 
 def accuracy(split: str = "all", measured_on: Optional[str] = None, corpus: Optional[Path | str] = None,
-             progress: Optional[Callable[[int, int], None]] = None, engine=None, cv: Optional[str] = None
-             ) -> AccuracyReport:
+             progress: Optional[Callable[[int, int], None]] = None, engine=None) -> AccuracyReport:
     """Evaluate the measurement corpus with shipped defaults; keep the cases of ``split`` (train | test | all) and,
     when given, those ``measured_on`` one engine (the case's conditions.engine, e.g. vllm, sglang).
 
     ``engine``: an engine spec (name, path or spec) used for every case, e.g. ``ideal`` for kernels only; None:
-    each case is predicted with the engine and version it was measured on (``case_engine``).
-    ``cv``: ``source`` adds the leave-one-source-out error (``dsdsim.fit.cv``): every fitted figure refitted
-    without each source in turn, that source predicted."""
+    each case is predicted with the engine and version it was measured on (``case_engine``). The error with each
+    source held out of the fit is ``dsdsim.fit.cv.accuracy_with_source_cv``."""
+    return evaluation(split, measured_on, corpus, progress, engine).report
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What one evaluation of the corpus computed: the cases, each case's steps, every result, and the report."""
+
+    cases: list
+    steps: dict
+    results: list
+    report: AccuracyReport
+
+
+def evaluation(split: str = "all", measured_on: Optional[str] = None, corpus: Optional[Path | str] = None,
+               progress: Optional[Callable[[int, int], None]] = None, engine=None) -> Evaluation:
+    """``accuracy`` with the steps and the unfiltered results it computed (for refits: ``dsdsim.fit.cv``)."""
     if split not in SPLITS:
         raise DsdsimError(f"unknown split {split!r}; use one of: {', '.join(SPLITS)}")
-    if cv not in (None, "source"):
-        raise DsdsimError(f"unknown cross-validation {cv!r}; use --cv source")
-    if cv is not None and engine is not None:
-        raise DsdsimError("--cv refits the shipped engine specs: it cannot be combined with one forced --engine")
     cases = load_corpus(corpus)
     if measured_on is not None:
         engines = sorted({c.conditions.engine for _, c in cases})
@@ -412,14 +429,24 @@ def accuracy(split: str = "all", measured_on: Optional[str] = None, corpus: Opti
         from dsdsim.specs.catalog import load_engine
 
         engine = load_engine(engine)
-    steps = all_case_steps(cases, engine, None if cv is not None else progress)
+    steps = all_case_steps(cases, engine, progress)
     results, fitted = score(cases, {cid: s.times() for cid, s in steps.items()}, steps)
     keep = [r for r in results if (split == "all" or r.split == split)
             and (measured_on is None or r.engine == measured_on)]
     summary = {s: summarize(r for r in keep if r.split == s) for s in (Split.train.value, Split.test.value)}
-    cv_result = None
-    if cv is not None:
-        from dsdsim.fit.cv import source_cv
+    from dsdsim.corpus.checks import checks
 
-        cv_result = source_cv(cases, steps, results, progress)
-    return AccuracyReport(keep, summary, group_summaries(keep), fitted, cv_result)
+    kept = {r.id for r in keep}
+    found = checks([(cf, c) for cf, c in cases if c.id in kept], keep, modern_engine_files(steps))
+    report = AccuracyReport(keep, summary, group_summaries(keep), fitted, None, found)
+    return Evaluation(cases, steps, results, report)
+
+
+def modern_engine_files(steps: dict[str, CaseSteps]) -> frozenset:
+    """The engine spec files among the runs whose speculative steps overlap the host (async scheduling)."""
+    out = set()
+    for s in steps.values():
+        run = s.run
+        if run.engine is not None and run.engine.overlap.speculative.value and run.engine_file:
+            out.add(run.engine_file)
+    return frozenset(out)

@@ -106,6 +106,8 @@ class Conditions(_Frozen):
     model_stated: str = Field(min_length=1)         # as the source puts it
     drafter: Optional[str] = None                   # dsdsim drafter form (eagle, draft-model:M, ...); None: no SD
     drafter_stated: Optional[str] = None            # the head / draft checkpoint as the source names it
+    engine_method: Optional[str] = None             # the engine's method when it differs from the drafter kind
+                                                    # (vLLM runs the Gemma-4 assistant draft model as method mtp)
     k: int = Field(default=0, ge=0, le=64)          # draft tokens per step (chain length, gamma, v)
     tree: Optional[Tree] = None
     batch_size: Optional[int] = Field(default=None, ge=1)

@@ -16,6 +16,7 @@ import numpy as np
 
 from dsdsim.cost.num import is_scalar, maximum, num, where
 from dsdsim.specs.engine import CudaGraphs, EngineParams, GraphPadding, KindCoefficients  # noqa: F401
+from dsdsim.specs.hardware import HardwareSpec
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,6 @@ def engine_time(p: EngineParams, device_s, batch, k, draft_passes, verify_tokens
 def term_seconds(spec, step) -> list[tuple[object, float]]:
     """(term, seconds before any overlap) for every term of ``spec`` that one scalar ``step``
     (dsdsim.cost.step.StepCost) pays: value x units, kernel counts at the hardware's small-kernel times."""
-    from dsdsim.cost.step import small_kernel_s
     from dsdsim.specs.engine import _APPLIES_TO, RunsOn, Unit
 
     k = float(np.asarray(step.k).reshape(-1)[0])
@@ -192,3 +192,11 @@ def padded_tokens(graphs: Optional[CudaGraphs], batch, tokens_per_sequence, grap
     if graphs.padding is GraphPadding.none:
         return out(q, ok & (size == b))
     return out(where(ok, q * size / b, q), ok)
+
+
+def small_kernel_s(hw: HardwareSpec) -> tuple[float, float]:
+    """The time of one small kernel (the unit of an engine's kernel-count terms: a rejection sampler's or a
+    drafter's bookkeeping kernels): the kernel floor plus the launch gap, replayed from a CUDA graph and launched
+    eagerly."""
+    floor = hw.kernels.kernel_floor_s.value if hw.kernels is not None else 0.0
+    return floor + hw.launch_overhead_s.value, floor + hw.eager_launch_overhead_s.value

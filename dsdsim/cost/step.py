@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from dsdsim.cost.drafts import DraftPlan, draft_plan
-from dsdsim.cost.engine import EngineParams, EngineTime, engine_time, padded_tokens
+from dsdsim.cost.engine import EngineParams, EngineTime, engine_time, padded_tokens, small_kernel_s
 from dsdsim.cost.layers import PassContext, pass_plan
 from dsdsim.cost.memo import by_identity
 from dsdsim.cost.memory import MemoryUse, memory_use
@@ -254,14 +254,6 @@ def _engine_params(engine: EngineSpec, drafter: Optional[DrafterSpec]) -> Engine
 
 
 @by_identity
-def small_kernel_s(hw: HardwareSpec) -> tuple[float, float]:
-    """The time of one small kernel (the unit of an engine's kernel-count terms: a rejection sampler's or a
-    drafter's bookkeeping kernels): the kernel floor plus the launch gap, replayed from a CUDA graph and launched
-    eagerly."""
-    floor = hw.kernels.kernel_floor_s.value if hw.kernels is not None else 0.0
-    return floor + hw.launch_overhead_s.value, floor + hw.eager_launch_overhead_s.value
-
-
 def _draft_passes(drafter: Optional[DrafterSpec], k: np.ndarray) -> np.ndarray:
     """Sequential draft passes per step: K (a tree: its steps); Medusa one; n-gram none (host lookup)."""
     if drafter is None or drafter.kind is DrafterKind.ngram:

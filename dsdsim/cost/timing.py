@@ -131,6 +131,7 @@ class OpTime:
 _VECTOR_KINDS = (OpKind.elementwise, OpKind.logits)
 _COLLECTIVE_KINDS = (OpKind.all_reduce, OpKind.all_to_all, OpKind.gather)
 _GEMM_KINDS = (OpKind.gemm, OpKind.moe_experts, OpKind.router)
+_FP8_GEMM = frozenset({DType.fp8})      # weight formats whose GEMMs take efficiency.compute_fp8 / memory_fp8
 
 
 def memory_efficiency(hw: HardwareSpec, kind: OpKind) -> float:
@@ -202,7 +203,7 @@ class _Rates:
     (specs are frozen): FLOP/s and bytes/s an operator class reaches, kernel-shape figures."""
 
     compute_flops_per_s: dict          # (dtype, fused MoE?) -> peak * compute fraction
-    memory_bytes_per_s: dict           # (kind, kernel) -> bandwidth * the fraction that class reaches
+    memory_bytes_per_s: dict           # (kind, kernel, fp8 weights?) -> bandwidth * the fraction that class reaches
     attention: dict                    # kernel class -> (eta_max, ramp tokens), with kernel figures only
     kernel_floor_s: float | None       # None without kernel figures
     transition_p: float | None
@@ -212,18 +213,26 @@ class _Rates:
 @by_identity
 def _rates(hw: HardwareSpec) -> _Rates:
     kf = hw.kernels
+    eff = hw.efficiency
     compute = {}
     for dtype in DType:
         for moe in (False, True):
-            fraction = kf.moe_compute_fraction.value if moe and kf is not None else hw.efficiency.compute.value
+            fraction = eff.compute.value
+            if dtype in _FP8_GEMM and eff.compute_fp8 is not None:
+                fraction = eff.compute_fp8.value
+            if moe and kf is not None:
+                fraction = kf.moe_compute_fraction.value
             compute[dtype, moe] = hw.peak(dtype) * fraction
     memory = {}
     for kind in OpKind:
         for kernel in KernelClass:
-            if kf is not None and kernel is KernelClass.fused_moe and kind is not OpKind.attention:
-                memory[kind, kernel] = hw.bandwidth * kf.moe_bandwidth_fraction.value
-            else:
-                memory[kind, kernel] = hw.bandwidth * memory_efficiency(hw, kind)
+            for fp8 in (False, True):
+                if kf is not None and kernel is KernelClass.fused_moe and kind is not OpKind.attention:
+                    memory[kind, kernel, fp8] = hw.bandwidth * kf.moe_bandwidth_fraction.value
+                elif fp8 and kind is OpKind.gemm and eff.memory_fp8 is not None:
+                    memory[kind, kernel, fp8] = hw.bandwidth * eff.memory_fp8.value
+                else:
+                    memory[kind, kernel, fp8] = hw.bandwidth * memory_efficiency(hw, kind)
     attention = ({k: _attention_curve(hw, k) for k in KernelClass} if kf is not None else {})
     return _Rates(compute_flops_per_s=compute, memory_bytes_per_s=memory, attention=attention,
                   kernel_floor_s=kf.kernel_floor_s.value if kf is not None else None,
@@ -274,7 +283,7 @@ def op_rates(hw: HardwareSpec, kind: OpKind, kernel: KernelClass, dtype: DType, 
         eta_max, ramp_tokens = rates.attention[kernel]
         memory, ramp = hw.bandwidth * eta_max, kv_bytes_per_token * ramp_tokens
     else:
-        memory = rates.memory_bytes_per_s[kind, kernel]
+        memory = rates.memory_bytes_per_s[kind, kernel, dtype in _FP8_GEMM]
     collective = None
     if kind in _COLLECTIVE_KINDS and group > 1:
         time = all_reduce_time if kind is OpKind.all_reduce else exchange_time

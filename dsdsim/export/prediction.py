@@ -242,8 +242,10 @@ def render(p: "Prediction", fmt: PredictFormat) -> str:
         return json.dumps({"draft_len_schedule": {str(k): v for k, v in sched.items()}}, indent=2)
     if fmt is PredictFormat.vllm_batch_stats:
         # vLLM's DSD design scores K by (1 + sum a_i) / ITL with ITL measured by `vllm bench` between streamed
-        # chunks: one chunk per step, so its "ITL" is the step time, not step time / tau.
-        step_ms = [[float(p.step_s[i, j] * 1e3) if p.feasible[i, j] else float("nan")
+        # chunks: one chunk per step, so its "ITL" is the step time, not step time / tau. Its profiling runs one
+        # server per K (k = 0: without speculation), so the export holds those servers' steps.
+        static = p.static_step_s()
+        step_ms = [[float(static[i, j] * 1e3) if p.feasible[i, j] else float("nan")
                     for j in range(len(p.batch_sizes))] for i in range(len(p.k_values))]
         rates = [float(r) for r in p.acceptance.unconditional(int(p.k_values.max()))]
         data = engines.vllm_batch_stats([int(b) for b in p.batch_sizes], [int(k) for k in p.k_values], step_ms,

@@ -18,6 +18,12 @@ if TYPE_CHECKING:
 # --- JSON ---------------------------------------------------------------------------------------------
 
 
+
+def _engine_text(eng) -> str:
+    """An engine and the releases its spec covers: 'vllm 0.8.5-0.13', 'vllm >=0.24', 'ideal'."""
+    versions = getattr(eng, "versions", None)
+    return f"{eng.name} {versions}" if versions and versions != "-" else str(eng.name)
+
 def to_json(data) -> str:
     """Indented JSON; numpy scalars and arrays and enums become plain values."""
     return json.dumps(data, indent=2, default=_json_default)
@@ -156,7 +162,7 @@ def explain_view(data: "ExplainView"):
     dep, eng = data.deployment, data.engine
     parts: list = [f"[bold]{data.model}[/bold] on {data.hardware} (tp {dep.tp}, ep {dep.ep}, "
                    f"{dep.weights_label}, {dep.kv_dtype} KV) — drafter {data.drafter}, "
-                   f"B={data.batch_size}, K={data.k}, context {data.context}, engine {eng.name}"]
+                   f"B={data.batch_size}, K={data.k}, context {data.context}, engine {_engine_text(eng)}"]
     for name, phase in (("draft", data.draft), ("verify", data.verify)):
         if not phase.ops:
             continue
@@ -170,7 +176,7 @@ def explain_view(data: "ExplainView"):
                       "-" if not bw or r.comm_bytes else f"{100 * bw:.0f}", r.bound, f"{100 * r.share:.1f}%")
         parts.append(t)
     if eng.rows:
-        t = Table(title=f"engine {eng.name} ({format_si(eng.time_s, 's')})")
+        t = Table(title=f"engine {_engine_text(eng)} ({format_si(eng.time_s, 's')})")
         for col in ("term", "time", "note"):
             t.add_column(col, justify="right" if col == "time" else "left")
         for r in eng.rows:
@@ -216,7 +222,7 @@ def prediction_view(p: "Prediction"):
     dep = deployment_view(setup.model, setup.deployment)
     parts: list = [f"[bold]{setup.model.name}[/bold] on [bold]{setup.hardware.name}[/bold] (tp {dep.tp}, ep {dep.ep}, "
                    f"{dep.weights_label}, {dep.kv_dtype} KV), drafter [bold]{setup.drafter.label}[/bold], context "
-                   f"{p.context}, engine [bold]{engine_ref(p).name}[/bold]",
+                   f"{p.context}, engine [bold]{_engine_text(engine_ref(p))}[/bold]",
                    f"acceptance: {acceptance_view(p).description}"]
     shown = display_batches(p)
     position = {int(b): j for j, b in enumerate(p.batch_sizes)}
@@ -313,7 +319,9 @@ def context_grid_table(contexts: Sequence[int], preds: Sequence["Prediction"]):
 
 
 def plan_table(title: str, rows: Sequence) -> "object":
-    """Plan rows (dsdsim.plan.PlanRow) as one table, one candidate per line."""
+    """Plan rows (dsdsim.plan.PlanRow) as one table, one candidate per line; why a candidate is infeasible below
+    it, one line each (a note column would squeeze the candidates' names)."""
+    from rich.console import Group
     from rich.table import Table
 
     def f(x, spec=",.0f"):
@@ -322,20 +330,24 @@ def plan_table(title: str, rows: Sequence) -> "object":
     def ranged(x, lo, hi, spec=",.0f"):
         return f(x, spec) + (f" ({format(lo, spec)}-{format(hi, spec)})" if x is not None and lo is not None else "")
 
+    def name(r):
+        return f"{r.hardware}:tp{r.tp}" + (f":ep{r.ep}" if r.ep > 1 else "")
+
     t = Table(title=title)
     for col in ("candidate", "GPUs", "B (K=0)", "tok/s/GPU (K=0)", "B (DSD)", "K", "ITL ms (DSD)", "tok/s/GPU (DSD)",
-                "gain", "GPUs needed", "$/M tok (DSD)", "note"):
-        t.add_column(col, justify="left" if col in ("candidate", "note") else "right")
+                "gain", "GPUs needed", "$/M tok (DSD)"):
+        t.add_column(col, justify="left" if col == "candidate" else "right", no_wrap=col == "candidate")
     for r in rows:
-        t.add_row(f"{r.hardware}:tp{r.tp}" + (f":ep{r.ep}" if r.ep > 1 else ""), str(r.gpus),
-                  f(r.batch_vanilla, "d"),
+        t.add_row(name(r), str(r.gpus), f(r.batch_vanilla, "d"),
                   ranged(r.tokens_per_s_per_gpu_vanilla, r.tokens_per_s_per_gpu_vanilla_low,
                          r.tokens_per_s_per_gpu_vanilla_high), f(r.batch_dsd, "d"),
                   f(r.k_dsd, "d"), ranged(r.itl_ms_dsd, r.itl_ms_dsd_low, r.itl_ms_dsd_high, ".1f"),
                   ranged(r.tokens_per_s_per_gpu_dsd, r.tokens_per_s_per_gpu_dsd_low, r.tokens_per_s_per_gpu_dsd_high),
-                  f(r.dsd_gain, ".2f"), f(r.gpus_needed_dsd, "d"), f(r.cost_per_million_tokens_dsd, ".3f"),
-                  r.reason if not r.feasible else "")
-    return t
+                  f(r.dsd_gain, ".2f"), f(r.gpus_needed_dsd, "d"), f(r.cost_per_million_tokens_dsd, ".3f"))
+    notes = [f"{name(r)}: {r.reason}" for r in rows if not r.feasible]
+    lines = ["(ranges: the 80% interval of held-out corpus errors of comparable cases); K=0 is a server without "
+             "speculation, DSD a server running the K table (its K = 0 tier included)"]
+    return Group(t, *lines, *(f"not feasible: {n}" for n in notes))
 
 
 # --- accuracy -----------------------------------------------------------------------------------------
@@ -383,9 +395,30 @@ def accuracy_view(report):
     for f in report.fitted:
         parts.append(f"acceptance fitted where the source gives none: {f.group} ({f.split}, n={f.n}): "
                      f"alpha {f.alpha:.3f}")
+    if report.checks is not None:
+        parts += checks_lines(report.checks)
     if report.cv is not None:
         parts.append(cv_table(report.cv))
     return Group(*parts)
+
+
+def checks_lines(chk) -> list[str]:
+    """One line each: T(K)/T(0) against the measured pairs, and the K choice where a source measured several K."""
+    out = []
+    s = chk.step_ratio_summary()
+    if s["n"]:
+        out.append(f"T(K)/T(0), modern engines (async scheduling with speculation), batch 8-256: n {s['n']}, median "
+                   f"|error| {100 * s['median_abs_rel_error']:.1f}%, max {100 * s['max_abs_rel_error']:.1f}%")
+    a = chk.step_ratio_summary(modern_only=False)
+    if a["n"]:
+        out.append(f"T(K)/T(0), every measured pair: n {a['n']}, median |error| {100 * a['median_abs_rel_error']:.1f}%, "
+                   f"max {100 * a['max_abs_rel_error']:.1f}%")
+    for split in ("train", "test"):
+        r = chk.regret_summary(split)
+        if r["n"]:
+            out.append(f"K choice where a source measured several K ({split}): {r['best_k_matches']} of {r['n']} best K "
+                       f"matched; goodput given up mean {100 * r['mean_regret']:.1f}%, max {100 * r['max_regret']:.1f}%")
+    return out
 
 
 def cv_table(cv):

@@ -4,7 +4,8 @@ values end in ``_``. Every fitted figure names what it was fitted on and is repr
     engine       EngineFit: engine-spec terms on the train split of the measurement corpus (scripts/fit_engines.py)
     points       EngineCalibration: an engine spec from a user's few measured points (dsdsim calibrate --measurements)
     calibrate    Calibrator: hardware efficiencies from a validation report (dsdsim calibrate --report)
-    kernels      KernelFit: kernel-shape figures from a probe's sweeps (dsdsim probe)
+    kernels      KernelFigureFit: kernel-shape figures from a probe's sweeps (dsdsim probe); MoEFamilyFit: fused-MoE
+                 family figures from published kernel timings (scripts/fit_kernels.py)
     cv           leave-one-source-out refits: the error a new user should expect (dsdsim accuracy --cv source)
     intervals    split-conformal intervals from those residuals (the ranges predict, explain and plan print)
     summary      typed records of validation and calibration results

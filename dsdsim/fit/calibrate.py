@@ -688,7 +688,7 @@ def calibrate_from_batch_stats(path: str | Path, model, hardware, drafter="eagle
 
 
 def write_calibrated_spec(spec: HardwareSpec, path: str | Path, header: str = "") -> Path:
-    from dsdsim.bench.specfile import write_spec
+    from dsdsim.specs.hardware_yaml import write_spec
 
     return write_spec(spec, path, header=header or f"{spec.name}: calibrated by `dsdsim calibrate`; all SI units.")
 

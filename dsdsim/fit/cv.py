@@ -108,3 +108,15 @@ def log_residual(r: CaseResult) -> Optional[float]:
         return None
     return -math.log1p(r.rel_error)
 
+
+def accuracy_with_source_cv(split: str = "all", measured_on: Optional[str] = None, corpus=None,
+                            progress: Optional[Callable[[int, int], None]] = None):
+    """``dsdsim.corpus.evaluate.accuracy`` with shipped defaults plus ``cv``: every fitted figure refitted without
+    each source in turn, that source predicted (``source_cv``; ``dsdsim accuracy --cv source``)."""
+    from dataclasses import replace
+
+    from dsdsim.corpus.evaluate import evaluation
+
+    ev = evaluation(split, measured_on, corpus)
+    return replace(ev.report, cv=source_cv(ev.cases, ev.steps, ev.results, progress))
+

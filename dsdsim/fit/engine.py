@@ -177,8 +177,8 @@ class EngineFit:
         terms."""
         cache: dict = {}
 
-        def params(spec: EngineSpec, async_scheduling, drafter):
-            kind = drafter.kind.value if drafter is not None else None
+        def params(spec: EngineSpec, async_scheduling, drafter, method=None):
+            kind = method or (drafter.kind.value if drafter is not None else None)
             tree = drafter is not None and drafter.tree is not None
             key = (id(spec), async_scheduling, kind, tree)
             if key not in cache:

@@ -17,7 +17,7 @@ measurements/kernels/fused_moe.csv): a family's latency and bandwidth fraction o
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple, Optional, Sequence
 
@@ -76,6 +76,25 @@ def attention_ramp(points: Sequence[dict], bandwidth_bytes_per_s: float, launch_
     eta = float(np.clip(1.0 / slope, 0.01, 1.2))
     ramp = float(np.clip(intercept / (slope * float(np.mean(x))), 1.0, 1e6))
     return eta, ramp
+
+
+@dataclass
+class KernelFigureFit:
+    """The kernel-shape figures a probe's sweeps determine (kernel floor, GEMM transition, decode-attention curve);
+    estimator conventions: parameters in ``__init__``, ``fit(sweeps) -> self``, ``figures_`` {name: (value, how it
+    was measured)}. ``launch_s``: the launch cost of the same timing mode (graph replay or eager)."""
+
+    peak_flops_per_s: float
+    bandwidth_bytes_per_s: float
+    launch_s: float
+    graphs: bool
+    figures_: dict = field(default_factory=dict, init=False)
+
+    def fit(self, sweeps: dict) -> "KernelFigureFit":
+        """``sweeps``: name -> list of point dicts, as the probe writes them."""
+        self.figures_ = fit_kernel_figures(sweeps, self.peak_flops_per_s, self.bandwidth_bytes_per_s, self.launch_s,
+                                           self.graphs)
+        return self
 
 
 def fit_kernel_figures(sweeps: dict, peak_flops_per_s: float, bandwidth_bytes_per_s: float, launch_s: float,

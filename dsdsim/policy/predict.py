@@ -81,11 +81,15 @@ class Prediction:
         """The interval factors for a step at ``batch`` (None without shipped intervals)."""
         if self.intervals is None:
             return None
-        from dsdsim.fit.intervals import engine_family
+        from dsdsim.fit.intervals import batch_regime, engine_family
 
-        eng = self.setup.engine
-        arch = "moe" if self.setup.model.moe_ffn is not None else "dense"
-        return self.intervals.interval(engine_family(eng.name if eng is not None else None), arch, batch)
+        memo = self.__dict__.setdefault("_interval_of_regime", {})      # one lookup per batch regime
+        regime = batch_regime(batch)
+        if regime not in memo:
+            eng = self.setup.engine
+            arch = "moe" if self.setup.model.moe_ffn is not None else "dense"
+            memo[regime] = self.intervals.interval(engine_family(eng.name if eng is not None else None), arch, batch)
+        return memo[regime]
 
     @property
     def rows(self) -> list[Row]:
@@ -114,6 +118,18 @@ class Prediction:
             step_ms_low=_times(step_ms, lo), step_ms_high=_times(step_ms, hi), itl_ms_low=_times(itl_ms, lo),
             itl_ms_high=_times(itl_ms, hi), tokens_per_s_low=_times(float(g), 1 / hi if hi else None),
             tokens_per_s_high=_times(float(g), 1 / lo if lo else None))
+
+    def static_step_s(self) -> np.ndarray:
+        """(K, B) step times of servers each running one fixed K, K = 0 a server without speculation: what a
+        profiling sweep measures one server at a time (vLLM's batch_stats), not the steps of a dynamic table."""
+        if not self.dynamic:
+            return self.step_s
+        s = self.setup
+        step = step_time_grid(s.model, s.hardware, s.deployment, s.drafter, self.batch_sizes, self.k_values,
+                              [self.context], setup=s)[0][:, :, 0].T
+        step = np.array(step)
+        step[list(self.k_values).index(0)] = self.plain_step_s
+        return step
 
     @property
     def plain_goodput(self) -> np.ndarray:

@@ -5,9 +5,12 @@ the closest known names.
 """
 from __future__ import annotations
 
+import copy
+
 import os
 import re
 from functools import lru_cache
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -99,7 +102,8 @@ def _looks_like(kind: str, path: Path) -> bool:
     except OSError:
         return False
     is_model = '"model_type"' in text
-    is_engine = not is_model and "cuda_graphs" in text and "overlap" in text
+    is_engine = not is_model and (("cuda_graphs" in text and "overlap" in text)
+                                  or text.startswith("extends:") or "\nextends:" in text)
     if kind == "model_specs":
         return is_model
     if kind == "engine_specs":
@@ -185,12 +189,18 @@ def _load_engine_file(path: Path, stamp: tuple[int, int]) -> EngineSpec:
     return engine_from_dict(engine_data(path), where=path.name)
 
 
+@lru_cache(maxsize=64)
+def _engine_file_data(path: Path, stamp: tuple[int, int]) -> object:
+    """One engine file parsed, once per (file, stamp): a parent is read once for all the specs that extend it."""
+    return read_structured(path)
+
+
 def engine_data(path: Path, _seen: tuple = ()) -> dict:
     """An engine spec file's data with the specs it ``extends`` merged in (``dsdsim.specs.engine``): the parent is
     looked up by name beside the file, then in the catalog."""
     from dsdsim.specs.engine import merge_engine_data
 
-    data = read_structured(path)
+    data = copy.deepcopy(_engine_file_data(path, _stamp(path)))
     if not isinstance(data, dict):
         raise SpecError(f"{path.name}: an engine spec is a mapping of fields")
     parent = data.get("extends")
@@ -215,16 +225,77 @@ def engine_chain(path: Path) -> list[Path]:
         chain.append(here if here.is_file() else _real(_resolve("engine_specs", str(parent), "engine")))
 
 
+def _engine_files() -> tuple[tuple[str, Path], ...]:
+    """(name, file) of every engine spec in the catalog: the key under which name resolution is remembered. It
+    changes as the catalog's file index does (another DSDSIM_SPECS_DIRS, add_specs_dir); the spec a name resolves
+    to is still read again when its file is rewritten (load_engine checks the file's stamp)."""
+    names = _names("engine_specs")
+    key = _FILES_KEY.get(id(names))
+    if key is None or key[0] is not names:
+        key = (names, tuple(sorted(names.items())))
+        _FILES_KEY.clear()
+        _FILES_KEY[id(names)] = key
+    return key[1]
+
+
+_FILES_KEY: dict = {}
+
+
 def _engines_of(family: str) -> list[tuple[str, EngineSpec]]:
     """The versioned specs of one engine, oldest range first."""
+    return _engines_of_files(family, _engine_files())
+
+
+@lru_cache(maxsize=64)
+def _engines_of_files(family: str, files: tuple) -> list[tuple[str, SimpleNamespace]]:
+    """(stem, an object with ``name`` and ``versions``) per spec of ``family``; read from each file's head where
+    it states both (a shipped spec does, first), else from the whole spec."""
     from dsdsim.specs.engine import parse_version
 
     out = []
-    for stem, path in sorted(_names("engine_specs").items()):
-        spec = _load_engine_file(_real(path), _stamp(path))
-        if spec.name == family and spec.versions is not None:
-            out.append((stem, spec))
+    for stem, path in files:
+        head = _engine_head(_real(path), _stamp(path))
+        if head is None:
+            spec = _load_engine_file(_real(path), _stamp(path))
+            head = SimpleNamespace(name=spec.name, versions=spec.versions)
+        if head.name == family and head.versions is not None:
+            out.append((stem, head))
     return sorted(out, key=lambda s: parse_version(s[1].versions.first))
+
+
+_HEAD_KEYS = ("extends", "name", "versions")
+
+
+@lru_cache(maxsize=64)
+def _engine_head(path: Path, stamp: tuple[int, int]) -> Optional[SimpleNamespace]:
+    """``name`` and ``versions`` from the lines before the first other top-level field (parsing only those:
+    resolving ``vllm`` must not parse every spec); None where the head does not settle them (a spec that
+    extends another and inherits its range, a JSON file, an unreadable head)."""
+    import yaml
+
+    from dsdsim.specs.engine import VersionRange
+
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        return None
+    lines = []
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                key = line.split(":", 1)[0]
+                if line[:1].isalpha() and key not in _HEAD_KEYS:
+                    break
+                lines.append(line)
+        data = yaml.load("".join(lines), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        return None
+    if "versions" not in data:
+        return None if "extends" in data else SimpleNamespace(name=data["name"], versions=None)
+    try:
+        return SimpleNamespace(name=data["name"], versions=VersionRange(**data["versions"]))
+    except Exception:          # a malformed range fails with its own message when the spec is loaded
+        return None
 
 
 def engine_families() -> list[str]:
@@ -239,15 +310,19 @@ def engine_families() -> list[str]:
 
 def resolve_engine_name(name: str) -> str:
     """The engine spec file name for ``name``: a file name as it is; ``FAMILY`` its current release line (the range
-    with no last release); ``FAMILY@VERSION`` the range covering VERSION."""
+    with no last release); ``FAMILY@VERSION`` the range covering VERSION. Remembered per catalog state."""
+    return _resolve_engine_name(str(name).strip(), _engine_files())
+
+
+@lru_cache(maxsize=128)
+def _resolve_engine_name(text: str, files: tuple) -> str:
     from dsdsim.specs.engine import parse_version
 
-    text = str(name).strip()
     family, at, version = text.partition("@")
     if not at:
         if text in _names("engine_specs"):
             return text
-        specs = _engines_of(text)
+        specs = _engines_of_files(text, files)
         current = [stem for stem, spec in specs if spec.versions.last is None]
         if len(current) == 1:
             return current[0]
@@ -266,7 +341,7 @@ def resolve_engine_name(name: str) -> str:
                             "release, e.g. vllm@0.10.1; or pass a path to a spec file)")
         return text
     family, version = family.strip(), version.strip()
-    specs = _engines_of(family)
+    specs = _engines_of_files(family, files)
     if not specs:
         _resolve("engine_specs", family, "engine")        # an unknown engine: close matches
         raise SpecError(f"engine {family!r} has no version ranges; use --engine {family}")

@@ -32,7 +32,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -383,14 +382,6 @@ def engine_yaml(spec: EngineSpec, header: str = YAML_HEADER) -> str:
 
     data = spec.model_dump(mode="json", exclude_none=True)
     return header + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
-
-
-def load_engine_file(path: str | Path) -> EngineSpec:
-    """One engine spec file, with the files it extends (looked up in the same folder, then the catalog)."""
-    from dsdsim.specs.catalog import engine_data
-
-    path = Path(path)
-    return engine_from_dict(engine_data(path), where=str(path.name))
 
 
 # --- the figures one step reads, gathered once per spec ----------------------------------------------------------

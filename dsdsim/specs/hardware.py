@@ -66,10 +66,15 @@ class Efficiency(BaseModel):
     collective: Figure
     attention_memory: Optional[Figure] = None
     vector_memory: Optional[Figure] = None
+    # GEMMs with fp8 weights: a lower share of the fp8 peak (MAMF) and of bandwidth at small M (per-tensor or
+    # per-block scales, less mature kernels); absent: ``compute`` and ``memory``
+    compute_fp8: Optional[Figure] = None
+    memory_fp8: Optional[Figure] = None
 
     @model_validator(mode="after")
     def _fractions(self) -> "Efficiency":
-        for name in ("compute", "memory", "collective", "attention_memory", "vector_memory"):
+        for name in ("compute", "memory", "collective", "attention_memory", "vector_memory", "compute_fp8",
+                     "memory_fp8"):
             fig = getattr(self, name)
             if fig is None:
                 continue
@@ -172,7 +177,7 @@ class MoEFamilyFigures(BaseModel):
 GROUPED_GEMM_LAUNCHES = 2
 # Weight formats whose kernels quantise the activations on every call (W8A8 fp8/int8 per-token-group quant of both
 # GEMMs' inputs in vLLM/SGLang fused_moe; NVFP4 W4A4 fp4 quantize in FlashInfer); int4 and mxfp4 are weight-only
-# (W4A16: Marlin, and the Hopper mixed-input CUTLASS path of lightseekorg/tokenspeed PR #1664) -- /work/notes §3
+# (W4A16: Marlin, and the Hopper mixed-input CUTLASS path of lightseekorg/tokenspeed PR #1664)
 ACTIVATION_QUANTISED = frozenset({DType.fp8, DType.int8, DType.fp4, DType.nvfp4})
 
 
@@ -252,7 +257,7 @@ class KernelFigures(BaseModel):
 
         ``name`` is the engine's family (None: ``moe_default_family``). A family this part has no figures for runs
         as the default family: engines fall back to Triton where their preferred backend does not run (SGLang
-        ``--moe-runner-backend auto``, vLLM's MoE oracle, /work/notes §5). A weight format the family does not take
+        ``--moe-runner-backend auto``, vLLM's MoE oracle, vllm/model_executor/layers/fused_moe/oracle/fp8.py). A weight format the family does not take
         runs the first listed family that takes it (int4 / mxfp4 weight-only on Hopper: Marlin)."""
         if not self.moe_families:
             return None

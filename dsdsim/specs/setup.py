@@ -36,19 +36,23 @@ class Setup:
 
 
 def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=None, engine=DEFAULT_ENGINE,
-            async_scheduling: Optional[bool] = None) -> Setup:
+            async_scheduling: Optional[bool] = None, engine_method: Optional[str] = None) -> Setup:
     """Accept names, paths or spec objects; check the deployment against the model. ``engine``: an engine name
     (``vllm``: its current release line; ``vllm@0.10.1``: the spec covering that version), path or spec (default
     vLLM); None for kernels only. ``async_scheduling``: force the engine's async scheduling on or off (None: the
-    version's default)."""
+    version's default). ``engine_method``: the engine's name for the speculative method where it differs from the
+    drafter kind (what the engine's overlap rules key on, e.g. ``mtp`` for a draft model vLLM runs as MTP)."""
     m = load_model(model)
     hw = load_hardware(hardware)
     dep = (deployment or Deployment()).check(m)
     d = parse_drafter(drafter) if isinstance(drafter, str) else drafter
     draft_model = load_model(d.model) if d is not None and d.kind is DrafterKind.draft_model else None
     eng = load_engine(engine) if engine is not None else None
-    params = EngineParams.of(eng, async_scheduling=async_scheduling) if (eng is not None and async_scheduling
-                                                                          is not None) else None   # forced: all kinds
+    params = None
+    if eng is not None and (async_scheduling is not None or engine_method is not None):
+        params = EngineParams.of(eng, async_scheduling=async_scheduling,
+                                 drafter_kind=engine_method or (d.kind.value if d is not None else None),
+                                 tree=d is not None and d.tree is not None)
     setup = Setup(m, hw, dep, d, draft_model, eng, params,
                   engine_source=engine_source(engine) if engine is not None else None)
     if draft_model is not None:
