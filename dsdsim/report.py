@@ -270,29 +270,28 @@ def step_interval(step: StepCost):
                         "moe" if step.model.moe_ffn is not None else "dense", _scalar(step.batch))
 
 
-def _host_shares(terms, host: float, exposed: float, draft_device_s: float) -> dict[str, float]:
-    """The share of each host term the step waits for (``dsdsim.cost.engine._exposed`` read back): overlapped, one
-    share for all (what exceeds the device time); not overlapped, every term whole except the per-draft-pass work,
-    which the draft passes' kernels hide up to their device time. Key '_rest': the share of the other terms."""
+def _host_shares(terms, overlapped: bool, host: float, exposed: float, draft_device_s: float
+                 ) -> dict[str, tuple[float, str]]:
+    """(share the step waits for, what hides the rest) of each host term, as ``dsdsim.cost.engine._exposed``
+    charges it: overlapped, one share for all (what exceeds the device time); not overlapped, every term whole
+    except the per-draft-pass work, which the draft passes' kernels hide up to their device time."""
     from dsdsim.specs.engine import Per, RunsOn
 
     host_terms = [(t, s) for t, s in terms if t.runs_on is RunsOn.host]
+    if overlapped:
+        share = exposed / host if host > 0 else 0.0
+        return {t.name: (share, "device time") for t, _ in host_terms}
     per_pass = sum(s for t, s in host_terms if t.per is Per.draft_pass)
-    not_overlapped = host - per_pass + max(per_pass - draft_device_s, 0.0)
-    if per_pass > 0 and abs(exposed - not_overlapped) <= 1e-9 * max(host, 1e-12):
-        pass_share = max(per_pass - draft_device_s, 0.0) / per_pass
-        out = {t.name: (pass_share if t.per is Per.draft_pass else 1.0) for t, _ in host_terms}
-        out["_rest"] = 1.0
-        return out
-    share = exposed / host if host > 0 else 0.0
-    return {**{t.name: share for t, _ in host_terms}, "_rest": share}
+    pass_share = max(per_pass - draft_device_s, 0.0) / per_pass if per_pass > 0 else 1.0
+    return {t.name: (pass_share, "the draft kernels") if t.per is Per.draft_pass else (1.0, "")
+            for t, _ in host_terms}
 
 
 def engine_view(step: StepCost) -> EngineView:
     """The engine's terms of one (scalar) step as their own rows, so a reader sees where the time goes: each GPU
     term with the device time it adds, each host term with its share of the host time the step waits for."""
     from dsdsim.cost.engine import term_seconds
-    from dsdsim.specs.engine import Per, RunsOn
+    from dsdsim.specs.engine import RunsOn
 
     eng, et = step.engine, step.engine_time
     if eng is None or et is None:
@@ -301,14 +300,13 @@ def engine_view(step: StepCost) -> EngineView:
     padded, graphed = _scalar(step.verify_padded_tokens), bool(np.asarray(step.verify_graphed).reshape(-1)[0])
     host, exposed = _scalar(et.host_s), _scalar(et.host_exposed_s)
     terms = term_seconds(eng, step)
-    shares = _host_shares(terms, host, exposed, _scalar(step.draft.time_s))
+    shares = _host_shares(terms, bool(np.asarray(et.overlapped).reshape(-1)[0]), host, exposed,
+                          _scalar(step.draft.time_s))
     rows = []
     for term, seconds in terms:
         if term.runs_on is RunsOn.host:
-            share = shares[term.name]
-            hidden = (f", {(1 - share) * 100:.0f}% hidden behind "
-                      f"{'the draft kernels' if term.per is Per.draft_pass and share != shares['_rest'] else 'device time'}"
-                      if share < 1 else "")
+            share, behind = shares[term.name]
+            hidden = f", {(1 - share) * 100:.0f}% hidden behind {behind}" if share < 1 else ""
             rows.append(EngineRow(term.name, seconds * share,
                                   f"host {term.component.value}, {seconds * 1e6:.0f} us per step{hidden}"))
         else:

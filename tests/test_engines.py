@@ -95,10 +95,10 @@ def test_ideal_engine_is_the_kernels_and_engines_only_add_time():
 
 
 def _host_term_sum(spec, per, applies):
-    from dsdsim.specs.engine import _APPLIES_TO
+    from dsdsim.specs.engine import STEP_KINDS_OF
 
     return sum(t.value for t in spec.terms if t.runs_on.value == "host" and t.per.value == per
-               and "speculative" in _APPLIES_TO[t.applies] and (applies is None or t.applies.value == applies))
+               and "speculative" in STEP_KINDS_OF[t.applies] and (applies is None or t.applies.value == applies))
 
 
 def test_async_scheduling_hides_speculative_host_time_from_014_only():

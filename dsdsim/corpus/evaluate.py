@@ -213,11 +213,6 @@ def case_steps(case: Case, engine=None) -> CaseSteps:
     return CaseSteps(_run(c, engine), _run(ref.applied_to(c), engine) if ref is not None else None)
 
 
-def case_times(case: Case, engine=None) -> CaseTimes:
-    """T and T0 (and the reference run's) for an evaluated case."""
-    return case_steps(case, engine).times()
-
-
 # --- quantities and acceptance ----------------------------------------------------------------------------
 
 

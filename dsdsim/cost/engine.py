@@ -27,6 +27,7 @@ class EngineTime:
     host_s: np.ndarray            # host time per step (whether hidden or not)
     host_exposed_s: np.ndarray    # the part of it the step waits for
     gpu_s: np.ndarray             # GPU terms: device time beyond the kernels of the passes
+    overlapped: np.ndarray | bool = False   # whether the step's host work overlaps its device time (async)
 
     @property
     def added_s(self) -> np.ndarray:
@@ -86,6 +87,7 @@ def engine_time(p: EngineParams, device_s, batch, k, draft_passes, verify_tokens
         host, host_pass, gpu = _kind_terms(c, *args)
         device = num(device_s) + gpu
         exposed = _exposed(c.overlaps, host, host_pass, device, draft_device_s)
+        overlapped = c.overlaps
     else:
         on = kk > 0
         h1, hp1, g1 = _kind_terms(spec, *args)
@@ -94,19 +96,17 @@ def engine_time(p: EngineParams, device_s, batch, k, draft_passes, verify_tokens
         device = num(device_s) + gpu
         exposed = np.where(on, _exposed(spec.overlaps, h1, hp1, device, draft_device_s),
                            _exposed(zero.overlaps, h0, hp0, device, draft_device_s))
+        overlapped = np.where(on, spec.overlaps, zero.overlaps)
     if is_scalar(device) and is_scalar(host) and is_scalar(exposed):
-        return EngineTime(host, exposed, gpu)
+        return EngineTime(host, exposed, gpu, overlapped)
     shape = np.broadcast_shapes(np.shape(device), np.shape(host), np.shape(exposed), np.shape(gpu))
-    return EngineTime(*(np.broadcast_to(x, shape) for x in (host, exposed, gpu)))
-
-
-# --- CUDA graphs -----------------------------------------------------------------------------------------------
+    return EngineTime(*(np.broadcast_to(x, shape) for x in (host, exposed, gpu)), overlapped)
 
 
 def term_seconds(spec, step) -> list[tuple[object, float]]:
     """(term, seconds before any overlap) for every term of ``spec`` that one scalar ``step``
     (dsdsim.cost.step.StepCost) pays: value x units, kernel counts at the hardware's small-kernel times."""
-    from dsdsim.specs.engine import _APPLIES_TO, RunsOn, Unit
+    from dsdsim.specs.engine import STEP_KINDS_OF, RunsOn, Unit
 
     k = float(np.asarray(step.k).reshape(-1)[0])
     kind = ("dynamic" if step.dynamic else "speculative") if k > 0 else ("off_tier" if step.dynamic else "plain")
@@ -117,12 +117,15 @@ def term_seconds(spec, step) -> list[tuple[object, float]]:
     graphed_s, eager_s = small_kernel_s(step.hardware)
     out = []
     for t in spec.terms:
-        if kind not in _APPLIES_TO[t.applies]:
+        if kind not in STEP_KINDS_OF[t.applies]:
             continue
         per_unit = t.value if t.unit is Unit.seconds or t.runs_on is RunsOn.host else t.value * (
             graphed_s if t.unit is Unit.kernels else eager_s)
         out.append((t, per_unit * units[t.per.value]))
     return out
+
+
+# --- CUDA graphs -----------------------------------------------------------------------------------------------
 
 
 def _next_size(sizes: tuple[int, ...], n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

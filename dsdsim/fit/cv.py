@@ -8,7 +8,6 @@ would measure their own drafter's acceptance; such cases are counted apart (``ac
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from statistics import median
 from typing import Callable, Optional
@@ -100,13 +99,6 @@ def source_cv(corpus: list[tuple[CorpusFile, Case]], steps: dict[str, CaseSteps]
         if progress is not None:
             progress(i + 1, len(by_source))
     return SourceCV(scores, held)
-
-
-def log_residual(r: CaseResult) -> Optional[float]:
-    """log(measured / predicted) of one result (None where not evaluated)."""
-    if r.rel_error is None or r.rel_error <= -1:
-        return None
-    return -math.log1p(r.rel_error)
 
 
 def accuracy_with_source_cv(split: str = "all", measured_on: Optional[str] = None, corpus=None,

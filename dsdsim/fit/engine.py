@@ -159,9 +159,8 @@ class EngineFit:
     def _spec_info(self, spec: EngineSpec) -> tuple[str, dict[str, str]]:
         info = self._specs.get(id(spec))
         if info is None:
-            stem = _stem_of(spec) or spec.name
-            origins = term_origins(stem) if _stem_of(spec) else {}
-            info = (spec, stem, origins)
+            stem = _stem_of(spec)
+            info = (spec, stem or spec.name, term_origins(stem) if stem else {})
             self._specs[id(spec)] = info
         return info[1], info[2]
 
@@ -182,10 +181,7 @@ class EngineFit:
             tree = drafter is not None and drafter.tree is not None
             key = (id(spec), async_scheduling, kind, tree)
             if key not in cache:
-                stem, origins = self._spec_info(spec)
-                vals = {t.name: values[Parameter(origins.get(t.name, stem), t.name)] for t in spec.terms
-                        if Parameter(origins.get(t.name, stem), t.name) in values}
-                cache[key] = EngineParams.of(spec, vals, async_scheduling, kind, tree)
+                cache[key] = EngineParams.of(spec, self._values_of(spec, values), async_scheduling, kind, tree)
             return cache[key]
         return params
 
@@ -197,12 +193,14 @@ class EngineFit:
 
     def fitted_specs(self) -> dict[str, "EngineSpec"]:
         """Every spec a case was predicted with, its fitted terms replaced (stem -> spec)."""
-        out = {}
-        for spec, stem, origins in self._specs.values():
-            vals = {t.name: self.values_[Parameter(origins.get(t.name, stem), t.name)] for t in spec.terms
-                    if Parameter(origins.get(t.name, stem), t.name) in self.values_}
-            out[stem] = spec.with_values(vals, "fitted (dsdsim.fit.engine.EngineFit)")
-        return out
+        return {stem: spec.with_values(self._values_of(spec, self.values_), "fitted (dsdsim.fit.engine.EngineFit)")
+                for spec, stem, _ in self._specs.values()}
+
+    def _values_of(self, spec: EngineSpec, values: dict[Parameter, float]) -> dict[str, float]:
+        """term name -> value for the terms of ``spec`` that ``values`` holds (by the file defining each)."""
+        stem, origins = self._spec_info(spec)
+        params = ((t.name, Parameter(origins.get(t.name, stem), t.name)) for t in spec.terms)
+        return {name: values[p] for name, p in params if p in values}
 
 
 def median_abs(values) -> float:

@@ -208,37 +208,31 @@ def engine_data(path: Path, _seen: tuple = ()) -> dict:
         return data
     if path in _seen:
         raise SpecError(f"{path.name}: 'extends' loops back to itself ({' -> '.join(p.name for p in _seen)})")
+    return merge_engine_data(engine_data(_parent_path(path, parent), (*_seen, path)), data)
+
+
+def _parent_path(path: Path, parent: object) -> Path:
+    """The spec an engine file ``extends``: beside the file, else in the catalog."""
     here = path.parent / f"{parent}{path.suffix}"
-    parent_path = here if here.is_file() else _real(_resolve("engine_specs", str(parent), "engine"))
-    return merge_engine_data(engine_data(parent_path, (*_seen, path)), data)
+    return here if here.is_file() else _real(_resolve("engine_specs", str(parent), "engine"))
 
 
 def engine_chain(path: Path) -> list[Path]:
     """The file and the files it extends, the file first (where a term is written when it is fitted)."""
     chain = [path]
     while True:
-        data = read_structured(chain[-1])
+        data = _engine_file_data(chain[-1], _stamp(chain[-1]))
         parent = data.get("extends") if isinstance(data, dict) else None
         if parent is None:
             return chain
-        here = chain[-1].parent / f"{parent}{chain[-1].suffix}"
-        chain.append(here if here.is_file() else _real(_resolve("engine_specs", str(parent), "engine")))
+        chain.append(_parent_path(chain[-1], parent))
 
 
 def _engine_files() -> tuple[tuple[str, Path], ...]:
     """(name, file) of every engine spec in the catalog: the key under which name resolution is remembered. It
     changes as the catalog's file index does (another DSDSIM_SPECS_DIRS, add_specs_dir); the spec a name resolves
     to is still read again when its file is rewritten (load_engine checks the file's stamp)."""
-    names = _names("engine_specs")
-    key = _FILES_KEY.get(id(names))
-    if key is None or key[0] is not names:
-        key = (names, tuple(sorted(names.items())))
-        _FILES_KEY.clear()
-        _FILES_KEY[id(names)] = key
-    return key[1]
-
-
-_FILES_KEY: dict = {}
+    return tuple(sorted(_names("engine_specs").items()))
 
 
 def _engines_of(family: str) -> list[tuple[str, EngineSpec]]:

@@ -387,9 +387,10 @@ def engine_yaml(spec: EngineSpec, header: str = YAML_HEADER) -> str:
 # --- the figures one step reads, gathered once per spec ----------------------------------------------------------
 
 STEP_KINDS = ("plain", "speculative", "dynamic", "off_tier")
-_APPLIES_TO = {Applies.all: STEP_KINDS, Applies.plain: ("plain",), Applies.speculative: ("speculative", "dynamic"),
-               Applies.dynamic: ("dynamic", "off_tier"), Applies.off_tier: ("off_tier",),
-               Applies.spec_server: ("speculative", "dynamic", "off_tier")}
+# the step kinds a term of each ``applies`` is paid on
+STEP_KINDS_OF = {Applies.all: STEP_KINDS, Applies.plain: ("plain",), Applies.speculative: ("speculative", "dynamic"),
+                 Applies.dynamic: ("dynamic", "off_tier"), Applies.off_tier: ("off_tier",),
+                 Applies.spec_server: ("speculative", "dynamic", "off_tier")}
 _PERS = tuple(p.value for p in Per)
 _SLOTS = {Unit.seconds: "gpu_s", Unit.kernels: "gpu_k", Unit.eager_kernels: "gpu_eager_k"}
 
@@ -434,7 +435,7 @@ class EngineParams:
             v = float(values.get(t.name, t.value))
             slot = "host" if t.runs_on is RunsOn.host else _SLOTS[t.unit]
             i = _PERS.index(t.per.value)
-            for kind in _APPLIES_TO[t.applies]:
+            for kind in STEP_KINDS_OF[t.applies]:
                 sums[kind][slot][i] += v
         ov = spec.overlap
         spec_overlaps = ov.speculative_overlaps(drafter_kind, tree)
