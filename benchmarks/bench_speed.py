@@ -1,20 +1,27 @@
-"""Speed of the API and the CLI beside their targets (issue 12, section 4), printed, never asserted.
+"""Speed of the API and the CLI, each figure printed beside its target; printed, never asserted.
 
-  single point   simulate_step for one (B, K, c) with the Setup already resolved      target <= 100 us
-                 (the points vary from call to call: nothing per point is cached); and from loaded spec objects,
-                 the Setup resolved on each call
-  grid           step_time_grid over B = 1..1024 x K = 0..8 x 1 context, points per second  target > 1e6 /s
+  by names       simulate_step("llama-3.1-8b", "h100-sxm", Deployment(tp=1), "eagle3", ...), the README's form: a new
+                 Deployment and the names on every call                                  target <= 60 us
+  from a Setup   the same with ``setup=resolve(...)`` once                               target <= 30 us
+  MoE points     qwen3-30b-a3b (tp 2, ep 2, EAGLE-3) and DeepSeek-V3 (tp 8, MTP) by names  target <= 80 us
+                 (the points vary from call to call: nothing per point is cached; medians over 300 random points)
+  grid           step_time_grid over B = 1..1024 x K = 0..8 x 1 context, points per second  target > 2e6 /s
                  judged in a fresh process; also printed after one large array has been freed, when glibc's
-                 malloc has raised its trim threshold (its documented dynamic threshold; any session that has
-                 freed a >= 128 KiB array runs like this) and stops returning the grid's temporaries to the OS
-  predict        `python -m dsdsim predict` (defaults), wall-clock median of 5 runs    target <= 0.35 s
+                 malloc has raised its trim threshold and stops returning the grid's temporaries to the OS
+  predict        `python -m dsdsim predict` (defaults), wall-clock median of 5 runs    target <= 0.3 s
   --help         `python -m dsdsim --help`, wall-clock median of 5 runs                target <= 0.2 s
-  MoE points     one point of two MoE setups, reported without a target
 
     python benchmarks/bench_speed.py
+    python benchmarks/bench_speed.py --against /path/to/other/checkout --rounds 3
+
+``--against`` measures another checkout of dsdsim in the same run (each in its own processes, the two alternating
+``--rounds`` times), and prints both side by side with the best of the rounds: on a shared, noisy machine only
+figures taken in the same minute compare.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -22,27 +29,56 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from dsdsim.cost.step import simulate_step, step_time_grid  # noqa: E402
-from dsdsim.specs.deployment import Deployment  # noqa: E402
-from dsdsim.specs.setup import resolve  # noqa: E402
+# (label, key, unit, target, better): figures in seconds, except the grid's points per second
+FIGURES = (
+    ("simulate_step by names (median)", "point_names_s", "us", 60e-6, "lower"),
+    ("  from a resolved Setup", "point_setup_s", "us", 30e-6, "lower"),
+    ("  qwen3-30b-a3b tp2 ep2, by names", "moe_qwen_s", "us", 80e-6, "lower"),
+    ("  deepseek-v3 tp8 mtp, by names", "moe_dsv3_s", "us", 80e-6, "lower"),
+    ("step_time_grid, 9,216 points", "grid_pps", "pts/s", 2e6, "higher"),
+    ("  malloc thresholds raised", "grid_warm_pps", "pts/s", None, "higher"),
+    ("dsdsim predict (wall, median of 5)", "predict_s", "s", 0.3, "lower"),
+    ("dsdsim --help (wall, median of 5)", "help_s", "s", 0.2, "lower"),
+)
 
 
-def _median_wall(argv: list[str], runs: int = 5) -> float:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def _median_wall(argv: list[str], root: Path, runs: int = 5) -> float:
+    env = dict(os.environ, PYTHONPATH=str(root))
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run([sys.executable, *argv], env=env, capture_output=True, check=True)
+        subprocess.run([sys.executable, *argv], env=env, cwd=root, capture_output=True, check=True)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def main() -> int:
+def _points(n: int = 300) -> list[tuple[int, int, int]]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return [(int(rng.integers(1, 513)), int(rng.integers(0, 9)), int(rng.integers(128, 32769))) for _ in range(n)]
+
+
+def _median_call(call, points) -> float:
+    call(8, 1, 1024)                         # warm-up: specs read, the plan built
+    samples = []
+    for batch, k, context in points:
+        start = time.perf_counter()
+        call(batch, k, context)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def measure() -> dict:
+    """The figures of the dsdsim importable here (this checkout, or PYTHONPATH's)."""
+    import numpy as np
+
+    from dsdsim.cost.step import simulate_step, step_time_grid
+    from dsdsim.specs.deployment import Deployment
+    from dsdsim.specs.setup import resolve
+
     setup = resolve("llama-3.1-8b", "h100-sxm", Deployment(), "eagle3")
     b, ks = np.arange(1, 1025), np.arange(0, 9)
 
@@ -55,68 +91,82 @@ def main() -> int:
             grid.append(time.perf_counter() - start)
         return min(grid)
 
-    grid_s = grid_seconds()      # first, in a fresh process
+    out = {"grid_pps": b.size * ks.size / grid_seconds()}      # first, in a fresh process
     large = np.ones(1 << 20)     # an 8 MB array, mapped and freed: glibc raises its mmap and trim thresholds
     del large
-    grid_warm_s = grid_seconds()
-    simulate_step(None, None, setup=setup, batch=8, k=3, context=1024)           # warm-up
-    rng = np.random.default_rng(0)
-    points = [(int(rng.integers(1, 513)), int(rng.integers(0, 9)), int(rng.integers(128, 32769)))
-              for _ in range(300)]
-    samples = []
-    for batch, k, context in points:
-        start = time.perf_counter()
-        float(simulate_step(None, None, setup=setup, batch=batch, k=k, context=context).step_time_s)
-        samples.append(time.perf_counter() - start)
-    point_s = statistics.median(samples)
-    specs = (setup.model, setup.hardware, setup.deployment, setup.drafter)     # loaded specs, no Setup: resolved per call
-    samples = []
-    for batch, k, context in points:
-        start = time.perf_counter()
-        float(simulate_step(*specs, batch=batch, k=k, context=context).step_time_s)
-        samples.append(time.perf_counter() - start)
-    point_specs_s = statistics.median(samples)
-    moe = {label: _point_median(resolve(*args), points) for label, args in MOE_SETUPS.items()}
+    out["grid_warm_pps"] = b.size * ks.size / grid_seconds()
+    points = _points()
 
-    per_point_grid = grid_s / (b.size * ks.size)
+    def by_names(model, hardware, tp, ep, drafter, max_k):
+        def call(batch, k, context):
+            return float(simulate_step(model, hardware, Deployment(tp=tp, ep=ep), drafter, batch=batch,
+                                       k=min(k, max_k), context=context).step_time_s)
+        return call
 
-    predict_s = _median_wall(["-m", "dsdsim", "predict"])
-    help_s = _median_wall(["-m", "dsdsim", "--help"])
+    out["point_setup_s"] = _median_call(lambda batch, k, context: float(simulate_step(
+        None, None, setup=setup, batch=batch, k=k, context=context).step_time_s), points)
+    out["point_names_s"] = _median_call(by_names("llama-3.1-8b", "h100-sxm", 1, 1, "eagle3", 16), points)
+    out["moe_qwen_s"] = _median_call(by_names("qwen3-30b-a3b", "h100-sxm", 2, 2, "eagle3", 16), points)
+    out["moe_dsv3_s"] = _median_call(by_names("deepseek-v3", "h200-sxm", 8, 1, "mtp", 1), points)
+    return out
 
-    def line(what, value, target, ok):
-        print(f"{what:<34} {value:>14}   target {target:<12} {'met' if ok else 'NOT MET'}")
 
-    print("llama-3.1-8b on h100-sxm, eagle3")
-    line("simulate_step, one point (median)", f"{point_s * 1e6:,.0f} us", "<= 100 us", point_s <= 100e-6)
-    line("  the same from spec objects", f"{point_specs_s * 1e6:,.0f} us", "<= 100 us", point_specs_s <= 100e-6)
-    line("step_time_grid, 9,216 points", f"{b.size * ks.size / grid_s:,.0f} pts/s", "> 1,000,000",
-         b.size * ks.size / grid_s > 1e6)
-    print(f"{'  the same, malloc thresholds raised':<34} {b.size * ks.size / grid_warm_s:>14,.0f} pts/s")
-    print(f"{'  one point / one grid point':<34} {point_s / per_point_grid:>14,.0f}x")
-    line("dsdsim predict (wall, median of 5)", f"{predict_s:.3f} s", "<= 0.35 s", predict_s <= 0.35)
-    line("dsdsim --help (wall, median of 5)", f"{help_s:.3f} s", "<= 0.2 s", help_s <= 0.2)
-    print("one point of MoE setups (more operators, experts touched per point; reported, no target):")
-    for label, seconds in moe.items():
-        print(f"  {label:<32} {seconds * 1e6:>14,.0f} us")
+def measure_in(root: Path) -> dict:
+    """``measure`` in a fresh process importing dsdsim from checkout ``root`` (run there: ``-c`` and ``-m`` put the
+    working folder first on the path), and its CLI timings."""
+    env = dict(os.environ, PYTHONPATH=str(root))
+    code = f"import sys, json; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import bench_speed; " \
+           "print(json.dumps(bench_speed.measure()))"
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, check=True)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out["predict_s"] = _median_wall(["-m", "dsdsim", "predict"], root)
+    out["help_s"] = _median_wall(["-m", "dsdsim", "--help"], root)
+    return out
+
+
+def _best(runs: list[dict]) -> dict:
+    better = {key: b for _, key, _, _, b in FIGURES}
+    return {key: (min if better[key] == "lower" else max)(r[key] for r in runs) for key in runs[0]}
+
+
+def _show(value: float, unit: str) -> str:
+    if unit == "us":
+        return f"{value * 1e6:,.0f} us"
+    if unit == "s":
+        return f"{value:.3f} s"
+    return f"{value:,.0f} pts/s"
+
+
+def _target(target, unit: str, better: str) -> str:
+    if target is None:
+        return ""
+    return ("<= " if better == "lower" else "> ") + _show(target, unit)
+
+
+def _met(value: float, target, better: str) -> str:
+    if target is None:
+        return ""
+    return "met" if (value <= target if better == "lower" else value > target) else "NOT MET"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--against", type=Path, help="another checkout of dsdsim, measured in the same run")
+    p.add_argument("--rounds", type=int, default=1, help="measurements of each checkout; the best is printed")
+    args = p.parse_args()
+    trees = [ROOT] + ([args.against.resolve()] if args.against else [])
+    runs: dict[Path, list[dict]] = {t: [] for t in trees}
+    for _ in range(args.rounds):
+        for t in trees:                       # alternating: both see the same load on a shared machine
+            runs[t].append(measure_in(t))
+    best = {t: _best(r) for t, r in runs.items()}
+    print(f"llama-3.1-8b on h100-sxm, EAGLE-3 unless named; best of {args.rounds} round(s)")
+    head = f"{'':<36} {'this checkout':>16}" + (f" {'--against':>16}" if args.against else "")
+    print(f"{head}   target")
+    for label, key, unit, target, better in FIGURES:
+        cols = " ".join(f"{_show(best[t][key], unit):>16}" for t in trees)
+        print(f"{label:<36} {cols}   {_target(target, unit, better):<16} {_met(best[ROOT][key], target, better)}")
     return 0
-
-
-MOE_SETUPS = {
-    "qwen3-30b-a3b h100 tp2 ep2 eagle3": ("qwen3-30b-a3b", "h100-sxm", Deployment(tp=2, ep=2), "eagle3"),
-    "deepseek-v3 h200 tp8 mtp": ("deepseek-v3", "h200-sxm", Deployment(tp=8), "mtp"),
-}
-
-
-def _point_median(setup, points) -> float:
-    """Median seconds of simulate_step over ``points`` (K capped at the drafter's limit), Setup resolved once."""
-    simulate_step(None, None, setup=setup, batch=8, k=1, context=1024)           # warm-up: the plan is built
-    samples = []
-    for batch, k, context in points:
-        k = min(k, setup.drafter.max_k)
-        start = time.perf_counter()
-        float(simulate_step(None, None, setup=setup, batch=batch, k=k, context=context).step_time_s)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 if __name__ == "__main__":

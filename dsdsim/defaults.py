@@ -11,6 +11,7 @@ DEFAULT_MAX_K = 8                    # largest K predict and plan consider
 DEFAULT_FIXED_K = 3                  # the static K predict compares against
 DEFAULT_ENGINE = "vllm"              # engine spec (engine_specs/) predict, explain, plan and plot use
 DEFAULT_BATCH_SIZES = "1-1024"       # batch sizes predict and plan evaluate
+DEFAULT_TOLERANCE = 0.005            # goodput a K table may give up at any batch size for fewer ranges (0 = exact)
 DEFAULT_KV_DTYPE = "bf16"
 DEFAULT_MEMORY_UTILIZATION = 0.9     # share of GPU memory an engine may use (vLLM's gpu_memory_utilization)
 DEFAULT_DRAFT_TREE = None            # chains of K draft tokens; a tree is STEPS,TOPK,TOKENS (e.g. "4,4,16")

@@ -41,16 +41,88 @@ def whole_number(value, what: str, allow_negative: bool = False) -> int:
     return int(v)
 
 
+def kind_of(value) -> str:
+    """What a value read from a file is, in the words of YAML and JSON (not Python's type names)."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the text {value!r:.60}"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return "something else"
+
+
+# pydantic's error types -> what was wrong, in words (``got`` is filled with the value the file holds)
+_PLAIN = {
+    "extra_forbidden": "unknown field (check spelling; extra fields are not allowed)",
+    "missing": "required field is missing",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "int_type": "must be a whole number",
+    "float_parsing": "must be a number",
+    "float_type": "must be a number",
+    "finite_number": "must be a finite number",
+    "bool_parsing": "must be true or false",
+    "bool_type": "must be true or false",
+    "string_type": "must be text",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
+    "dict_type": "must be a mapping of fields",
+    "model_type": "must be a mapping of fields",
+    "model_attributes_type": "must be a mapping of fields",
+}
+_BOUNDS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="), "less_than": ("lt", "<"),
+           "less_than_equal": ("le", "<=")}
+_PREFIXES = ("Value error, ", "Assertion failed, ")       # pydantic's own prefixes on a validator's message
+
+
+def pydantic_message(err: dict, typed: bool = True) -> str:
+    """One entry of a pydantic ``ValidationError.errors()`` in plain words: what the field must be and what it
+    holds, without pydantic's wording ("Input should be ...", "Value error, ..."). ``typed``: the value was read
+    from a file, where its kind matters (text, a number, a list); else it is what was typed on a command line."""
+    kind, ctx, msg = err.get("type", ""), err.get("ctx") or {}, str(err.get("msg", "invalid"))
+    value = err.get("input")
+    got = "" if "input" not in err or kind == "missing" else f", got {kind_of(value) if typed else repr(value)}"
+    if kind in ("extra_forbidden", "missing"):
+        return _PLAIN[kind]
+    if kind in _PLAIN:
+        return _PLAIN[kind] + got
+    if kind in _BOUNDS:
+        key, sign = _BOUNDS[kind]
+        return f"must be {sign} {ctx.get(key)}{got}"
+    if kind in ("enum", "literal_error") and "expected" in ctx:
+        return f"must be one of {ctx['expected']}{got}"
+    if kind in ("too_short", "too_long"):
+        n = ctx.get("min_length" if kind == "too_short" else "max_length")
+        bound = "at least" if kind == "too_short" else "at most"
+        return f"must hold {bound} {n} item{'s' if n != 1 else ''}, got {ctx.get('actual_length')}"
+    for prefix in _PREFIXES:
+        if msg.startswith(prefix):
+            return msg[len(prefix):]
+    if msg.startswith("Input should be "):
+        return "must be " + msg[len("Input should be "):] + got
+    return msg
+
+
+def pydantic_location(loc) -> str:
+    """A field's path in a file, its keys and list positions (from 0) joined by dots: ``cases.3.conditions.tp``;
+    "" for the file as a whole."""
+    return ".".join(str(p) for p in loc if p != "__root__")
+
+
 def pydantic_one_line(exc, where: str) -> str:
-    """Condense a pydantic ValidationError into one line: 'where: field.path: message'."""
+    """Condense a pydantic ValidationError into one line: 'where: field.path: message' (a check of the whole file
+    or of one entry reads 'where: message' or 'where: entry: message')."""
     parts = []
     for err in exc.errors()[:3]:
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__") or "(top level)"
-        msg = err.get("msg", "invalid")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown field (check spelling; extra fields are not allowed)"
-        elif err.get("type") == "missing":
-            msg = "required field is missing"
-        parts.append(f"{loc}: {msg}")
+        loc = pydantic_location(err.get("loc", ()))
+        msg = pydantic_message(err)
+        parts.append(f"{loc}: {msg}" if loc else msg)
     more = "" if len(exc.errors()) <= 3 else f" (+{len(exc.errors()) - 3} more)"
     return f"{where}: " + "; ".join(parts) + more

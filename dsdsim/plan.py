@@ -85,6 +85,24 @@ class PlanRow:
     tokens_per_s_per_gpu_vanilla_low: Optional[float] = None
     tokens_per_s_per_gpu_vanilla_high: Optional[float] = None
 
+    @property
+    def candidate(self) -> str:
+        """The candidate as it is written on the command line: HARDWARE:tpN[:epM]."""
+        return f"{self.hardware}:tp{self.tp}" + (f":ep{self.ep}" if self.ep > 1 else "")
+
+
+NO_CANDIDATE_REASONS = 3      # reasons named when no candidate is valid (the rest are counted)
+
+
+def require_a_valid_candidate(rows: Sequence[PlanRow]) -> Sequence[PlanRow]:
+    """``rows`` when at least one candidate is feasible; else a DsdsimError saying that none is, with the first
+    candidates' reasons (a plan with no operating point answers nothing)."""
+    if any(r.feasible for r in rows):
+        return rows
+    shown = ", ".join(f"{r.candidate} ({r.reason})" for r in rows[:NO_CANDIDATE_REASONS])
+    more = f" and {len(rows) - NO_CANDIDATE_REASONS} more" if len(rows) > NO_CANDIDATE_REASONS else ""
+    raise DsdsimError(f"no candidate is valid: {shown}{more}")
+
 
 def _best_under_slo(p: Prediction, slo_s: float, k_rows: np.ndarray) -> tuple[Optional[int], Optional[int], float]:
     """The operating point (batch, K, goodput) with the most tokens/s among K in k_rows whose ITL meets the SLO.
@@ -238,7 +256,7 @@ def sensitivity(model, hardware, alphas: Sequence[float], contexts: Sequence[int
     for a in alphas:
         for c in contexts:
             p = predict(model, hardware, deployment, drafter, constant(float(a)), int(c), batch_sizes, max_k=max_k,
-                        engine=engine)
+                        engine=engine, tolerance=0)     # K*, the exact best per batch size (rows' k)
             for r in p.rows:
                 recs.append({"alpha": float(a), "context": int(c), "batch_size": r.batch_size, "k": r.k,
                              "speedup_vs_vanilla": r.speedup_vs_vanilla, "tokens_per_s": r.tokens_per_s})

@@ -22,10 +22,8 @@ from dsdsim.policy.acceptance import (
     from_list,
     from_mean_acceptance_length,
     from_unconditional_rates,
-    from_vllm_prometheus,
-    from_vllm_request_metrics,
-    parse_acceptance,
 )
+from dsdsim.policy.acceptance_input import from_vllm_prometheus, from_vllm_request_metrics, parse_acceptance
 
 MC_STEPS = 200_000
 MC_RTOL = 0.01          # 1 %: the Monte Carlo standard error at 200k steps is ~0.1-0.2 % of τ
@@ -365,15 +363,88 @@ def test_bad_json_file(tmp_path):
         parse_acceptance(str(path))
 
 
-def test_ingestion_lives_apart_from_the_model_and_old_imports_still_work():
-    """Issue 12 §2: parsing strings and vLLM files is dsdsim.policy.acceptance_input; the model module keeps τ,
-    conversions and the spread, and still exports the ingestion names (lazily) for older imports."""
+def test_ingestion_lives_apart_from_the_model():
+    """Parsing strings and vLLM files is dsdsim.policy.acceptance_input; the model module keeps τ, conversions and
+    the spread, and does not hand out the parsing names (one home for each)."""
     import dsdsim
     from dsdsim.policy import acceptance, acceptance_input
 
     for name in ("parse_acceptance", "from_vllm_prometheus", "from_vllm_request_metrics", "ACCEPTANCE_FORMS"):
-        assert getattr(acceptance, name) is getattr(acceptance_input, name)
+        assert not hasattr(acceptance, name), name
+        assert hasattr(acceptance_input, name), name
     assert "def parse_acceptance" not in open(acceptance.__file__, encoding="utf-8").read()
     assert dsdsim.parse_acceptance is acceptance_input.parse_acceptance
-    with pytest.raises(AttributeError):
-        acceptance.no_such_name  # noqa: B018
+
+
+def test_the_model_module_never_imports_the_parsing_module():
+    """acceptance.py <- acceptance_input.py one way only: importing the model loads no parsing code."""
+    import subprocess
+    import sys
+
+    code = ("import sys, dsdsim.policy.acceptance; "
+            "print('dsdsim.policy.acceptance_input' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+# --- messages in the user's words ----------------------------------------------------------------------------
+
+INTERNAL_WORDS = ("from_list", "from_unconditional_rates", "parse_acceptance", "constant acceptance", "utf-8-sig",
+                  "codec", "Traceback")
+
+
+@pytest.mark.parametrize("text,wanted", [
+    ("beta:1.5:10", ("'beta:1.5:10'", "mean α 1.5", "[0, 1]", "κ > 0", "beta:0.8:20")),
+    ("beta:0.8:0", ("'beta:0.8:0'", "concentration κ 0", "> 0")),
+    ("beta:0.8:-1", ("'beta:0.8:-1'", "concentration κ -1")),
+    ("beta:0.8", ("'beta:0.8'", "beta:MEAN:KAPPA")),
+    ("unconditional:0.3,0.5", ("'unconditional:0.3,0.5'", "non-increasing", "write 0.3,0.5",
+                               "without 'unconditional:'")),
+    ("unconditional:1.3,0.5", ("'unconditional:1.3,0.5'", "position 1 has 1.3", "[0, 1]")),
+    ("-0.5", ("acceptance -0.5", "[0, 1]")),
+    ("0.8,1.7", ("'0.8,1.7'", "position 2 has 1.7")),
+    ("0.8,,0.7", ("cannot read numbers in '0.8,,0.7'",)),
+    ("al=x@3", ("'al=x@3'", "al=2.79@3")),
+    ("1e400", ("'1e400'", "finite")),
+])
+def test_parse_errors_name_what_the_user_wrote(text, wanted):
+    """The message quotes the form the user typed and says what to type; no function or module names."""
+    with pytest.raises(DsdsimError) as info:
+        parse_acceptance(text)
+    msg = str(info.value)
+    assert "\n" not in msg
+    for word in wanted:
+        assert word in msg, (word, msg)
+    for word in (*INTERNAL_WORDS, "position 1 has -0.5"):
+        assert word not in msg, (word, msg)
+
+
+def test_rising_unconditional_rates_name_no_function():
+    with pytest.raises(DsdsimError, match="non-increasing") as info:
+        from_unconditional_rates([0.3, 0.5])
+    assert "from_list" not in str(info.value) and "conditional α" in str(info.value)
+
+
+def test_a_file_that_is_not_utf8_says_so(tmp_path):
+    path = tmp_path / "metrics.txt"
+    path.write_bytes("# caf\xe9\nvllm:spec_decode_num_drafts_total 100\n".encode("latin-1"))
+    with pytest.raises(DsdsimError) as info:
+        parse_acceptance(str(path))
+    assert str(info.value) == "metrics.txt is not UTF-8 text: save it as UTF-8"
+
+
+def test_a_byte_order_mark_is_still_utf8(tmp_path):
+    """Editors on Windows save UTF-8 with a leading BOM; it is read as UTF-8 (JSON would otherwise refuse it)."""
+    path = tmp_path / "requests.json"
+    body = {"metrics": {"speculative_decoding": {"acceptance_histogram": [10, 30, 60]}}}
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(body).encode())
+    np.testing.assert_allclose(parse_acceptance(str(path)).alpha, [0.9, 60 / 90])
+
+
+def test_request_metrics_errors_name_the_file_and_the_json_kind(tmp_path):
+    path = tmp_path / "requests.json"
+    path.write_text("42")
+    with pytest.raises(DsdsimError) as info:
+        parse_acceptance(str(path))
+    msg = str(info.value)
+    assert msg.startswith("requests.json: request 1:") and "the number 42" in msg and "int" not in msg.split()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,14 @@ FILES = {
     "metrics_binary": ("metrics_bin.txt", b"\xff\xfe\x00\x81\x82garbage"),
     "request_metrics_bad_json": ("requests.json", '{"metrics": {"speculative_decoding": '),
     "request_metrics_empty_list": ("empty_requests.json", "[]"),
+    "request_metrics_scalar": ("scalar_requests.json", "42"),
+    # text in another encoding than UTF-8 (Latin-1 'é'), no NUL byte: not binary, just not UTF-8
+    "hw_latin1": ("latin1.yaml", ("# caf\xe9\n" + H200).encode("latin-1")),
+    "model_latin1": ("latin1.json", ('{"model_type": "llama", "note": "caf\xe9"}').encode("latin-1")),
+    "metrics_latin1": ("latin1.txt", "# caf\xe9\nvllm:spec_decode_num_drafts_total 1\n".encode("latin-1")),
+    "corpus_latin1": ("src.yaml", "source: {title: caf\xe9}\n".encode("latin-1")),
+    "hw_text_bandwidth": ("text_bw.yaml", _hw("{value: 4.8e+12, source", "{value: fast, source")),
+    "model_null": ("null.json", "null"),
 }
 
 
@@ -130,6 +139,12 @@ CASES = [
     ("model-nan-vocab", ["show", "model", "{model_nan_vocab}"], "vocab_size"),
     ("model-deeply-nested", ["show", "model", "{model_deeply_nested}"], "nested.json"),
     ("model-path-missing", [*P, "-m", "/nonexistent/config.json"], "does not exist"),
+    ("hw-not-utf8", [*P, "-g", "{hw_latin1}"], "latin1.yaml is not UTF-8 text: save it as UTF-8"),
+    ("model-not-utf8", ["show", "model", "{model_latin1}"], "latin1.json is not UTF-8 text: save it as UTF-8"),
+    ("corpus-not-utf8", ["accuracy", "--corpus", "{corpus_latin1_dir}"], "src.yaml is not UTF-8 text"),
+    ("hw-field-not-a-number", [*P, "-g", "{hw_text_bandwidth}"],
+     "memory_bandwidth_bytes_per_s.value: must be a number, got the text 'fast'"),
+    ("model-json-null", ["show", "model", "{model_null}"], "must be a JSON object, got nothing (null)"),
     # --- names ------------------------------------------------------------------------------------------------
     ("unknown-model-suggests", [*P, "-m", "llama-3.1-8"], "did you mean"),
     ("unknown-hardware-suggests", [*P, "-g", "h100-sx"], "did you mean"),
@@ -147,6 +162,11 @@ CASES = [
     ("unconditional-empty", [*P, "-a", "unconditional:"], "unconditional"),
     ("mean-length-impossible", [*P, "-a", "al=5@3"], "mean acceptance length"),
     ("beta-negative-concentration", [*P, "-a", "beta:0.8:-1"], "concentration"),
+    ("beta-mean-above-one", [*P, "-a", "beta:1.5:10"], "'beta:1.5:10': the mean α 1.5 is outside [0, 1]"),
+    ("unconditional-rising-says-what-to-type", [*P, "-a", "unconditional:0.3,0.5"], "write 0.3,0.5"),
+    ("alpha-negative-names-no-position", [*P, "-a", "-0.5"], "acceptance -0.5 is not a probability"),
+    ("request-metrics-not-an-object", [*P, "-a", "{request_metrics_scalar}"], "got the number 42"),
+    ("metrics-file-not-utf8", [*P, "-a", "{metrics_latin1}"], "latin1.txt is not UTF-8 text: save it as UTF-8"),
     ("acceptance-band-too-wide", [*P, "--acceptance-band", "2"], "acceptance band"),
     ("metrics-file-malformed", [*P, "-a", "{metrics_malformed}"], "malformed prometheus"),
     ("metrics-file-no-samples", [*P, "-a", "{metrics_no_samples}"], "no vllm:spec_decode"),
@@ -242,7 +262,21 @@ CASES = [
     ("unknown-command", ["simulate"], "simulate"),
     ("unknown-option", ["predict", "--speed", "11"], "--speed"),
     ("tp-not-an-integer", ["predict", "--tp", "four"], "--tp"),
+    ("tp-a-fraction", ["predict", "--tp", "1.5"], "'--tp': must be a whole number, got '1.5'"),
+    ("format-not-offered", ["explain", "-f", "csv"], "'csv' is not one of 'table', 'json'"),
+    ("split-unknown", ["accuracy", "--split", "foo"], "'foo' is not one of"),
+    # --- plan with no valid candidate ------------------------------------------------------------------------
+    ("plan-every-candidate-invalid", ["plan", "-m", "llama-3.1-8b", "-g", "h100-sxm:tp8:ep3", "--itl-slo-ms", "30",
+                                      "-b", "1,2"], "no candidate is valid: h100-sxm:tp8:ep3 (llama-3.1-8b is dense"),
+    ("plan-every-candidate-invalid-to-a-file", ["plan", "-m", "llama-3.1-8b", "-g", "h100-sxm:tp3,h100-sxm:tp5",
+                                                "--itl-slo-ms", "30", "-b", "1,2", "-f", "json", "--output",
+                                                "{tmp}/out/plan.json"], "h100-sxm:tp5 (tp 5 does not divide"),
 ]
+
+# Words of the code, not of the user: a message with one of these names a function, a class, pydantic's wording
+# or a codec instead of the option, the value or the format the user wrote.
+INTERNAL_WORDS = ("Value error", "Input should be", "(top level)", "utf-8-sig", "codec", "decode using",
+                  "from_list", "table_csv", "parse_acceptance", "NoneType", "constant acceptance: position")
 
 def _params():
     out = []
@@ -268,6 +302,7 @@ def paths(tmp_path):
         else:
             f.write_text(content)
         out[key] = str(f)
+        out[key + "_dir"] = str(sub)
     return out
 
 
@@ -295,6 +330,9 @@ def _assert_one_line_error(code, err: str, fragment: str) -> str:
     line = lines[0]
     assert line.startswith("dsdsim: error: "), line
     assert fragment.lower() in line.lower(), f"{fragment!r} not in {line!r}"
+    for word in INTERNAL_WORDS:
+        assert word.lower() not in line.lower(), f"{word!r} (the code's word, not the user's) in {line!r}"
+    assert not re.search(r"\bgot (int|str|list|dict|float|bool)\b", line), f"a Python type name in {line!r}"
     return line
 
 
@@ -353,3 +391,43 @@ def test_plot_when_nothing_fits(tmp_path, capsys):
     assert code in (0, None), err
     assert "Traceback" not in err and target.stat().st_size > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.png"]
+
+
+def test_a_byte_order_mark_is_still_utf8(tmp_path, capsys):
+    """A config.json saved with a UTF-8 byte-order mark (as some Windows editors do) loads: it is UTF-8 text
+    (JSON readers refuse the mark, and said so in the codec's words: 'decode using utf-8-sig')."""
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(LLAMA8B).encode())
+    try:
+        main(["show", "model", str(path), "--format", "json"])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code in (0, None), err
+    assert json.loads(out)["hidden_size"] == LLAMA8B["hidden_size"]
+
+
+def test_a_check_of_the_whole_file_names_the_file_not_a_top_level():
+    """pydantic reports a model's own check at location () with its 'Value error, ' prefix: the line names the
+    file and says the check in its own words."""
+    from pydantic import BaseModel, ValidationError, model_validator
+
+    from dsdsim.errors import pydantic_one_line
+
+    class Spec(BaseModel):
+        low: float
+        high: float
+
+        @model_validator(mode="after")
+        def _ordered(self):
+            if self.low > self.high:
+                raise ValueError("low must be <= high")
+            return self
+
+    with pytest.raises(ValidationError) as info:
+        Spec(low=2, high=1)
+    assert pydantic_one_line(info.value, "spec.yaml") == "spec.yaml: low must be <= high"
+    with pytest.raises(ValidationError) as info:
+        Spec(low="fast", high=1)
+    assert pydantic_one_line(info.value, "spec.yaml") == "spec.yaml: low: must be a number, got the text 'fast'"

@@ -8,10 +8,11 @@ from dsdsim.fit.calibrate import (Calibrator, Params, Point, calibrate_from_batc
                                     split_points)
 from dsdsim.cost.layers import PassContext, pass_ops
 from dsdsim.cost.ops import OpKind
-from dsdsim.cost.step import resolve, simulate_step
+from dsdsim.cost.step import simulate_step
 from dsdsim.cost.timing import op_time
 from dsdsim.specs.catalog import load_hardware, load_model
 from dsdsim.specs.deployment import Deployment
+from dsdsim.specs.setup import resolve
 
 SKIP = (OpKind.all_reduce, OpKind.all_to_all, OpKind.gather, OpKind.host)
 

@@ -199,12 +199,12 @@ def test_one_failing_shape_does_not_end_the_run(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_partial_report_survives_a_crash_after_measuring(tmp_path, monkeypatch):
-    from dsdsim.bench import validate as v
+    from dsdsim.fit import validation
 
     def boom(*a, **kw):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(v, "calibrate_points", boom)
+    monkeypatch.setattr(validation, "calibrate_points", boom)
     with pytest.raises(KeyboardInterrupt):
         _tiny(tmp_path)
     data = json.loads((tmp_path / "report.json").read_text())

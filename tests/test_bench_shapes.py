@@ -11,7 +11,7 @@ from dsdsim.cost.experts import experts_touched  # noqa: E402
 from dsdsim.cost.layers import PassContext, pass_ops  # noqa: E402
 from dsdsim.specs.catalog import load_hardware, load_model  # noqa: E402
 from dsdsim.specs.deployment import Deployment  # noqa: E402
-from dsdsim.bench.validate import reduce_model  # noqa: E402
+from dsdsim.bench.reduce import reduce_model  # noqa: E402
 from dsdsim.units import DType  # noqa: E402
 
 

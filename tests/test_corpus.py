@@ -299,3 +299,54 @@ def test_accuracy_bad_input_one_line_exit_2_nothing_written(cli, tmp_path, argv,
     assert len(lines) == 1 and lines[0].startswith("dsdsim: error:") and fragment in lines[0], err
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
+
+
+# --- layering and messages -------------------------------------------------------------------------------
+
+
+def test_checks_and_evaluate_import_one_way():
+    """evaluate.py runs the checks; checks.py reads the CaseResult type from results.py, never from evaluate.py
+    (not even for type checking), so the two modules form no circle."""
+    import ast
+
+    import dsdsim.corpus.checks as checks_module
+
+    tree = ast.parse(Path(checks_module.__file__).read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert "dsdsim.corpus.evaluate" not in imported, imported
+    assert "dsdsim.corpus.results" in imported
+    from dsdsim.corpus.evaluate import CaseResult
+    from dsdsim.corpus.results import CaseResult as Shared
+
+    assert CaseResult is Shared
+
+
+@pytest.mark.parametrize("mutate,fragment", [
+    (lambda d: d["cases"][0].update(train_list_item=3), "src.yaml: cases.0: train cases name their train_list_item"),
+    (lambda d: d["cases"][0]["measured"].update(value="fast"), "cases.0.measured.value: must be a number, got the "
+                                                               "text 'fast'"),
+    (lambda d: d.update(cases=[]), "cases: must hold at least 1 item, got 0"),
+])
+def test_schema_errors_speak_of_the_file_and_field_not_pydantic(tmp_path, mutate, fragment):
+    from dsdsim.corpus.schema import load_corpus
+    from dsdsim.errors import SpecError
+
+    with pytest.raises(SpecError) as exc:
+        load_corpus(_write(tmp_path, _bad(mutate)))
+    msg = str(exc.value)
+    assert fragment in msg, msg
+    for word in ("Value error", "Input should", "(top level)", "List should"):
+        assert word not in msg, msg
+
+
+def test_a_corpus_file_that_is_not_utf8_says_so(tmp_path):
+    from dsdsim.corpus.schema import load_corpus
+    from dsdsim.errors import SpecError
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "src.yaml").write_bytes(yaml.safe_dump(GOOD, allow_unicode=True).replace("t", "caf\xe9", 1)
+                                      .encode("latin-1"))
+    with pytest.raises(SpecError, match=r"src\.yaml is not UTF-8 text: save it as UTF-8$"):
+        load_corpus(folder)

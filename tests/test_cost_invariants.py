@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsdsim.cost.memory import weight_bytes_per_gpu
-from dsdsim.cost.step import resolve, simulate_step, step_time_grid
+from dsdsim.cost.step import simulate_step, step_time_grid
 from dsdsim.errors import DsdsimError
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.model import FFNKind
+from dsdsim.specs.setup import resolve
 from dsdsim.units import DType
 
 # (id, model, hardware, tp, ep, drafters)

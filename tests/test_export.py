@@ -303,3 +303,15 @@ def test_random_k_lists_survive_ranges_and_vllm_lookup(table):
     if any(ks) and ranges[0][2] == max(k for *_, k in ranges):
         trt = trtllm_draft_len_schedule(ranges)
         assert all(trtllm_k(trt, b) == lookup[b] for b in range(1, max_bs + 1))
+
+
+def test_table_ranges_live_in_the_policy_layer():
+    """dsdsim.export offers the K-table helpers from dsdsim.policy.table, where they are defined; the engine
+    formats module does not re-export them."""
+    import dsdsim.export as export
+    from dsdsim.export import engines as engine_formats
+    from dsdsim.policy import table
+
+    for name in ("expand_ranges", "ranges_from_k_per_batch", "validate_ranges", "Ranges"):
+        assert getattr(export, name) is getattr(table, name)
+    assert not hasattr(engine_formats, "expand_ranges") and not hasattr(engine_formats, "ranges_from_k_per_batch")

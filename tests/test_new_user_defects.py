@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from dsdsim.errors import DsdsimError
-from dsdsim.policy.acceptance import parse_acceptance
+from dsdsim.policy.acceptance_input import parse_acceptance
 from dsdsim.policy.predict import parse_batch_sizes
 
 
@@ -159,7 +159,7 @@ def test_two_hardware_specs_with_one_name_is_an_error_naming_both(cli, clean_cat
 
 
 def test_export_refuses_when_nothing_fits(cli):
-    code, out, err = cli("predict", "-c", "2000000", "--format", "vllm")
+    code, out, err = cli("predict", "-g", "l4", "-c", "100000", "--format", "vllm")    # within the 131072 window
     _one_line_error(code, err, "no batch size fits")
     assert out == ""
 
@@ -241,6 +241,35 @@ def test_validate_with_an_unsupported_drafter_leaves_no_folder(cli, tmp_path):
     code, _, err = cli("validate", "-d", "mtp", "-g", "h100-sxm", "--quick", "-o", out)
     _one_line_error(code, err, "eagle3")
     assert not out.exists()
+
+
+@pytest.fixture
+def without_torch(monkeypatch):
+    """As on a machine without torch: ``import torch`` raises ImportError (a None entry in sys.modules)."""
+    import sys
+
+    for name in [m for m in sys.modules if m == "torch" or m.startswith("torch.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "torch", None)
+
+
+def test_validate_names_a_wrong_drafter_before_asking_for_torch(cli, tmp_path, without_torch):
+    """The README's test command on a fresh machine: the drafter error comes first, torch or not."""
+    out = tmp_path / "val"
+    code, _, err = cli("validate", "-d", "mtp", "-g", "h100-sxm", "--quick", "-o", out)
+    _one_line_error(code, err, "eagle3")
+    assert "torch" not in err and not out.exists()
+
+
+@pytest.mark.parametrize("argv", [["validate", "-g", "h100-sxm", "--quick"], ["probe", "-o", "p.yaml"],
+                                  ["loop"], ["comm-check"]], ids=lambda a: a[0])
+def test_without_torch_the_hint_names_the_cpu_wheel(cli, tmp_path, monkeypatch, without_torch, argv):
+    """A plain `pip install torch` pulls a multi-GB CUDA build on Linux: the hint names PyTorch's CPU index."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(*argv)
+    _one_line_error(code, err, "--index-url https://download.pytorch.org/whl/cpu")
+    assert "dsdsim[validate]" in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_output_onto_a_read_only_file(cli, tmp_path):

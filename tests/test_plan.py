@@ -291,3 +291,54 @@ def test_a_row_is_one_operating_point():
         r.tokens_per_s_dsd, rel=1e-12)
     j0 = list(p.batch_sizes).index(r.batch_vanilla)
     assert r.tokens_per_s_vanilla == pytest.approx(float(p.plain_goodput[j0]), rel=1e-12)
+
+
+# --- no valid candidate; names never cut --------------------------------------------------------------------
+
+
+def _infeasible(hardware: str, tp: int, ep: int, reason: str):
+    from dsdsim.plan import PlanRow
+
+    return PlanRow(hardware, tp, ep, tp, False, reason, *([None] * 12))
+
+
+def test_no_valid_candidate_is_an_error_naming_the_first_reasons():
+    from dsdsim.plan import require_a_valid_candidate
+
+    rows = [_infeasible("h100-sxm", tp, 1, f"reason {tp}") for tp in (3, 5, 6, 7)]
+    with pytest.raises(DsdsimError) as info:
+        require_a_valid_candidate(rows)
+    assert str(info.value) == ("no candidate is valid: h100-sxm:tp3 (reason 3), h100-sxm:tp5 (reason 5), "
+                               "h100-sxm:tp6 (reason 6) and 1 more")
+    (ok,) = plan_rows("llama-3.1-8b", ["h100-sxm"], float("inf"), batch_sizes="1,2")
+    assert require_a_valid_candidate(rows + [ok]) == rows + [ok]
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_cli_plan_with_every_candidate_invalid_exits_2_in_every_format(cli, fmt):
+    code, out, err = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm:tp8:ep3,h100-sxm:tp3", "--itl-slo-ms", "30",
+                         "-b", "1,2", "-f", fmt)
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line.startswith("dsdsim: error: no candidate is valid: h100-sxm:tp8:ep3 (llama-3.1-8b is dense")
+    assert "h100-sxm:tp3 (tp 3 does not divide" in line
+
+
+def test_plan_table_never_cuts_a_candidate_name():
+    """However narrow the terminal and however long a reason, every candidate's name is printed whole and every
+    reason in full below the table."""
+    from rich.console import Console
+
+    from dsdsim.export.render import plan_table
+
+    reason = "tp 3 does not divide the model's 64 attention heads; choose a tp that divides 64 " * 2
+    rows = [_infeasible("a100-sxm-80gb", 8, 8, reason), _infeasible("rtx-pro-6000-blackwell", 4, 2, reason)]
+    for width in (40, 80):
+        console = Console(width=width, record=True, file=io.StringIO())
+        console.print(plan_table("plan", rows))
+        text = console.export_text()
+        table_lines = [line for line in text.splitlines() if line.startswith("│")]
+        assert any("a100-sxm-80gb:tp8:ep8 " in line for line in table_lines), text
+        assert any("rtx-pro-6000-blackwell:tp4:ep2 " in line for line in table_lines), text
+        flat = " ".join(text.split())
+        assert f"a100-sxm-80gb:tp8:ep8: {' '.join(reason.split())}" in flat

@@ -39,7 +39,7 @@ def test_prediction_display_plots_goodput_relative_to_plain_decoding():
     sizes that do not fit are shaded in both panels."""
     import numpy as np
 
-    from dsdsim.plot import PredictionDisplay
+    from dsdsim.export.plots import PredictionDisplay
     from dsdsim.policy.predict import predict
 
     p = predict("llama-3.1-8b", "h100-sxm", drafter="eagle3", batch_sizes=[1, 8, 64, 256, 512, 1024])

@@ -165,13 +165,13 @@ def test_predict_on_random_models(case):
             assert v is not None and math.isfinite(v) and v > 0, r
         assert 0 <= r.k <= max_k
         assert 1 - 1e-12 <= r.tau <= r.k + 1 + 1e-9
-        # K* is at least as good as the table's own K = 0 row; against a server without speculation it can lose
-        # only the off tier's cost (vLLM issue #49548)
+        # the table's K is within its tolerance of the table's own K = 0 row; against a server without speculation
+        # it can lose only that and the off tier's cost (vLLM issue #49548)
         i = list(p.k_values).index(r.k)
         j = list(p.batch_sizes).index(r.batch_size)
-        assert p.goodput[i, j] >= p.goodput[0, j] * (1 - 1e-9)
+        assert p.goodput[i, j] >= p.goodput[0, j] * (1 - p.table.tolerance) * (1 - 1e-9)
         if not p.dynamic:
-            assert r.speedup_vs_vanilla >= 1 - 1e-9
+            assert r.speedup_vs_vanilla >= (1 - p.table.tolerance) * (1 - 1e-9)
         assert r.itl_ms == pytest.approx(r.step_ms / r.tau)
         assert r.tokens_per_s == pytest.approx(r.batch_size * r.tau / (r.step_ms / 1e3))
 
@@ -185,6 +185,10 @@ def test_predict_on_random_models(case):
         return
     assert engines.validate_ranges(data["table"]["ranges"])
 
+    if all(k == 0 for _, _, k in data["table"]["ranges"]):   # never speculates: no engine table, in one line
+        with pytest.raises(DsdsimError, match="serve without speculative decoding"):
+            render(p, PredictFormat.vllm)
+        return
     # vLLM: every table passes vLLM's own schedule validation and ends at the last batch size that fits
     cfg = json.loads(render(p, PredictFormat.vllm))
     sched = engines.validate_vllm_schedule(cfg["num_speculative_tokens_per_batch_size"])
@@ -225,7 +229,7 @@ def test_plots_draw_for_random_models(tmp_path_factory, case, batch, k):
     import matplotlib.pyplot as plt
 
     from dsdsim.cost.step import simulate_step
-    from dsdsim.plot import PredictionDisplay, RooflineDisplay, save_png
+    from dsdsim.export.plots import PredictionDisplay, RooflineDisplay, save_png
 
     model, hw, dep, drafter, acc, context, batches, max_k = case
     out = tmp_path_factory.mktemp("plots")

@@ -19,7 +19,7 @@ watch = {watch!r}
 print("LOADED", ",".join(sorted(m for m in sys.modules if any(m == w or m.startswith(w + ".") for w in watch))))
 """
 
-HEAVY = ["torch", "matplotlib", "pandas", "dsdsim.corpus", "dsdsim.bench", "dsdsim.plot", "dsdsim.plan"]
+HEAVY = ["torch", "matplotlib", "pandas", "dsdsim.corpus", "dsdsim.bench", "dsdsim.export.plots", "dsdsim.plan"]
 OTHER_GROUPS = ["dsdsim.cli.bench", "dsdsim.cli.catalog", "dsdsim.cli.engine", "dsdsim.cli.plots"]
 
 

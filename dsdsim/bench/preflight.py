@@ -14,7 +14,8 @@ from typing import Optional
 REQUIRED = (("pydantic", "pydantic>=2"), ("pydantic_core", "pydantic-core"), ("annotated_types", "annotated-types"),
             ("typing_inspection", "typing-inspection"), ("typing_extensions", "typing-extensions"),
             ("numpy", "numpy"), ("scipy", "scipy"), ("yaml", "pyyaml"), ("typer", "typer"), ("rich", "rich"),
-            ("matplotlib", "matplotlib"), ("torch", "torch"))
+            ("matplotlib", "matplotlib"),
+            ("torch", "torch (a CPU-only machine: pip install torch --index-url https://download.pytorch.org/whl/cpu)"))
 
 
 def missing_packages(required=REQUIRED) -> list[str]:

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from dsdsim.bench.timing import (DEFAULT_CPU_THREADS, Timing, cpu_threads, device_name, last_level_cache_bytes,
                                  on_device, random_tensor, rotation_sets, sm_clock_mhz, time_fn, time_graph,
                                  time_kernels, torch_dtype)
-from dsdsim.specs.hardware_yaml import spec_yaml, write_spec  # noqa: F401  (re-exported: probe.write_spec)
+from dsdsim.specs.hardware_yaml import write_spec
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.units import DType
 
@@ -185,11 +185,6 @@ def measure_graph_launch(device: str) -> float:
         with torch.cuda.graph(graph):
             _add_burst(x)
         return time_fn(lambda: graph.replay(), lambda i: (), device, warmup=2, repeats=10).median_s / _LAUNCH_BURST
-
-
-def measure_launch_overhead(device: str) -> tuple[float, Optional[float]]:
-    """Seconds per trivial kernel: eager (host dispatch + launch), and replayed from a CUDA graph (GPU only)."""
-    return measure_eager_launch(device), (measure_graph_launch(device) if _is_cuda(device) else None)
 
 
 def measure_all_reduce(device: str) -> tuple[Optional[float], Optional[float]]:

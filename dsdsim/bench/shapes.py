@@ -239,7 +239,7 @@ def attend_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
     causal block among the new tokens is not masked (it moves no extra bytes and is q_len/(T) of the FLOPs);
     use ``attend`` where exact outputs matter (the speculative loop). On CUDA the math backend is forbidden."""
     b, h, ql, d = q.shape
-    kvh, total = k.shape[1], k.shape[2]
+    kvh = k.shape[1]
     g = h // kvh
     if ql == 1 and q.device.type == "cuda" and g > 1:
         # one query per sequence: FlashAttention-2 packs the groups and splits the KV itself (measured on an

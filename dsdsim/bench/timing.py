@@ -327,19 +327,6 @@ _NOT_KERNELS = {"detach", "alias", "lift_fresh", "_local_scalar_dense", "empty",
                 "sym_stride", "sym_numel", "_to_copy_meta"}
 
 
-def achieved(value_per_s: float, peak_per_s: float) -> float:
-    """Achieved / peak as a ratio (e.g. FLOP/s achieved over the spec's peak FLOP/s)."""
-    return value_per_s / peak_per_s if peak_per_s > 0 else float("nan")
-
-
-def achieved_flops_ratio(flops: float, seconds: float, peak_flops_per_s: float) -> float:
-    return achieved(flops / seconds, peak_flops_per_s) if seconds > 0 else float("nan")
-
-
-def achieved_bandwidth_ratio(bytes_moved: float, seconds: float, peak_bytes_per_s: float) -> float:
-    return achieved(bytes_moved / seconds, peak_bytes_per_s) if seconds > 0 else float("nan")
-
-
 def device_name(device: str | torch.device) -> str:
     """Marketing name of the GPU, or the CPU's model name from /proc/cpuinfo."""
     dev = torch.device(device)

@@ -8,13 +8,14 @@ from __future__ import annotations
 import gc
 import importlib
 import sys
+import warnings
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from dsdsim.cli.options import SPECS_DIR_HELP
-from dsdsim.errors import DsdsimError
+from dsdsim.errors import DsdsimError, pydantic_message
 
 app = typer.Typer(
     name="dsdsim", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
@@ -130,11 +131,23 @@ def main(argv: Optional[list[str]] = None) -> None:
     if own and not _measures(sys.argv[1:]):
         gc.set_threshold(_COMPUTE_GC_THRESHOLD, *thresholds[1:])
     try:
-        _run(argv)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("always", module=r"dsdsim\.")    # each one said, once per occurrence
+            warnings.showwarning = _show_warning
+            _run(argv)
     finally:
         if own:
             gc.freeze()
             gc.set_threshold(*thresholds)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """dsdsim's own warnings (a user spec shadowing a shipped one, an unreadable file skipped) as one line on
+    stderr; other libraries' as Python shows them."""
+    if category.__module__.startswith("dsdsim."):
+        typer.echo(f"dsdsim: warning: {message}", err=True)
+    else:
+        warnings._showwarning_orig(message, category, filename, lineno, file, line)
 
 
 def _run(argv: Optional[list[str]]) -> None:
@@ -158,6 +171,9 @@ def _run(argv: Optional[list[str]]) -> None:
             sys.exit(130)
         if not isinstance(exc, click_errors):
             raise
+        cause = getattr(exc, "__cause__", None)    # an option value typer checked with pydantic: say it in words
+        if hasattr(cause, "errors") and isinstance(getattr(exc, "message", None), str):
+            exc.message = pydantic_message(cause.errors()[0], typed=False)
         msg = " ".join(exc.format_message().split())
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""

@@ -32,6 +32,8 @@ def probe(
     graphs) into a hardware spec that every command accepts (`-g probe.yaml`); every figure is flagged
     measured, with date and torch version. The sweeps go to a JSON file beside the spec.
     Example: dsdsim probe --device cuda --name h200-sxm@measured -o h200-sxm@measured.yaml"""
+    if str(output) == "-":
+        raise DsdsimError("probe writes a spec file and its sweeps beside it; give -o a file name, not - (stdout)")
     check_fixed_format(output, "a hardware spec (YAML)", (".yaml", ".yml"))
     if threads < 1:
         raise DsdsimError(f"--threads must be >= 1, got {threads}")
@@ -84,6 +86,8 @@ def validate(
 
     On a GPU every item is captured in a CUDA graph and replayed (kernel time, as engines run decode steps).
     Example: dsdsim validate -m llama-3.1-8b -g h200-sxm --device cuda -o val/"""
+    if str(output) == "-":
+        raise DsdsimError("validate writes a folder (report.json, summary.md, a plot); give -o a folder, not - (stdout)")
     if output.exists() and not output.is_dir():
         raise DsdsimError(f"--output {output} is a file; give a folder")
     check_writable(output / "report.json" if output.is_dir() else output)
@@ -91,23 +95,24 @@ def validate(
         raise DsdsimError(f"--reduce must be >= 1, got {reduce}")
     if layers is not None and layers < 1:
         raise DsdsimError(f"--layers must be >= 1, got {layers}")
-    from dsdsim.bench.validate import GRIDS
+    from dsdsim.bench.grid import GRIDS
 
     if grid is not None and grid not in GRIDS:
         raise DsdsimError(f"--grid {grid!r} is unknown; use one of {', '.join(GRIDS)}")
     if reanalyse is not None:
         _reanalyse(reanalyse, hardware, output)
         return
+    if drafter not in VALIDATED_DRAFTERS:      # before torch: a wrong drafter is wrong on any machine
+        raise DsdsimError(f"validate measures the step shapes of an EAGLE-3 drafter; use -d eagle3 or -d none "
+                          f"(got {drafter!r})")
+    from dsdsim.specs.catalog import load_hardware, load_model
+
+    load_model(model)          # resolve names before any measuring (unknown names fail in one line)
+    load_hardware(hardware)
     need_torch()
     check_device(device)
     from dsdsim.bench.validate import run_validate
-    from dsdsim.specs.catalog import load_hardware, load_model
 
-    if drafter not in VALIDATED_DRAFTERS:
-        raise DsdsimError(f"validate measures the step shapes of an EAGLE-3 drafter; use -d eagle3 or -d none "
-                          f"(got {drafter!r})")
-    load_model(model)          # resolve names before any measuring (unknown names fail in one line)
-    load_hardware(hardware)
     created = not output.exists()
     output.mkdir(parents=True, exist_ok=True)
     try:
@@ -146,6 +151,10 @@ def _print_validation(rep) -> None:
                   f"max {tc.max_regret:.3f}{cal}")
     if rep.errors:
         con.print(f"{len(rep.errors)} item(s) failed or were skipped: see 'errors' in the report")
+    from dsdsim.fit.calibrate import implausible_figures
+
+    for line in implausible_figures(rep.calibrated_hardware):     # the calibrated spec marks the same figures
+        typer.echo(f"warning: {line}", err=True)
     for what, path in rep.paths.items():
         con.print(f"{what}: {path}")
 
@@ -289,6 +298,8 @@ def calibrate(
     \b
     --report: efficiencies (compute; memory for GEMMs, attention and vector kernels), launch and step overhead and
       the GEMM tile of the hardware spec -g; a report is fitted on its train half and scored on the held-out half.
+      A warning names each fitted figure past its bound (an efficiency above 1 is written as 1; a step overhead
+      above 5 ms or a launch above 100 us is kept): the spec marks it verified: unverified with the reason.
     --measurements: the engine figures only (the kernel model and hardware held fixed), from a few (batch, K)
       points; prints measured vs fitted ITL and the leave-one-out error per point, writes engine spec --name.
     \b
@@ -319,7 +330,7 @@ def calibrate(
         raise DsdsimError(f"--report {report}: has neither 'points' (validation report) nor 'batch_stats'")
     if "batch_stats" in data and model is None:
         raise DsdsimError("calibrating from a batch_stats file needs --model (the model that was measured)")
-    from dsdsim.fit.calibrate import run_calibrate
+    from dsdsim.fit.calibrate import implausible_figures, run_calibrate
     from dsdsim.specs.catalog import load_hardware
 
     hw = load_hardware(hardware)
@@ -329,6 +340,9 @@ def calibrate(
         import datetime
 
         name = f"{hw.name}@calibrated-{datetime.date.today().isoformat()}"
+    if data.get("partial"):
+        typer.echo(f"warning: --report {report} is partial (the run stopped after its {data.get('stage', 'first')} "
+                   "stage): calibrating on what it measured, and the spec's sources say so", err=True)
     try:
         spec, summary = with_status(f"fitting {name} to {report.name}", lambda: run_calibrate(
             report, hardware, output, model=model, drafter=drafter, context=context, name=name))
@@ -336,6 +350,8 @@ def calibrate(
         if isinstance(exc, DsdsimError):
             raise
         raise DsdsimError(f"--report {report}: cannot calibrate from it ({exc})") from None
+    for line in implausible_figures(spec):     # one line each; the written figure says the same
+        typer.echo(f"warning: {line}", err=True)
     typer.echo(f"wrote {output}", err=True)
     con = console()
     for key, e in (("uncalibrated", summary.uncalibrated), ("calibrated", summary.calibrated)):

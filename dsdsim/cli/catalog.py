@@ -18,7 +18,7 @@ def list_models(fmt: ShowFmt = ShowFormat.table) -> None:
       dsdsim list models --format json
     """
     from dsdsim.export.render import models_table
-    from dsdsim.report import model_summary
+    from dsdsim.export.views import model_summary
     from dsdsim.specs.catalog import iter_models
 
     rows = [model_summary(m) for m in iter_models()]
@@ -34,7 +34,7 @@ def list_hardware(fmt: ShowFmt = ShowFormat.table) -> None:
       dsdsim list hardware --format json
     """
     from dsdsim.export.render import hardware_table
-    from dsdsim.report import hardware_summary
+    from dsdsim.export.views import hardware_summary
     from dsdsim.specs.catalog import iter_hardware
 
     rows = [{**hardware_summary(h), "generation": h.generation_name} for h in iter_hardware()]
@@ -58,7 +58,7 @@ def show_model(name: str = typer.Argument(..., help="A model name (dsdsim list m
       dsdsim show model ./Llama-3.1-8B/   (a folder holding config.json)
     """
     from dsdsim.export.render import kv_table
-    from dsdsim.report import model_summary
+    from dsdsim.export.views import model_summary
     from dsdsim.specs.catalog import load_model
 
     m = load_model(name)
@@ -79,7 +79,7 @@ def show_hardware(name: str = typer.Argument(..., help="A hardware name (dsdsim 
       dsdsim show hardware h200-sxm -f json
     """
     from dsdsim.export.render import kv_table
-    from dsdsim.report import hardware_summary
+    from dsdsim.export.views import hardware_summary
     from dsdsim.specs.catalog import load_hardware
     from dsdsim.specs.hardware import kernel_figure_origins
 

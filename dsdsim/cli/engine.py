@@ -68,9 +68,9 @@ def list_engines(fmt: ShowFmt = ShowFormat.table) -> None:
     CUDA-graph padding, its terms and how many are fitted. `dsdsim show engine vllm@0.10.1` shows one whole."""
     from rich.table import Table
 
-    from dsdsim.specs.catalog import engine_names, engine_source, load_engine
+    from dsdsim.specs.catalog import engine_source, iter_engines
 
-    rows = [(n, engine_summary(load_engine(n), engine_source(n))) for n in engine_names()]
+    rows = [(n, engine_summary(spec, engine_source(n))) for n, spec in iter_engines()]
     if fmt is ShowFormat.json:
         return emit(to_json([{"file": n, **r} for n, r in rows]), None)
     t = Table(title="Engines: --engine NAME is the current release line, NAME@VERSION the spec covering a release",

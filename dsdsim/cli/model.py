@@ -11,10 +11,10 @@ from dsdsim.cli.app import app
 from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, DpAttention, Drafter, DraftTreeOpt, Eager,
                                 Engine, Ep, ExpertOverlap, Hardware, K, KvDType, MaxK, MemoryUtilization, Model,
                                 OptionalDrafter, Output, Plot, PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat,
-                                Tp, WeightDType, deployment_from_options, drafter_from_options,
-                                step_from_options)
-from dsdsim.cli.output import (check_png, check_writable, emit, given, output_format, show_or_write, warn,
-                               with_progress)
+                                Tolerance, Tp, WeightDType, deployment_from_options, drafter_from_options,
+                                parse_tolerance, step_from_options)
+from dsdsim.cli.output import (check_png, check_writable, emit, given, is_stdout, output_format, show_or_write,
+                               warn, with_progress)
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DP_ATTENTION, DEFAULT_DRAFT_TREE, DEFAULT_DRAFTER,
                              DEFAULT_ENGINE, DEFAULT_EXPLAIN_BATCH, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE,
                              DEFAULT_MEMORY_UTILIZATION, DEFAULT_MODEL, DEFAULT_STEP_K)
@@ -59,7 +59,7 @@ def explain(
       dsdsim explain -m deepseek-v3 -g h200-sxm --tp 8 --ep 8 --dp-attention -d mtp --draft-tree 3,4,8 -b 64
     """
     from dsdsim.export.render import explain_view
-    from dsdsim.report import explain_step
+    from dsdsim.export.views import explain_step
 
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
@@ -90,14 +90,15 @@ def predict(
     expert_overlap: ExpertOverlap = 0.0,
     context: Context = DEFAULT_CONTEXT,
     contexts: Optional[str] = typer.Option(None, "--contexts",
-                                           help="Context axis: a comma list (1024,8192,32768) gives K* over batch x "
-                                                "context (table or json)"),
+                                           help="Context axis: a comma list (1024,8192,32768) gives the K table over "
+                                                "batch x context (table or json)"),
     batch_sizes: BatchSizes = None,
     max_k: MaxK = None,
     fixed_k: Optional[int] = typer.Option(None, "--fixed-k",
                                           help="The static K to compare against (default: 3, or --max-k if lower)"),
     max_distinct_k: Optional[int] = typer.Option(
         None, "--max-distinct-k", min=1, help="At most this many distinct K in the table (each is a CUDA-graph capture)"),
+    tolerance: Tolerance = None,
     eager: Eager = False,
     dp_attention: DpAttention = DEFAULT_DP_ATTENTION,
     memory_utilization: MemoryUtilization = DEFAULT_MEMORY_UTILIZATION,
@@ -106,7 +107,8 @@ def predict(
     output: Output = None,
     plot: Plot = None,
 ) -> None:
-    """Best number of draft tokens K at every batch size, as a table an engine accepts.
+    """Best number of draft tokens K at every batch size, as a table an engine accepts: the fewest batch ranges
+    within --tolerance (0.5%) of the best K's goodput at every batch size (--tolerance 0: the exact best).
 
     \b
     Examples:
@@ -121,23 +123,31 @@ def predict(
 
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
+    tol = parse_tolerance(tolerance)
     if plot is not None:
         check_png(plot, "--plot")
+        if is_stdout(plot) and (output is None or is_stdout(output)):
+            raise DsdsimError("--plot - and the predict output would both go to standard output; write one to a file")
     dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, memory_utilization, dp_attention)
     drafter = drafter_from_options(drafter, draft_tree)
     if contexts is not None:
         if given(ctx, "context"):
             raise DsdsimError("give either --context (one length) or --contexts (a list), not both")
+        for name, option, why in (("plot", "--plot", "draws one context"),
+                                  ("acceptance_band", "--acceptance-band", "adds a robust K to one table"),
+                                  ("fixed_k", "--fixed-k", "sets the comparison column of one table")):
+            if given(ctx, name):
+                raise DsdsimError(f"{option} {why}; the --contexts grid shows the table's K only: drop one of them")
         return _predict_contexts(contexts, fmt, output, model=model, hardware=hardware, deployment=dep,
                                  drafter=drafter, acceptance=acceptance, batch_sizes=batch_sizes, max_k=max_k,
-                                 fixed_k=fixed_k, max_distinct_k=max_distinct_k, engine=engine)
+                                 max_distinct_k=max_distinct_k, engine=engine, tolerance=tol)
     p = run_predict(model, hardware, dep, drafter, acceptance, context, batch_sizes, max_k, fixed_k, max_distinct_k,
-                    acceptance_band, engine=engine)
+                    acceptance_band, engine=engine, tolerance=tol)
     text = None if fmt is PredictFormat.table else render(p, fmt)
-    if fmt in ENGINE_FORMATS:
-        _warn_about_table(p)
+    if text is not None:
+        _warn_about_table(p, fmt)
     if plot is not None:
-        from dsdsim.plot import PredictionDisplay, save_png
+        from dsdsim.export.plots import PredictionDisplay, save_png
 
         save_png(PredictionDisplay.from_prediction(p).plot(), plot)
         typer.echo(f"wrote {plot}", err=True)
@@ -148,27 +158,33 @@ def predict(
     show_or_write(prediction_view(p), output)
 
 
-ENGINE_FORMATS = (PredictFormat.vllm, PredictFormat.sglang, PredictFormat.trtllm)
+def _warn_about_table(p, fmt: PredictFormat) -> None:
+    """Formats other than the table carry no notes: say on stderr which table was exported and what the tolerance
+    gave up; for an engine table also where it ends, how gaps were filled and where the engine would ignore it."""
+    from dsdsim.export.prediction import ENGINE_TABLES, table_summary, table_warnings, tolerance_merged
 
-
-def _warn_about_table(p) -> None:
-    """An engine table carries no notes: say on stderr where it ends and how gaps were filled."""
-    last = p.last_feasible_batch
-    if last is not None and last < int(p.batch_sizes[-1]):
-        warn(f"batch sizes above {last} do not fit in memory at context {p.context}; the table ends at {last} "
-             "(engines use its last K beyond it)")
-    for note in p.notes:
-        if note.startswith("K table:"):
-            warn(note)
+    if fmt in ENGINE_TABLES:
+        last = p.last_feasible_batch
+        if last is not None and last < int(p.batch_sizes[-1]):
+            warn(f"batch sizes above {last} do not fit in memory at context {p.context}; the table ends at {last} "
+                 "(engines use its last K beyond it)")
+        for note in p.notes:
+            if note.startswith("K table:"):
+                warn(note)
+        for line in table_warnings(p, fmt):
+            warn(line)
+    if fmt is not PredictFormat.vllm_batch_stats:
+        typer.echo(f"dsdsim: {table_summary(p)}" + (" (--tolerance 0: the exact table)" if tolerance_merged(p) else ""),
+                   err=True)
 
 
 def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **kwargs) -> None:
-    """K* over (batch range x context range): one prediction per context length."""
+    """The K table over (batch range x context range): one prediction per context length."""
     from dsdsim.export.render import context_grid_dict, context_grid_table
     from dsdsim.policy.predict import predict_context_grid
 
     try:
-        ctxs = [int(c) for c in text.split(",") if c.strip()]
+        ctxs = [int(c) for c in text.split(",") if c.strip()]       # checked against the model by the grid
     except ValueError:
         raise DsdsimError(f"cannot read --contexts {text!r}; write a comma list such as 1024,8192,32768") from None
     if not ctxs or min(ctxs) < 0:
@@ -218,7 +234,7 @@ def plan(
     """
     from dataclasses import asdict
 
-    from dsdsim.plan import plan_rows
+    from dsdsim.plan import plan_rows, require_a_valid_candidate
 
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
@@ -228,6 +244,7 @@ def plan(
         model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, context=context, drafter=spec,
         acceptance=acceptance, target_tokens_per_s=target_tokens_per_s, price_per_gpu_hour=price_per_gpu_hour,
         batch_sizes=batch_sizes, max_k=max_k, engine=engine, dp_attention=dp_attention, progress=progress))
+    require_a_valid_candidate(rows)     # a plan without one operating point is an error, in every format
     recs = [asdict(r) for r in rows]
     if fmt is TableFormat.json:
         return emit(to_json({"model": model, "itl_slo_ms": itl_slo_ms, "context": context, "drafter": drafter,
@@ -304,8 +321,8 @@ def accuracy(
                                lambda progress: accuracy_with_source_cv(split.value, measured_on, corpus,
                                                                         progress=progress))
     if plot is not None:
-        from dsdsim.corpus.display import AccuracyDisplay
-        from dsdsim.plot import save_png
+        from dsdsim.export.plots import AccuracyDisplay
+        from dsdsim.export.plots import save_png
 
         save_png(AccuracyDisplay.from_report(report).plot(), plot)
         typer.echo(f"wrote {plot}", err=True)

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from dsdsim.defaults import DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE
 from dsdsim.errors import DsdsimError
 from dsdsim.export.prediction import PredictFormat
 
@@ -54,7 +55,8 @@ OptionalDrafter = Annotated[Optional[str], typer.Option("--drafter", "-d", help=
 Acceptance = Annotated[Optional[str], typer.Option("--acceptance", "-a", help=ACCEPTANCE_HELP)]
 Context = Annotated[int, typer.Option("--context", "-c", help="Tokens already in each sequence's KV cache")]
 BatchSizes = Annotated[Optional[str], typer.Option(
-    "--batch-sizes", "-b", help="Batch sizes: a list (1,2,4,8) or a range (1-1024, 1-256:8); default 1-1024")]
+    "--batch-sizes", "-b",
+    help=f"Batch sizes: a list (1,2,4,8) or a range (1-1024, 1-256:8); default {DEFAULT_BATCH_SIZES}")]
 BatchSize = Annotated[int, typer.Option("--batch-size", "--batch", "-b", help="Sequences in the step (batch size B)")]
 K = Annotated[int, typer.Option("--k", "-k", help="Draft tokens K per sequence (0 = plain decoding)")]
 MaxK = Annotated[Optional[int], typer.Option(
@@ -68,6 +70,10 @@ DRAFT_TREE_HELP = ("Draft a tree instead of a chain: STEPS,TOPK,TOKENS (e.g. 4,4
                    "acceptance is the AL measured with the tree: -a al=2.55@tree. eagle, eagle3, mtp, draft-model")
 DraftTreeOpt = Annotated[Optional[str], typer.Option("--draft-tree", metavar="STEPS,TOPK,TOKENS",
                                                      help=DRAFT_TREE_HELP)]
+TOLERANCE_HELP = (f"Goodput any batch size may give up against its best K so that the K table has fewer ranges: a "
+                  f"fraction (0.005) or a percentage (0.5%); 0 = the exact best K per batch size. Default "
+                  f"{100 * DEFAULT_TOLERANCE:g}%")
+Tolerance = Annotated[Optional[str], typer.Option("--tolerance", metavar="FRACTION|PERCENT%", help=TOLERANCE_HELP)]
 DpAttention = Annotated[bool, typer.Option(
     "--dp-attention", help="MLA models on tp >= 2: data-parallel attention as SGLang runs it (each GPU attends for "
                            "its own B/tp sequences with all heads and holds attention weights whole; MoE tokens "
@@ -86,6 +92,27 @@ PredictFmt = Annotated[PredictFormat, typer.Option(
 # --- measuring (torch) --------------------------------------------------------------------------------
 
 Device = Annotated[str, typer.Option("--device", help="torch device: cpu, cuda, cuda:1")]
+
+
+def parse_tolerance(text: Optional[str]) -> float:
+    """--tolerance as a fraction: '0.005' or '0.5%' (None: the default). A bare number of 1 or more is refused:
+    it is a percentage written without its sign."""
+    if text is None:
+        return DEFAULT_TOLERANCE
+    raw = text.strip()
+    percent = raw.endswith("%")
+    try:
+        value = float(raw[:-1] if percent else raw)
+    except ValueError:
+        raise DsdsimError(f"cannot read --tolerance {text!r}; write a fraction (0.005) or a percentage (0.5%)") from None
+    if percent:
+        value /= 100.0
+    elif value >= 1.0:
+        raise DsdsimError(f"--tolerance {text} is a fraction of goodput (0.005 = 0.5%); for {value:g}% write "
+                          f"{value:g}%")
+    if not 0.0 <= value < 1.0:      # NaN fails too
+        raise DsdsimError(f"--tolerance must be in [0%, 100%) of goodput, got {text}")
+    return value
 
 
 def drafter_from_options(drafter: Optional[str], draft_tree: Optional[str]):

@@ -38,15 +38,20 @@ def given(ctx, name: str) -> bool:
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
+is_stdout = files.is_stdout          # `-o -`: standard output, for every command that writes
+
+
 def check_writable(path: Optional[Path]) -> None:
-    """Fail early (before any work) when an output path cannot be written."""
+    """Fail early (before any work) when an output path cannot be written (``-`` is standard output)."""
     if path is not None:
         files.check_writable(path)
 
 
 def check_png(path: Path, option: str) -> None:
-    """A writable path ending in .png (plots are written as PNG)."""
+    """A writable path ending in .png (plots are written as PNG), or ``-`` for standard output."""
     check_writable(path)
+    if is_stdout(path):
+        return
     if path.suffix.lower() != ".png":
         raise DsdsimError(f"{option} writes a PNG; give a file name ending in .png (got {path})")
 
@@ -57,7 +62,7 @@ _KNOWN_SUFFIXES = (".json", ".csv", ".txt", ".png", ".yaml", ".yml")
 def check_fixed_format(path: Optional[Path], what: str, suffixes: tuple[str, ...]) -> None:
     """A writable path for a command that writes one format (``what``): a suffix that names another format is an
     error; an unknown suffix (or none) is accepted."""
-    if path is None:
+    if path is None or is_stdout(path):
         return
     check_writable(path)
     suffix = Path(path).suffix.lower()
@@ -70,8 +75,8 @@ write_atomic = files.write_atomic
 
 
 def emit(text: str, output: Optional[Path]) -> None:
-    """Text to stdout, or to `output` (atomically) with a 'wrote' line on stderr."""
-    if output is None:
+    """Text to stdout (no ``output``, or ``-``), or to `output` (atomically) with a 'wrote' line on stderr."""
+    if output is None or is_stdout(output):
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:
         write_atomic(output, text if text.endswith("\n") else text + "\n")
@@ -88,7 +93,7 @@ def output_format(ctx, fmt, output: Optional[Path]):
     """The format to write: ``--format`` when given, else the one the ``-o`` file's suffix names (.json, .csv,
     .txt for the table as plain text). A ``--format`` whose suffix differs from a known suffix of ``-o`` is an
     error (nothing is written); a file with another suffix takes ``--format`` as given."""
-    if output is None:
+    if output is None or is_stdout(output):
         return fmt
     kind = type(fmt)
     suffix = Path(output).suffix.lower()
@@ -123,8 +128,8 @@ def plain_text(renderable) -> str:
 
 
 def show_or_write(renderable, output: Optional[Path]) -> None:
-    """The table format: on stdout, or as plain text into ``output``."""
-    if output is None:
+    """The table format: on stdout (no ``output``, or ``-``), or as plain text into ``output``."""
+    if output is None or is_stdout(output):
         show(renderable)
     else:
         emit(plain_text(renderable), output)
@@ -160,11 +165,14 @@ def with_status(label: str, run):
 
 
 def need_torch() -> None:
+    """One line naming the install that fits: the CPU wheel from PyTorch's index (a plain ``pip install torch``
+    pulls a multi-GB CUDA build on Linux), or the ``validate`` extra (torch from PyPI, CUDA) on a GPU machine."""
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise DsdsimError("this command measures with torch: pip install 'dsdsim[validate]' (CPU: pip install "
-                          "torch)") from None
+        raise DsdsimError("this command measures with torch, which is not installed: on a CPU, pip install torch "
+                          "--index-url https://download.pytorch.org/whl/cpu; on a GPU, pip install "
+                          "'dsdsim[validate]'") from None
 
 
 def check_device(device: str) -> None:

@@ -32,7 +32,7 @@ def plot_roofline(
     Example:
       dsdsim plot roofline -o roofline.png -m llama-3.1-8b -b 32 -k 3
     """
-    from dsdsim.plot import RooflineDisplay, save_png
+    from dsdsim.export.plots import RooflineDisplay, save_png
 
     check_png(output, "--output")
     dep = deployment_from_options(tp, 1, None, DEFAULT_KV_DTYPE, 0.0)
@@ -60,7 +60,7 @@ def plot_sensitivity(
       dsdsim plot sensitivity -o sens.png --alphas 0.6,0.8 --contexts 1024,8192
     """
     from dsdsim.plan import sensitivity
-    from dsdsim.plot import SensitivityDisplay, save_png
+    from dsdsim.export.plots import SensitivityDisplay, save_png
 
     check_png(output, "--output")
     try:
@@ -73,5 +73,17 @@ def plot_sensitivity(
     dep = deployment_from_options(tp, 1, None, DEFAULT_KV_DTYPE, 0.0)
     frame = sensitivity(model, hardware, a_list, c_list, deployment=dep, drafter=drafter, batch_sizes=batch_sizes,
                         engine=engine)
-    save_png(SensitivityDisplay.from_frame(frame).plot(), output)
+    save_png(SensitivityDisplay.from_frame(frame, title=_setup_title(model, hardware, dep, drafter, engine)).plot(),
+             output)
     typer.echo(f"wrote {output}", err=True)
+
+
+def _setup_title(model: str, hardware: str, dep, drafter, engine) -> str:
+    """'llama-3.1-8b on h100-sxm (tp 1), eagle3, engine vllm-0.24': what a plot's numbers were predicted for."""
+    from dsdsim.specs.setup import resolve
+
+    s = resolve(model, hardware, dep, drafter, engine)
+    d = s.drafter.label if s.drafter is not None else "no drafter"
+    eng = f", engine {s.engine.name}" + (f" {s.engine.versions.label}" if s.engine.versions is not None else "") \
+        if s.engine is not None else ""
+    return f"{s.model.name} on {s.hardware.name} (tp {s.deployment.tp}), {d}{eng}"

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from statistics import mean, median
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
+from dsdsim.corpus.results import CaseResult
 from dsdsim.corpus.schema import Case, CorpusFile, Quantity
-
-if TYPE_CHECKING:       # the results evaluate.py scores; checks are run by it
-    from dsdsim.corpus.evaluate import CaseResult
 
 MODERN_BATCH = (8, 256)      # the batch range where dynamic K matters (issue targets)
 

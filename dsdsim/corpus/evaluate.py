@@ -19,6 +19,8 @@ from pathlib import Path
 from statistics import median
 from typing import Callable, Iterable, Optional
 
+from dsdsim.corpus.checks import Checks, checks
+from dsdsim.corpus.results import CaseResult
 from dsdsim.corpus.schema import (AcceptanceHandling, Case, Conditions, CorpusFile, Quantity, Split, load_corpus)
 from dsdsim.errors import DsdsimError
 
@@ -37,28 +39,6 @@ class CaseTimes:
     drafter_kind: str      # DrafterKind value, or "none"
     ref_step_s: Optional[float] = None
     ref_plain_step_s: Optional[float] = None
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    id: str
-    source: str            # URL or repository path, and where in it
-    split: str
-    quantity: str
-    measured: Optional[float]        # None where the source states a direction, not a figure
-    predicted: Optional[float]       # None when not evaluated
-    rel_error: Optional[float]       # predicted / measured - 1
-    tag: str
-    engine: str
-    architecture: str                # dense | moe | unknown (not evaluated)
-    drafter_kind: str
-    acceptance: str                  # how acceptance entered the prediction, in words
-    tau: Optional[float]             # tokens per step used (None where the quantity does not need it)
-    fits_in_memory: Optional[bool]
-    not_evaluated: Optional[str]
-    engine_version: Optional[str] = None
-    engine_spec: Optional[str] = None       # the engine spec file the case was predicted with
-    batch_size: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -91,7 +71,7 @@ class AccuracyReport:
     groups: list[GroupSummary]
     fitted: list[FittedAcceptance]           # acceptance fitted where the source gives none
     cv: Optional[object] = None              # dsdsim.fit.cv.SourceCV when asked for (--cv source)
-    checks: Optional[object] = None          # dsdsim.corpus.checks.Checks: T(K)/T(0) pairs and the K choice
+    checks: Optional[Checks] = None          # T(K)/T(0) pairs and the K choice (dsdsim.corpus.checks)
 
     def to_dict(self) -> dict:
         """The JSON contract: ``cases`` and ``summary`` (train, test), plus groups, fitted acceptance and, with
@@ -429,8 +409,6 @@ def evaluation(split: str = "all", measured_on: Optional[str] = None, corpus: Op
     keep = [r for r in results if (split == "all" or r.split == split)
             and (measured_on is None or r.engine == measured_on)]
     summary = {s: summarize(r for r in keep if r.split == s) for s in (Split.train.value, Split.test.value)}
-    from dsdsim.corpus.checks import checks
-
     kept = {r.id for r in keep}
     found = checks([(cf, c) for cf, c in cases if c.id in kept], keep, modern_engine_files(steps))
     report = AccuracyReport(keep, summary, group_summaries(keep), fitted, None, found)

@@ -15,7 +15,7 @@ import numpy as np
 
 from dsdsim.cost import ops
 from dsdsim.cost.layers import PassContext, head_plan, layer_plan, pass_plan
-from dsdsim.cost.memo import by_identity
+from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import maximum, minimum, num, where
 from dsdsim.cost.ops import OpCost
 from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, records, tokens
@@ -24,7 +24,7 @@ from dsdsim.specs.drafter import DrafterKind, DrafterSpec, DraftHead, eagle3_hea
 from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec
 
 
-@by_identity
+@by_value
 def eagle_layer(target: ModelSpec, drafter: DrafterSpec) -> Layer:
     """The EAGLE head's decoder layer: full attention with the target's heads, a dense SwiGLU.
 
@@ -47,7 +47,7 @@ def eagle_layer(target: ModelSpec, drafter: DrafterSpec) -> Layer:
     return Layer(attention=attn, ffn=FFN(kind=FFNKind.dense, intermediate_size=width))
 
 
-@by_identity
+@by_value
 def draft_head(target: ModelSpec, drafter: DrafterSpec) -> DraftHead | None:
     """The weights and shapes of an EAGLE, EAGLE-3 or Medusa head on ``target``; None for other drafters."""
     h = target.hidden_size
@@ -211,7 +211,7 @@ def _eagle_plan(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, first:
     return out + head_plan(h, vocab, pc, prefix=prefix)
 
 
-@by_identity
+@by_value
 def drafter_weight_params(target: ModelSpec, drafter: DrafterSpec, draft_model: ModelSpec | None) -> int:
     """Extra weights the drafter keeps in memory (elements): head weights, a draft model, nothing for MTP/ngram."""
     head = draft_head(target, drafter)

@@ -14,7 +14,7 @@ import numpy as np
 
 from dsdsim.cost import ops
 from dsdsim.cost.experts import check_popularity, experts_touched, experts_touched_busiest_rank
-from dsdsim.cost.memo import by_identity
+from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import minimum, num
 from dsdsim.cost.ops import KernelClass, OpCost
 from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, head_rows, rank_rows, records, tokens
@@ -62,12 +62,12 @@ class PassContext:
                    moe_family=moe_family, moe_tile_m=moe_tile)
 
 
-@by_identity
+@by_value
 def _pass_context(cls, model: ModelSpec, hw: HardwareSpec, dep: Deployment, moe_family) -> PassContext:
     return cls._build(model, hw, dep, moe_family)
 
 
-@by_identity
+@by_value
 def layer_groups(model: ModelSpec) -> list[tuple[Layer, int, str]]:
     """``model.layer_groups()`` with each group's operator-name tag, once per model object."""
     groups = model.layer_groups()

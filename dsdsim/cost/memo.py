@@ -1,34 +1,19 @@
-"""Per-setup constants computed once: a small cache keyed by the identity of immutable spec objects.
+"""Per-setup constants computed once: a small cache keyed by the value of immutable spec objects.
 
-Specs (pydantic models with ``frozen=True``, frozen dataclasses) never change after construction, so anything
-derived from them alone — a PassContext, a model's layer groups, the EAGLE head's layer, per-GPU weight bytes —
-can be computed once per object and reused by every later call. Keys are object identities, not values:
-hashing a ModelSpec by value costs more than most of what it would save. The cache holds the objects it is
-keyed on (an id is never reused while its object lives) and forgets the oldest entries past ``_MAX``.
+Specs (``dsdsim.specs.frozen.FrozenSpec`` models, frozen dataclasses) never change after construction, so anything
+derived from them alone — a step's plan, a PassContext, a model's layer groups, the EAGLE head's layer, per-GPU
+weight bytes — can be computed once per value and reused by every later call, whether it passes the same objects
+or equal ones built anew (a ``Deployment(tp=1)`` per call). A spec keeps its hash once computed, and a dict finds
+the very object it holds without comparing fields, so a call with the same objects costs one lookup. The cache
+forgets the least recently used entries past ``_MAX``.
 """
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 _MAX = 256
 
 
-def by_identity(fn):
-    """Memoise ``fn(*specs)`` on the identity of its positional arguments (all immutable)."""
-    cache: OrderedDict[tuple, tuple] = OrderedDict()
-
-    @functools.wraps(fn)
-    def wrapper(*args):
-        key = id(args[0]) if len(args) == 1 else tuple(map(id, args))
-        hit = cache.get(key)
-        if hit is not None:      # the entry holds the objects, so these ids are theirs: no identity check needed
-            return hit[1]
-        value = fn(*args)
-        cache[key] = (args, value)
-        if len(cache) > _MAX:
-            cache.popitem(last=False)
-        return value
-
-    wrapper.cache_clear = cache.clear
-    return wrapper
+def by_value(fn):
+    """Memoise ``fn(*specs)`` on the value of its positional arguments (all immutable and hashable)."""
+    return functools.lru_cache(maxsize=_MAX)(fn)

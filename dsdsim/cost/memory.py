@@ -21,7 +21,7 @@ import numpy as np
 
 from dsdsim.cost.drafts import drafter_weight_params, drafter_whole_params, eagle_layer
 from dsdsim.cost.layers import effective_context, kv_elements_per_token_per_rank, layer_groups
-from dsdsim.cost.memo import by_identity
+from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import ceil, num, where
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec
@@ -46,7 +46,7 @@ class MemoryUse:
         return self.used_bytes <= self.capacity_bytes
 
 
-@by_identity
+@by_value
 def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     """Non-expert weights in the deployment dtype, routed experts in the expert dtype, split tp ways; under
     data-parallel attention the layers' attention, norms, router, dense FFN and shared experts are whole on every
@@ -125,7 +125,7 @@ def memory_use(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Opt
                      capacity_bytes=capacity)
 
 
-@by_identity
+@by_value
 def _widest_ffn(model: ModelSpec) -> int:
     return max(_ffn_width(layer) for layer in model.layers)
 

@@ -1,6 +1,7 @@
 """One cost primitive per operator kind: a frozen class holding the operator's static shape (``Gemm``,
-``Attention``, ``MoEExperts``, ...), whose ``record`` at given sizes is an OpCost (FLOPs and bytes split by kind)
-and whose ``demand`` is what its time depends on. ``gemm``, ``attention``, ... build one record directly.
+``Attention``, ``MoEExperts``, ...), whose ``demand`` at given sizes is its formula (FLOPs and bytes split by kind,
+what its time depends on) and whose ``record`` is the same figures as an OpCost. ``gemm``, ``attention``, ... build
+one record directly.
 
 Sizes broadcast: any size may be a numpy array (batch sizes, draft lengths, contexts), so one call
 evaluates a whole grid. FLOPs count multiply and add separately (a GEMM m x k @ k x n costs 2*m*k*n).
@@ -145,9 +146,12 @@ class OpCost:
 
     @property
     def demand(self) -> "Demand":
-        """What its time depends on (``dsdsim.cost.timing.terms``); an all-reduce is timed on its payload."""
-        comm = self.act_in_bytes if self.kind is OpKind.all_reduce else self.comm_bytes
-        return Demand(num(self.flops_padded), num(self.bytes), num(self.launches), num(self.sequences), num(comm),
+        """Its figures as a Demand, what its time depends on (``dsdsim.cost.timing.terms``); an all-reduce is timed
+        on its payload."""
+        collective = self.act_in_bytes if self.kind is OpKind.all_reduce else self.comm_bytes
+        return Demand(num(self.flops), num(self.flops_padded), num(self.weight_bytes), num(self.act_in_bytes),
+                      num(self.act_out_bytes), num(self.kv_read_bytes), num(self.kv_write_bytes),
+                      num(self.comm_bytes), num(collective), num(self.launches), num(self.sequences),
                       num(self.host_s))
 
     def times(self, count) -> "OpCost":
@@ -179,20 +183,44 @@ def pad_rows(m, tile: int):
 # --- the operators -------------------------------------------------------------------------------------------
 #
 # Each operator kind is one frozen class: its static shape (widths, formats, group) fixed when a pass is planned,
-# and its size (rows, tokens, context) given per point. ``record`` gives the full OpCost; ``demand`` gives only what
-# its time depends on (``Demand``, read by dsdsim.cost.timing), the same figures without building a record, so a
-# step at one point costs plain float arithmetic. ``tests/test_cost_ops.py`` checks the two agree for every kind.
+# and its size (rows, tokens, context) given per point. ``demand`` is the operator's formula, written once: its
+# FLOPs and its traffic split by kind at those sizes (``Demand``), plain float arithmetic at one point, so a step
+# costs no record. ``record`` is derived from it (``Operator.record``): the same figures as an OpCost, with the
+# operator's kind, format, kernel class and shape.
 
 
 class Demand(NamedTuple):
-    """What one occurrence of an operator asks of the hardware: all that its time depends on."""
+    """One occurrence of an operator at given sizes: what it counts (the figures of its OpCost) and all that its
+    time depends on (``dsdsim.cost.timing``: ``flops_padded``, ``bytes``, ``launches``, ``sequences``,
+    ``collective_bytes``, ``host_s``)."""
 
-    flops_padded: np.ndarray | float
-    bytes: np.ndarray | float                 # DRAM bytes (``OpCost.bytes``)
-    launches: np.ndarray | float = 1.0
+    flops: np.ndarray | float                 # useful FLOPs
+    flops_padded: np.ndarray | float          # FLOPs the kernel executes after padding m to the tile
+    weight_bytes: np.ndarray | float = 0.0
+    act_in_bytes: np.ndarray | float = 0.0
+    act_out_bytes: np.ndarray | float = 0.0
+    kv_read_bytes: np.ndarray | float = 0.0
+    kv_write_bytes: np.ndarray | float = 0.0
+    comm_bytes: np.ndarray | float = 0.0      # bytes this rank sends
+    collective_bytes: np.ndarray | float = 0.0   # what a collective is timed on: an all-reduce's payload, else
+                                                 # the bytes a rank sends
+    launches: np.ndarray | float = 1          # kernels per occurrence
     sequences: np.ndarray | float = 0.0       # attention: sequences whose KV cache one call reads
-    comm_bytes: np.ndarray | float = 0.0      # collectives: the all-reduce payload, or the bytes a rank sends
     host_s: np.ndarray | float = 0.0
+
+    @property
+    def bytes(self) -> np.ndarray | float:
+        """DRAM bytes (``OpCost.bytes``): weights + activations in and out + KV read and written, the terms that are
+        zero for this operator left out (the same sum, no grid-sized additions of 0)."""
+        w, a_in, a_out, kv_in, kv_out = self[2:7]
+        if type(w) is float and type(a_in) is float and type(a_out) is float and type(kv_in) is float and \
+                type(kv_out) is float:
+            return w + a_in + a_out + kv_in + kv_out       # one point: five floats
+        total = w
+        for part in (a_in, a_out, kv_in, kv_out):
+            if type(part) is not float or part != 0.0:
+                total = part if type(total) is float and total == 0.0 else total + part
+        return total
 
 
 def _frozen_init(obj, **derived) -> None:
@@ -202,7 +230,7 @@ def _frozen_init(obj, **derived) -> None:
 
 class Operator:
     """An operator kind: ``kind``, the ``kernel`` class that runs it (dense unless it says otherwise), the ``dtype``
-    whose peak FLOP/s it runs at; ``record(name, *size)`` -> OpCost and ``demand(*size)`` -> Demand."""
+    whose peak FLOP/s it runs at; ``demand(*size)`` -> Demand, its formula, and ``record(name, *size)`` -> OpCost."""
 
     kernel: ClassVar[KernelClass] = KernelClass.dense
 
@@ -210,6 +238,25 @@ class Operator:
     def dtype(self) -> DType:
         """The format whose peak FLOP/s it runs at: the activations' unless the operator says otherwise."""
         return self.act_dtype
+
+    def record(self, name: str, *size) -> OpCost:
+        """The OpCost of one occurrence at ``size``: ``demand`` with the operator's kind, format and kernel class,
+        the ranks of its collective, the cache bytes per token of an attention layer, and the shape a bench runs."""
+        size = [s if s is None else num(s) for s in size]
+        d = self.demand(*size)
+        return OpCost(name, self.kind, self.dtype, d.flops, d.flops_padded, d.weight_bytes, d.act_in_bytes,
+                      d.act_out_bytes, d.kv_read_bytes, d.kv_write_bytes, d.comm_bytes, getattr(self, "group", 1),
+                      d.host_s, d.launches, kernel=self.kernel, sequences=d.sequences,
+                      kv_bytes_per_token=getattr(self, "kv_bytes_per_token", 0.0), shape=self.shape(*size),
+                      **self.tags(*size))
+
+    def shape(self, *size) -> Optional[OpShape]:
+        """What a torch bench builds the kernel from (None: the operator is not benched by shape)."""
+        return None
+
+    def tags(self, *size) -> dict:
+        """Fields of the record beyond the counts (MoE: the experts touched)."""
+        return {}
 
 
 @dataclass(frozen=True)
@@ -240,17 +287,14 @@ class Gemm(Operator):
         """The format whose peak FLOP/s it runs at."""
         return self.w_dtype
 
-    def record(self, name: str, m) -> OpCost:
-        m = num(m)
-        return OpCost(name=name, kind=OpKind.gemm, dtype=self.w_dtype,
-                      # scalar factors first, one multiply over the (possibly large) m grid each
-                      flops=m * self._flops_per_row, flops_padded=pad_rows(m, self.tile_m) * self._flops_per_row,
-                      weight_bytes=self._weight_bytes, act_in_bytes=m * self._in_per_row,
-                      act_out_bytes=m * self._out_per_row, shape=GemmShape(m, self.k, self.n))
-
     def demand(self, m) -> Demand:
-        return Demand(pad_rows(m, self.tile_m) * self._flops_per_row,
-                      self._weight_bytes + m * self._in_per_row + m * self._out_per_row)
+        # scalar factors first, one multiply over the (possibly large) m grid each; the fields in order (flops,
+        # flops_padded, weight, activations in, out): positional arguments are the cheaper call
+        return Demand(m * self._flops_per_row, pad_rows(m, self.tile_m) * self._flops_per_row, self._weight_bytes,
+                      m * self._in_per_row, m * self._out_per_row)
+
+    def shape(self, m) -> GemmShape:
+        return GemmShape(m, self.k, self.n)
 
 
 @dataclass(frozen=True)
@@ -280,27 +324,15 @@ class Attention(Operator):
                      _in_per_query=self.heads * self.qk_dim * a, _out_per_query=self.heads * self.v_dim * a,
                      kv_bytes_per_token=kv, _kv_write_per_query=kv if self.writes_kv else 0.0)
 
-    def record(self, name: str, batch, q, context) -> OpCost:
-        b, q, c = num(batch), num(q), num(context)
+    def demand(self, b, q, c) -> Demand:
         queries = b * q                     # scalar factors grouped: one multiply over the grid per term
         flops = queries * self._flops_per_query_key * (c + q)
-        return OpCost(
-            name=name, kind=OpKind.attention, dtype=self.act_dtype, flops=flops, flops_padded=flops,
-            act_in_bytes=queries * self._in_per_query, act_out_bytes=queries * self._out_per_query,
-            kv_read_bytes=b * c * self.kv_bytes_per_token, kv_write_bytes=queries * self._kv_write_per_query,
-            kernel=self.kernel, sequences=b, kv_bytes_per_token=self.kv_bytes_per_token,
-            shape=AttentionShape(b, q, c, self.heads, self.qk_dim, self.v_dim, self.kv_elements_per_token))
+        return Demand(flops, flops, act_in_bytes=queries * self._in_per_query,
+                      act_out_bytes=queries * self._out_per_query, kv_read_bytes=b * c * self.kv_bytes_per_token,
+                      kv_write_bytes=queries * self._kv_write_per_query, sequences=b)
 
-    def demand(self, b, q, c) -> Demand:
-        queries = b * q
-        kv = self.kv_bytes_per_token
-        return Demand(queries * self._flops_per_query_key * (c + q),
-                      queries * self._in_per_query + queries * self._out_per_query + b * c * kv
-                      + queries * self._kv_write_per_query,
-                      1.0, b)
-
-
-_GEMM_LAUNCHES = float(GROUPED_GEMM_LAUNCHES)     # a Demand's launches (a float, as its other fields)
+    def shape(self, b, q, c) -> AttentionShape:
+        return AttentionShape(b, q, c, self.heads, self.qk_dim, self.v_dim, self.kv_elements_per_token)
 
 
 @dataclass(frozen=True)
@@ -351,25 +383,18 @@ class MoEExperts(Operator):
         """The format whose peak FLOP/s it runs at."""
         return self.w_dtype
 
-    def record(self, name: str, tokens, experts_touched, token_share, experts_touched_total=None) -> OpCost:
-        tokens, touched = num(tokens), num(experts_touched)
-        assignments = tokens * self.top_k * token_share      # (token, expert) pairs here
-        return OpCost(
-            name=name, kind=OpKind.moe_experts, dtype=self.w_dtype,
-            flops=assignments * self._flops_per_row,
-            flops_padded=self._padded_rows(assignments, touched) * self._flops_per_row,
-            weight_bytes=touched * self._weight_bytes_per_expert,
-            act_in_bytes=assignments * self._act_per_row, act_out_bytes=assignments * self._act_per_row,
-            launches=GROUPED_GEMM_LAUNCHES, experts_touched=experts_touched,
-            experts_touched_total=experts_touched_total,
-            kernel=KernelClass.fused_moe,
-            shape=MoEShape(tokens, self.top_k, self.hidden, self.width, experts_touched, token_share))
-
     def demand(self, tokens, experts_touched, token_share, experts_touched_total=None) -> Demand:
-        assignments = tokens * self.top_k * token_share
+        assignments = tokens * self.top_k * token_share      # (token, expert) pairs here
         act = assignments * self._act_per_row
-        return Demand(self._padded_rows(assignments, experts_touched) * self._flops_per_row,
-                      experts_touched * self._weight_bytes_per_expert + act + act, _GEMM_LAUNCHES)
+        return Demand(assignments * self._flops_per_row,
+                      self._padded_rows(assignments, experts_touched) * self._flops_per_row,
+                      experts_touched * self._weight_bytes_per_expert, act, act, launches=GROUPED_GEMM_LAUNCHES)
+
+    def shape(self, tokens, experts_touched, token_share, experts_touched_total=None) -> MoEShape:
+        return MoEShape(tokens, self.top_k, self.hidden, self.width, experts_touched, token_share)
+
+    def tags(self, tokens, experts_touched, token_share, experts_touched_total=None) -> dict:
+        return {"experts_touched": experts_touched, "experts_touched_total": experts_touched_total}
 
 
 @dataclass(frozen=True)
@@ -390,17 +415,12 @@ class Elementwise(Operator):
         _frozen_init(self, _flops_per_row=self.width * self.flops_per_element, _weight_bytes=self.weight_elements * a,
                      _in_per_row=self.width * self.reads * a, _out_per_row=self.width * self.writes * a)
 
-    def record(self, name: str, rows) -> OpCost:
-        rows = num(rows)
-        f = rows * self._flops_per_row
-        return OpCost(name=name, kind=OpKind.elementwise, dtype=self.act_dtype, flops=f, flops_padded=f,
-                      weight_bytes=self._weight_bytes, act_in_bytes=rows * self._in_per_row,
-                      act_out_bytes=rows * self._out_per_row,
-                      shape=ElementwiseShape(rows, self.width, self.reads, self.writes))
-
     def demand(self, rows) -> Demand:
-        return Demand(rows * self._flops_per_row,
-                      self._weight_bytes + rows * self._in_per_row + rows * self._out_per_row)
+        f = rows * self._flops_per_row
+        return Demand(f, f, self._weight_bytes, rows * self._in_per_row, rows * self._out_per_row)   # as Gemm's
+
+    def shape(self, rows) -> ElementwiseShape:
+        return ElementwiseShape(rows, self.width, self.reads, self.writes)
 
 
 @dataclass(frozen=True)
@@ -417,13 +437,9 @@ class Embedding(Operator):
         _frozen_init(self, _weight_per_token=self.hidden * self.w_dtype.bytes_per_element,
                      _out_per_token=self.hidden * self.act_dtype.bytes_per_element)
 
-    def record(self, name: str, tokens) -> OpCost:
-        t = num(tokens)
-        return OpCost(name=name, kind=OpKind.embedding, dtype=self.act_dtype,
-                      weight_bytes=t * self._weight_per_token, act_out_bytes=t * self._out_per_token)
-
     def demand(self, tokens) -> Demand:
-        return Demand(0.0, tokens * self._weight_per_token + tokens * self._out_per_token)
+        return Demand(0.0, 0.0, weight_bytes=tokens * self._weight_per_token,
+                      act_out_bytes=tokens * self._out_per_token)
 
 
 @dataclass(frozen=True)
@@ -439,21 +455,16 @@ class Sampling(Operator):
 
     vocab: int
 
-    def record(self, name: str, rows, passes) -> OpCost:
-        rows = num(rows)
-        sweep = rows * (self.vocab * 4.0)
-        f = rows * (self.vocab * 5.0) * passes
-        return OpCost(name=name, kind=OpKind.logits, dtype=DType.fp32, flops=f, flops_padded=f,
-                      act_in_bytes=sweep * passes, act_out_bytes=sweep, launches=maximum(1.0, rint(num(passes))))
-
     def demand(self, rows, passes) -> Demand:
         sweep = rows * (self.vocab * 4.0)
-        return Demand(rows * (self.vocab * 5.0) * passes, sweep * passes + sweep, maximum(1.0, rint(passes)))
+        f = rows * (self.vocab * 5.0) * passes
+        return Demand(f, f, act_in_bytes=sweep * passes, act_out_bytes=sweep, launches=maximum(1.0, rint(passes)))
 
 
 @dataclass(frozen=True)
 class AllReduce(Operator):
-    """Ring all-reduce of rows x width activations across ``group`` ranks; a rank sends 2(n-1)/n of the buffer."""
+    """Ring all-reduce of rows x width activations across ``group`` ranks; a rank sends 2(n-1)/n of the buffer,
+    and the all-reduce is timed on the buffer (its tiers, ``dsdsim.cost.timing``)."""
 
     kind: ClassVar[OpKind] = OpKind.all_reduce
 
@@ -461,27 +472,20 @@ class AllReduce(Operator):
     act_dtype: DType
     group: int
 
-    def record(self, name: str, rows) -> OpCost:
-        payload = num(rows) * (self.width * self.act_dtype.bytes_per_element)
-        g = self.group
-        sent = 2.0 * (g - 1) / g * payload if g > 1 else 0.0 * payload
-        return OpCost(name=name, kind=OpKind.all_reduce, dtype=self.act_dtype, comm_bytes=sent, comm_group=g,
-                      act_in_bytes=payload, act_out_bytes=payload)
-
     def demand(self, rows) -> Demand:
         payload = rows * (self.width * self.act_dtype.bytes_per_element)
-        return Demand(0.0, payload + payload, 1.0, 0.0, payload)
+        g = self.group
+        sent = 2.0 * (g - 1) / g * payload if g > 1 else 0.0 * payload
+        return Demand(0.0, 0.0, act_in_bytes=payload, act_out_bytes=payload, comm_bytes=sent,
+                      collective_bytes=payload)
 
 
 class _Exchange(Operator):
     """A collective in which a rank sends ``sent_bytes(size)`` to its peers (timed on the link, no DRAM term)."""
 
-    def record(self, name: str, size) -> OpCost:
-        return OpCost(name=name, kind=self.kind, dtype=self.dtype, comm_bytes=self.sent_bytes(num(size)),
-                      comm_group=self.group)
-
     def demand(self, size) -> Demand:
-        return Demand(0.0, 0.0, 1.0, 0.0, self.sent_bytes(size))
+        sent = self.sent_bytes(size)
+        return Demand(0.0, 0.0, comm_bytes=sent, collective_bytes=sent)
 
 
 @dataclass(frozen=True)
@@ -522,13 +526,8 @@ class Host(Operator):
     kind: ClassVar[OpKind] = OpKind.host
     dtype: ClassVar[DType] = DType.bf16            # the format whose peak FLOP/s it runs at
 
-    def record(self, name: str, seconds) -> OpCost:
-        return OpCost(name=name, kind=OpKind.host, host_s=num(seconds), launches=0)
-
     def demand(self, seconds) -> Demand:
-        return Demand(0.0, 0.0, 0.0, 0.0, 0.0, seconds)
-
-
+        return Demand(0.0, 0.0, launches=0, host_s=seconds)
 
 
 # --- one record at given sizes (tests, benches and probes build single operators this way) --------------------
@@ -560,10 +559,6 @@ def elementwise(name: str, rows, width: int, reads: float, writes: float, act_dt
 
 def embedding(name: str, tokens, hidden: int, w_dtype: DType, act_dtype: DType) -> OpCost:
     return Embedding(hidden, w_dtype, act_dtype).record(name, tokens)
-
-
-def sampling(name: str, rows, vocab: int, passes: float) -> OpCost:
-    return Sampling(vocab).record(name, rows, passes)
 
 
 def all_reduce(name: str, rows, width: int, act_dtype: DType, group: int) -> OpCost:

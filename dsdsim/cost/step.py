@@ -24,7 +24,7 @@ import numpy as np
 from dsdsim.cost.drafts import DraftPlan, draft_plan
 from dsdsim.cost.engine import EngineParams, EngineTime, engine_time, padded_tokens, small_kernel_s
 from dsdsim.cost.layers import PassContext, pass_plan
-from dsdsim.cost.memo import by_identity
+from dsdsim.cost.memo import by_value
 from dsdsim.cost.memory import MemoryUse, memory_use
 from dsdsim.cost.num import as_float, num, where
 from dsdsim.cost.ops import OpKind
@@ -37,7 +37,7 @@ from dsdsim.specs.drafter import DrafterKind, DrafterSpec
 from dsdsim.specs.engine import EngineSpec
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import ModelSpec
-from dsdsim.specs.setup import Setup, resolve  # noqa: F401  (resolve re-exported for callers of the old place)
+from dsdsim.specs.setup import Setup, resolve
 
 
 class PassCost:
@@ -225,7 +225,7 @@ def moe_family_of(engine: Optional[EngineSpec], hw: HardwareSpec) -> Optional[st
     return engine.moe_kernels.family(hw.generation_name)
 
 
-@by_identity
+@by_value
 def step_plan(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Optional[DrafterSpec],
               draft_model: Optional[ModelSpec], moe_family: Optional[str] = None) -> StepPlan:
     """Plans of the verify and draft passes of ``model`` with ``drafter`` on ``hw`` under ``dep`` (once per set of
@@ -245,7 +245,7 @@ def _timed(plan: list[PlanOp], hw: HardwareSpec, moe_family: Optional[str]) -> l
     return [Timed(e.size, e.op.demand, rates_of(e.op, hw, moe_family), e.count) for e in plan]
 
 
-@by_identity
+@by_value
 def _engine_params(engine: EngineSpec, drafter: Optional[DrafterSpec]) -> EngineParams:
     """An engine spec's own figures for a drafter (once per pair of spec objects: overlap may depend on it)."""
     if drafter is None:
@@ -253,7 +253,6 @@ def _engine_params(engine: EngineSpec, drafter: Optional[DrafterSpec]) -> Engine
     return EngineParams.of(engine, drafter_kind=drafter.kind.value, tree=drafter.tree is not None)
 
 
-@by_identity
 def _draft_passes(drafter: Optional[DrafterSpec], k: np.ndarray) -> np.ndarray:
     """Sequential draft passes per step: K (a tree: its steps); Medusa one; n-gram none (host lookup)."""
     if drafter is None or drafter.kind is DrafterKind.ngram:

@@ -24,7 +24,7 @@ from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
-from dsdsim.cost.memo import by_identity
+from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import is_scalar, isfinite, maximum, minimum, num, where
 from dsdsim.cost.ops import Bound, Demand, KernelClass, MoEExperts, OpCost, OpKind, Operator
 from dsdsim.specs.hardware import (GROUPED_GEMM_LAUNCHES, AllReduceAlgorithm, AllReduceTier, HardwareSpec,
@@ -210,7 +210,7 @@ class _Rates:
     moe_call_latency_s: float
 
 
-@by_identity
+@by_value
 def _rates(hw: HardwareSpec) -> _Rates:
     kf = hw.kernels
     eff = hw.efficiency
@@ -416,7 +416,7 @@ def _terms(r: OpRates, d: Demand, gap) -> tuple:
     """(compute, memory, communication, overhead, work) seconds: ``OpTerms`` without the record, for ``seconds``."""
     compute = d.flops_padded / r.flops_per_s
     if r.collective is not None:
-        comm = r.collective(d.comm_bytes)
+        comm = r.collective(d.collective_bytes)
         memory = 0.0            # the collective's own buffer traffic hides under the link time
     else:
         comm = 0.0

@@ -1,7 +1,8 @@
 """dsdsim.export: K tables in the formats vLLM, SGLang and TensorRT-LLM read, plus CSV.
 
-The names below are read from dsdsim.export.engines when first used, so that importing a light submodule
-(the output formats, atomic file writing) does not load numpy.
+The names below are read when first used (the engine formats from dsdsim.export.engines, the K-table ranges
+from dsdsim.policy.table, where they are defined), so that importing a light submodule (the output formats,
+atomic file writing) does not load numpy.
 """
 from __future__ import annotations
 
@@ -22,9 +23,13 @@ __all__ = [
 ]
 
 
+_FROM_TABLE = ("Ranges", "expand_ranges", "ranges_from_k_per_batch", "validate_ranges")
+
+
 def __getattr__(name: str):
     if name in __all__:
-        value = getattr(importlib.import_module("dsdsim.export.engines"), name)
+        module = "dsdsim.policy.table" if name in _FROM_TABLE else "dsdsim.export.engines"
+        value = getattr(importlib.import_module(module), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'dsdsim.export' has no attribute {name!r}")

@@ -25,8 +25,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from dsdsim.errors import DsdsimError, whole_number
-from dsdsim.policy.table import (Ranges, _as_triples, expand_ranges,  # noqa: F401  (re-exported)
-                                 ranges_from_k_per_batch, validate_ranges)
+from dsdsim.policy.table import Ranges, _as_triples, validate_ranges
 
 
 # ---------------------------------------------------------------------------------------------- vLLM
@@ -70,7 +69,7 @@ def _vllm_method(method) -> tuple[str, str | None]:
             raise DsdsimError("draft-model needs the draft model for vLLM: write draft-model:MODEL")
         return "draft_model", arg.strip()
     if head in ("self-spec", "self_spec"):
-        raise DsdsimError("vLLM has no self-speculation method; export this table with table_csv or as JSON instead")
+        raise DsdsimError("vLLM has no self-speculation method; export this table in the csv or json format instead")
     if head in _VLLM_NATIVE:
         return head, None
     known = ", ".join(sorted(_VLLM_METHODS) + ["draft-model:MODEL"] + sorted(_VLLM_NATIVE))

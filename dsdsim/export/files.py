@@ -3,12 +3,17 @@
 A temporary file beside the target is written, given mode 0o666 & ~umask (mkstemp alone makes 0600), then
 renamed over the target, so a reader never sees half a file and a failure leaves nothing behind. OS errors
 become one-line DsdsimErrors naming the path.
+
+The path ``-`` is standard output (the usual command-line convention): the content is written there whole, once
+it is complete, and no file named ``-`` is created.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -22,9 +27,19 @@ def _umask() -> int:
     return mask
 
 
+STDOUT = "-"
+
+
+def is_stdout(path) -> bool:
+    """Whether ``path`` is ``-``, standard output."""
+    return path is not None and str(path) == STDOUT
+
+
 def check_writable(path: Path) -> None:
     """Refuse, before any work, a path that cannot be written: a folder, a missing or read-only parent, or an
     existing file without write permission (checked on the mode bits, so it holds for root too)."""
+    if is_stdout(path):
+        return
     path = Path(path).expanduser()
     parent = path.resolve().parent
     if path.is_dir():
@@ -43,7 +58,17 @@ def check_writable(path: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success it replaces `path` (mode from the umask)."""
+    """Yield a temporary path beside `path`; on success it replaces `path` (mode from the umask). For ``-`` the
+    temporary file is copied to standard output on success."""
+    if is_stdout(path):
+        with tempfile.TemporaryDirectory() as folder:
+            tmp = Path(folder) / f"stdout{suffix}"
+            yield tmp
+            sys.stdout.flush()
+            with open(tmp, "rb") as f:
+                shutil.copyfileobj(f, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+        return
     path = Path(path).expanduser()
     check_writable(path)
     try:
@@ -63,7 +88,15 @@ def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write text or bytes to `path` whole or not at all."""
+    """Write text or bytes to `path` whole or not at all (``-``: to standard output)."""
+    if is_stdout(path):
+        if isinstance(data, bytes):
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            sys.stdout.write(data)
+        return
     with atomic_path(path) as tmp:
         if isinstance(data, bytes):
             tmp.write_bytes(data)

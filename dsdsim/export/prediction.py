@@ -19,7 +19,7 @@ _OMIT_NONE = {"omit_none": True}
 
 if TYPE_CHECKING:       # the command line imports PredictFormat at start-up; the views load numpy when used
     from dsdsim.policy.predict import Prediction, Row
-    from dsdsim.report import DeploymentView
+    from dsdsim.export.views import DeploymentView
 
 
 class PredictFormat(str, Enum):
@@ -72,10 +72,17 @@ class DraftTreeView:
 
 @dataclass(frozen=True)
 class KTableView:
+    """The exported table (the rows' ``k``): the fewest ranges within ``tolerance`` of the best K at every batch size
+    (and within ``max distinct K`` when limited); losses are against the exact per-batch best (the rows' ``k_best``)."""
+
     ranges: tuple[tuple[int, int, int], ...]     # (first batch, last batch, K)
     distinct_k: tuple[int, ...]
-    mean_goodput_loss: float
+    mean_goodput_loss: float                     # mean over feasible batch sizes of 1 - G(table K) / G(K*)
     max_goodput_loss: float
+    tolerance: float                             # goodput share any batch size may give up for fewer ranges
+    ranges_at_zero_tolerance: int                # ranges of the table the tolerance started from
+    max_distinct_k: Optional[int] = field(default=None, metadata=_OMIT_NONE)
+    summary: str = ""                            # the same in one line, as the table format prints it
 
 
 @dataclass(frozen=True)
@@ -114,13 +121,15 @@ class PredictionView:
     robust: Optional[RobustView] = field(default=None, metadata=_OMIT_NONE)
     intervals: Optional[IntervalsView] = field(default=None, metadata=_OMIT_NONE)
     baseline: str = "a server without speculation"      # what speedup_vs_vanilla compares with
+    # which table the rows' k, tau, step, ITL, tokens/s and speedups describe
+    rows_describe: str = "the exported table (table.ranges); k_best is the exact per-batch best K*"
 
     @classmethod
     def from_prediction(cls, p: "Prediction") -> "PredictionView":
         return _prediction_view(p)
 
     def to_dict(self) -> dict:
-        from dsdsim.report import json_plain
+        from dsdsim.export.views import json_plain
 
         return json_plain(self)
 
@@ -130,7 +139,7 @@ class PredictionView:
 
 
 def _prediction_view(p: "Prediction") -> PredictionView:
-    from dsdsim.report import deployment_view
+    from dsdsim.export.views import deployment_view
 
     s = p.setup
     step_ms = tuple(tuple(_num(float(p.step_s[i, j] * 1e3)) if p.feasible[i, j] else None
@@ -147,11 +156,49 @@ def _prediction_view(p: "Prediction") -> PredictionView:
         context=p.context, fixed_k=p.fixed_k,
         rows=tuple(row_view(r) for r in p.rows),
         table=KTableView(ranges=tuple(tuple(r) for r in p.ranges()), distinct_k=tuple(p.table.k_set),
-                         mean_goodput_loss=p.table.mean_goodput_loss, max_goodput_loss=p.table.max_goodput_loss),
+                         mean_goodput_loss=p.table.mean_goodput_loss, max_goodput_loss=p.table.max_goodput_loss,
+                         tolerance=p.table.tolerance, ranges_at_zero_tolerance=_ranges_before(p),
+                         max_distinct_k=p.table.max_distinct_k, summary=table_summary(p)),
         grid=GridView(k_values=tuple(int(k) for k in p.k_values), batch_sizes=tuple(int(b) for b in p.batch_sizes),
                       tau=tuple(float(t) for t in p.tau), step_ms=step_ms),
         notes=tuple(p.notes), robust=robust_view(p), intervals=intervals_view(p),
     )
+
+
+def _ranges_before(p: "Prediction") -> int:
+    t = p.table
+    return t.ranges_before if t.ranges_before is not None else t.n_ranges
+
+
+def table_summary(p: "Prediction") -> str:
+    """One line: which table is exported and what it gave up against the exact per-batch best K*."""
+    t = p.table
+    before, after = _ranges_before(p), t.n_ranges
+    if after == 0:
+        return "no K table: no batch size fits in memory"
+    within = f", at most {t.max_distinct_k} distinct K" if t.max_distinct_k is not None else ""
+    lost = (f"goodput given up against the best K per batch size: max {_percent(t.max_goodput_loss)}, mean "
+            f"{_percent(t.mean_goodput_loss)}")
+    if t.tolerance > 0 and after < before:
+        return (f"K table: {_count(after, 'range')} instead of {before}{within}, each batch size giving up at most "
+                f"{100 * t.tolerance:g}% of goodput for fewer ranges; {lost}")
+    merged = f" (a {100 * t.tolerance:g}% tolerance merges none)" if t.tolerance > 0 else ""
+    if t.max_goodput_loss > 0:
+        return f"K table: {_count(after, 'range')}{within}{merged}; {lost}"
+    return f"K table: the exact best K per batch size, {_count(after, 'range')}{merged}"
+
+
+def tolerance_merged(p: "Prediction") -> bool:
+    """Whether the tolerance removed ranges (so the exact table, tolerance 0, differs)."""
+    return p.table.tolerance > 0 and p.table.n_ranges < _ranges_before(p)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _percent(x: float) -> str:
+    return "0%" if x <= 0 else ("<0.01%" if x < 1e-4 else f"{100 * x:.2f}%")
 
 
 def intervals_view(p: "Prediction") -> Optional[IntervalsView]:
@@ -212,7 +259,7 @@ def _nanmax(a):
 
 def prediction_csv(p: "Prediction") -> str:
     from dsdsim.export.engines import table_csv
-    from dsdsim.report import json_plain
+    from dsdsim.export.views import json_plain
 
     return table_csv([json_plain(row_view(r)) for r in p.rows])
 
@@ -230,6 +277,13 @@ def render(p: "Prediction", fmt: PredictFormat) -> str:
         raise DsdsimError(f"no batch size fits in memory at context {p.context} ({p.setup.model.name} on "
                           f"{p.setup.deployment.tp} x {p.setup.hardware.name}): there is no K table to export")
     max_bs = ranges[-1][1]
+    if fmt in ENGINE_TABLES and all(k == 0 for _, _, k in ranges):
+        # one behaviour for every engine: a table that never speculates is not exported (vLLM would need
+        # num_speculative_tokens >= 1 and run its off tier everywhere, TensorRT-LLM cannot express it)
+        what = "the tree never beats plain decoding" if p.tree is not None else "K = 0 at every batch size"
+        raise DsdsimError(f"{what} at context {p.context} ({p.setup.model.name} on {p.setup.deployment.tp} x "
+                          f"{p.setup.hardware.name}): speculation does not pay here; serve without speculative "
+                          "decoding (no engine table is written; json and csv give the rows)")
     if p.tree is not None:
         return _tree_export(p, fmt, ranges)
     if fmt is PredictFormat.vllm:
@@ -252,6 +306,77 @@ def render(p: "Prediction", fmt: PredictFormat) -> str:
                                         rates, int(p.k_values.max()))
         return json.dumps(data, indent=2)
     raise ValueError(f"no text renderer for {fmt}")
+
+
+ENGINE_TABLES = (PredictFormat.vllm, PredictFormat.sglang, PredictFormat.trtllm)
+
+# engine names (EngineSpec.name) that read each format's table
+_FORMAT_ENGINES = {PredictFormat.vllm: ("vllm", "vllm-mrv2"), PredictFormat.sglang: ("sglang",),
+                   PredictFormat.trtllm: ("trtllm",)}
+
+
+def table_warnings(p: "Prediction", fmt: PredictFormat) -> list[str]:
+    """Where the engine that reads the ``fmt`` table would ignore it, or run some of its ranges eager; one line
+    each (the caller prints them: an engine table carries no notes)."""
+    if fmt not in ENGINE_TABLES or not p.ranges():
+        return []
+    out = []
+    dep, eng = p.setup.deployment, p.setup.engine
+    if fmt is PredictFormat.vllm and dep.dp_attention:
+        # vLLM docs, dynamic speculative decoding "Limitations", and its test: "Dynamic speculative decoding is not
+        # supported with data parallelism"; K falls back to num_speculative_tokens (docs/reference/engines.md 1.2)
+        out.append("vLLM runs data-parallel attention with data_parallel_size > 1, and disables dynamic speculative "
+                   "decoding under data parallelism: it would ignore this table and speculate num_speculative_tokens "
+                   "everywhere")
+    if fmt is PredictFormat.sglang and p.tree is None:
+        # SGLang docs/advanced_features/adaptive_speculative_decoding.md: adaptive steps are not supported with
+        # attention DP, nor with algorithms other than EAGLE / EAGLE3 (docs/reference/engines.md 3)
+        if dep.dp_attention:
+            out.append("SGLang's adaptive speculative decoding (--speculative-adaptive) does not support data-parallel "
+                       "attention (--enable-dp-attention): it would not start with this table")
+        kind = p.setup.drafter.kind.value
+        if kind not in ("eagle", "eagle3", "mtp"):
+            out.append(f"SGLang's adaptive speculative decoding supports EAGLE and EAGLE3 only (MTP runs as EAGLE); "
+                       f"a {p.setup.drafter.label} drafter cannot read this table")
+    if eng is not None and eng.name in _FORMAT_ENGINES[fmt]:
+        flag = eng.dynamic_k_table
+        if flag is not None and not flag.value:
+            out.append(f"{eng.name} {eng.version_label} does not read a per-batch-size K table ({flag.source}); "
+                       "export for a version that does")
+        eager = eager_ranges(p)
+        if eager:
+            out.append(eager)
+    return out
+
+
+def eager_ranges(p: "Prediction") -> Optional[str]:
+    """The ranges where B x (K + 1) tokens (a tree: B x (tokens + 1)) pass the engine's largest CUDA-graph capture,
+    so their steps run eager (``dsdsim.cost.engine.padded_tokens``, the rule the step times use), as one line."""
+    import numpy as np
+
+    from dsdsim.cost.engine import padded_tokens
+    from dsdsim.specs.engine import GraphPadding
+
+    eng = p.setup.engine
+    graphs = eng.cuda_graphs if eng is not None else None
+    if graphs is None or graphs.capture_sizes is None or not p.setup.deployment.cuda_graphs:
+        return None
+    parts = []
+    for start, end, k in p.ranges():
+        q = 1 if k == 0 else (p.tree.tokens + 1 if p.tree is not None else k + 1)     # tokens per sequence verified
+        b = np.arange(start, end + 1)
+        if graphs.padding is GraphPadding.none:      # only listed sizes replay a graph: name those past the last
+            beyond = b > graphs.capture_sizes[-1]
+        else:                                        # padded up to a capture size while there is one
+            beyond = ~np.asarray(padded_tokens(graphs, b, np.full(b.shape, float(q)))[1])
+        eager = b[beyond]
+        if eager.size:
+            parts.append(f"{int(eager[0])}-{end} (K={k})" if eager[0] < end else f"{end} (K={k})")
+    if not parts:
+        return None
+    unit = "tokens" if graphs.padding is GraphPadding.tokens else "sequences"
+    return (f"{eng.name} {eng.version_label} captures CUDA graphs up to {graphs.capture_sizes[-1]} {unit} per step "
+            f"(its engine spec's cuda_graphs): batch sizes {', '.join(parts)} run eager, as the step times assume")
 
 
 def _tree_export(p: "Prediction", fmt: PredictFormat, ranges) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 if TYPE_CHECKING:
     from dsdsim.policy.predict import Prediction
-    from dsdsim.report import ExplainView
+    from dsdsim.export.views import ExplainView
 
 
 # --- JSON ---------------------------------------------------------------------------------------------
@@ -201,22 +201,27 @@ def explain_view(data: "ExplainView"):
 
 
 def display_batches(p: "Prediction") -> list[int]:
-    """The batch sizes a table shows: all of them up to 24, else the ends, powers of two and range starts."""
+    """The batch sizes a table shows: all of them up to 24, else the ends, powers of two, range starts, and the
+    first batch size of each run where the best K* differs from the table's K."""
     b = [int(x) for x in p.batch_sizes]
     if len(b) <= 24:
         return b
     keep = {b[0], b[-1]} | {x for x in b if x & (x - 1) == 0}
     keep |= {start for start, _, _ in p.ranges() if start in set(b)}
+    best, table = [int(k) for k in p.k_best], [int(k) for k in p.table.k_per_batch]
+    keep |= {b[j] for j in range(len(b)) if best[j] != table[j] and (j == 0 or best[j - 1] != best[j])}
     return sorted(keep)
 
 
 def prediction_view(p: "Prediction"):
-    """Header, the K* table over the displayed batch sizes, the vLLM ranges and the notes."""
+    """Header, the exported table over the displayed batch sizes (its K and that K's figures; K* where the best K
+    differs), the ranges, what the tolerance gave up, and the notes."""
     from rich.console import Group
     from rich.table import Table
 
-    from dsdsim.export.prediction import acceptance_view, engine_ref, robust_view, row_view
-    from dsdsim.report import deployment_view
+    from dsdsim.export.prediction import (acceptance_view, engine_ref, robust_view, row_view, table_summary,
+                                          tolerance_merged)
+    from dsdsim.export.views import deployment_view
 
     setup = p.setup
     dep = deployment_view(setup.model, setup.deployment)
@@ -227,22 +232,30 @@ def prediction_view(p: "Prediction"):
     shown = display_batches(p)
     position = {int(b): j for j, b in enumerate(p.batch_sizes)}
     tree = p.tree
+    differs = bool((p.table.k_per_batch != p.k_best).any())     # the table is not K* somewhere: show both
     if tree is None:
-        title, cols = "Best K per batch size", ("batch", "K*", "tau", "step ms", "ITL ms", "tokens/s", "vs K=0",
-                                                f"vs K={p.fixed_k}", "fits")
+        title = "K per batch size" if differs else "Best K per batch size"
+        cols = ("batch", "K", *(("K*",) if differs else ()), "tau", "step ms", "ITL ms", "tokens/s", "vs K=0",
+                f"vs K={p.fixed_k}", "fits")
     else:
-        title, cols = (f"Draft tree {tree.steps},{tree.topk},{tree.tokens} or plain decoding per batch size",
-                       ("batch", "draft", "tau", "step ms", "ITL ms", "tokens/s", "vs plain", "vs tree always",
-                        "fits"))
-    t = Table(title=f"{title} (rows shown: {len(shown)} of {len(position)})")
+        title = f"Draft tree {tree.steps},{tree.topk},{tree.tokens} or plain decoding per batch size"
+        cols = ("batch", "draft", *(("best",) if differs else ()), "tau", "step ms", "ITL ms", "tokens/s", "vs plain",
+                "vs tree always", "fits")
+    shown_note = f"rows shown: {len(shown)} of {len(position)}"
+    if differs:
+        title += " in the exported table, with its figures"
+        shown_note = f"{cols[2]}: the best per batch size; " + shown_note
+    t = Table(title=f"{title} ({shown_note})")
     for col in cols:
         t.add_column(col, justify="right")
 
     def f(x, spec):
         return "-" if x is None else format(x, spec)
 
-    def k_cell(r):
-        return r.draft if tree is not None and r.k is not None else f(r.k, "d")
+    def k_cell(k):
+        if k is None:
+            return "-"
+        return ("tree" if k > 0 else "plain") if tree is not None else str(k)
 
     def ranged(x, lo, hi, spec):
         if x is None:
@@ -251,7 +264,9 @@ def prediction_view(p: "Prediction"):
 
     for b in shown:
         r = row_view(p.row(position[b]))
-        t.add_row(str(b), k_cell(r), f(r.tau, ".2f"), ranged(r.step_ms, r.step_ms_low, r.step_ms_high, ".2f"),
+        best = (k_cell(r.k_best),) if differs else ()
+        t.add_row(str(b), k_cell(r.k), *best, f(r.tau, ".2f"),
+                  ranged(r.step_ms, r.step_ms_low, r.step_ms_high, ".2f"),
                   ranged(r.itl_ms, r.itl_ms_low, r.itl_ms_high, ".2f"),
                   ranged(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high, ",.0f"),
                   f(r.speedup_vs_vanilla, ".2f") + ("x" if r.k is not None and
@@ -265,16 +280,15 @@ def prediction_view(p: "Prediction"):
     if iv is not None:
         parts.append(f"({100 * iv.coverage:.0f}%: low-high) intervals from the held-out errors of comparable corpus "
                      f"cases: {', '.join(iv.strata)}; 'vs K=0' compares with a server without speculation")
-    if tree is None:
-        parts.append("K table (vLLM num_speculative_tokens_per_batch_size): "
-                     + json.dumps([list(r) for r in p.ranges()]))
-    else:
+    ranges = p.ranges()
+    if ranges and tree is None:
+        parts.append("K table (vLLM num_speculative_tokens_per_batch_size): " + json.dumps([list(r) for r in ranges]))
+    elif ranges:
         parts.append(f"tree ({tree.steps} draft passes over top-{tree.topk}, {tree.tokens + 1} verify tokens per "
-                     "sequence) at batch sizes " + json.dumps([[s, e] for s, e, k in p.ranges() if k > 0])
+                     "sequence) at batch sizes " + json.dumps([[s, e] for s, e, k in ranges if k > 0])
                      + f"; K = {tree.steps} stands for the tree in json/csv (with a 'draft' column)")
-    if p.table.mean_goodput_loss:
-        parts.append(f"compressed to {len(p.table.k_set)} distinct K: mean goodput given up "
-                     f"{100 * p.table.mean_goodput_loss:.2f}%, worst batch {100 * p.table.max_goodput_loss:.2f}%")
+    if ranges:
+        parts.append(table_summary(p) + ("; --tolerance 0 for the exact table" if tolerance_merged(p) else ""))
     r = robust_view(p)
     if r is not None:
         parts.append(f"robust K over acceptance band {r.band[0]} .. {r.band[1]}: worst regret at the low edge "
@@ -283,36 +297,65 @@ def prediction_view(p: "Prediction"):
     for note in p.notes:
         if not note.startswith("acceptance:"):   # already in the header
             parts.append(f"note: {note}")
-    parts.append("Paste into vLLM: dsdsim predict ... --format vllm   (also sglang, trtllm, json, csv)" if tree is None
-                 else "For SGLang: dsdsim predict ... --format sglang   (also json, csv; vLLM and TensorRT-LLM tables "
-                      "are chains only)")
+    if not ranges:
+        pass                                     # the notes say that nothing fits: nothing to paste
+    elif all(k == 0 for _, _, k in ranges):
+        parts.append("Speculation never pays here: serve without speculative decoding (no engine table to paste)")
+    elif tree is None:
+        parts.append("Paste into vLLM: dsdsim predict ... --format vllm   (also sglang, trtllm, json, csv)")
+    else:
+        parts.append("For SGLang: dsdsim predict ... --format sglang   (also json, csv; vLLM and TensorRT-LLM tables "
+                     "are chains only)")
     return Group(*parts)
 
 
 def context_grid_dict(contexts: Sequence[int], preds: Sequence["Prediction"]) -> dict:
-    """K* over (batch x context): one table per context length."""
+    """The exported K table over (batch x context): one table per context length, each with what its tolerance
+    gave up; with a draft tree, K = the tree's steps stands for the tree (``draft_tree``)."""
     p0 = preds[0]
-    return {"model": p0.setup.model.name, "hardware": p0.setup.hardware.name, "drafter": p0.setup.drafter.label,
-            "contexts": list(contexts),
-            "tables": [{"context": c, "ranges": [list(r) for r in p.ranges()],
-                        "k_per_batch": [int(k) for k in p.table.k_per_batch]} for c, p in zip(contexts, preds)],
-            "batch_sizes": [int(b) for b in p0.batch_sizes]}
+    tree = p0.tree
+    out = {"model": p0.setup.model.name, "hardware": p0.setup.hardware.name, "drafter": p0.setup.drafter.label,
+           "contexts": list(contexts), "tolerance": p0.table.tolerance}
+    if tree is not None:
+        out["draft_tree"] = {"steps": tree.steps, "topk": tree.topk, "tokens": tree.tokens,
+                             "verify_tokens_per_sequence": tree.tokens + 1, "k_in_rows": tree.steps}
+    out["tables"] = [{"context": c, "ranges": [list(r) for r in p.ranges()],
+                      "k_per_batch": [int(k) for k in p.table.k_per_batch],
+                      "k_best_per_batch": [int(k) for k in p.k_best],
+                      "mean_goodput_loss": p.table.mean_goodput_loss, "max_goodput_loss": p.table.max_goodput_loss,
+                      "ranges_at_zero_tolerance": p.table.ranges_before if p.table.ranges_before is not None
+                      else p.table.n_ranges}
+                     for c, p in zip(contexts, preds)]
+    out["batch_sizes"] = [int(b) for b in p0.batch_sizes]
+    return out
 
 
 def context_grid_table(contexts: Sequence[int], preds: Sequence["Prediction"]):
+    """The exported table's K (with a tree: tree or plain) by batch size and context, and one line per context on
+    what its tolerance gave up."""
+    from rich.console import Group
     from rich.table import Table
 
+    from dsdsim.export.prediction import table_summary
+
     p0 = preds[0]
-    t = Table(title=f"K* by batch size (rows) and context (columns): {p0.setup.model.name} on "
+    tree = p0.tree
+    what = f"draft tree {tree.steps},{tree.topk},{tree.tokens} or plain decoding" if tree is not None else "K table"
+    t = Table(title=f"{what} by batch size (rows) and context (columns): {p0.setup.model.name} on "
                     f"{p0.setup.hardware.name}, {p0.setup.drafter.label}")
     t.add_column("batch", justify="right")
     for c in contexts:
         t.add_column(f"ctx {c}", justify="right")
     index = {int(b): j for j, b in enumerate(p0.batch_sizes)}
+
+    def cell(k: int) -> str:
+        if k < 0:
+            return "-"
+        return ("tree" if k > 0 else "plain") if tree is not None else str(k)
+
     for b in display_batches(p0):
-        t.add_row(str(b), *["-" if p.table.k_per_batch[index[b]] < 0 else str(int(p.table.k_per_batch[index[b]]))
-                            for p in preds])
-    return t
+        t.add_row(str(b), *[cell(int(p.table.k_per_batch[index[b]])) for p in preds])
+    return Group(t, *(f"ctx {c}: {table_summary(p)}" for c, p in zip(contexts, preds)))
 
 
 # --- plan ---------------------------------------------------------------------------------------------
@@ -334,9 +377,11 @@ def plan_table(title: str, rows: Sequence) -> "object":
         return f"{r.hardware}:tp{r.tp}" + (f":ep{r.ep}" if r.ep > 1 else "")
 
     t = Table(title=title)
+    widest = max((len(name(r)) for r in rows), default=0)     # a candidate's name is never cut, however narrow
     for col in ("candidate", "GPUs", "B (K=0)", "tok/s/GPU (K=0)", "B (DSD)", "K", "ITL ms (DSD)", "tok/s/GPU (DSD)",
                 "gain", "GPUs needed", "$/M tok (DSD)"):
-        t.add_column(col, justify="left" if col == "candidate" else "right", no_wrap=col == "candidate")
+        t.add_column(col, justify="left" if col == "candidate" else "right", no_wrap=col == "candidate",
+                     min_width=widest if col == "candidate" else None)
     for r in rows:
         t.add_row(name(r), str(r.gpus), f(r.batch_vanilla, "d"),
                   ranged(r.tokens_per_s_per_gpu_vanilla, r.tokens_per_s_per_gpu_vanilla_low,

@@ -33,7 +33,7 @@ from scipy.optimize import least_squares
 
 from dsdsim.fit.summary import CalibrationSummary
 from dsdsim.cost.ops import GemmShape, MoEShape, OpCost, OpKind, pad_rows
-from dsdsim.specs.hardware import HardwareSpec
+from dsdsim.specs.hardware import HardwareSpec, Verified
 
 TILE_CANDIDATES = (1, 8, 16, 32, 64, 128)
 
@@ -566,7 +566,94 @@ class Calibrator:
         p = self.params_
         if self.step_overhead_s_ is None:
             p = replace(p, step_overhead_s=hw.step_overhead_s.value)
-        return spec_with(hw, p, cuda_graphs, source=source)
+        return flag_implausible(spec_with(hw, p, cuda_graphs, source=source), source)
+
+
+# --- plausibility of a fitted spec ----------------------------------------------------------------------
+# A fitted figure past these bounds is the fit absorbing what the model misses, not a property of the device:
+# the written spec keeps it (efficiencies clamped) but marks it ``verified: unverified`` with a note starting
+# IMPLAUSIBLE, and ``dsdsim calibrate`` prints each such note as a warning.
+
+IMPLAUSIBLE = "implausible fit"
+# Efficiencies are fractions of the spec's peak FLOP/s or bandwidth. Above 1 the peak in the spec is too low (a
+# probe that under-measured it, a datasheet figure for another part) or the fit traded one term for another: no
+# kernel runs faster than peak. The fit ranges to 1.2 (the spec validators' margin); the written value is 1.0.
+MAX_EFFICIENCY = 1.0
+# A constant per whole step beyond its kernels. 5 ms is above the largest host cost per step of any shipped engine
+# spec (engine_specs/vllm-0.7.yaml schedule_and_prepare, range up to 3 ms, from microsoft/vidur's measured
+# CPU overheads of a vLLM-V0-style engine); the torch harness runs no scheduler, so its own constant is far smaller.
+MAX_STEP_OVERHEAD_S = 5e-3
+# Per kernel: a CUDA launch or graph replay costs a few us and eager torch dispatch on a CPU tens of us (what
+# ``dsdsim probe`` measures); above 100 us the launch term is absorbing work, not launches.
+MAX_LAUNCH_OVERHEAD_S = 1e-4
+
+_FRACTIONS = ("compute", "memory", "attention_memory", "vector_memory", "moe_bandwidth_fraction",
+              "bandwidth_fraction")
+_OVERHEADS = {"step_overhead_s": (MAX_STEP_OVERHEAD_S, "the largest per-step host cost of a shipped engine spec "
+                                                       "is 3 ms"),
+              "launch_overhead_s": (MAX_LAUNCH_OVERHEAD_S, "a kernel launch costs a few us, eager dispatch tens"),
+              "eager_launch_overhead_s": (MAX_LAUNCH_OVERHEAD_S, "a kernel launch costs a few us, eager dispatch "
+                                                                 "tens")}
+
+
+def _is_figure(d) -> bool:
+    return isinstance(d, dict) and {"value", "source", "verified"} <= set(d)
+
+
+def _flag(name: str, fig: dict) -> Optional[dict]:
+    """The figure ``name`` marked as an implausible fit (efficiencies clamped to 1), or None when plausible."""
+    v = float(fig["value"])
+    if name in _FRACTIONS and v > MAX_EFFICIENCY:
+        note = (f"{IMPLAUSIBLE}: {v:.3f} of peak, above {MAX_EFFICIENCY:g} (the spec's peak is under-stated, or the "
+                f"fit traded terms); written as {MAX_EFFICIENCY:g}: re-probe the peak (dsdsim probe)")
+        return {**fig, "value": MAX_EFFICIENCY, "verified": Verified.unverified.value, "note": note}
+    if name in _OVERHEADS and v > _OVERHEADS[name][0]:
+        bound, why = _OVERHEADS[name]
+        note = (f"{IMPLAUSIBLE}: {v * 1e3:.3g} ms, above the {bound * 1e3:g} ms bound ({why}): the fit absorbs "
+                "what the kernel model misses; check the report's errors by kind")
+        return {**fig, "verified": Verified.unverified.value, "note": note}
+    return None
+
+
+def flag_implausible(spec: HardwareSpec, source: str) -> HardwareSpec:
+    """``spec`` with every figure this calibration wrote (``source``) that lies past the bounds above marked:
+    ``verified: unverified`` and a note saying why (efficiencies also clamped to MAX_EFFICIENCY)."""
+    data = spec.model_dump(mode="json")
+    changed = False
+
+    def walk(node: dict, skip: tuple[str, ...] = ()) -> None:
+        nonlocal changed
+        for name, value in node.items():
+            if name in skip:
+                continue
+            if _is_figure(value):
+                flagged = _flag(name, value) if value["source"] == source else None
+                if flagged is not None:
+                    node[name] = flagged
+                    changed = True
+            elif isinstance(value, dict):
+                # with MoE families the single MoE figures are views of the default family's: flag the family's
+                views = ("moe_call_latency_s", "moe_bandwidth_fraction") if value.get("moe_families") else ()
+                walk(value, views)
+
+    walk(data)
+    return HardwareSpec.model_validate(data) if changed else spec
+
+
+def implausible_figures(spec: HardwareSpec) -> list[str]:
+    """'efficiency.compute: implausible fit: ...' for every figure of ``spec`` marked by flag_implausible."""
+    out: list[str] = []
+
+    def walk(node: dict, path: str) -> None:
+        for name, value in node.items():
+            if _is_figure(value):
+                if (value.get("note") or "").startswith(IMPLAUSIBLE):
+                    out.append(f"{path}{name}: {value['note']}")
+            elif isinstance(value, dict):
+                walk(value, f"{path}{name}.")
+
+    walk(spec.model_dump(mode="json"), "")
+    return out
 
 
 # --- calibration from a validation report ---------------------------------------------------------------
@@ -623,7 +710,8 @@ def calibrate_from_batch_stats(path: str | Path, model, hardware, drafter="eagle
 
     acceptance: an Acceptance (default: from the file's unconditional acceptance_rate_per_pos); reported only,
     step times do not depend on it."""
-    from dsdsim.cost.step import resolve, simulate_step
+    from dsdsim.cost.step import simulate_step
+    from dsdsim.specs.setup import resolve
 
     table, rates = read_batch_stats(path)
     if acceptance is None:
@@ -672,7 +760,7 @@ def calibrate_from_batch_stats(path: str | Path, model, hardware, drafter="eagle
             ("launch_overhead_s" if graphs else "eager_launch_overhead_s"): p.launch_s}
     source = (f"dsdsim calibrate {_dt.date.today().isoformat()} from vLLM batch_stats {Path(path).name} "
               f"({len(measured)} (B, K) step times, {setup.model.name}, {setup.drafter.label if setup.drafter else 'no drafter'})")
-    spec = hw.with_efficiency(source=source, **keys)
+    spec = flag_implausible(hw.with_efficiency(source=source, **keys), source)
     cal = step_times(p)
     summary = {"source": str(path), "points": len(measured), "acceptance": acceptance.describe(int(max(ks))),
                "fitted": {"compute_efficiency": p.compute, "memory_efficiency": p.memory,
@@ -699,6 +787,9 @@ def run_calibrate(source: str | Path, hardware, output: Optional[str | Path] = N
     """Calibrate ``hardware`` from a validation report.json or a vLLM batch_stats JSON; write ``output`` (YAML).
 
     A report is refitted on its train half and scored on its held-out half; a batch_stats file needs ``model``.
+    A partial report (``partial: true``, a run cut short) is fitted on what it holds and its figures' source says
+    so. Figures past the plausibility bounds (MAX_EFFICIENCY, MAX_STEP_OVERHEAD_S, MAX_LAUNCH_OVERHEAD_S) are
+    written marked (``implausible_figures`` lists them); the summary's errors are those of the unclamped fit.
     """
     from dsdsim.specs.catalog import load_hardware
 
@@ -713,7 +804,10 @@ def run_calibrate(source: str | Path, hardware, output: Optional[str | Path] = N
         graphs = bool(data.get("cuda_graphs", False))
         cal, summary = calibrate_points(points, hw, graphs)
         summary = CalibrationSummary.from_json({"source": str(source), "fitted": cal.fitted(), **summary})
-        spec = cal.calibrated_spec(hw, what=f"validation report {Path(source).parent.name or source}", cuda_graphs=graphs)
+        what = f"validation report {Path(source).parent.name or source}"
+        if data.get("partial"):
+            what += f", partial: the run stopped after its {data.get('stage', 'first')} stage"
+        spec = cal.calibrated_spec(hw, what=what, cuda_graphs=graphs)
     if name:
         spec = spec.model_copy(update={"name": name})
     if output is not None:

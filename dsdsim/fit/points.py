@@ -43,7 +43,7 @@ class MeasuredPoint:
 
 
 def _read_csv(path: Path, context: int) -> list[tuple[MeasuredPoint, str]]:
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8-sig")
     rows = list(csv.reader(text.splitlines()))
     if not rows:
         raise DsdsimError(f"{path}: empty file; expected the header {','.join(CSV_HEADER)}")
@@ -111,7 +111,7 @@ def _from_result(rec: dict, where: str, context: int) -> MeasuredPoint:
 
 
 def _read_json(path: Path, context: int) -> list[tuple[MeasuredPoint, str]]:
-    text = path.read_text(encoding="utf-8").strip()
+    text = path.read_text(encoding="utf-8-sig").strip()
     if not text:
         raise DsdsimError(f"{path}: empty file")
     try:
@@ -145,7 +145,7 @@ def read_measurements(paths: Sequence[str | Path], context: int) -> list[Measure
         try:
             rows += _read_csv(path, context) if path.suffix.lower() == ".csv" else _read_json(path, context)
         except UnicodeDecodeError:
-            raise DsdsimError(f"measurements file {path}: not a text file") from None
+            raise DsdsimError(f"measurements file {path} is not UTF-8 text: save it as UTF-8") from None
     return merge_points(rows)
 
 
@@ -231,7 +231,8 @@ class EngineCalibration:
     points_: list[MeasuredPoint] = field(default_factory=list, init=False)
 
     def _steps(self, points: Sequence[MeasuredPoint]):
-        from dsdsim.cost.step import resolve, simulate_step
+        from dsdsim.cost.step import simulate_step
+        from dsdsim.specs.setup import resolve
 
         setup = resolve(self.model, self.hardware, self.deployment, self.drafter, self.base_engine)
         self._setup = setup

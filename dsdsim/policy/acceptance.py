@@ -1,5 +1,5 @@
 """Acceptance models: how many tokens one speculative step emits (the model; reading strings and vLLM files into it
-is ``dsdsim.policy.acceptance_input``, whose public names are importable from here too).
+is ``dsdsim.policy.acceptance_input``, which builds on this module and is never imported by it).
 
 Notation (Leviathan et al. 2023; Chen et al. 2023):
 
@@ -215,7 +215,12 @@ def _spread_multiplier(n: int, m: float, kappa: float | None) -> np.ndarray:
 
 def constant(alpha: float) -> Acceptance:
     """The same conditional α at every position: τ(K) = (1 − α^{K+1}) / (1 − α)."""
-    a = _checked_alphas([alpha], "constant acceptance")[0]
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        raise DsdsimError(f"constant acceptance α must be a number in [0, 1], got {alpha!r}") from None
+    if not (math.isfinite(a) and 0.0 <= a <= 1.0):
+        raise DsdsimError(f"constant acceptance α {a:g} is outside [0, 1]; acceptance rates are probabilities")
     return Acceptance((a,), f"constant α={a:g}", extrapolation="constant")
 
 
@@ -235,8 +240,8 @@ def from_unconditional_rates(rates: Sequence[float], source: str | None = None) 
     for i in range(1, len(p)):
         if p[i] > p[i - 1]:
             raise DsdsimError(f"unconditional acceptance rates must be non-increasing (position {i + 1}: "
-                              f"{p[i]:g} > {p[i - 1]:g}); if these are conditional α, use from_list "
-                              "(write them without 'unconditional:')")
+                              f"{p[i]:g} > {p[i - 1]:g}): all of drafts 1..i accepted implies drafts 1..i-1 were; "
+                              "if these are conditional α per position, give them as conditional α")
     alphas, note = _conditional_from_unconditional(np.asarray(p))
     what = source or f"unconditional per-position rates ({len(p)} positions) → conditional"
     return Acceptance(alphas, what + note)
@@ -301,7 +306,8 @@ def _conditional_from_unconditional(p: np.ndarray) -> tuple[tuple[float, ...], s
 
 def _checked_alphas(values: Iterable[float], what: str) -> tuple[float, ...]:
     if isinstance(values, (str, bytes)):
-        raise DsdsimError(f"{what} must be numbers, got the text {values!r}; use parse_acceptance for strings")
+        raise DsdsimError(f"{what} must be numbers, got the text {values!r}; write the acceptance as numbers "
+                          "like 0.8 or 0.8,0.7,0.6")
     try:
         arr = np.asarray(list(values), dtype=float).ravel()
     except (TypeError, ValueError):
@@ -334,15 +340,3 @@ DEFAULT_ACCEPTANCE = from_unconditional_rates(
     source="vLLM PR #32374 test data (acceptance_rate_per_pos), unconditional → conditional; "
            "an example, not a measurement of your drafter")
 
-
-# Ingestion moved to dsdsim.policy.acceptance_input; its public names stay importable from here (PEP 562, lazily,
-# because acceptance_input imports this module).
-_INGESTION = ("ACCEPTANCE_FORMS", "parse_acceptance", "from_vllm_prometheus", "from_vllm_request_metrics")
-
-
-def __getattr__(name: str):
-    if name in _INGESTION:
-        from dsdsim.policy import acceptance_input
-
-        return getattr(acceptance_input, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

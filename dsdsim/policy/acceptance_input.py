@@ -1,7 +1,7 @@
 """Acceptance from what users have: command-line strings, vLLM Prometheus text, vLLM per-request metrics JSON.
 
 Ingestion only; the model these build (conditional α, τ(K), the Beta spread across requests) lives in
-``dsdsim.policy.acceptance``, which re-exports every public name here so older imports keep working.
+``dsdsim.policy.acceptance``; this module builds on it, never the other way round.
 
 * ``parse_acceptance(text)`` — one string: a constant α, per-position α, ``unconditional:...``, ``al=2.79@3``,
   ``al=2.55@tree``, ``beta:MEAN:KAPPA``, ``default``, or a file path (``ACCEPTANCE_FORMS``).
@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from dsdsim.errors import DsdsimError, whole_number
+from dsdsim.errors import DsdsimError, kind_of, whole_number
 from dsdsim.policy.acceptance import (DEFAULT_ACCEPTANCE, Acceptance, _conditional_from_unconditional,
                                       constant, from_list, from_mean_acceptance_length,
                                       from_unconditional_rates, TreeAcceptance)
@@ -167,7 +167,7 @@ def _request_histograms(record, number: int) -> list[tuple[int, np.ndarray]]:
     """[(draft length k, histogram over accepted 0..k)] from one request's metrics object."""
     if not isinstance(record, dict):
         raise DsdsimError(f"request {number}: expected a JSON object with metrics.speculative_decoding, "
-                          f"got {type(record).__name__}")
+                          f"got {kind_of(record)}")
     spec = record
     if isinstance(spec.get("metrics"), dict):
         spec = spec["metrics"]
@@ -239,14 +239,20 @@ def parse_acceptance(text: str) -> Acceptance | TreeAcceptance:
         return DEFAULT_ACCEPTANCE
     if re.fullmatch(_NUMBER, lower):
         value = float(lower)
+        if not math.isfinite(value):
+            raise DsdsimError(f"acceptance {raw!r} is not a finite number; write a probability in [0, 1] such as 0.8")
         if value > 1.0:
             raise DsdsimError(f"acceptance {value:g} is not a probability in [0, 1]; for a mean acceptance length "
                               f"write al={value:g}@K (K it was measured at)")
+        if value < 0.0:
+            raise DsdsimError(f"acceptance {value:g} is not a probability in [0, 1]; write a conditional α such as "
+                              "0.8")
         return constant(value)
     if re.fullmatch(rf"{_NUMBER}(,{_NUMBER})+,?", lower):
-        return from_list([float(v) for v in lower.rstrip(",").split(",")])
+        return from_list(_probabilities([float(v) for v in lower.rstrip(",").split(",")], raw,
+                                        "per-position α are probabilities"))
     if lower.startswith("unconditional:"):
-        return from_unconditional_rates(_numbers(lower.partition(":")[2], raw))
+        return _unconditional(_numbers(lower.partition(":")[2], raw), raw)
     match = re.fullmatch(rf"al=({_NUMBER})@tree", lower)
     if match:
         return TreeAcceptance(float(match.group(1)))
@@ -256,9 +262,11 @@ def parse_acceptance(text: str) -> Acceptance | TreeAcceptance:
     match = re.fullmatch(rf"al=({_NUMBER})@(?:k=)?([0-9]+)", lower)
     if match:
         return from_mean_acceptance_length(float(match.group(1)), int(match.group(2)))
-    match = re.fullmatch(rf"beta:({_NUMBER}):({_NUMBER})", lower)
-    if match:
-        return constant(float(match.group(1))).with_spread(float(match.group(2)))
+    if lower.startswith("al="):
+        raise DsdsimError(f"cannot read acceptance {raw!r}; write the mean acceptance length and what it was "
+                          "measured with: al=2.79@3 (K=3 draft tokens) or al=2.55@tree (a draft tree)")
+    if lower.startswith("beta:"):
+        return _beta(lower, raw)
     if os.path.isfile(raw):
         return _from_file(raw)
     if os.path.isdir(raw):
@@ -268,7 +276,50 @@ def parse_acceptance(text: str) -> Acceptance | TreeAcceptance:
         raise DsdsimError(f"acceptance {raw!r} has non-ASCII digits; write the numbers with 0-9")
     if raw.lower().endswith((".json", ".jsonl", ".txt", ".prom")) or os.sep in raw:
         raise DsdsimError(f"acceptance file {raw!r} not found; give an existing path or one of the inline forms")
+    if "," in lower and re.fullmatch(r"[-+0-9.,e]+", lower):
+        raise DsdsimError(f"cannot read numbers in {raw!r}; write comma-separated values like 0.8,0.7,0.6")
     raise DsdsimError(f"unknown acceptance {raw!r}; use one of: " + "; ".join(ACCEPTANCE_FORMS))
+
+
+_BETA_FORM = "beta:MEAN:KAPPA (mean α in [0, 1], Beta concentration κ > 0), e.g. beta:0.8:20"
+
+
+def _beta(lower: str, raw: str) -> Acceptance:
+    """``beta:MEAN:KAPPA``: a constant mean α with a Beta spread across requests of concentration κ."""
+    match = re.fullmatch(rf"beta:({_NUMBER}):({_NUMBER})", lower)
+    if match is None:
+        raise DsdsimError(f"cannot read acceptance {raw!r}; write {_BETA_FORM}")
+    mean, kappa = float(match.group(1)), float(match.group(2))
+    if not (math.isfinite(mean) and 0.0 <= mean <= 1.0):
+        raise DsdsimError(f"acceptance {raw!r}: the mean α {match.group(1)} is outside [0, 1]; write {_BETA_FORM}")
+    if not (math.isfinite(kappa) and kappa > 0.0):
+        raise DsdsimError(f"acceptance {raw!r}: the Beta concentration κ {match.group(2)} must be a finite number "
+                          f"> 0; write {_BETA_FORM}")
+    return constant(mean).with_spread(kappa)
+
+
+def _unconditional(rates: list[float], raw: str) -> Acceptance:
+    """``unconditional:p1,p2,...``: vLLM's per-position rates, checked in the words the user wrote them."""
+    p = _probabilities(rates, raw, "unconditional rates are probabilities")
+    for i in range(1, len(p)):
+        if p[i] > p[i - 1]:
+            conditional = ",".join(f"{v:g}" for v in p)
+            raise DsdsimError(f"acceptance {raw!r}: unconditional rates must be non-increasing (position {i + 1}: "
+                              f"{p[i]:g} > {p[i - 1]:g}), as all of drafts 1..i accepted implies drafts 1..i-1 "
+                              f"were; if these are conditional α per position, write {conditional} "
+                              "(without 'unconditional:')")
+    return from_unconditional_rates(p)
+
+
+def _probabilities(values: list[float], raw: str, what: str) -> list[float]:
+    """``values`` when each is a probability in [0, 1]; else an error naming the position in ``raw``."""
+    if not values:
+        raise DsdsimError(f"acceptance {raw!r} holds no numbers; write comma-separated values like 0.68,0.39,0.20")
+    for i, a in enumerate(values, start=1):
+        if not (math.isfinite(a) and 0.0 <= a <= 1.0):
+            raise DsdsimError(f"acceptance {raw!r}: position {i} has {a:g}, outside [0, 1]; {what} (a mean "
+                              "acceptance length is written al=2.8@K)")
+    return values
 
 
 def _numbers(body: str, raw: str) -> list[float]:
@@ -283,25 +334,39 @@ def _numbers(body: str, raw: str) -> list[float]:
 def _from_file(path: str) -> Acceptance:
     name = os.path.basename(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            body = fh.read()
-    except UnicodeDecodeError:
-        raise DsdsimError(f"{name}: not a text file; give vLLM Prometheus metrics text or per-request metrics "
-                          "JSON") from None
+        with open(path, "rb") as fh:
+            data = fh.read()
     except OSError as exc:
         raise DsdsimError(f"{name}: cannot read ({exc.strerror})") from None
+    try:
+        body = data.decode("utf-8-sig")        # a leading byte-order mark, as some editors save, is still UTF-8
+    except UnicodeDecodeError:
+        if b"\x00" in data:
+            raise DsdsimError(f"{name}: not a text file (binary content); give vLLM Prometheus metrics text or "
+                              "per-request metrics JSON") from None
+        raise DsdsimError(f"{name} is not UTF-8 text: save it as UTF-8") from None
+    try:
+        return _from_text(body, path, name)
+    except DsdsimError as exc:
+        raise DsdsimError(f"{name}: {exc}") from None
+    except RecursionError:
+        raise DsdsimError(f"{name}: JSON nested too deeply to be request metrics") from None
+
+
+def _from_text(body: str, path: str, name: str) -> Acceptance:
+    """The acceptance in one file's text: JSON (Lines) request metrics by suffix, else a Prometheus scrape."""
     if path.lower().endswith(".jsonl"):
         try:
             obj = [json.loads(line) for line in body.splitlines() if line.strip()]
         except json.JSONDecodeError as exc:
-            raise DsdsimError(f"{name}: not JSON Lines ({exc.msg} at line {exc.lineno}); "
+            raise DsdsimError(f"not JSON Lines ({exc.msg} at line {exc.lineno}); "
                               "write one JSON object per line") from None
         return from_vllm_request_metrics(obj, source=f"vLLM per-request metrics (file {name})")
     if path.lower().endswith(".json"):
         try:
             obj = json.loads(body)
         except json.JSONDecodeError as exc:
-            raise DsdsimError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno}); "
+            raise DsdsimError(f"not valid JSON ({exc.msg} at line {exc.lineno}); "
                               "save the response body as-is") from None
         return from_vllm_request_metrics(obj, source=f"vLLM per-request metrics (file {name})")
     return from_vllm_prometheus(body, source=f"vLLM Prometheus metrics (file {name})")

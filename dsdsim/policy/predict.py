@@ -1,7 +1,10 @@
 """K* per batch size for a deployment: the grid, the table, and the comparisons users came for.
 
 predict() evaluates T(B, K) for every batch size and K in one vectorised call, combines it with the
-acceptance model's tau(K), and picks K*(B) = argmax_K B*tau(K)/T(B, K) over feasible points.
+acceptance model's tau(K), and picks K*(B) = argmax_K B*tau(K)/T(B, K) over feasible points. The table it
+exports is not K* itself but the table with the fewest batch ranges that gives up at most ``tolerance`` (0.5%) of
+goodput at any batch size against K* (``dsdsim.policy.table.fewest_ranges``): K* flips between neighbours for
+gains under 1% where CUDA-graph padding favours one K and then the other. ``tolerance=0`` exports K* exactly.
 
 With a draft tree (``DrafterSpec.tree``) the K axis is replaced by the tree: two choices per batch size, plain
 decoding (K = 0) or the tree, which stands in K tables as K = tree.steps (its depth); tau of the tree is its
@@ -15,30 +18,41 @@ interval of the held-out corpus errors of comparable cases (``dsdsim.fit.interva
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
 import numpy as np
 
 from dsdsim.cost.step import step_time_grid
 from dsdsim.specs.setup import Setup, resolve
-from dsdsim.errors import DsdsimError
+from dsdsim.errors import DsdsimError, whole_number
 from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE, Acceptance, TreeAcceptance
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
-from dsdsim.policy.table import CompressedTable, Ranges, RobustChoice, compress, ranges_from_k_per_batch, robust_k
+from dsdsim.policy.table import (CompressedTable, Ranges, RobustChoice, compress, count_ranges, fewest_ranges,
+                                 ranges_from_k_per_batch, robust_k)
 from dsdsim.specs.deployment import Deployment
-from dsdsim.specs.drafter import DraftTree
+from dsdsim.specs.drafter import MAX_K, DraftTree
 
-from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_FIXED_K, DEFAULT_HARDWARE,
-                             DEFAULT_MAX_K, DEFAULT_MODEL)
+from dsdsim.defaults import (DEFAULT_BATCH_SIZES, DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_FIXED_K,
+                             DEFAULT_HARDWARE, DEFAULT_MAX_K, DEFAULT_MODEL, DEFAULT_TOLERANCE)
 
 MAX_BATCH = 65536
+# The most (batch, K, context) points one call evaluates: one table of MAX_BATCH batch sizes over every K a
+# drafter allows (0..MAX_K). About a second and a few hundred MB; a context grid shares the same budget.
+MAX_GRID_POINTS = MAX_BATCH * (MAX_K + 1)
+# Contexts beyond any released model's window (the longest, 10M tokens, is Llama 4 Scout's): a model without
+# max_position_embeddings in its config is still refused an absurd context.
+MAX_CONTEXT = 2 ** 24
 
 
 @dataclass(frozen=True)
 class Row:
+    """One evaluated batch size under the exported table: ``k`` is the table's K, and every figure (tau, step,
+    ITL, tokens/s, speedups) is that K's; ``k_best`` is the exact per-batch best K*, which the table may differ
+    from by at most the tolerance in goodput."""
+
     batch_size: int
-    k: Optional[int]                 # None where no K fits in memory
+    k: Optional[int]                 # the exported table's K; None where no K fits in memory
     tau: Optional[float]
     step_ms: Optional[float]
     itl_ms: Optional[float]
@@ -55,6 +69,7 @@ class Row:
     itl_ms_high: Optional[float] = None
     tokens_per_s_low: Optional[float] = None
     tokens_per_s_high: Optional[float] = None
+    k_best: Optional[int] = None     # the exact per-batch best K* (None where no K fits)
 
 
 @dataclass(frozen=True)
@@ -70,7 +85,7 @@ class Prediction:
     goodput: np.ndarray              # (K, B) tokens/s, NaN where infeasible
     k_best: np.ndarray               # (B,) -1 where infeasible
     fixed_k: int
-    table: CompressedTable           # after --max-distinct-k (equals k_best when unlimited)
+    table: CompressedTable           # the exported table: fewest ranges within the tolerance (and max distinct K)
     robust: Optional[RobustChoice] = None
     notes: list[str] = field(default_factory=list)
     plain_step_s: Optional[np.ndarray] = None    # (B,) a server without speculation (None: the K = 0 row's)
@@ -117,7 +132,7 @@ class Prediction:
             draft=None if self.tree is None else ("tree" if k > 0 else "plain"),
             step_ms_low=_times(step_ms, lo), step_ms_high=_times(step_ms, hi), itl_ms_low=_times(itl_ms, lo),
             itl_ms_high=_times(itl_ms, hi), tokens_per_s_low=_times(float(g), 1 / hi if hi else None),
-            tokens_per_s_high=_times(float(g), 1 / lo if lo else None))
+            tokens_per_s_high=_times(float(g), 1 / lo if lo else None), k_best=int(self.k_best[j]))
 
     def static_step_s(self) -> np.ndarray:
         """(K, B) step times of servers each running one fixed K, K = 0 a server without speculation: what a
@@ -154,7 +169,8 @@ class Prediction:
         """The table as contiguous (start, end, K) batch ranges from 1 (vLLM's shape), ending at the last batch
         size that fits in memory (engines use the last range's K beyond it); [] when nothing fits.
 
-        Batch sizes between two evaluated ones take the K of the evaluated size below (vLLM's step rule).
+        Batch sizes between two evaluated ones take the K of the evaluated size below (vLLM's step rule); sizes
+        below the first evaluated one take its K (an engine table starts at 1), which predict's notes say.
         last_end: extend the last range to end there (never used to cover sizes that were found not to fit).
         """
         last = self.last_feasible_batch
@@ -178,7 +194,7 @@ def parse_batch_sizes(text: str | Sequence[int] | None) -> np.ndarray:
     Bounds are checked on each item before a range is expanded, so '1-100000000' fails at once.
     """
     if text is None:
-        return np.arange(1, 1025)
+        text = DEFAULT_BATCH_SIZES
     if not isinstance(text, str):
         values = [_batch_value(v, text) for v in text]
     else:
@@ -223,40 +239,26 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
             drafter=DEFAULT_DRAFTER, acceptance: Acceptance | str | float | None = None,
             context: int = DEFAULT_CONTEXT, batch_sizes=None, max_k: Optional[int] = None,
             fixed_k: Optional[int] = None, max_distinct_k: Optional[int] = None,
-            acceptance_band: Optional[float] = None, engine=DEFAULT_ENGINE) -> Prediction:
+            acceptance_band: Optional[float] = None, engine=DEFAULT_ENGINE,
+            tolerance: float = DEFAULT_TOLERANCE) -> Prediction:
     """Best K per batch size. acceptance: an Acceptance, a parse_acceptance string, or a constant alpha.
     engine: an engine name, path or spec (default vLLM; ``ideal`` for kernels only).
 
     acceptance_band: +/- absolute change of every alpha; adds a robust K choice and the regret at the edges.
     max_k: largest K considered (default: 8, or the drafter's limit when lower, e.g. Medusa's heads).
     fixed_k: the static K compared against (default: min(3, max_k)). Only values given explicitly can conflict.
+    tolerance: goodput share (0.005 = 0.5%) each batch size may give up against its best K so that the table has
+    fewer ranges; 0 exports the exact per-batch best. ``Prediction.k_best`` keeps that best either way.
+    max_distinct_k: at most this many distinct K; the subset is chosen first (``compress``), then the fewest ranges
+    within it, the tolerance measured against the best K of the subset (the losses reported against K*).
     """
     setup = resolve(model, hardware, deployment, drafter, engine)
-    if setup.drafter is None:
-        raise DsdsimError("predict needs a drafter (e.g. eagle3)")
-    tree = setup.drafter.tree
-    acc = acceptance_for(acceptance, tree)
-    if tree is not None:
-        for what, value in (("max K", max_k), ("fixed K", fixed_k), ("acceptance band", acceptance_band)):
-            if value is not None:
-                raise DsdsimError(f"a draft tree replaces the K axis (plain decoding or the {tree.label}); "
-                                  f"{what} applies to chains only")
-        max_k = fixed_k = tree.steps
-    if max_k is None:
-        max_k = min(DEFAULT_MAX_K, setup.drafter.max_k)
-    if max_k < 1:
-        raise DsdsimError(f"max K must be >= 1, got {max_k}")
-    if max_k > setup.drafter.max_k:
-        raise DsdsimError(f"max K {max_k} is beyond the {setup.drafter.label} drafter's limit of "
-                          f"{setup.drafter.max_k}; lower it")
-    if fixed_k is None:
-        fixed_k = min(DEFAULT_FIXED_K, max_k)
-    if not 0 <= fixed_k <= max_k:
-        raise DsdsimError(f"fixed K must be in 0..max K ({max_k}), got {fixed_k}")
-    if context < 0:
-        raise DsdsimError(f"context must be >= 0 tokens, got {context}")
+    context = check_context(context, setup)
+    acc, ks, fixed_k = _k_axis(setup, acceptance, max_k, fixed_k, acceptance_band)
+    tolerance = checked_tolerance(tolerance)
     b = parse_batch_sizes(batch_sizes)
-    ks = np.array([0, tree.steps]) if tree is not None else np.arange(0, max_k + 1)
+    check_grid_size(len(b), len(ks), 1)
+    max_k = int(ks.max())
     dynamic = setup.engine is not None and setup.engine.supports_off_tier
     step, feas = step_time_grid(setup.model, setup.hardware, setup.deployment, setup.drafter, b, ks, [context],
                                 setup=setup, dynamic=dynamic)
@@ -268,12 +270,9 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     tau = np.asarray(acc.tau(ks), dtype=float)
     g = goodput(b[None, :], tau[:, None], step_kb, feas_kb)
     k_best = best_k(g, ks)
-    table = compress(g, ks, max_distinct_k) if max_distinct_k is not None else CompressedTable(
-        k_best, tuple(sorted({int(k) for k in k_best if k >= 0})), 0.0, 0.0)
+    table = export_table(g, ks, k_best, tolerance, max_distinct_k)
     robust = None
     if acceptance_band:
-        if not 0 < acceptance_band < 1:
-            raise DsdsimError(f"acceptance band must be in (0, 1), got {acceptance_band}")
         scenarios = [acc.shifted(-acceptance_band), acc, acc.shifted(+acceptance_band)]
         gs = [goodput(b[None, :], np.asarray(s.tau(ks))[:, None], step_kb, feas_kb) for s in scenarios]
         robust = robust_k(gs, ks, (f"alpha - {acceptance_band:g}", f"alpha + {acceptance_band:g}"))
@@ -288,6 +287,9 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
         first_bad = int(b[~fits][0])
         notes.append(f"batch sizes from {first_bad} do not fit in memory at context {context} (marked infeasible); "
                      f"the K table ends at {int(b[fits][-1])}, the last that fits")
+    if fits.any() and int(b[0]) > 1:
+        notes.append(f"K table: its first range starts at batch size 1, as engines require, but sizes 1-{int(b[0]) - 1} "
+                     f"were not evaluated: they take the K of batch {int(b[0])}; evaluate from 1 to rank them")
     if len(b) > 1 and (np.diff(b) > 1).any():
         notes.append("K table: batch sizes between evaluated ones take the K of the evaluated size below "
                      "(step rule, as vLLM reads its table)")
@@ -299,10 +301,85 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
                       robust, notes, plain_s, dynamic, shipped_intervals())
 
 
+def _k_axis(setup: Setup, acceptance, max_k: Optional[int], fixed_k: Optional[int],
+            acceptance_band: Optional[float]):
+    """(acceptance model, the K values evaluated, the fixed K compared against), every conflict refused."""
+    if setup.drafter is None:
+        raise DsdsimError("predict needs a drafter (e.g. eagle3)")
+    tree = setup.drafter.tree
+    acc = acceptance_for(acceptance, tree)
+    if tree is not None:
+        for what, value in (("max K", max_k), ("fixed K", fixed_k), ("acceptance band", acceptance_band)):
+            if value is not None:
+                raise DsdsimError(f"a draft tree replaces the K axis (plain decoding or the {tree.label}); "
+                                  f"{what} applies to chains only")
+        return acc, np.array([0, tree.steps]), tree.steps
+    if max_k is None:
+        max_k = min(DEFAULT_MAX_K, setup.drafter.max_k)
+    if max_k < 1:
+        raise DsdsimError(f"max K must be >= 1, got {max_k}")
+    if max_k > setup.drafter.max_k:
+        raise DsdsimError(f"max K {max_k} is beyond the {setup.drafter.label} drafter's limit of "
+                          f"{setup.drafter.max_k}; lower it")
+    if fixed_k is None:
+        fixed_k = min(DEFAULT_FIXED_K, max_k)
+    if not 0 <= fixed_k <= max_k:
+        raise DsdsimError(f"fixed K must be in 0..max K ({max_k}), got {fixed_k}")
+    if acceptance_band and not 0 < acceptance_band < 1:
+        raise DsdsimError(f"acceptance band must be in (0, 1), got {acceptance_band}")
+    return acc, np.arange(0, max_k + 1), fixed_k
+
+
+def export_table(goodput_kb: np.ndarray, k_values: np.ndarray, k_best: np.ndarray, tolerance: float,
+                 max_distinct_k: Optional[int] = None) -> CompressedTable:
+    """The table predict exports: the distinct-K subset first (when limited), then the fewest ranges within the
+    tolerance inside that subset; ``ranges_before`` counts the ranges of the table at tolerance 0."""
+    if max_distinct_k is None:
+        exact = CompressedTable(k_best, tuple(sorted({int(k) for k in k_best if k >= 0})), 0.0, 0.0)
+    else:
+        exact = compress(goodput_kb, k_values, max_distinct_k)
+    table = fewest_ranges(goodput_kb, k_values, tolerance, allowed_k=exact.k_set)
+    return replace(table, ranges_before=count_ranges(exact.k_per_batch), max_distinct_k=max_distinct_k)
+
+
+def checked_tolerance(tolerance) -> float:
+    """A goodput tolerance as a fraction in [0, 1) (0.005 = 0.5%)."""
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float, np.floating, np.integer)):
+        raise DsdsimError(f"the goodput tolerance must be a number (a fraction: 0.005 = 0.5%), got {tolerance!r}")
+    t = float(tolerance)
+    if not (0.0 <= t < 1.0):
+        raise DsdsimError(f"the goodput tolerance must be a fraction in [0, 1) (0.005 = 0.5%), got {t:g}")
+    return t
+
+
+def check_context(context, setup: Setup) -> int:
+    """A context length the model can hold: whole, >= 0, within its max_position_embeddings (config.json)."""
+    if isinstance(context, (int, np.integer)) and not isinstance(context, bool):
+        if context < 0:
+            raise DsdsimError(f"context must be >= 0 tokens, got {context}")
+        context = int(context)
+    else:
+        context = whole_number(context, "context (tokens)")
+    window = setup.model.max_position_embeddings
+    if window is not None and context > window:
+        raise DsdsimError(f"context {context} is beyond {setup.model.name}'s window of {window} tokens "
+                          f"(max_position_embeddings in its config.json); give a context of at most {window}")
+    if context > MAX_CONTEXT:
+        raise DsdsimError(f"context {context} is absurd; the largest accepted is {MAX_CONTEXT} tokens")
+    return int(context)
+
+
+def check_grid_size(n_batch: int, n_k: int, n_context: int) -> None:
+    """Refuse, before any work, a (batch x K x context) grid beyond MAX_GRID_POINTS."""
+    points = n_batch * n_k * n_context
+    if points > MAX_GRID_POINTS:
+        raise DsdsimError(f"the batch x K x context grid has {n_batch} x {n_k} x {n_context} = {points:,} points; "
+                          f"the limit is {MAX_GRID_POINTS:,} ({MAX_BATCH} batch sizes x {MAX_K + 1} K): evaluate "
+                          "fewer batch sizes (e.g. 1-1024 or 1-4096:16), fewer context lengths or a smaller max K")
+
+
 def plain_setup(setup: Setup) -> Setup:
     """The same deployment on a server without speculation (no drafter)."""
-    from dataclasses import replace
-
     return replace(setup, drafter=None, draft_model=None)
 
 
@@ -354,12 +431,30 @@ def acceptance_for(a, tree: Optional[DraftTree]) -> Acceptance | TreeAcceptance:
                           f"(al=2.55@tree); '{acc.source}' describes a chain of draft tokens, which does not "
                           "determine a tree's")
     if tree is not None:
-        acc.check_tree(tree.steps, f"a tree of {tree.steps} draft steps")
+        # one step accepts a path of the tree: at most `steps` deep and at most `tokens` draft tokens long, then the
+        # bonus token (the target's own next token) is emitted
+        longest = min(tree.steps, tree.tokens)
+        bound = f"{tree.steps} draft steps" if tree.steps <= tree.tokens else f"{tree.tokens} verified draft tokens"
+        if acc.length > longest + 1:
+            raise DsdsimError(f"mean acceptance length {acc.length:g} is more than the {tree.label} can emit per step "
+                              f"({bound} + 1 bonus token = {longest + 1}); give the length measured with this tree")
     return acc
 
 
 def predict_context_grid(contexts: Sequence[int], **kwargs) -> list[Prediction]:
-    """The optional context axis: one prediction per context length (a table over batch x context)."""
+    """The optional context axis: one prediction per context length (a table over batch x context).
+
+    Every context and the size of the whole grid are checked before anything is computed. ``kwargs`` are
+    predict's (not ``context``)."""
     if not contexts:
         raise DsdsimError("no context lengths given")
+    if "context" in kwargs:
+        raise DsdsimError("give the context lengths as the contexts list, not also one context")
+    setup = resolve(kwargs.get("model", DEFAULT_MODEL), kwargs.get("hardware", DEFAULT_HARDWARE),
+                    kwargs.get("deployment"), kwargs.get("drafter", DEFAULT_DRAFTER), kwargs.get("engine", DEFAULT_ENGINE))
+    for c in contexts:
+        check_context(c, setup)
+    _, ks, _ = _k_axis(setup, kwargs.get("acceptance"), kwargs.get("max_k"), kwargs.get("fixed_k"),
+                       kwargs.get("acceptance_band"))
+    check_grid_size(len(parse_batch_sizes(kwargs.get("batch_sizes"))), len(ks), len(contexts))
     return [predict(context=int(c), **kwargs) for c in contexts]

@@ -1,15 +1,20 @@
-"""K tables an engine can use: per-batch K*, compression to few distinct K, robustness to acceptance.
+"""K tables an engine can use: per-batch K*, few ranges, few distinct K, robustness to acceptance.
 
-Each distinct K in a vLLM table costs one CUDA-graph capture, so users want few of them. With S the allowed
-set of K values, every batch size takes its best K in S; the best S of size <= N is found by exhaustive search
-over subsets (exact; the K axis is short), maximising the mean relative goodput G(B, K_S(B)) / G(B, K*(B)).
+A table is exported as ranges of batch sizes, each with one K. The exact per-batch best K* flips between
+neighbours for gains under 1% (CUDA-graph padding favours one K, then the other), so by default the table is
+the one with the FEWEST RANGES that gives up at most a tolerance of goodput at every batch size
+(``fewest_ranges``, an exact dynamic program). Each distinct K in a vLLM table costs one CUDA-graph capture, so
+users also want few of them: with S the allowed set of K values, every batch size takes its best K in S; the best
+S of size <= N is found by exhaustive search over subsets (``compress``; exact, the K axis is short), maximising
+the mean relative goodput G(B, K_S(B)) / G(B, K*(B)). Both together: the subset first, then the fewest ranges
+within it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations
 from math import comb
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -24,10 +29,39 @@ Ranges = list[tuple[int, int, int]]
 
 @dataclass(frozen=True)
 class CompressedTable:
-    k_per_batch: np.ndarray          # K chosen for each batch size (-1 infeasible)
+    k_per_batch: np.ndarray          # K chosen for each evaluated batch size (-1 infeasible)
     k_set: tuple[int, ...]           # the distinct K values used
-    mean_goodput_loss: float         # mean over feasible B of 1 - G(K_table)/G(K*)
+    mean_goodput_loss: float         # mean over feasible B of 1 - G(K_table)/G(K*), K* the exact per-batch best
     max_goodput_loss: float
+    tolerance: float = 0.0           # goodput share each batch size was allowed to give up for fewer ranges
+    ranges_before: Optional[int] = None   # ranges of the table before the tolerance was applied (None: not applied)
+    max_distinct_k: Optional[int] = None  # the limit on distinct K the table was chosen under (None: no limit)
+
+    @property
+    def n_ranges(self) -> int:
+        """Ranges of this table over the feasible evaluated batch sizes (one per run of equal K)."""
+        return count_ranges(self.k_per_batch)
+
+
+def count_ranges(k_per_batch) -> int:
+    """Runs of equal K over the feasible (K >= 0) entries: the number of (start, end, K) ranges they export as."""
+    k = np.asarray(k_per_batch)
+    k = k[k >= 0]
+    return int(k.size > 0) + int(np.count_nonzero(k[1:] != k[:-1]))
+
+
+def table_losses(goodput_kb: np.ndarray, k_values, k_per_batch) -> tuple[float, float]:
+    """(mean, max) over feasible batch sizes of 1 - G(B, K_table(B)) / G(B, K*(B)), K* the best of all K."""
+    g = np.where(np.isfinite(goodput_kb), goodput_kb, -np.inf)     # (K, B)
+    k_per_batch = np.asarray(k_per_batch)
+    ok = k_per_batch >= 0
+    if not ok.any():
+        return 0.0, 0.0
+    row = {int(k): i for i, k in enumerate(np.asarray(k_values))}
+    cols = np.flatnonzero(ok)
+    chosen = g[[row[int(k)] for k in k_per_batch[cols]], cols]
+    loss = 1.0 - chosen / np.max(g[:, cols], axis=0)
+    return float(np.mean(loss)), float(np.max(loss))
 
 
 def compress(goodput_kb: np.ndarray, k_values, max_distinct: int) -> CompressedTable:
@@ -57,6 +91,69 @@ def compress(goodput_kb: np.ndarray, k_values, max_distinct: int) -> CompressedT
     loss = 1.0 - ratio[feasible_b] if feasible_b.any() else np.zeros(1)
     used = tuple(sorted({int(k) for k in k_table[feasible_b]}))
     return CompressedTable(k_table, used, float(np.mean(loss)), float(np.max(loss)))
+
+
+def fewest_ranges(goodput_kb: np.ndarray, k_values, tolerance: float,
+                  allowed_k: Optional[Sequence[int]] = None) -> CompressedTable:
+    """The K table with the fewest ranges giving up at most ``tolerance`` of goodput at every batch size.
+
+    Over the evaluated batch sizes where some K fits (the others stay -1), K(B) must be admissible: in
+    ``allowed_k`` (default: every K) and G(B, K) >= (1 - tolerance) * max over allowed K of G(B, .). The table
+    minimises the number of ranges (runs of equal K); among tables with that many ranges it maximises the sum of
+    G(B, K(B)) / G_best(B) (the mean relative goodput; ties go to the smaller K).
+
+    Exact: a Viterbi pass over batch sizes whose state is the K in force, with the cost (ranges so far,
+    -relative goodput so far) compared lexicographically; a range may continue only while its K stays
+    admissible, so a state's best history is either its own K's (continue the range) or the best state's (a new
+    range). O(B * K). With ``tolerance`` 0 only the best K qualify and the table is the exact per-batch best.
+    Losses are reported against the best of ALL K, so they include what limiting ``allowed_k`` gave up.
+    """
+    if not 0.0 <= tolerance < 1.0:
+        raise DsdsimError(f"the goodput tolerance must be a fraction in [0, 1), got {tolerance:g}")
+    k_values = np.asarray(k_values)
+    g = np.where(np.isfinite(goodput_kb), goodput_kb, -np.inf)     # (K, B)
+    if allowed_k is not None:
+        g = np.where(np.isin(k_values, list(allowed_k))[:, None], g, -np.inf)
+    cols = np.flatnonzero(np.max(g, axis=0) > -np.inf)             # batch sizes where an allowed K fits
+    k_table = np.full(g.shape[1], -1, dtype=int)
+    if cols.size:
+        rel = g[:, cols] / np.max(g[:, cols], axis=0)               # (K, B') in (0, 1], -inf where infeasible
+        k_table[cols] = k_values[_fewest_runs(rel, rel >= 1.0 - tolerance)]
+    mean_loss, max_loss = table_losses(goodput_kb, k_values, k_table)
+    used = tuple(sorted({int(k) for k in k_table[k_table >= 0]}))
+    return CompressedTable(k_table, used, mean_loss, max_loss, float(tolerance))
+
+
+def _fewest_runs(rel: np.ndarray, admissible: np.ndarray) -> np.ndarray:
+    """Row index per column: admissible everywhere, fewest runs, then the largest sum of ``rel`` (Viterbi).
+
+    count[k], score[k]: the best (runs, sum rel) of a choice for the columns so far that ends with row k.
+    """
+    n_k, n_b = rel.shape
+    never = n_b + 1                                      # more runs than any real choice can have
+    rel_t, ok_t = rel.T.tolist(), admissible.T.tolist()  # plain lists: the K axis is short, numpy calls cost more
+    count = [1 if ok_t[0][k] else never for k in range(n_k)]
+    score = [rel_t[0][k] if ok_t[0][k] else 0.0 for k in range(n_k)]
+    came_from = []                                       # came_from[j][k]: the row of column j - 1 before k
+    for j in range(1, n_b):
+        best = min(range(n_k), key=lambda k: (count[k], -score[k]))
+        new_c, new_s = count[best] + 1, score[best]
+        ok, r = ok_t[j], rel_t[j]
+        back = [best] * n_k
+        for k in range(n_k):
+            if not ok[k]:
+                count[k], score[k] = never, 0.0
+                continue
+            if count[k] < new_c or (count[k] == new_c and score[k] >= new_s):
+                back[k] = k                              # continue k's range
+            else:
+                count[k], score[k] = new_c, new_s        # a new range after the best choice so far
+            score[k] += r[k]
+        came_from.append(back)
+    rows = [min(range(n_k), key=lambda k: (count[k], -score[k]))]
+    for back in reversed(came_from):
+        rows.append(back[rows[-1]])
+    return np.array(rows[::-1], dtype=int)
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,26 @@
 """Names -> spec files. Shipped specs, plus user folders (``--specs-dir`` or ``DSDSIM_SPECS_DIRS``).
 
 Lookup is explicit: a name is an exact file stem, or a path. An unknown name fails with one line that lists
-the closest known names.
+the closest known names. A user file named like a shipped spec shadows it, with a ``SpecWarning`` naming both; a
+user file that cannot be read fails only the lookups that reach it (a listing skips it, with a warning).
+
+Lookups by name are remembered per catalog state (the user folders, ``DSDSIM_SPECS_DIRS``) and read again when
+their file changes (its modification time and size): a loop that names its specs pays a dictionary lookup and a
+``stat`` per file, not the parsing and the search.
 """
 from __future__ import annotations
 
 import copy
-
+import functools
 import os
 import re
+import warnings
 from functools import lru_cache
 from types import SimpleNamespace
 from pathlib import Path
 from typing import Iterable, Optional
 
-from dsdsim.errors import SpecError
+from dsdsim.errors import DsdsimError, SpecError
 from dsdsim.specs.engine import EngineSpec, engine_from_dict
 from dsdsim.specs.hardware import HardwareSpec, hardware_from_dict
 from dsdsim.specs.io import read_structured
@@ -25,6 +31,11 @@ _HW_SUFFIXES = (".yaml", ".yml", ".json")
 _MODEL_SUFFIXES = (".json",)
 _user_dirs: list[Path] = []
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")   # organisation/name
+_KIND_WORDS = {"hw_specs": "hardware", "model_specs": "model", "engine_specs": "engine"}
+
+
+class SpecWarning(UserWarning):
+    """A user spec that shadows a shipped one, or a user file a listing skipped because it cannot be read."""
 
 
 @lru_cache(maxsize=None)
@@ -44,6 +55,7 @@ def add_specs_dir(path: str | Path) -> None:
     if p not in _user_dirs:
         _user_dirs.insert(0, p)
     _index.cache_clear()
+    _by_name.clear()
 
 
 def _search_dirs(kind: str) -> list[Path]:
@@ -72,6 +84,8 @@ def _index(kind: str, env_value: str) -> dict[str, Path]:
                 if d.name not in _KINDS and not _looks_like(kind, f):
                     continue
                 found[f.stem] = f
+                if d != shipped:
+                    _warn_if_shadowing(kind, f, shipped, suffixes)
                 if kind == "hw_specs":
                     name = f.stem if d == shipped else _declared_name(f)
                     if name in declared:
@@ -82,6 +96,75 @@ def _index(kind: str, env_value: str) -> dict[str, Path]:
 
 
 _KINDS = ("hw_specs", "model_specs", "engine_specs")
+
+
+def _warn_if_shadowing(kind: str, user_file: Path, shipped: Path, suffixes: tuple) -> None:
+    for suffix in suffixes:
+        own = shipped / f"{user_file.stem}{suffix}"
+        if own.is_file():
+            warnings.warn(SpecWarning(f"{user_file} shadows the shipped {_KIND_WORDS[kind]} spec {user_file.stem!r} "
+                                      f"({shipped.name}/{own.name}); rename the file to keep both"), stacklevel=2)
+            return
+
+
+def _skipped(path: Path, exc: Exception) -> str:
+    """'skipped FILE: its error' (the error's first line, which names the file already where it can)."""
+    line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"skipped {line}" if str(path) in line or path.name in line else f"skipped {path}: {line}"
+
+
+def user_spec_file(kind: str, name: str) -> Optional[Path]:
+    """The user file (not a shipped one) that catalog name ``name`` of ``kind`` reads, None for a shipped spec."""
+    path = _names(kind).get(name)
+    return None if path is None or path.parent == shipped_dir(kind) else path
+
+
+def catalog_state() -> tuple:
+    """What a name lookup depends on besides the files: DSDSIM_SPECS_DIRS and the folders add_specs_dir added."""
+    return (os.environ.get(ENV_SPECS_DIRS, ""), *_user_dirs)
+
+
+# (kind, name, catalog_state()) -> (spec, file, the file's stamp when it was read)
+_by_name: dict[tuple, tuple] = {}
+_BY_NAME_MAX = 512
+
+
+def _remembered(kind: str, text: str, load):
+    """``load(text)`` -> (spec, file), remembered for catalog names (and engine names such as ``vllm@0.10.1``) per
+    catalog state, read again when the file changes. A path is not remembered: what it names follows the working
+    folder."""
+    state = catalog_state()
+    key = (kind, text, state)
+    hit = _by_name.get(key)
+    if hit is not None and _stamp(hit[1]) == hit[2]:
+        return hit[0], hit[1]
+    spec, path = load(text)
+    if _is_name(kind, text, state[0]):
+        if len(_by_name) >= _BY_NAME_MAX:
+            _by_name.clear()
+        _by_name[key] = (spec, path, _stamp(path))
+    return spec, path
+
+
+def is_catalog_name(kind: str, text: str) -> bool:
+    """Whether ``text`` is a name of the catalog (``hw_specs``, ``model_specs``; engines: any text that is not a
+    path), not a path whose meaning follows the working folder."""
+    return _is_name(kind, text, os.environ.get(ENV_SPECS_DIRS, ""))
+
+
+def stamped(files: Iterable[Path]) -> tuple:
+    """((file, its stamp), ...): compare with ``unchanged`` to tell whether any was rewritten since."""
+    return tuple((f, _stamp(f)) for f in files)
+
+
+def unchanged(stamps: tuple) -> bool:
+    return all(_stamp(f) == st for f, st in stamps)
+
+
+def _is_name(kind: str, text: str, env_value: str) -> bool:
+    if kind == "engine_specs":
+        return os.sep not in text and "/" not in text and not text.endswith((".yaml", ".yml", ".json"))
+    return text in _index(kind, env_value)
 
 
 def _declared_name(path: Path) -> str:
@@ -250,7 +333,9 @@ def _engines_of_files(family: str, files: tuple) -> list[tuple[str, SimpleNamesp
     for stem, path in files:
         head = _engine_head(_real(path), _stamp(path))
         if head is None:
-            spec = _load_engine_file(_real(path), _stamp(path))
+            spec = _engine_or_warning(path)
+            if spec is None:
+                continue
             head = SimpleNamespace(name=spec.name, versions=spec.versions)
         if head.name == family and head.versions is not None:
             out.append((stem, head))
@@ -296,10 +381,22 @@ def engine_families() -> list[str]:
     """Engine names that have version ranges (``vllm``, ``sglang``, ``trtllm``, ...)."""
     names = set()
     for path in _names("engine_specs").values():
-        spec = _load_engine_file(_real(path), _stamp(path))
-        if spec.versions is not None:
+        spec = _engine_or_warning(path)
+        if spec is not None and spec.versions is not None:
             names.add(spec.name)
     return sorted(names)
+
+
+def _engine_or_warning(path: Path) -> Optional[EngineSpec]:
+    """The engine spec in ``path``; None, with a ``SpecWarning``, for a user file that cannot be read (a shipped one
+    fails): looking up another engine by its family must not fail on it."""
+    try:
+        return _load_engine_file(_real(path), _stamp(path))
+    except DsdsimError as exc:
+        if _real(path).parent == _real(shipped_dir("engine_specs")):
+            raise
+        warnings.warn(SpecWarning(_skipped(path, exc)), stacklevel=2)
+        return None
 
 
 def resolve_engine_name(name: str) -> str:
@@ -352,8 +449,17 @@ def load_engine(name_or_path: "str | Path | EngineSpec") -> EngineSpec:
     ``sglang``, ``trtllm``, ``ideal``), ``ENGINE@VERSION`` (``vllm@0.10.1``), or a path to a YAML file."""
     if isinstance(name_or_path, EngineSpec):
         return name_or_path
-    path = _engine_path(str(name_or_path))
-    return _load_engine_file(path, _stamp(path))
+    return engine_and_file(name_or_path)[0]
+
+
+def engine_and_file(name_or_path: "str | Path") -> tuple[EngineSpec, Path]:
+    """``load_engine`` and the file it read."""
+    return _remembered("engine_specs", str(name_or_path).strip(), _read_engine)
+
+
+def _read_engine(text: str) -> tuple[EngineSpec, Path]:
+    path = _engine_path(text)
+    return _load_engine_file(path, _stamp(path)), path
 
 
 def _engine_path(text: str) -> Path:
@@ -365,7 +471,7 @@ def engine_source(name_or_path: "str | Path | EngineSpec") -> Optional[str]:
     """The file an engine spec was read from (None for an object built in memory)."""
     if isinstance(name_or_path, EngineSpec):
         return None
-    path = _engine_path(str(name_or_path))
+    path = engine_and_file(name_or_path)[1]
     shipped = _real(shipped_dir("engine_specs"))
     return f"engine_specs/{path.name}" if path.parent == shipped else str(path)
 
@@ -378,7 +484,6 @@ def is_shipped_engine(name: str) -> bool:
     return any(_load_engine_file(_real(p), _stamp(p)).name == name for p in d.glob("*.yaml"))
 
 
-@lru_cache(maxsize=128)
 def _load_model_file(path: Path, name: str) -> ModelSpec:
     return _load_model_cached(path, name, _stamp(path))
 
@@ -399,23 +504,62 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
     """A shipped or user hardware spec by name (``h100-sxm``), or by path to a YAML/JSON file."""
     if isinstance(name_or_path, HardwareSpec):
         return name_or_path
-    return _load_hardware_file(_real(_resolve("hw_specs", str(name_or_path), "hardware")))
+    return hardware_and_file(name_or_path)[0]
+
+
+def hardware_and_file(name_or_path: "str | Path") -> tuple[HardwareSpec, Path]:
+    """``load_hardware`` and the file it read."""
+    return _remembered("hw_specs", str(name_or_path), _read_hardware)
+
+
+def _read_hardware(text: str) -> tuple[HardwareSpec, Path]:
+    path = _real(_resolve("hw_specs", text, "hardware"))
+    return _load_hardware_file(path), path
 
 
 def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     """A shipped or user model by name (``llama-3.1-8b``), or by path to a Hugging Face config.json."""
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
-    path = _real(_resolve("model_specs", str(name_or_path), "model"))
+    return model_and_file(name_or_path)[0]
+
+
+def model_and_file(name_or_path: "str | Path") -> tuple[ModelSpec, Path]:
+    """``load_model`` and the file it read."""
+    return _remembered("model_specs", str(name_or_path), _read_model)
+
+
+def _read_model(text: str) -> tuple[ModelSpec, Path]:
+    path = _real(_resolve("model_specs", text, "model"))
     name = path.parent.name if path.name == "config.json" else path.stem
-    return _load_model_file(path, name)
+    return _load_model_file(path, name), path
 
 
 def iter_models(names: Optional[Iterable[str]] = None) -> Iterable[ModelSpec]:
-    for n in names or model_names():
-        yield load_model(n)
+    """The models ``names`` (all known ones by default). Listing them all, a user file that cannot be read is
+    skipped with a ``SpecWarning`` naming it and its error; a name asked for fails with that error."""
+    return _iter_specs("model_specs", load_model, names, model_names)
 
 
 def iter_hardware(names: Optional[Iterable[str]] = None) -> Iterable[HardwareSpec]:
-    for n in names or hardware_names():
-        yield load_hardware(n)
+    """The accelerators ``names`` (all known ones by default), skipping unreadable user files as ``iter_models``."""
+    return _iter_specs("hw_specs", load_hardware, names, hardware_names)
+
+
+def iter_engines(names: Optional[Iterable[str]] = None) -> Iterable[tuple[str, EngineSpec]]:
+    """(name, spec) of the engine specs ``names`` (all known ones by default), skipping unreadable user files as
+    ``iter_models``."""
+    return _iter_specs("engine_specs", load_engine, names, engine_names, keep_names=True)
+
+
+def _iter_specs(kind: str, load, names, all_names, keep_names: bool = False):
+    for n in all_names() if not names else names:
+        try:
+            spec = load(n)
+        except DsdsimError as exc:
+            user_file = user_spec_file(kind, n) if not names else None
+            if user_file is None:
+                raise
+            warnings.warn(SpecWarning(_skipped(user_file, exc)), stacklevel=2)
+            continue
+        yield (n, spec) if keep_names else spec

@@ -3,17 +3,17 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dsdsim.errors import DsdsimError
+from dsdsim.specs.frozen import FrozenSpec
 from dsdsim.specs.model import AttentionKind, ModelSpec
 from dsdsim.units import DType
 
 
-class Deployment(BaseModel):
+class Deployment(FrozenSpec):
     """One serving replica on ``tp`` GPUs. Experts are split over ``ep`` groups inside those GPUs (ep | tp)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     tp: int = Field(default=1, ge=1, le=1024)
     ep: int = Field(default=1, ge=1, le=1024)
     dtype: Optional[DType] = None           # weights; None = the checkpoint's format

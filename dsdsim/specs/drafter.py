@@ -5,14 +5,16 @@ Command-line forms: ``eagle3``, ``eagle``, ``mtp``, ``medusa``, ``ngram``, ``dra
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from dsdsim.errors import DsdsimError
-from dsdsim.specs.model import Layer, Linear  # noqa: F401  (Linear: the draft heads' matrices, re-exported)
+from dsdsim.specs.frozen import FrozenSpec
+from dsdsim.specs.model import Layer, Linear
 
 MAX_K = 16
 
@@ -27,7 +29,7 @@ class DrafterKind(str, Enum):
     self_spec = "self-spec"       # the target itself with a sparse KV budget
 
 
-class DraftTree(BaseModel):
+class DraftTree(FrozenSpec):
     """A draft tree as SGLang / TensorRT-LLM run EAGLE-2/3 (--speculative-num-steps, -eagle-topk,
     -num-draft-tokens): ``steps`` draft passes over ``topk`` candidates per sequence (the first over the tokens
     accepted last step), and a verify pass over ``tokens`` + 1 tokens per sequence under a tree mask.
@@ -38,7 +40,6 @@ class DraftTree(BaseModel):
     kept node expands into ``topk`` children, ``topk`` of them are kept), so ``tokens`` ≤ topk + (steps − 1)·topk².
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     steps: int = Field(ge=1, le=64)
     topk: int = Field(ge=1, le=64)
     tokens: int = Field(ge=1, le=1024)
@@ -77,10 +78,9 @@ def parse_draft_tree(text: str) -> DraftTree:
     return DraftTree(steps=steps, topk=topk, tokens=tokens)
 
 
-class DrafterSpec(BaseModel):
+class DrafterSpec(FrozenSpec):
     """A drafter and its fixed costs. Defaults are stated assumptions, overridable per field."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     kind: DrafterKind
     model: Optional[str] = None               # draft-model: the draft model's name or config path
     draft_vocab_size: int = Field(default=32000, gt=0)   # eagle3 (SafeAILab EAGLE-3 heads use 32000)
@@ -131,8 +131,10 @@ def with_tree(drafter: DrafterSpec, tree: Optional[DraftTree]) -> DrafterSpec:
 _KIND_MAX_K = {DrafterKind.medusa: 5}
 
 
+@functools.lru_cache(maxsize=256)
 def parse_drafter(text: str) -> DrafterSpec:
-    """'eagle3' | 'eagle' | 'mtp' | 'medusa' | 'ngram' | 'draft-model:MODEL' | 'self-spec:KV_BUDGET'."""
+    """'eagle3' | 'eagle' | 'mtp' | 'medusa' | 'ngram' | 'draft-model:MODEL' | 'self-spec:KV_BUDGET'. Remembered
+    per text (a DrafterSpec is frozen: callers share it)."""
     raw = text.strip()
     head, _, arg = raw.partition(":")
     head = head.strip().lower().replace("_", "-")

@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from dsdsim.errors import SpecError
+from dsdsim.specs.frozen import FrozenSpec
 from dsdsim.specs.hardware import Verified
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
 _VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)")
 
 
@@ -51,11 +51,10 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in m.group(1).split("."))
 
 
-class VersionRange(BaseModel):
+class VersionRange(FrozenSpec):
     """Releases ``first`` to ``last``, both inclusive at their precision (last '0.13' covers 0.13.2); ``last``
     None: every later release (the current release line)."""
 
-    model_config = _FROZEN
     first: str
     last: Optional[str] = None
 
@@ -122,10 +121,9 @@ class Unit(str, Enum):
     eager_kernels = "eager_kernels"   # small kernels launched from Python: kernel floor + eager launch gap each
 
 
-class EngineTerm(BaseModel):
+class EngineTerm(FrozenSpec):
     """One cost of the engine beyond the kernels of the passes (module docstring)."""
 
-    model_config = _FROZEN
     name: str = Field(min_length=1)
     component: Component
     runs_on: RunsOn
@@ -173,18 +171,16 @@ class EngineTerm(BaseModel):
         return None
 
 
-class EngineFlag(BaseModel):
-    model_config = _FROZEN
+class EngineFlag(FrozenSpec):
     value: bool
     source: str = Field(min_length=1)
     verified: Verified
     note: Optional[str] = None
 
 
-class Overlap(BaseModel):
+class Overlap(FrozenSpec):
     """Whether the host work of a step runs while the device runs the previous one (async scheduling)."""
 
-    model_config = _FROZEN
     plain: EngineFlag
     speculative: EngineFlag
     # the drafter kinds speculative overlap covers (vLLM: EAGLE/MTP only, the drafts stay on the GPU); None: all
@@ -212,10 +208,9 @@ class GraphMode(str, Enum):
     none = "none"
 
 
-class CudaGraphs(BaseModel):
+class CudaGraphs(FrozenSpec):
     """Which step shapes replay a CUDA graph. ``capture_sizes`` None: every shape is captured, nothing padded."""
 
-    model_config = _FROZEN
     capture_sizes: Optional[tuple[int, ...]] = None
     padding: GraphPadding = GraphPadding.batch
     mode: GraphMode = GraphMode.full
@@ -240,11 +235,10 @@ class DraftShape(str, Enum):
     tree = "tree"
 
 
-class MoEKernels(BaseModel):
+class MoEKernels(FrozenSpec):
     """The fused-MoE kernel family the engine runs, by GPU generation (``dsdsim.cost.timing`` times each family
     from its own figures in the hardware spec)."""
 
-    model_config = _FROZEN
     by_generation: dict[str, str]            # hopper | blackwell | ampere | ada | cdna3 | ... -> kernel family
     default: str = "triton_fused_moe"
     source: str = Field(min_length=1)
@@ -255,10 +249,9 @@ class MoEKernels(BaseModel):
         return self.by_generation.get(generation or "", self.default)
 
 
-class FitProvenance(BaseModel):
+class FitProvenance(FrozenSpec):
     """How the fitted figures were obtained (written by scripts/fit_engines.py or dsdsim calibrate)."""
 
-    model_config = _FROZEN
     method: str
     date: str
     cases: tuple[str, ...]
@@ -268,10 +261,9 @@ class FitProvenance(BaseModel):
     note: Optional[str] = None
 
 
-class EngineSpec(BaseModel):
+class EngineSpec(FrozenSpec):
     """One serving engine's costs beyond kernels over a range of its releases (module docstring)."""
 
-    model_config = _FROZEN
     name: str = Field(min_length=1)              # the engine: vllm, sglang, trtllm, ideal
     versions: Optional[VersionRange] = None      # None: not a versioned engine (ideal, a user's own spec)
     label: str = ""                              # what this range is ("V1 with async scheduling for speculation")

@@ -10,9 +10,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from dsdsim.errors import SpecError
+from dsdsim.specs.frozen import FrozenSpec
 from dsdsim.units import DType
 
 
@@ -25,14 +26,12 @@ class Verified(str, Enum):
     fitted = "fitted"          # fitted by least squares on named measurement cases (engine specs)
 
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
-class Figure(BaseModel):
+class Figure(FrozenSpec):
     """One number with where it came from. ``measured_on``: the hardware names (``hw_specs/``, or a part the catalog
     lacks) it was measured on; a kernel figure of a spec whose name is not among them is assumed for that part."""
 
-    model_config = _FROZEN
     value: float = Field(ge=0)
     source: str = Field(min_length=1)
     verified: Verified
@@ -51,7 +50,7 @@ def _part_names(parts: Optional[tuple[str, ...]]) -> Optional[tuple[str, ...]]:
     return parts
 
 
-class Efficiency(BaseModel):
+class Efficiency(FrozenSpec):
     """Achievable fractions of peak, before calibration.
 
     ``memory`` is the fraction of bandwidth weight-streaming GEMMs reach. Kernel classes differ: KV-cache reads
@@ -60,7 +59,6 @@ class Efficiency(BaseModel):
     carry their own fraction; absent, they use ``memory``. Calibration fits all three.
     """
 
-    model_config = _FROZEN
     compute: Figure
     memory: Figure
     collective: Figure
@@ -97,14 +95,13 @@ class AllReduceAlgorithm(str, Enum):
     ring = "ring"              # NCCL ring/tree: 2(n-1)/n*S per rank, a larger fixed latency
 
 
-class AllReduceTier(BaseModel):
+class AllReduceTier(FrozenSpec):
     """One all-reduce algorithm an engine uses on this link, up to ``max_bytes`` per call.
 
     t(S) = latency_s + traffic(S, n) / (link bandwidth * bandwidth_fraction); engines pick the fastest tier
     allowed for the message size (vLLM custom all-reduce: one-shot for small, two-shot up to its buffer, NCCL beyond).
     """
 
-    model_config = _FROZEN
     algorithm: AllReduceAlgorithm
     max_bytes: float = Field(gt=0)            # largest message this algorithm takes (inf: no limit)
     latency_s: float = Field(ge=0, le=1e-3)
@@ -120,7 +117,7 @@ class AllReduceTier(BaseModel):
         return _part_names(parts)
 
 
-class MoEFamilyFigures(BaseModel):
+class MoEFamilyFigures(FrozenSpec):
     """One fused-MoE kernel family on this part (``dsdsim.cost.timing.moe_family_rates``). One call costs
 
         kernels(w) launch gaps + the two grouped GEMMs' kernel floor (where their work is shorter)
@@ -134,7 +131,6 @@ class MoEFamilyFigures(BaseModel):
     expert's block is padded to. The last two figures are optional shape terms, present where the data show them.
     """
 
-    model_config = _FROZEN
     source: str = Field(min_length=1)            # the engines and backends that run it, and for which formats
     weight_formats: tuple[DType, ...] = Field(min_length=1)
     kernels: Figure
@@ -181,7 +177,7 @@ GROUPED_GEMM_LAUNCHES = 2
 ACTIVATION_QUANTISED = frozenset({DType.fp8, DType.int8, DType.fp4, DType.nvfp4})
 
 
-class KernelFigures(BaseModel):
+class KernelFigures(FrozenSpec):
     """How kernels depart from the flat roofline ``max(F/P, bytes/BW)``; each figure sourced.
 
     * ``gemm_transition_p``: GEMM time is the p-norm (t_c^p + t_m^p)^(1/p) of compute and memory time, so time
@@ -199,7 +195,6 @@ class KernelFigures(BaseModel):
       families they are views of the default family, filled in for readers of the old fields (calibration).
     """
 
-    model_config = _FROZEN
     gemm_transition_p: Figure
     kernel_floor_s: Figure
     decode_attention_bandwidth_fraction: Figure
@@ -290,20 +285,18 @@ class Generation(str, Enum):
     tpu = "tpu"                  # Google TPU (v5e, v6e)
 
 
-class GenerationTag(BaseModel):
+class GenerationTag(FrozenSpec):
     """The part's generation, with where it is stated."""
 
-    model_config = _FROZEN
     value: Generation
     source: str = Field(min_length=1)
     verified: Verified
     note: Optional[str] = None
 
 
-class Measurement(BaseModel):
+class Measurement(FrozenSpec):
     """Provenance of a measured spec (written by `dsdsim probe` / `dsdsim calibrate`)."""
 
-    model_config = _FROZEN
     date: str
     device_name: str
     torch_version: Optional[str] = None
@@ -322,10 +315,9 @@ _MAX_DENSE_PEAK = {                     # FLOP/s; the largest DENSE figure of an
 _MAX_BF16_RIDGE = 575.0
 
 
-class HardwareSpec(BaseModel):
+class HardwareSpec(FrozenSpec):
     """One accelerator. Scale-up link bandwidth is per GPU, one direction."""
 
-    model_config = _FROZEN
     name: str = Field(min_length=1)
     description: str = ""
     vendor: str = ""

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from dsdsim.errors import SpecError, pydantic_one_line
+from dsdsim.errors import SpecError, kind_of, pydantic_one_line
 from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec, NormKind
 from dsdsim.units import DType
 
@@ -83,7 +83,7 @@ def model_from_hf_config(config: object, name: str, source: str = "") -> ModelSp
     """Build a ModelSpec from a parsed config.json (a dict)."""
     where = name or "config.json"
     if not isinstance(config, dict):
-        raise SpecError(f"{where}: a config.json must be a JSON object, got {type(config).__name__}")
+        raise SpecError(f"{where}: a config.json must be a JSON object, got {kind_of(config)}")
     family = config.get("model_type")
     if not isinstance(family, str):
         raise SpecError(f"{where}: required field 'model_type' is missing; is this a Hugging Face config.json?")

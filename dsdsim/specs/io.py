@@ -18,9 +18,11 @@ def read_structured(path: Path) -> object:
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")     # a leading byte-order mark, as some editors save, is still UTF-8
     except UnicodeDecodeError:
-        raise SpecError(f"{path}: not a text file (binary content); expected YAML or JSON") from None
+        if b"\x00" in raw:
+            raise SpecError(f"{path}: not a text file (binary content); expected YAML or JSON") from None
+        raise SpecError(f"{path} is not UTF-8 text: save it as UTF-8") from None
     if not text.strip():
         raise SpecError(f"{path}: file is empty; expected YAML or JSON")
     if path.suffix.lower() == ".json":
@@ -48,10 +50,10 @@ def validated(model_cls, data: object, where: str):
     """``model_cls`` validated from a mapping read from a file: one SpecError line naming ``where`` and the field."""
     from pydantic import ValidationError
 
-    from dsdsim.errors import pydantic_one_line
+    from dsdsim.errors import kind_of, pydantic_one_line
 
     if not isinstance(data, dict):
-        raise SpecError(f"{where}: expected a mapping of fields at the top level, got {type(data).__name__}")
+        raise SpecError(f"{where}: expected a mapping of fields at the top level, got {kind_of(data)}")
     try:
         return model_cls.model_validate(data)
     except ValidationError as exc:

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from dsdsim.specs.frozen import FrozenSpec
 from dsdsim.units import DType
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class AttentionKind(str, Enum):
@@ -33,8 +33,7 @@ class NormKind(str, Enum):
     layer = "layer"        # LayerNorm (Cohere: no bias; PhiMoE: with bias)
 
 
-class Attention(BaseModel):
-    model_config = _FROZEN
+class Attention(FrozenSpec):
     kind: AttentionKind
     num_heads: int = Field(gt=0)               # n_q
     num_kv_heads: int = Field(gt=0)            # n_kv (MLA: equals n_q nominally; the cache is the latent)
@@ -146,8 +145,7 @@ def swiglu_bias_params(hidden: int, width: int) -> int:
     return 2 * width + hidden
 
 
-class FFN(BaseModel):
-    model_config = _FROZEN
+class FFN(FrozenSpec):
     kind: FFNKind
     intermediate_size: int = Field(default=0, ge=0)      # dense SwiGLU width I
     num_experts: int = Field(default=0, ge=0)            # E routed experts
@@ -205,8 +203,7 @@ class FFN(BaseModel):
         return n + (h if self.shared_gate and self.num_shared_experts else 0)
 
 
-class Layer(BaseModel):
-    model_config = _FROZEN
+class Layer(FrozenSpec):
     attention: Attention
     ffn: FFN
     norm: NormKind = NormKind.rms
@@ -224,10 +221,9 @@ class Layer(BaseModel):
         return self.norms * hidden * (2 if self.norm_bias else 1)
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(FrozenSpec):
     """A decoder-only transformer, layer by layer."""
 
-    model_config = _FROZEN
     name: str
     family: str                                  # the config's model_type
     hidden_size: int = Field(gt=0)

@@ -3,12 +3,15 @@ deployment checked against the model. The cost layer takes a Setup (specs), neve
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from dsdsim.defaults import DEFAULT_ENGINE
 from dsdsim.errors import DsdsimError
-from dsdsim.specs.catalog import engine_source, load_engine, load_hardware, load_model
+from dsdsim.specs.catalog import (catalog_state, engine_and_file, engine_source, hardware_and_file, is_catalog_name,
+                                   model_and_file, stamped, unchanged)
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec, parse_drafter
 from dsdsim.specs.engine import EngineParams, EngineSpec
@@ -41,13 +44,60 @@ def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=No
     (``vllm``: its current release line; ``vllm@0.10.1``: the spec covering that version), path or spec (default
     vLLM); None for kernels only. ``async_scheduling``: force the engine's async scheduling on or off (None: the
     version's default). ``engine_method``: the engine's name for the speculative method where it differs from the
-    drafter kind (what the engine's overlap rules key on, e.g. ``mtp`` for a draft model vLLM runs as MTP)."""
-    m = load_model(model)
-    hw = load_hardware(hardware)
-    dep = (deployment or Deployment()).check(m)
+    drafter kind (what the engine's overlap rules key on, e.g. ``mtp`` for a draft model vLLM runs as MTP).
+
+    Remembered: inputs that are catalog names or specs (equal by value: a ``Deployment(tp=1)`` built anew finds
+    the Setup an equal one resolved) give the same Setup while the catalog (``catalog_state``) and the files it read
+    are unchanged; paths are resolved each time."""
+    args = (model, hardware, deployment, drafter, engine, async_scheduling, engine_method)
+    key = (*args, catalog_state())
+    try:
+        hit = _resolved.get(key)
+    except TypeError:          # an input that does not hash: resolved each time
+        return _resolve(*args)[0]
+    if hit is not None and unchanged(hit[1]):
+        return hit[0]
+    setup, files = _resolve(*args)
+    if _by_name_only(model, hardware, drafter, engine):
+        if len(_resolved) >= _RESOLVED_MAX:
+            _resolved.clear()
+        _resolved[key] = (setup, stamped(files))
+    return setup
+
+
+_resolved: dict[tuple, tuple] = {}     # resolve's inputs and catalog state -> (Setup, the files read, stamped)
+_RESOLVED_MAX = 512
+
+
+def _by_name_only(model, hardware, drafter, engine) -> bool:
+    """Whether every input given as text is a catalog name (paths follow the working folder)."""
+    if isinstance(drafter, str):
+        _, _, arg = drafter.partition(":")
+        if drafter.strip().lower().startswith("draft") and arg.strip() and not is_catalog_name("model_specs",
+                                                                                              arg.strip()):
+            return False
+    return ((not isinstance(model, (str, Path)) or is_catalog_name("model_specs", str(model)))
+            and (not isinstance(hardware, (str, Path)) or is_catalog_name("hw_specs", str(hardware)))
+            and (not isinstance(engine, (str, Path)) or is_catalog_name("engine_specs", str(engine).strip())))
+
+
+def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, engine_method) -> tuple[Setup, list]:
+    """The Setup, and the spec files it read."""
+    files = []
+    m, path = (model, None) if isinstance(model, ModelSpec) else model_and_file(model)
+    files.append(path)
+    hw, path = (hardware, None) if isinstance(hardware, HardwareSpec) else hardware_and_file(hardware)
+    files.append(path)
+    dep = check_deployment(deployment or Deployment(), m)
     d = parse_drafter(drafter) if isinstance(drafter, str) else drafter
-    draft_model = load_model(d.model) if d is not None and d.kind is DrafterKind.draft_model else None
-    eng = load_engine(engine) if engine is not None else None
+    draft_model = None
+    if d is not None and d.kind is DrafterKind.draft_model:
+        draft_model, path = model_and_file(d.model)
+        files.append(path)
+    eng = None
+    if engine is not None:
+        eng, path = (engine, None) if isinstance(engine, EngineSpec) else engine_and_file(engine)
+        files.append(path)
     params = None
     if eng is not None and (async_scheduling is not None or engine_method is not None):
         params = EngineParams.of(eng, async_scheduling=async_scheduling,
@@ -56,11 +106,17 @@ def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=No
     setup = Setup(m, hw, dep, d, draft_model, eng, params,
                   engine_source=engine_source(engine) if engine is not None else None)
     if draft_model is not None:
-        setup.draft_deployment.check(draft_model)
+        check_deployment(setup.draft_deployment, draft_model)
         if draft_model.vocab_size != m.vocab_size:
             raise DsdsimError(f"draft model {draft_model.name} has vocabulary {draft_model.vocab_size}, "
                               f"target {m.name} has {m.vocab_size}: a draft model must share the tokenizer")
     if d is not None and d.kind is DrafterKind.mtp and not m.mtp_layers:
         raise DsdsimError(f"{m.name} has no MTP module (num_nextn_predict_layers = 0); "
                           "choose eagle3, eagle or draft-model:MODEL")
-    return setup
+    return setup, [f for f in files if f is not None]
+
+
+@functools.lru_cache(maxsize=256)
+def check_deployment(dep: Deployment, model: ModelSpec) -> Deployment:
+    """``dep.check(model)``, once per pair of values (specs hash by value)."""
+    return dep.check(model)

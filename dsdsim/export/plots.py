@@ -1,0 +1,437 @@
+"""Pictures (matplotlib, imported only when a plot is asked for).
+
+Display objects follow scikit-learn's pattern: ``PredictionDisplay.from_prediction(p).plot(ax=None)`` keeps
+the figure and axes for restyling; ``.save(path)`` writes a PNG (``save_png``: atomically).
+
+    PredictionDisplay    goodput per K relative to plain decoding, and K* per batch size (predict --plot)
+    RooflineDisplay      the hardware roofline with one step's operators on it (plot roofline)
+    SensitivityDisplay   K* and the dynamic-K speedup against acceptance and context (plot sensitivity)
+    AccuracyDisplay      predicted against measured, log-log: the public corpus (accuracy --plot) and a
+                         validation run's points (validate's predicted_vs_measured.png)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from dsdsim.errors import DsdsimError
+
+
+def _plt():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise DsdsimError("plotting needs matplotlib: pip install 'dsdsim[plot]'") from None
+    return plt
+
+
+class _Display:
+    """Shared by the displays: ``save(path)`` draws (if not yet drawn) and writes a PNG."""
+
+    figure_: Any
+
+    def plot(self, *args, **kwargs):  # pragma: no cover - each display defines it
+        raise NotImplementedError
+
+    def save(self, path: Path) -> Path:
+        if self.figure_ is None:
+            self.plot()
+        self.figure_.savefig(path, dpi=120)
+        return Path(path)
+
+    def close(self) -> None:
+        """Release the figure (pyplot keeps every open figure until closed)."""
+        if self.figure_ is not None:
+            _plt().close(self.figure_)
+
+
+@dataclass
+class PredictionDisplay(_Display):
+    """Goodput relative to plain decoding per K, with the dynamic-K envelope, and K* vs batch size below.
+
+    Top: G(B, K) / G(B, 0) for every K (plain decoding is the flat line at 1.0), so where speculation stops
+    paying is where a curve crosses 1.0; the table's choice is the dashed envelope. Batch sizes where nothing
+    fits in memory are shaded. Bottom: the table's K per batch size (and the unconstrained K* where a
+    ``--max-distinct-k`` limit changed it)."""
+
+    prediction: Any
+    figure_: Any = None
+    axes_: Any = None
+
+    @classmethod
+    def from_prediction(cls, prediction) -> "PredictionDisplay":
+        return cls(prediction)
+
+    def plot(self, axes=None) -> "PredictionDisplay":
+        plt = _plt()
+        p = self.prediction
+        if axes is None:
+            fig, axes = plt.subplots(2, 1, figsize=(8, 8), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
+        else:
+            fig = axes[0].figure
+        ax, ax_k = axes
+        b = np.asarray(p.batch_sizes, dtype=float)
+        kv = list(p.k_values)
+        g0 = p.goodput[kv.index(0)] if 0 in kv else np.full(b.shape, np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rel = p.goodput / g0                                        # (K, B), NaN where either does not fit
+        cmap = plt.get_cmap("viridis", len(kv))
+        for i, k in enumerate(kv):
+            if k == 0:
+                ax.plot(b, rel[i], color="black", lw=1.2, label="K=0 (plain decoding) = 1")
+            else:
+                ax.plot(b, rel[i], color=cmap(i), lw=1.0, alpha=0.85, label=f"K={k}")
+        table_k = np.asarray(p.table.k_per_batch)
+        chosen = np.array([rel[kv.index(k), j] if k >= 0 else np.nan for j, k in enumerate(table_k)])
+        ax.plot(b, chosen, color="crimson", lw=2.5, ls="--", label="dynamic K (table)")
+        ax.set_xscale("log", base=2)
+        ax.set_ylabel("goodput relative to plain decoding")
+        s = p.setup
+        drafter = s.drafter.label if s.drafter is not None else "no drafter"
+        ax.set_title(f"{s.model.name} on {s.hardware.name} (tp {s.deployment.tp}), {drafter}, "
+                     f"context {p.context}", fontsize=10)
+        fits = table_k >= 0
+        if b.size > 1:
+            ax.set_xlim(b[0], b[-1])
+        if not fits.any():
+            for a in (ax, ax_k):
+                a.axvspan(b[0], b[-1], color="0.85", alpha=0.7, lw=0)
+            ax.text(0.5, 0.5, f"no batch size fits in memory at context {p.context}", transform=ax.transAxes,
+                    ha="center", va="center", color="crimson")
+        else:
+            last = int(b[fits][-1])
+            stop = [int(bb) for bb, k in zip(b, table_k) if k == 0]
+            if stop:    # the smallest batch from which the table stops speculating
+                ax_k.axvline(stop[0], color="gray", ls=":", lw=1)
+                ax.axvline(stop[0], color="gray", ls=":", lw=1)
+                ax.annotate(f"K*=0 from B={stop[0]}", (stop[0], 1.0), xytext=(4, 6), textcoords="offset points",
+                            fontsize=7, color="dimgray")
+            finite = rel[np.isfinite(rel)]
+            if finite.size:
+                lo, hi = float(finite.min()), float(finite.max())
+                pad = 0.05 * max(hi - lo, 0.1)
+                ax.set_ylim(min(lo, 1.0) - pad, max(hi, 1.0) + pad)
+            if not fits.all():
+                after = b[~fits & (b > last)]
+                if after.size:
+                    for a in (ax, ax_k):
+                        a.axvspan(after[0], b[-1], color="0.85", alpha=0.7, lw=0)
+                    ax.text(0.99, 0.02, f"shaded: B >= {int(after[0])} does not fit in memory", fontsize=7,
+                            color="dimgray", transform=ax.transAxes, ha="right", va="bottom")
+        ax.axhline(1.0, color="black", lw=0.6, alpha=0.5)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, ncol=2, loc="upper right")
+        k_plot = np.where(table_k >= 0, table_k, np.nan)
+        ax_k.step(b, k_plot, where="post", color="crimson", label="table")
+        k_best = np.asarray(p.k_best)
+        if np.any((k_best != table_k) & fits):
+            ax_k.step(b, np.where(k_best >= 0, k_best, np.nan), where="post", color="gray", ls=":",
+                      label="best K per batch (no limit on distinct K)")
+            ax_k.legend(fontsize=7, loc="upper right")
+        ax_k.set_ylabel("K*")
+        ax_k.set_xlabel("batch size")
+        ax_k.set_yticks(range(0, int(max(kv)) + 1))
+        ax_k.grid(True, alpha=0.3)
+        fig.tight_layout()
+        self.figure_, self.axes_ = fig, (ax, ax_k)
+        return self
+
+
+def _first(x) -> float:
+    """The scalar of a (possibly one-element array) step field."""
+    return float(np.asarray(x, dtype=float).reshape(-1)[0])
+
+
+def _step_label(step) -> str:
+    """What the step verifies: 'K=3' for a chain, the tree and its token count for a draft tree, plain decoding."""
+    d = step.drafter
+    if d is None or _first(step.k) == 0:
+        return "K=0 (plain decoding)"
+    if d.tree is not None:
+        return f"{d.tree.label}: {d.tree.steps} draft passes, {d.tree.tokens} draft tokens verified, {d.label}"
+    return f"K={int(_first(step.k))}, {d.label}"
+
+
+# one colour per operator kind (the legend names them); the marker says the phase
+_KIND_COLORS = {"gemm": "tab:blue", "attention": "tab:red", "moe_experts": "tab:purple", "logits": "tab:green",
+                "elementwise": "tab:orange", "sampling": "tab:brown", "embedding": "tab:pink"}
+_PHASE_MARKERS = {"verify": "o", "draft": "^"}
+_LABEL_SHARE = 0.05       # an operator is named on the plot when it takes at least this share of the step time
+_LABEL_MERGE_DECADES = 0.12   # labelled operators closer than this (log10, both axes) share one label
+
+
+def _merge_labels(points: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """Operators that land on (nearly) the same spot get one label 'a, b, c' instead of overprinted text."""
+    groups: list[list[tuple[float, float, str]]] = []
+    for x, y, name in sorted(points, key=lambda t: (t[0], t[1])):
+        for g in groups:
+            gx, gy = np.log10(g[0][0]), np.log10(g[0][1])
+            if abs(np.log10(x) - gx) < _LABEL_MERGE_DECADES and abs(np.log10(y) - gy) < _LABEL_MERGE_DECADES:
+                if name not in [n for _, _, n in g]:
+                    g.append((x, y, name))
+                break
+        else:
+            groups.append([(x, y, name)])
+    return [(g[0][0], g[0][1], ", ".join(n for _, _, n in g)) for g in groups]
+
+
+@dataclass
+class RooflineDisplay(_Display):
+    """The hardware roofline (bf16 and, where present, fp8) with a step's operators placed on it: colour by
+    operator kind, circles for the verify pass, triangles for the draft passes; the operators that take at least
+    5% of the step are named (operators on the same spot share one label). Achieved FLOP/s is predicted:
+    FLOPs per call / predicted time per call."""
+
+    step: Any
+    figure_: Any = None
+    ax_: Any = None
+
+    @classmethod
+    def from_step(cls, step) -> "RooflineDisplay":
+        return cls(step)
+
+    def _points(self):
+        """(phase, kind, name, intensity FLOP/byte, achieved FLOP/s, share of the step) per operator with work."""
+        st = self.step
+        total = _first(st.step_time_s)
+        for phase in _PHASE_MARKERS:
+            for t in getattr(st, phase).op_times:
+                count, nbytes, flops = _first(t.op.count), _first(t.op.bytes), _first(t.op.flops)
+                time_s = _first(t.time_s)
+                if count == 0 or nbytes <= 0 or flops <= 0 or time_s <= 0:
+                    continue
+                per_call = time_s / count
+                yield (phase, t.op.kind.value, t.op.name.split(".")[-1], flops / nbytes, flops / per_call,
+                       time_s / total if total else 0.0)
+
+    def plot(self, ax=None) -> "RooflineDisplay":
+        plt = _plt()
+        from matplotlib.lines import Line2D
+
+        from dsdsim.units import DType
+
+        st = self.step
+        hw = st.hardware
+        if ax is None:
+            fig, ax = plt.subplots(figsize=(9.5, 5.8))
+        else:
+            fig = ax.figure
+        bw = hw.bandwidth
+        x = np.logspace(-1, 4, 200)
+        handles = []
+        for dtype, ls in ((DType.bf16, "-"), (DType.fp8, "--")):
+            if dtype in hw.peak_flops_per_s:
+                line, = ax.plot(x, np.minimum(hw.peak(dtype), bw * x), ls=ls, color="gray",
+                                label=f"roof {dtype.value} (datasheet)")
+                handles.append(line)
+        pts = list(self._points())
+        kinds = sorted({k for _, k, *_ in pts}, key=lambda k: (k not in _KIND_COLORS, k))
+        extra = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"])
+        colors = {k: _KIND_COLORS.get(k) or next(extra) for k in kinds}
+        for phase, kind, _name, xi, yi, _share in pts:
+            ax.scatter(xi, yi, marker=_PHASE_MARKERS[phase], s=26, alpha=0.8, color=colors[kind],
+                       edgecolors="black" if phase == "draft" else "none", linewidths=0.4)
+        named = _merge_labels([(xi, yi, name) for _, _, name, xi, yi, share in pts if share >= _LABEL_SHARE])
+        for i, (xi, yi, text) in enumerate(named):
+            ax.annotate(text, (xi, yi), xytext=(6, 8 if i % 2 == 0 else -12), textcoords="offset points",
+                        fontsize=7, color="0.15",
+                        arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5})
+        handles += [Line2D([], [], ls="", marker="s", color=colors[k], label=k) for k in kinds]
+        phases = {p for p, *_ in pts}
+        handles += [Line2D([], [], ls="", marker=_PHASE_MARKERS[p], color="0.4", label=f"{p} pass")
+                    for p in _PHASE_MARKERS if p in phases]
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+        ax.set_ylabel("achieved FLOP/s (predicted)")
+        ax.set_title(f"{hw.name}: {st.model.name}, B={int(_first(st.batch))}, context {int(_first(st.context))}\n"
+                     f"{_step_label(st)}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                  title=f"labelled: >= {_LABEL_SHARE:.0%} of the step time", title_fontsize=7)
+        fig.tight_layout()
+        self.figure_, self.ax_ = fig, ax
+        return self
+
+
+def save_png(display, path: Optional[Path]) -> Optional[Path]:
+    """Render to a temporary file and rename, so a failed plot leaves nothing behind."""
+    if path is None:
+        return None
+    from dsdsim.export.files import atomic_path
+
+    path = Path(path)
+    with atomic_path(path, suffix=".png") as tmp:
+        display.save(tmp)
+    return path
+
+
+_MAX_LEGEND_LINES = 12     # past this many (alpha, context) lines the legend names colours and styles apart
+
+
+@dataclass
+class SensitivityDisplay(_Display):
+    """How K* and the dynamic-K speedup move with acceptance (colour) and context (line style).
+
+    Built from ``dsdsim.plan.sensitivity(...)`` (one row per alpha, context, batch size). ``title``: what was
+    predicted (model, hardware, drafter); the legend sits outside the panels, one entry per line up to 12 lines,
+    else one per acceptance (colour) and one per context (line style)."""
+
+    frame: Any
+    title: str = ""
+    figure_: Any = None
+    axes_: Any = None
+
+    @classmethod
+    def from_frame(cls, frame, title: str = "") -> "SensitivityDisplay":
+        return cls(frame, title)
+
+    def plot(self, axes=None) -> "SensitivityDisplay":
+        plt = _plt()
+        from matplotlib.lines import Line2D
+
+        df = self.frame
+        if axes is None:
+            fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
+        else:
+            fig = axes[0].figure
+        ax_k, ax_s = axes
+        alphas = sorted(df["alpha"].unique())
+        contexts = sorted(df["context"].unique())
+        cmap = plt.get_cmap("plasma", len(alphas) + 1)
+        styles = ["-", "--", ":", "-."]
+        for i, a in enumerate(alphas):
+            for j, c in enumerate(contexts):
+                sub = df[(df["alpha"] == a) & (df["context"] == c)].sort_values("batch_size")
+                kw = dict(color=cmap(i), ls=styles[j % len(styles)], lw=1.4)
+                label = f"alpha {a:g}, context {c}"
+                ax_k.step(sub["batch_size"], sub["k"], where="post", label=label, **kw)
+                ax_s.plot(sub["batch_size"], sub["speedup_vs_vanilla"], label=label, **kw)
+        for ax in axes:
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("batch size")
+            ax.grid(True, alpha=0.3)
+        ax_k.set_ylabel("K*")
+        ax_s.set_ylabel("dynamic-K speedup vs K=0")
+        ax_s.axhline(1.0, color="gray", lw=0.8)
+        if len(alphas) * len(contexts) <= _MAX_LEGEND_LINES:
+            handles, _ = ax_s.get_legend_handles_labels()
+        else:
+            handles = ([Line2D([], [], color=cmap(i), lw=2, label=f"alpha {a:g}") for i, a in enumerate(alphas)]
+                       + [Line2D([], [], color="0.3", ls=styles[j % len(styles)], label=f"context {c}")
+                          for j, c in enumerate(contexts)])
+        ax_s.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        if self.title:
+            fig.suptitle(self.title, fontsize=10)
+        fig.tight_layout()
+        self.figure_, self.axes_ = fig, (ax_k, ax_s)
+        return self
+
+
+BAND = 0.20     # the +/- band drawn around y = x
+
+
+@dataclass(frozen=True)
+class Series:
+    """One set of (measured, predicted) pairs drawn with one colour and marker (hollow: ``filled`` False)."""
+
+    label: str
+    measured: tuple[float, ...]
+    predicted: tuple[float, ...]
+    color: str
+    marker: str = "o"
+    filled: bool = True
+
+
+# the corpus' quantities: one marker each (any other quantity: an x)
+_QUANTITY_MARKERS = {"itl_ms": "o", "step_ms": "s", "tokens_per_s": "^", "speedup_vs_no_sd": "D",
+                     "step_time_ratio": "v", "ratio": "P"}
+_SPLIT_COLORS = {"train": "tab:blue", "test": "tab:orange"}
+_TAB10 = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
+          "tab:olive", "tab:cyan")
+
+
+@dataclass
+class AccuracyDisplay(_Display):
+    """Predicted against measured on log axes, with the y = x line and a +/-20% band.
+
+    ``AccuracyDisplay.from_report(report)``: the public corpus (``dsdsim accuracy --plot``), colour by split and
+    marker by quantity. ``AccuracyDisplay.from_points(points, title)``: a validation run's points
+    (``dsdsim validate``), colour by kind, hollow as predicted by the spec, filled once calibrated."""
+
+    series: tuple[Series, ...]
+    title: str = ""
+    xlabel: str = "measured"
+    ylabel: str = "predicted"
+    band: float = BAND
+    figure_: Any = None
+    axes_: Any = None
+
+    @classmethod
+    def from_report(cls, report) -> "AccuracyDisplay":
+        rows = [c for c in report.cases if c.predicted is not None]
+        quantities = list(_QUANTITY_MARKERS) + sorted({c.quantity for c in rows} - set(_QUANTITY_MARKERS))
+        series = []
+        for split in ("train", "test"):
+            for q in quantities:
+                pts = [c for c in rows if c.split == split and c.quantity == q]
+                if pts:
+                    series.append(Series(f"{split}: {q} ({len(pts)})", tuple(c.measured for c in pts),
+                                         tuple(c.predicted for c in pts), _SPLIT_COLORS[split],
+                                         _QUANTITY_MARKERS.get(q, "x")))
+        errs = ", ".join(f"{k} n={v.n} median |err| {100 * v.median_abs_rel_error:.0f}%"
+                         for k, v in report.summary.items() if v.n)
+        return cls(tuple(series), title=f"Accuracy against public measurements\n{errs}",
+                   xlabel="measured (public source)", ylabel="predicted by dsdsim (shipped defaults)")
+
+    @classmethod
+    def from_points(cls, points, title: str = "") -> "AccuracyDisplay":
+        """Validation points (``dsdsim.fit.calibrate.Point``): per kind, the spec's prediction (hollow) and the
+        calibrated one (filled), seconds per call."""
+        colors = _TAB10
+        series = []
+        for i, kind in enumerate(sorted({p.kind for p in points})):
+            ps = [p for p in points if p.kind == kind]
+            meas = tuple(p.measured_s for p in ps)
+            color = colors[i % len(colors)]
+            series.append(Series(f"{kind} (spec)", meas, tuple(p.predicted_s for p in ps), color, filled=False))
+            cal = [(p.measured_s, p.calibrated_s) for p in ps if p.calibrated_s is not None]
+            if cal:
+                series.append(Series(f"{kind} (calibrated)", tuple(m for m, _ in cal), tuple(c for _, c in cal),
+                                     color))
+        return cls(tuple(series), title=title or "predicted vs measured",
+                   xlabel="measured time per call (s)", ylabel="predicted time per call (s)")
+
+    def plot(self, ax=None) -> "AccuracyDisplay":
+        plt = _plt()
+        if ax is None:
+            fig, ax = plt.subplots(figsize=(7, 6.5))
+        else:
+            fig = ax.figure
+        for s in self.series:
+            style = ({"color": s.color} if s.filled else {"facecolors": "none", "edgecolors": s.color})
+            ax.scatter(s.measured, s.predicted, marker=s.marker, s=26, alpha=0.8, label=s.label, **style)
+        values = [v for s in self.series for v in (*s.measured, *s.predicted) if v > 0]
+        lo, hi = (min(values) / 1.5, max(values) * 1.5) if values else (0.1, 10.0)
+        b = self.band
+        ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="y = x")
+        ax.fill_between([lo, hi], [lo * (1 - b), hi * (1 - b)], [lo * (1 + b), hi * (1 + b)], color="grey",
+                        alpha=0.2, label=f"±{b:.0%}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel(self.xlabel)
+        ax.set_ylabel(self.ylabel)
+        ax.set_title(self.title, fontsize=10)
+        ax.legend(fontsize=7, loc="upper left", ncol=2 if len(self.series) > 8 else 1)
+        ax.grid(True, which="both", alpha=0.3)
+        fig.tight_layout()
+        self.figure_, self.axes_ = fig, ax
+        return self

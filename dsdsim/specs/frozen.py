@@ -1,0 +1,39 @@
+"""The base of every spec: a frozen pydantic model that hashes by value, once per object.
+
+Specs never change after construction, so what is derived from them alone can be remembered under their value
+(``dsdsim.cost.memo``): a ``Deployment(tp=1)`` built anew for each call finds the plan an equal one built. pydantic's
+own hash of a frozen model walks every field on every call and fails on a dict field (a hardware spec's peaks); this
+one freezes dicts and lists, and keeps the result in a slot of the object, which neither equality, ``model_dump``
+nor ``model_copy`` sees (a copy with changed fields hashes again).
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class FrozenSpec(BaseModel):
+    """A frozen model with a misspelled key refused (``extra="forbid"``), hashed by value and the hash kept."""
+
+    __slots__ = ("_value_hash",)
+    model_config = FROZEN
+
+    def __hash__(self) -> int:
+        try:
+            return self._value_hash
+        except AttributeError:
+            h = hash((type(self), tuple(_hashable(v) for v in self.__dict__.values())))
+            object.__setattr__(self, "_value_hash", h)
+            return h
+
+
+def _hashable(value):
+    """``value`` with its dicts, lists and sets frozen (equal values give equal results; specs hash themselves)."""
+    if isinstance(value, dict):
+        return frozenset((k, _hashable(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_hashable(v) for v in value)
+    return value
