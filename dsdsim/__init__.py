@@ -8,7 +8,7 @@ Public API (imported lazily so ``import dsdsim`` stays fast and never pulls in t
     simulate_step, step_time_grid                            the cost model (vectorised over B, K, c)
     load_engine, engine_names                                engine specs by version range
     parse_acceptance, Acceptance                             acceptance models
-    predict                                                  the K* table per batch size
+    predict, PredictOptions                                  the K* table per batch size, and its options
     plan                                                     capacity planning
     accuracy, AccuracyReport                                 predictions against the public measurement corpus
 """
@@ -37,6 +37,7 @@ _EXPORTS = {
     "Acceptance": "dsdsim.policy.acceptance",
     "parse_acceptance": "dsdsim.policy.acceptance_input",
     "predict": "dsdsim.policy.predict",
+    "PredictOptions": "dsdsim.policy.options",
     "Prediction": "dsdsim.policy.predict",
     "plan": "dsdsim.plan",
     "accuracy": "dsdsim.corpus.evaluate",

@@ -8,13 +8,14 @@ Prices are inputs, never shipped as facts.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from dsdsim.defaults import DEFAULT_CONTEXT, DEFAULT_DRAFTER
+from dsdsim.defaults import DEFAULT_DRAFTER, DEFAULT_ENGINE
 from dsdsim.errors import DsdsimError
+from dsdsim.policy.options import PredictOptions
 from dsdsim.policy.predict import Prediction, predict
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.model import ModelSpec
@@ -76,7 +77,7 @@ class PlanRow:
     gpus_needed_dsd: Optional[int]
     cost_per_million_tokens_vanilla: Optional[float]
     cost_per_million_tokens_dsd: Optional[float]
-    # the DSD operating point's ITL, and the intervals of held-out corpus errors (dsdsim.fit.intervals)
+    # the DSD operating point's ITL, and the intervals of held-out corpus errors (dsdsim.policy.intervals)
     itl_ms_dsd: Optional[float] = None
     itl_ms_dsd_low: Optional[float] = None
     itl_ms_dsd_high: Optional[float] = None
@@ -132,14 +133,16 @@ def _best_plain(p: Prediction, slo_s: float) -> tuple[Optional[int], float]:
     return int(p.batch_sizes[j]), float(g[j])
 
 
-def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: float, context: int = DEFAULT_CONTEXT,
-              drafter=DEFAULT_DRAFTER, acceptance=None, target_tokens_per_s: Optional[float] = None,
-              price_per_gpu_hour: Optional[Union[float, dict]] = None, batch_sizes=None, max_k: Optional[int] = None,
-              dtype=None, kv_dtype=None, engine="vllm", dp_attention: bool = False, progress=None) -> list[PlanRow]:
+def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: float, *, drafter=DEFAULT_DRAFTER,
+              engine=DEFAULT_ENGINE, deployment: Optional[Deployment] = None, options: Optional[PredictOptions] = None,
+              target_tokens_per_s: Optional[float] = None, price_per_gpu_hour: Optional[Union[float, dict]] = None,
+              progress=None, **option_values) -> list[PlanRow]:
     """One PlanRow per candidate (see module doc). price_per_gpu_hour: one price, or {hardware: price}.
-    dp_attention: every candidate runs data-parallel attention (a candidate that cannot is an infeasible row).
-    With a draft tree on the drafter, k_dsd is the tree's steps (the tree) or 0.
-    ``progress(done, total)``, when given, is called after each candidate."""
+
+    deployment: the number formats and layout every candidate runs (its tp and ep are each candidate's); with
+    ``dp_attention`` a candidate that cannot run it is an infeasible row. options: predict's (acceptance, context,
+    batch sizes, max K); keyword values replace its fields. With a draft tree on the drafter, k_dsd is the tree's
+    steps (the tree) or 0. ``progress(done, total)``, when given, is called after each candidate."""
     if not itl_slo_ms or math.isnan(itl_slo_ms) or itl_slo_ms <= 0:       # inf: no latency limit
         raise DsdsimError(f"the ITL SLO must be > 0 ms, got {itl_slo_ms}")
     if target_tokens_per_s is not None and not (math.isfinite(target_tokens_per_s) and target_tokens_per_s > 0):
@@ -148,16 +151,28 @@ def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: fl
         raise DsdsimError("no candidates given; e.g. h100-sxm:tp8,h200-sxm:tp4")
     from dsdsim.specs.catalog import load_model
 
+    query = _Query(itl_slo_ms / 1e3, drafter, engine, deployment or Deployment(),
+                   (options or PredictOptions()).with_values(option_values), target_tokens_per_s)
     cands = [Candidate.parse(c) if isinstance(c, str) else c for c in candidates]
     spec = load_model(model)
     rows = []
     for i, cand in enumerate(cands):
-        rows.append(_plan_one(spec, cand, itl_slo_ms / 1e3, context, drafter, acceptance, target_tokens_per_s,
-                              _price(price_per_gpu_hour, cand.hardware), batch_sizes, max_k, dtype, kv_dtype,
-                              engine, dp_attention))
+        rows.append(_plan_one(spec, cand, query, _price(price_per_gpu_hour, cand.hardware)))
         if progress is not None:
             progress(i + 1, len(cands))
     return rows
+
+
+@dataclass(frozen=True)
+class _Query:
+    """What every candidate of one plan is asked: the SLO, the drafter, engine, deployment and predict options."""
+
+    slo_s: float
+    drafter: object
+    engine: object
+    deployment: Deployment
+    options: PredictOptions
+    target_tokens_per_s: Optional[float]
 
 
 def _price(price, hardware: str) -> Optional[float]:
@@ -172,28 +187,22 @@ def _price(price, hardware: str) -> Optional[float]:
     return value
 
 
-def _plan_one(model: ModelSpec, cand: Candidate, slo_s, context, drafter, acceptance, target, price, batch_sizes,
-              max_k, dtype, kv_dtype, engine="vllm", dp_attention: bool = False) -> PlanRow:
+def _plan_one(model: ModelSpec, cand: Candidate, q: _Query, price: Optional[float]) -> PlanRow:
     gpus = cand.tp
+    slo_s, target, context = q.slo_s, q.target_tokens_per_s, q.options.context
     empty = dict(batch_vanilla=None, tokens_per_s_vanilla=None, batch_dsd=None, k_dsd=None,
                  tokens_per_s_dsd=None, tokens_per_s_per_gpu_vanilla=None, tokens_per_s_per_gpu_dsd=None,
                  dsd_gain=None, gpus_needed_vanilla=None, gpus_needed_dsd=None, cost_per_million_tokens_vanilla=None,
                  cost_per_million_tokens_dsd=None)
-    from dsdsim.units import DType, parse_dtype
-
-    try:
-        dep = Deployment(tp=cand.tp, ep=cand.ep, dtype=parse_dtype(dtype) if dtype else None,
-                         kv_dtype=parse_dtype(kv_dtype) if kv_dtype else DType.bf16, dp_attention=dp_attention)
-    except ValueError as exc:             # an unknown dtype name: the same for every candidate, so raise
-        raise DsdsimError(str(exc).splitlines()[0]) from None
+    dep = q.deployment.model_copy(update={"tp": cand.tp, "ep": cand.ep})
     try:                                  # parallelism this model cannot be split by: a row, not an error
         dep.check(model)
     except DsdsimError as exc:
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False, str(exc), **empty)
     # Anything else wrong (names, acceptance, drafter, batch sizes, context) is the user's input: raise.
-    tree = getattr(drafter, "tree", None)
-    p = predict(model, cand.hardware, dep, drafter, acceptance, context, batch_sizes, max_k=max_k,
-                fixed_k=None if tree is not None else 0, engine=engine)
+    tree = getattr(q.drafter, "tree", None)
+    p = predict(model, cand.hardware, dep, q.drafter, engine=q.engine,
+                options=replace(q.options, fixed_k=None if tree is not None else 0))
     if not p.feasible.any():
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False,
                        f"memory: weights and KV do not fit in {gpus} GPU(s) at context {context}", **empty)
@@ -245,7 +254,7 @@ def plan(model, candidates, itl_slo_ms: float, **kwargs):
 
 
 def sensitivity(model, hardware, alphas: Sequence[float], contexts: Sequence[int], deployment=None,
-                drafter=DEFAULT_DRAFTER, batch_sizes=None, max_k: Optional[int] = None, engine="vllm"):
+                drafter=DEFAULT_DRAFTER, batch_sizes=None, max_k: Optional[int] = None, engine=DEFAULT_ENGINE):
     """How K* and the DSD speedup move with acceptance (constant alpha) and context: a tidy DataFrame with
     one row per (alpha, context, batch size)."""
     import pandas as pd
@@ -255,8 +264,9 @@ def sensitivity(model, hardware, alphas: Sequence[float], contexts: Sequence[int
     recs = []
     for a in alphas:
         for c in contexts:
-            p = predict(model, hardware, deployment, drafter, constant(float(a)), int(c), batch_sizes, max_k=max_k,
-                        engine=engine, tolerance=0)     # K*, the exact best per batch size (rows' k)
+            p = predict(model, hardware, deployment, drafter, engine=engine, acceptance=constant(float(a)),
+                        context=int(c), batch_sizes=batch_sizes, max_k=max_k,
+                        tolerance=0)     # K*, the exact best per batch size (rows' k)
             for r in p.rows:
                 recs.append({"alpha": float(a), "context": int(c), "batch_size": r.batch_size, "k": r.k,
                              "speedup_vs_vanilla": r.speedup_vs_vanilla, "tokens_per_s": r.tokens_per_s})

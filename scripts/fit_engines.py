@@ -83,7 +83,7 @@ def fitted_files(fit: EngineFit, date_of) -> dict[Path, str]:
 
 
 def intervals_path() -> Path:
-    from dsdsim.fit.intervals import INTERVALS_FILE
+    from dsdsim.policy.intervals import INTERVALS_FILE
     from dsdsim.specs.catalog import shipped_dir
 
     return Path(shipped_dir("measurements")) / INTERVALS_FILE
@@ -97,12 +97,11 @@ def intervals_text(corpus, steps) -> str:
     from dsdsim.fit.intervals import StepTimeIntervals
 
     cv = source_cv(corpus, steps)
-    iv = StepTimeIntervals().fit(cv.results)
-    iv.source_ = (f"scripts/fit_engines.py: leave-one-source-out over {len(cv.sources)} sources, "
-                  f"{sum(s.n for s in cv.sources.values())} evaluated cases")
+    iv = StepTimeIntervals().fit(cv.results, source=f"scripts/fit_engines.py: leave-one-source-out over "
+                                 f"{len(cv.sources)} sources, {sum(s.n for s in cv.sources.values())} evaluated cases")
     print(f"intervals: {len(iv.strata_)} strata; median of per-source held-out medians "
           f"{100 * (cv.median_of_source_medians or 0):.1f}%")
-    return json.dumps(iv.to_dict(), indent=1) + "\n"
+    return json.dumps(iv.table_.to_dict(), indent=1) + "\n"
 
 
 def main(argv=None) -> int:

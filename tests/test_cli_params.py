@@ -78,3 +78,78 @@ def test_an_option_declared_twice_is_refused():
         @takes(parallel=_Parallel)
         def run(tp: int = 1, parallel: _Parallel = None) -> None:
             pass
+
+
+def test_fields_left_out_take_their_defaults():
+    from dsdsim.cli.params import without
+
+    seen: list = []
+    app = typer.Typer()
+
+    @app.command()
+    @takes(parallel=without(_Parallel, "eager"))
+    def run(parallel: _Parallel = None) -> None:
+        seen.append(parallel)
+
+    @app.command()
+    def other() -> None:
+        pass
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["run", "--tp", "2"]).exit_code == 0
+    assert seen == [_Parallel(tp=2, eager=False)]
+    assert runner.invoke(app, ["run", "--eager"]).exit_code != 0
+    with pytest.raises(TypeError, match="no field"):
+        without(_Parallel, "pp")
+
+
+# --- the real commands ------------------------------------------------------------------------------------
+
+_DEPLOYMENT_FLAGS = ("--tp", "--ep", "--dtype", "--kv-dtype", "--expert-overlap", "--eager", "--memory-utilization",
+                     "--dp-attention")
+
+
+@pytest.mark.parametrize("command", [["explain"], ["predict"], ["plot", "roofline"], ["plot", "sensitivity"]])
+def test_every_simulating_command_takes_the_same_deployment_options(cli, command):
+    code, out, err = cli(*command, "--help")
+    assert code == 0, err
+    for flag in _DEPLOYMENT_FLAGS + ("--model", "--hardware", "--drafter", "--engine"):
+        assert flag in out, (command, flag)
+
+
+def test_plan_takes_the_deployment_options_but_not_parallelism_from_them(cli):
+    code, out, err = cli("plan", "--help")
+    assert code == 0, err
+    for flag in ("--dtype", "--kv-dtype", "--memory-utilization", "--dp-attention", "--acceptance", "--max-k"):
+        assert flag in out, flag
+    for flag in ("--tp ", "--ep ", "--hardware", "--tolerance", "--fixed-k"):   # candidates carry tp, ep, hardware
+        assert flag not in out, flag
+
+
+def test_plan_runs_every_candidate_in_the_weight_format_asked_for(cli):
+    import json
+
+    from dsdsim.plan import plan_rows
+    from dsdsim.specs.deployment import Deployment
+    from dsdsim.units import DType
+
+    args = ("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--itl-slo-ms", "20", "-b", "1,8,64", "-f", "json")
+    rows = {}
+    for dtype in ("bf16", "fp8"):
+        code, out, err = cli(*args, "--dtype", dtype)
+        assert code == 0, err
+        rows[dtype] = json.loads(out)["candidates"][0]
+    (fp8,) = plan_rows("llama-3.1-8b", ["h100-sxm"], 20, batch_sizes="1,8,64", deployment=Deployment(dtype=DType.fp8))
+    assert rows["fp8"]["tokens_per_s_dsd"] == pytest.approx(fp8.tokens_per_s_dsd, rel=1e-12)
+    assert rows["fp8"]["tokens_per_s_dsd"] != pytest.approx(rows["bf16"]["tokens_per_s_dsd"], rel=1e-3)
+
+
+def test_explain_reads_the_memory_utilization_it_now_takes(cli):
+    import json
+
+    got = {}
+    for share in ("0.9", "0.5"):
+        code, out, err = cli("explain", "-b", "8", "--memory-utilization", share, "-f", "json")
+        assert code == 0, err
+        got[share] = json.dumps(json.loads(out)["memory"], sort_keys=True)
+    assert got["0.9"] != got["0.5"]

@@ -15,7 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from dsdsim.fit.intervals import StepTimeIntervals, batch_regime, engine_family
+from dsdsim.fit.intervals import StepTimeIntervals
+from dsdsim.policy.intervals import IntervalTable, batch_regime, engine_family
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = json.loads((ROOT / "measurements" / "intervals.json").read_text())
@@ -62,7 +63,7 @@ def test_regimes_and_families():
 
 
 def test_shipped_intervals_round_trip_and_have_enough_cases():
-    iv = StepTimeIntervals.from_dict(SHIPPED)
+    iv = IntervalTable.from_dict(SHIPPED)
     assert iv.to_dict()["strata"] == SHIPPED["strata"]
     assert SHIPPED["coverage"] == 0.8 and SHIPPED["min_cases"] == 8
     for name, s in SHIPPED["strata"].items():

@@ -67,7 +67,7 @@ CATALOG_CHECK = """
 import json
 from dsdsim.specs import catalog
 from dsdsim.corpus.schema import load_corpus
-from dsdsim.fit.intervals import shipped_intervals
+from dsdsim.policy.intervals import shipped_intervals
 print(json.dumps({"intervals": shipped_intervals() is not None, "vllm": catalog.load_engine("vllm@0.10.1").label,
                   "hw_dir": str(catalog.shipped_dir("hw_specs")), "model_dir": str(catalog.shipped_dir("model_specs")),
                   "hw": catalog.hardware_names(), "models": catalog.model_names(),

@@ -140,7 +140,7 @@ def test_unlimited_slo_is_allowed():
 
 def _by_hand(name, tp, slo_ms, batches, max_k=8):
     """(batch K=0, batch DSD, goodput K=0, goodput DSD) at the best point under the SLO, by plain loops."""
-    p = predict(name, HW, Deployment(tp=tp), "eagle3", None, 1024, batches, max_k=max_k, fixed_k=0)
+    p = predict(name, HW, Deployment(tp=tp), "eagle3", acceptance=None, context=1024, batch_sizes=batches, max_k=max_k, fixed_k=0)
     best = {"vanilla": (None, -math.inf), "dsd": (None, -math.inf)}
     for j, b in enumerate(p.batch_sizes):          # a server without speculation
         if p.feasible[0, j] and p.plain_step_s[j] * 1e3 <= slo_ms and int(b) / p.plain_step_s[j] > best["vanilla"][1]:
@@ -205,7 +205,7 @@ def test_candidate_parse(text, expected):
     # inputs shared by every candidate are errors, not a column of infeasible rows
     ({"model": "llama-9"}, "unknown model"), ({"batch_sizes": "0"}, "batch sizes"),
     ({"acceptance": "1.5"}, "probability"), ({"drafter": "medusa", "max_k": 8}, "limit"), ({"drafter": "mtp"}, "MTP"),
-    ({"context": -1}, "context"), ({"max_k": 0}, "max K"), ({"dtype": "fp7"}, "fp7"),
+    ({"context": -1}, "context"), ({"max_k": 0}, "max K"), ({"dtype": "fp8"}, "deployment=Deployment"),
 ])
 def test_plan_rows_bad_input(kwargs, fragment):
     args = {"model": "llama-3.1-8b", "candidates": [f"{HW}:tp1"], "itl_slo_ms": SLO_MS, "batch_sizes": "1,2"}
@@ -282,7 +282,7 @@ def test_a_row_is_one_operating_point():
     slo_ms = 50.0
     (r,) = plan_rows("deepseek-v3", ["h200-sxm:tp8"], slo_ms, drafter="mtp", acceptance="0.8", batch_sizes="1-1024")
     assert r.feasible
-    p = predict("deepseek-v3", "h200-sxm", Deployment(tp=8), "mtp", "0.8", 1024, "1-1024", max_k=8, fixed_k=0)
+    p = predict("deepseek-v3", "h200-sxm", Deployment(tp=8), "mtp", acceptance="0.8", context=1024, batch_sizes="1-1024", max_k=8, fixed_k=0)
     i, j = list(p.k_values).index(r.k_dsd), list(p.batch_sizes).index(r.batch_dsd)
     assert r.tokens_per_s_dsd == pytest.approx(float(p.goodput[i, j]), rel=1e-12)
     assert p.step_s[i, j] / p.tau[i] * 1e3 <= slo_ms

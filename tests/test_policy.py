@@ -30,7 +30,7 @@ def test_dense_k_star_non_increasing_in_batch(model, hw, tp):
     (engine ideal): an engine's CUDA-graph padding makes K* jagged where B * (K + 1) crosses a capture size."""
     spec = load_hardware(hw)
     spec = spec.model_copy(update={"kernels": spec.kernels.model_copy(update={"all_reduce": ()})})
-    p = predict(model, spec, Deployment(tp=tp), "eagle3", 0.8, 1024, "1-1024", engine="ideal")
+    p = predict(model, spec, Deployment(tp=tp), "eagle3", acceptance=0.8, context=1024, batch_sizes="1-1024", engine="ideal")
     ks = [k for _, k in feasible_k(p)]
     assert len(ks) > 50
     assert all(a >= b for a, b in zip(ks, ks[1:])), ks
@@ -39,7 +39,7 @@ def test_dense_k_star_non_increasing_in_batch(model, hw, tp):
 @pytest.mark.parametrize("model,hw,tp", [("qwen3-30b-a3b", "h200-sxm", 1), ("qwen3-235b-a22b", "h200-sxm", 8)])
 def test_moe_k_star_low_high_low(model, hw, tp):
     """Extra experts cost bytes at small B, are already loaded at medium B, compute binds at large B."""
-    p = predict(model, hw, Deployment(tp=tp), "eagle3", 0.8, 1024, POW2, max_k=8)
+    p = predict(model, hw, Deployment(tp=tp), "eagle3", acceptance=0.8, context=1024, batch_sizes=POW2, max_k=8)
     pairs = feasible_k(p)
     ks = [k for _, k in pairs]
     peak = max(ks)
@@ -66,7 +66,7 @@ def test_fixed_k_loses_to_plain_decoding_at_large_batch_but_dsd_never_does():
     # B ~ 390 while the step is still dominated by KV-cache reads, which verify amortises over q tokens, so
     # static K=3 still beats plain decoding there by ~1.2x at alpha 0.7.)
     # on an engine whose K = 0 is plain decoding (no dynamic table, no off tier: vLLM 0.14-0.23)
-    p = predict("llama-3.1-70b", "h100-sxm", Deployment(tp=8), "eagle3", 0.7, 1024, "1-1024", max_k=8, fixed_k=3,
+    p = predict("llama-3.1-70b", "h100-sxm", Deployment(tp=8), "eagle3", acceptance=0.7, context=1024, batch_sizes="1-1024", max_k=8, fixed_k=3,
                 engine="vllm@0.20")
     rows = [r for r in p.rows if r.feasible and r.speedup_vs_vanilla is not None]
     assert len(rows) == 1024
@@ -82,17 +82,17 @@ def test_fixed_k_loses_to_plain_decoding_at_large_batch_but_dsd_never_does():
 def test_a_dynamic_tables_off_tier_is_compared_with_a_server_without_speculation():
     """vLLM 0.24+ (dynamic tables): the K = 0 rows are the table's off tier, which still runs the drafter's first
     pass, so 'vs K=0' (a server without speculation) is below 1 there and the prediction says so."""
-    p = predict("llama-3.1-8b", "h100-sxm", None, "eagle3", 0.7, 1024, "1,64,256", max_k=3)
+    p = predict("llama-3.1-8b", "h100-sxm", None, "eagle3", acceptance=0.7, context=1024, batch_sizes="1,64,256", max_k=3)
     assert p.dynamic and p.plain_step_s is not None
     i0 = list(p.k_values).index(0)
     assert np.all(p.step_s[i0] > p.plain_step_s)
     assert any("off tier" in n and "without speculation" in n for n in p.notes)
-    old = predict("llama-3.1-8b", "h100-sxm", None, "eagle3", 0.7, 1024, "1,64,256", max_k=3, engine="vllm@0.20")
+    old = predict("llama-3.1-8b", "h100-sxm", None, "eagle3", acceptance=0.7, context=1024, batch_sizes="1,64,256", max_k=3, engine="vllm@0.20")
     assert not old.dynamic and old.plain_step_s is None
 
 
 def test_infeasible_batches_are_flagged_not_ranked():
-    p = predict("llama-3.1-70b", "l40s", Deployment(tp=4), "eagle3", 0.8, 8192, POW2)
+    p = predict("llama-3.1-70b", "l40s", Deployment(tp=4), "eagle3", acceptance=0.8, context=8192, batch_sizes=POW2)
     rows = {r.batch_size: r for r in p.rows}
     assert rows[1024].feasible is False and rows[1024].k is None and rows[1024].tokens_per_s is None
     assert np.all(np.isnan(p.goodput[~p.feasible]))
@@ -122,15 +122,15 @@ def test_compression_is_optimal_against_brute_force(seed, n):
 
 
 def test_compressed_table_gives_up_little_and_has_few_k():
-    p = predict("qwen3-30b-a3b", "h200-sxm", None, "eagle3", 0.8, 1024, "1-512", max_distinct_k=2)
+    p = predict("qwen3-30b-a3b", "h200-sxm", None, "eagle3", acceptance=0.8, context=1024, batch_sizes="1-512", max_distinct_k=2)
     assert len(p.table.k_set) <= 2
     assert 0.0 <= p.table.mean_goodput_loss <= p.table.max_goodput_loss < 0.2
-    full = predict("qwen3-30b-a3b", "h200-sxm", None, "eagle3", 0.8, 1024, "1-512")
+    full = predict("qwen3-30b-a3b", "h200-sxm", None, "eagle3", acceptance=0.8, context=1024, batch_sizes="1-512")
     assert len(full.table.k_set) >= len(p.table.k_set)
 
 
 def test_robust_choice_reports_regret_at_band_edges():
-    p = predict("llama-3.1-8b", "h100-sxm", None, "eagle3", 0.75, 1024, POW2, acceptance_band=0.15)
+    p = predict("llama-3.1-8b", "h100-sxm", None, "eagle3", acceptance=0.75, context=1024, batch_sizes=POW2, acceptance_band=0.15)
     r = p.robust
     ok = r.k_per_batch >= 0
     assert np.all((r.regret_low[ok] >= 0) & (r.regret_low[ok] <= 1))
@@ -158,7 +158,7 @@ def test_predict_json_contract():
 def test_vllm_table_passes_vllm_rules_and_reproduces_the_table(tolerance):
     """vLLM's own lookup of the export gives the table's K at every batch size; at tolerance 0 that is K*, else a
     K within the tolerance of K*'s goodput."""
-    p = predict("llama-3.1-70b", "h100-sxm", Deployment(tp=8), "eagle3", 0.8, 1024, "1-512", tolerance=tolerance)
+    p = predict("llama-3.1-70b", "h100-sxm", Deployment(tp=8), "eagle3", acceptance=0.8, context=1024, batch_sizes="1-512", tolerance=tolerance)
     cfg = json.loads(render(p, PredictFormat.vllm))
     sched = cfg["num_speculative_tokens_per_batch_size"]
     engines.validate_vllm_schedule(sched)
@@ -200,7 +200,7 @@ def test_parse_batch_sizes(text, expected):
 
 
 def test_prediction_dict_is_json_safe_with_infeasible_rows():
-    p = predict("llama-3.1-8b", "l4", None, "eagle3", 0.8, 4096, POW2)
+    p = predict("llama-3.1-8b", "l4", None, "eagle3", acceptance=0.8, context=4096, batch_sizes=POW2)
     json.dumps(prediction_dict(p), allow_nan=False)
 
 
@@ -281,8 +281,8 @@ def _runs(ks) -> int:
 
 
 def test_predict_table_stays_within_tolerance_with_fewer_ranges():
-    p = predict("llama-3.1-70b", "h100-sxm", Deployment(tp=8), "eagle3", "0.8,0.7,0.6", 1024, "1-1024")
-    exact = predict("llama-3.1-70b", "h100-sxm", Deployment(tp=8), "eagle3", "0.8,0.7,0.6", 1024, "1-1024",
+    p = predict("llama-3.1-70b", "h100-sxm", Deployment(tp=8), "eagle3", acceptance="0.8,0.7,0.6", context=1024, batch_sizes="1-1024")
+    exact = predict("llama-3.1-70b", "h100-sxm", Deployment(tp=8), "eagle3", acceptance="0.8,0.7,0.6", context=1024, batch_sizes="1-1024",
                     tolerance=0)
     assert np.array_equal(exact.table.k_per_batch, exact.k_best)
     assert np.array_equal(p.k_best, exact.k_best)                   # the exact best is kept for comparison
@@ -316,12 +316,20 @@ def test_tolerance_runs_within_the_distinct_k_subset():
     assert p.table.mean_goodput_loss >= subset.mean_goodput_loss - 1e-12     # losses are against K* of all K
 
 
-@pytest.mark.parametrize("bad", [-0.1, 1.0, float("nan"), "0.5%", True])
+@pytest.mark.parametrize("bad", [-0.1, 1.0, float("nan"), "1", "120%", "half", True])
 def test_tolerance_must_be_a_fraction(bad):
     from dsdsim.errors import DsdsimError
 
     with pytest.raises(DsdsimError, match="tolerance"):
         predict(batch_sizes=[1, 2], tolerance=bad)
+
+
+@pytest.mark.parametrize("text, fraction", [("0.5%", 0.005), ("0.005", 0.005), (" 2% ", 0.02), ("0", 0.0)])
+def test_tolerance_as_text_is_a_fraction_or_a_percentage(text, fraction):
+    from dsdsim.policy.options import parse_tolerance
+
+    assert parse_tolerance(text) == pytest.approx(fraction, rel=1e-12)
+    assert predict(batch_sizes=[1, 2], tolerance=text).table.tolerance == pytest.approx(fraction, rel=1e-12)
 
 
 # --- what predict refuses before computing ----------------------------------------------------------------

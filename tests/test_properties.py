@@ -134,7 +134,7 @@ def _warm_catalog():
 @given(cases())
 def test_predict_on_random_models(case):
     model, hw, dep, drafter, acc, context, batches, max_k = case
-    p = predict(model, hw, dep, drafter, acc, context, batches, max_k=max_k, fixed_k=0)
+    p = predict(model, hw, dep, drafter, acceptance=acc, context=context, batch_sizes=batches, max_k=max_k, fixed_k=0)
     assert list(p.batch_sizes) == sorted(batches)
     assert p.k_values.tolist() == list(range(max_k + 1))
 
@@ -234,7 +234,7 @@ def test_plots_draw_for_random_models(tmp_path_factory, case, batch, k):
     model, hw, dep, drafter, acc, context, batches, max_k = case
     out = tmp_path_factory.mktemp("plots")
     try:
-        p = predict(model, hw, dep, drafter, acc, context, batches, max_k=max_k, fixed_k=0)
+        p = predict(model, hw, dep, drafter, acceptance=acc, context=context, batch_sizes=batches, max_k=max_k, fixed_k=0)
         save_png(PredictionDisplay.from_prediction(p).plot(), out / "prediction.png")
         k = min(k, max_k)
         step = simulate_step(model, hw, dep, drafter if k else None, batch, k, context)

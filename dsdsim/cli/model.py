@@ -1,6 +1,7 @@
 """dsdsim explain | predict | plan | accuracy: the simulator and the K policy."""
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -8,42 +9,30 @@ from typing import Optional
 import typer
 
 from dsdsim.cli.app import app
-from dsdsim.cli.options import (Acceptance, BatchSize, BatchSizes, Context, DpAttention, Drafter, DraftTreeOpt, Eager,
-                                Engine, Ep, ExpertOverlap, Hardware, K, KvDType, MaxK, MemoryUtilization, Model,
-                                OptionalDrafter, Output, Plot, PredictFmt, ShowFmt, ShowFormat, TableFmt, TableFormat,
-                                Tolerance, Tp, WeightDType, deployment_from_options, drafter_from_options,
-                                parse_tolerance, step_from_options)
+from dsdsim.cli.options import (PREDICT_OPTIONS, BatchSize, Context, DeploymentArgs, K, Output, Plot, PredictFmt,
+                                ShowFmt, ShowFormat, SimulatedArgs, TableFmt, TableFormat, step_from_options)
 from dsdsim.cli.output import (check_png, check_writable, emit, given, is_stdout, output_format, show_or_write,
                                warn, with_progress)
-from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DP_ATTENTION, DEFAULT_DRAFT_TREE, DEFAULT_DRAFTER,
-                             DEFAULT_ENGINE, DEFAULT_EXPLAIN_BATCH, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE,
-                             DEFAULT_MEMORY_UTILIZATION, DEFAULT_MODEL, DEFAULT_STEP_K)
+from dsdsim.cli.params import takes, without
+from dsdsim.defaults import DEFAULT_CONTEXT, DEFAULT_EXPLAIN_BATCH, DEFAULT_STEP_K
 from dsdsim.errors import DsdsimError
 from dsdsim.export.prediction import PredictFormat
 from dsdsim.export.render import to_json
+from dsdsim.policy.options import PredictOptions
 
 
 # --- explain ------------------------------------------------------------------------------------------
 
 
 @app.command()
+@takes(sim=SimulatedArgs, deploy=DeploymentArgs)
 def explain(
     ctx: typer.Context,
-    model: Model = DEFAULT_MODEL,
-    hardware: Hardware = DEFAULT_HARDWARE,
-    tp: Tp = 1,
-    ep: Ep = 1,
-    drafter: OptionalDrafter = DEFAULT_DRAFTER,
-    draft_tree: DraftTreeOpt = DEFAULT_DRAFT_TREE,
+    sim: SimulatedArgs,
+    deploy: DeploymentArgs,
     batch: BatchSize = DEFAULT_EXPLAIN_BATCH,
     k: K = DEFAULT_STEP_K,
     context: Context = DEFAULT_CONTEXT,
-    dtype: WeightDType = None,
-    kv_dtype: KvDType = DEFAULT_KV_DTYPE,
-    expert_overlap: ExpertOverlap = 0.0,
-    eager: Eager = False,
-    dp_attention: DpAttention = DEFAULT_DP_ATTENTION,
-    engine: Engine = DEFAULT_ENGINE,
     fmt: ShowFmt = ShowFormat.table,
     output: Output = None,
 ) -> None:
@@ -63,8 +52,7 @@ def explain(
 
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
-    dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, dp_attention=dp_attention)
-    data = explain_step(step_from_options(model, hardware, dep, drafter, draft_tree, batch, k, context, engine))
+    data = explain_step(step_from_options(sim, deploy.deployment(), batch, k, context))
     if fmt is ShowFormat.json:
         return emit(data.to_json(), output)
     show_or_write(explain_view(data), output)
@@ -74,35 +62,15 @@ def explain(
 
 
 @app.command()
+@takes(PREDICT_OPTIONS, sim=SimulatedArgs, deploy=DeploymentArgs, options=PredictOptions)
 def predict(
     ctx: typer.Context,
-    model: Model = DEFAULT_MODEL,
-    hardware: Hardware = DEFAULT_HARDWARE,
-    tp: Tp = 1,
-    ep: Ep = 1,
-    dtype: WeightDType = None,
-    kv_dtype: KvDType = DEFAULT_KV_DTYPE,
-    drafter: Drafter = DEFAULT_DRAFTER,
-    draft_tree: DraftTreeOpt = DEFAULT_DRAFT_TREE,
-    acceptance: Acceptance = None,
-    acceptance_band: Optional[float] = typer.Option(
-        None, "--acceptance-band", help="+/- change of every alpha: adds a robust K choice and its regret"),
-    expert_overlap: ExpertOverlap = 0.0,
-    context: Context = DEFAULT_CONTEXT,
+    sim: SimulatedArgs,
+    deploy: DeploymentArgs,
+    options: PredictOptions,
     contexts: Optional[str] = typer.Option(None, "--contexts",
                                            help="Context axis: a comma list (1024,8192,32768) gives the K table over "
                                                 "batch x context (table or json)"),
-    batch_sizes: BatchSizes = None,
-    max_k: MaxK = None,
-    fixed_k: Optional[int] = typer.Option(None, "--fixed-k",
-                                          help="The static K to compare against (default: 3, or --max-k if lower)"),
-    max_distinct_k: Optional[int] = typer.Option(
-        None, "--max-distinct-k", min=1, help="At most this many distinct K in the table (each is a CUDA-graph capture)"),
-    tolerance: Tolerance = None,
-    eager: Eager = False,
-    dp_attention: DpAttention = DEFAULT_DP_ATTENTION,
-    memory_utilization: MemoryUtilization = DEFAULT_MEMORY_UTILIZATION,
-    engine: Engine = DEFAULT_ENGINE,
     fmt: PredictFmt = PredictFormat.table,
     output: Output = None,
     plot: Plot = None,
@@ -123,13 +91,15 @@ def predict(
 
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
-    tol = parse_tolerance(tolerance)
+    from dsdsim.policy.options import parse_tolerance
+
+    options = replace(options, tolerance=parse_tolerance(options.tolerance))   # a bad value fails first
     if plot is not None:
         check_png(plot, "--plot")
         if is_stdout(plot) and (output is None or is_stdout(output)):
             raise DsdsimError("--plot - and the predict output would both go to standard output; write one to a file")
-    dep = deployment_from_options(tp, ep, dtype, kv_dtype, expert_overlap, eager, memory_utilization, dp_attention)
-    drafter = drafter_from_options(drafter, draft_tree)
+    target = dict(model=sim.model, hardware=sim.hardware, deployment=deploy.deployment(), drafter=sim.drafter_spec(),
+                  engine=sim.engine)
     if contexts is not None:
         if given(ctx, "context"):
             raise DsdsimError("give either --context (one length) or --contexts (a list), not both")
@@ -138,11 +108,8 @@ def predict(
                                   ("fixed_k", "--fixed-k", "sets the comparison column of one table")):
             if given(ctx, name):
                 raise DsdsimError(f"{option} {why}; the --contexts grid shows the table's K only: drop one of them")
-        return _predict_contexts(contexts, fmt, output, model=model, hardware=hardware, deployment=dep,
-                                 drafter=drafter, acceptance=acceptance, batch_sizes=batch_sizes, max_k=max_k,
-                                 max_distinct_k=max_distinct_k, engine=engine, tolerance=tol)
-    p = run_predict(model, hardware, dep, drafter, acceptance, context, batch_sizes, max_k, fixed_k, max_distinct_k,
-                    acceptance_band, engine=engine, tolerance=tol)
+        return _predict_contexts(contexts, fmt, output, options=options, **target)
+    p = run_predict(**target, options=options)
     text = None if fmt is PredictFormat.table else render(p, fmt)
     if text is not None:
         _warn_about_table(p, fmt)
@@ -201,24 +168,21 @@ def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **k
 
 
 @app.command()
+@takes(PREDICT_OPTIONS, sim=without(SimulatedArgs, "model", "hardware"), deploy=without(DeploymentArgs, "tp", "ep"),
+       options=without(PredictOptions, "fixed_k", "max_distinct_k", "acceptance_band", "tolerance"))
 def plan(
     ctx: typer.Context,
     model: str = typer.Option(..., "--model", "-m", help="Target model name or config.json path"),
     candidates: str = typer.Option(..., "--candidates", "-g",
                                    help="Comma list of HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8,h200-sxm:tp4"),
     itl_slo_ms: float = typer.Option(..., "--itl-slo-ms", help="Per-sequence inter-token latency target (ms)"),
-    context: Context = DEFAULT_CONTEXT,
-    drafter: Drafter = DEFAULT_DRAFTER,
-    draft_tree: DraftTreeOpt = DEFAULT_DRAFT_TREE,
-    acceptance: Acceptance = None,
-    dp_attention: DpAttention = DEFAULT_DP_ATTENTION,
+    sim: SimulatedArgs = None,
+    deploy: DeploymentArgs = None,
+    options: PredictOptions = None,
     target_tokens_per_s: Optional[float] = typer.Option(None, "--target-tokens-per-s",
                                                         help="Aggregate output rate to size the fleet for"),
     price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour",
                                                        help="Your price per GPU-hour (no prices are shipped)"),
-    batch_sizes: BatchSizes = None,
-    max_k: MaxK = None,
-    engine: Engine = DEFAULT_ENGINE,
     fmt: TableFmt = TableFormat.table,
     output: Output = None,
 ) -> None:
@@ -238,25 +202,27 @@ def plan(
 
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
-    spec = drafter_from_options(drafter, draft_tree)
+    spec = sim.drafter_spec()
     drafter = "none" if spec is None else spec.label + (f" ({spec.tree.label})" if spec.tree is not None else "")
+    dep = deploy.deployment()
     rows = with_progress("planning candidates", lambda progress: plan_rows(
-        model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, context=context, drafter=spec,
-        acceptance=acceptance, target_tokens_per_s=target_tokens_per_s, price_per_gpu_hour=price_per_gpu_hour,
-        batch_sizes=batch_sizes, max_k=max_k, engine=engine, dp_attention=dp_attention, progress=progress))
+        model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, drafter=spec, engine=sim.engine,
+        deployment=dep, options=options, target_tokens_per_s=target_tokens_per_s,
+        price_per_gpu_hour=price_per_gpu_hour, progress=progress))
     require_a_valid_candidate(rows)     # a plan without one operating point is an error, in every format
     recs = [asdict(r) for r in rows]
     if fmt is TableFormat.json:
-        return emit(to_json({"model": model, "itl_slo_ms": itl_slo_ms, "context": context, "drafter": drafter,
-                             "dp_attention": dp_attention, "candidates": recs}), output)
+        return emit(to_json({"model": model, "itl_slo_ms": itl_slo_ms, "context": options.context, "drafter": drafter,
+                             "dp_attention": dep.dp_attention, "candidates": recs}), output)
     if fmt is TableFormat.csv:
         from dsdsim.export.engines import table_csv
 
         return emit(table_csv(recs), output)
     from dsdsim.export.render import plan_table
 
-    layout = ", data-parallel attention" if dp_attention else ""
-    show_or_write(plan_table(f"{model}: ITL SLO {itl_slo_ms:g} ms, context {context}, drafter {drafter}{layout}", rows),
+    layout = ", data-parallel attention" if dep.dp_attention else ""
+    show_or_write(plan_table(f"{model}: ITL SLO {itl_slo_ms:g} ms, context {options.context}, drafter {drafter}{layout}",
+                             rows),
                   output)
 
 

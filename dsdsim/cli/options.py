@@ -5,13 +5,16 @@ the same long name, short flag and help text as every other command. Defaults co
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from dsdsim.defaults import DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE
+from dsdsim.defaults import (DEFAULT_BATCH_SIZES, DEFAULT_DP_ATTENTION, DEFAULT_DRAFT_TREE, DEFAULT_DRAFTER,
+                             DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MEMORY_UTILIZATION,
+                             DEFAULT_MODEL, DEFAULT_TOLERANCE)
 from dsdsim.errors import DsdsimError
 from dsdsim.export.prediction import PredictFormat
 
@@ -79,6 +82,54 @@ DpAttention = Annotated[bool, typer.Option(
                            "its own B/tp sequences with all heads and holds attention weights whole; MoE tokens "
                            "move by all-to-all under --ep). Default: tensor-parallel attention, as vLLM runs it")]
 
+FixedK = Annotated[Optional[int], typer.Option(
+    "--fixed-k", help="The static K to compare against (default: 3, or --max-k if lower)")]
+MaxDistinctK = Annotated[Optional[int], typer.Option(
+    "--max-distinct-k", min=1, help="At most this many distinct K in the table (each is a CUDA-graph capture)")]
+AcceptanceBand = Annotated[Optional[float], typer.Option(
+    "--acceptance-band", help="+/- change of every alpha: adds a robust K choice and its regret")]
+
+# The K policy's options (dsdsim.policy.options.PredictOptions) by field: the API object carries the defaults.
+PREDICT_OPTIONS = {"acceptance": Acceptance, "context": Context, "batch_sizes": BatchSizes, "max_k": MaxK,
+                   "fixed_k": FixedK, "max_distinct_k": MaxDistinctK, "acceptance_band": AcceptanceBand,
+                   "tolerance": Tolerance}
+
+
+@dataclass(frozen=True)
+class SimulatedArgs:
+    """What is simulated: the options explain, predict, plan and the plots share (declared here once)."""
+
+    model: Model = DEFAULT_MODEL
+    hardware: Hardware = DEFAULT_HARDWARE
+    drafter: OptionalDrafter = DEFAULT_DRAFTER
+    draft_tree: DraftTreeOpt = DEFAULT_DRAFT_TREE
+    engine: Engine = DEFAULT_ENGINE
+
+    def drafter_spec(self):
+        """The drafter with its --draft-tree (None for ``-d none``)."""
+        return drafter_from_options(self.drafter, self.draft_tree)
+
+
+@dataclass(frozen=True)
+class DeploymentArgs:
+    """How the model is served: the deployment options every simulating command takes."""
+
+    tp: Tp = 1
+    ep: Ep = 1
+    dtype: WeightDType = None
+    kv_dtype: KvDType = DEFAULT_KV_DTYPE
+    expert_overlap: ExpertOverlap = 0.0
+    eager: Eager = False
+    memory_utilization: MemoryUtilization = DEFAULT_MEMORY_UTILIZATION
+    dp_attention: DpAttention = DEFAULT_DP_ATTENTION
+
+    def deployment(self, tp: Optional[int] = None, ep: Optional[int] = None):
+        """The Deployment (``tp``/``ep`` override these options: a plan candidate's), one-line errors."""
+        return deployment_from_options(self.tp if tp is None else tp, self.ep if ep is None else ep, self.dtype,
+                                       self.kv_dtype, self.expert_overlap, self.eager, self.memory_utilization,
+                                       self.dp_attention)
+
+
 # --- where results go ---------------------------------------------------------------------------------
 
 Output = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout")]
@@ -92,27 +143,6 @@ PredictFmt = Annotated[PredictFormat, typer.Option(
 # --- measuring (torch) --------------------------------------------------------------------------------
 
 Device = Annotated[str, typer.Option("--device", help="torch device: cpu, cuda, cuda:1")]
-
-
-def parse_tolerance(text: Optional[str]) -> float:
-    """--tolerance as a fraction: '0.005' or '0.5%' (None: the default). A bare number of 1 or more is refused:
-    it is a percentage written without its sign."""
-    if text is None:
-        return DEFAULT_TOLERANCE
-    raw = text.strip()
-    percent = raw.endswith("%")
-    try:
-        value = float(raw[:-1] if percent else raw)
-    except ValueError:
-        raise DsdsimError(f"cannot read --tolerance {text!r}; write a fraction (0.005) or a percentage (0.5%)") from None
-    if percent:
-        value /= 100.0
-    elif value >= 1.0:
-        raise DsdsimError(f"--tolerance {text} is a fraction of goodput (0.005 = 0.5%); for {value:g}% write "
-                          f"{value:g}%")
-    if not 0.0 <= value < 1.0:      # NaN fails too
-        raise DsdsimError(f"--tolerance must be in [0%, 100%) of goodput, got {text}")
-    return value
 
 
 def drafter_from_options(drafter: Optional[str], draft_tree: Optional[str]):
@@ -153,8 +183,7 @@ def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: st
         raise DsdsimError(pydantic_one_line(exc, "deployment")) from None
 
 
-def step_from_options(model: str, hardware: str, dep, drafter: Optional[str], draft_tree: Optional[str], batch: int,
-                      k: int, context: int, engine: Optional[str]):
+def step_from_options(sim: SimulatedArgs, dep, batch: int, k: int, context: int):
     """One simulated step from the shared options: sizes checked, K = 0 plain decoding, any K >= 1 the draft tree
     when there is one."""
     from dsdsim.cost.step import simulate_step
@@ -165,9 +194,9 @@ def step_from_options(model: str, hardware: str, dep, drafter: Optional[str], dr
         raise DsdsimError(f"--k must be >= 0, got {k}")
     if context < 0:
         raise DsdsimError(f"--context must be >= 0, got {context}")
-    d = drafter_from_options(drafter, draft_tree)
+    d = sim.drafter_spec()
     if k == 0:
         d = None
     elif d is not None and d.tree is not None:
         k = d.tree.steps              # the tree, whatever K >= 1 was asked for
-    return simulate_step(model, hardware, dep, d, batch, k, context, engine=engine)
+    return simulate_step(sim.model, sim.hardware, dep, d, batch, k, context, engine=sim.engine)

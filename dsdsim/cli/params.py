@@ -6,6 +6,9 @@ an option, with the field's ``Annotated`` declaration and default) and calls the
 from them. explain, predict, plan and the plots then share one declaration of, say, the deployment options
 instead of re-listing eight parameters each.
 
+``without(OptionClass, "hardware")`` leaves fields out (the object gets their defaults): ``plan`` takes its
+hardware from its candidates.
+
 Fields declared with a plain type (an API option object such as ``PredictOptions``) take their option from
 ``declarations``: a mapping of field name to the ``Annotated`` alias in ``dsdsim.cli.options``. A field with no
 declaration is an error at import, so an option object cannot grow a field the CLI silently drops.
@@ -19,9 +22,27 @@ import typing
 from typing import Any, Callable, Mapping, Optional
 
 
-def takes(declarations: Optional[Mapping[str, Any]] = None, **groups: type) -> Callable:
+@dataclasses.dataclass(frozen=True)
+class Without:
+    """An option class with some of its fields left off the command line."""
+
+    cls: type
+    left_out: frozenset
+
+
+def without(cls: type, *names: str) -> Without:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(names) - known
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {sorted(unknown)}")
+    return Without(cls, frozenset(names))
+
+
+def takes(declarations: Optional[Mapping[str, Any]] = None, **groups: type | Without) -> Callable:
     """Decorator: expand each ``name=OptionClass`` parameter of the command into the class's fields."""
     declarations = dict(declarations or {})
+    left_out = {g: (c.left_out if isinstance(c, Without) else frozenset()) for g, c in groups.items()}
+    groups = {g: (c.cls if isinstance(c, Without) else c) for g, c in groups.items()}
 
     def decorate(fn: Callable) -> Callable:
         sig = inspect.signature(fn, eval_str=True)
@@ -34,7 +55,7 @@ def takes(declarations: Optional[Mapping[str, Any]] = None, **groups: type) -> C
             if p.name not in groups:
                 params.append(p)
                 continue
-            for name, annotation, default in option_fields(groups[p.name], declarations):
+            for name, annotation, default in option_fields(groups[p.name], declarations, left_out[p.name]):
                 if name in owner or name in sig.parameters:
                     raise TypeError(f"{fn.__name__}: option {name!r} is declared twice")
                 owner[name] = p.name
@@ -59,18 +80,22 @@ def takes(declarations: Optional[Mapping[str, Any]] = None, **groups: type) -> C
     return decorate
 
 
-def option_fields(cls: type, declarations: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(name, Annotated declaration, default) of each init field of the dataclass ``cls``."""
-    hints = typing.get_type_hints(cls, include_extras=True)
+def option_fields(cls: type, declarations: Mapping[str, Any], left_out=frozenset()) -> list[tuple[str, Any, Any]]:
+    """(name, Annotated declaration, default) of each init field of the dataclass ``cls`` not ``left_out``."""
+    hints = None
     out = []
     for f in dataclasses.fields(cls):
-        if not f.init:
+        if not f.init or f.name in left_out:
             continue
-        annotation = hints[f.name]
-        if typing.get_origin(annotation) is not typing.Annotated:
-            if f.name not in declarations:
+        annotation = declarations.get(f.name)
+        if annotation is None:            # the class declares its own options (resolved only then)
+            try:
+                hints = hints if hints is not None else typing.get_type_hints(cls, include_extras=True)
+            except NameError:             # an API object typed with names only a type checker imports
+                hints = {}
+            annotation = hints.get(f.name)
+            if typing.get_origin(annotation) is not typing.Annotated:
                 raise TypeError(f"{cls.__name__}.{f.name} has no command-line declaration")
-            annotation = declarations[f.name]
         if f.default is not dataclasses.MISSING:
             default = f.default
         elif f.default_factory is not dataclasses.MISSING:

@@ -72,7 +72,7 @@ class PredictionDisplay(_Display):
         plt = _plt()
         p = self.prediction
         if axes is None:
-            fig, axes = plt.subplots(2, 1, figsize=(8, 8), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
+            fig, axes = plt.subplots(2, 1, figsize=(10, 8), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
         else:
             fig = axes[0].figure
         ax, ax_k = axes
@@ -110,7 +110,7 @@ class PredictionDisplay(_Display):
             if stop:    # the smallest batch from which the table stops speculating
                 ax_k.axvline(stop[0], color="gray", ls=":", lw=1)
                 ax.axvline(stop[0], color="gray", ls=":", lw=1)
-                ax.annotate(f"K*=0 from B={stop[0]}", (stop[0], 1.0), xytext=(4, 6), textcoords="offset points",
+                ax.annotate(f"table K=0 from B={stop[0]}", (stop[0], 1.0), xytext=(4, 6), textcoords="offset points",
                             fontsize=7, color="dimgray")
             finite = rel[np.isfinite(rel)]
             if finite.size:
@@ -126,15 +126,15 @@ class PredictionDisplay(_Display):
                             color="dimgray", transform=ax.transAxes, ha="right", va="bottom")
         ax.axhline(1.0, color="black", lw=0.6, alpha=0.5)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, ncol=2, loc="upper right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)   # beside the curves
         k_plot = np.where(table_k >= 0, table_k, np.nan)
-        ax_k.step(b, k_plot, where="post", color="crimson", label="table")
+        ax_k.step(b, k_plot, where="post", color="crimson", label="K of the exported table")
         k_best = np.asarray(p.k_best)
         if np.any((k_best != table_k) & fits):
             ax_k.step(b, np.where(k_best >= 0, k_best, np.nan), where="post", color="gray", ls=":",
-                      label="best K per batch (no limit on distinct K)")
-            ax_k.legend(fontsize=7, loc="upper right")
-        ax_k.set_ylabel("K*")
+                      label="K*: the best K per batch size")
+            ax_k.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+        ax_k.set_ylabel("K")
         ax_k.set_xlabel("batch size")
         ax_k.set_yticks(range(0, int(max(kv)) + 1))
         ax_k.grid(True, alpha=0.3)

@@ -45,7 +45,7 @@ class EngineRef:
 
 @dataclass(frozen=True)
 class IntervalsView:
-    """How the rows' *_low / *_high were obtained (dsdsim.fit.intervals)."""
+    """How the rows' *_low / *_high were obtained (dsdsim.policy.intervals)."""
 
     coverage: float
     method: str
@@ -315,6 +315,14 @@ _FORMAT_ENGINES = {PredictFormat.vllm: ("vllm", "vllm-mrv2"), PredictFormat.sgla
                    PredictFormat.trtllm: ("trtllm",)}
 
 
+def _releases_reading_a_table(engine_name: str) -> list[str]:
+    """The shipped releases of ``engine_name`` that read a per-batch-size K table, as NAME@RANGE labels."""
+    from dsdsim.specs.catalog import iter_engines
+
+    return [f"{spec.name} {spec.version_label}" for _, spec in iter_engines()
+            if spec.name == engine_name and spec.supports_off_tier]
+
+
 def table_warnings(p: "Prediction", fmt: PredictFormat) -> list[str]:
     """Where the engine that reads the ``fmt`` table would ignore it, or run some of its ranges eager; one line
     each (the caller prints them: an engine table carries no notes)."""
@@ -341,8 +349,11 @@ def table_warnings(p: "Prediction", fmt: PredictFormat) -> list[str]:
     if eng is not None and eng.name in _FORMAT_ENGINES[fmt]:
         flag = eng.dynamic_k_table
         if flag is not None and not flag.value:
+            readers = _releases_reading_a_table(eng.name)
+            where = (f"export for a release that does ({', '.join(readers)})" if readers else
+                     "no release dsdsim has a spec for does: this table is for a build that reads one")
             out.append(f"{eng.name} {eng.version_label} does not read a per-batch-size K table ({flag.source}); "
-                       "export for a version that does")
+                       f"{where}")
         eager = eager_ranges(p)
         if eager:
             out.append(eager)

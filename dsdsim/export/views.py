@@ -192,7 +192,7 @@ class ExplainView:
     experts_touched: Optional[float]              # per MoE layer in the verify pass; None for dense models
     num_experts: Optional[int]
     memory: MemoryView
-    # the interval of held-out corpus errors of comparable cases (dsdsim.fit.intervals); None where none is shipped
+    # the interval of held-out corpus errors of comparable cases (dsdsim.policy.intervals); None where none is shipped
     step_time_low_s: Optional[float] = field(default=None, metadata=_OMIT_NONE)
     step_time_high_s: Optional[float] = field(default=None, metadata=_OMIT_NONE)
     interval: Optional[str] = field(default=None, metadata=_OMIT_NONE)    # "80%, vllm/dense/1-8 (n 23)"
@@ -260,7 +260,7 @@ def explain_step(step: StepCost) -> ExplainView:
 
 def step_interval(step: StepCost):
     """The shipped interval factors for one scalar step (engine family, dense or MoE, batch regime), or None."""
-    from dsdsim.fit.intervals import engine_family, shipped_intervals
+    from dsdsim.policy.intervals import engine_family, shipped_intervals
 
     ivs = shipped_intervals()
     if ivs is None:

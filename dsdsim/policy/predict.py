@@ -13,7 +13,7 @@ measured mean acceptance length (``TreeAcceptance``, ``al=2.55@tree``).
 Where the engine version reads a dynamic K table, every step is a step of a server running that table (its K = 0
 rows are the table's off tier, which costs more than a server without speculation: vllm-project/vllm issue
 #49548); "vs K=0" compares with a server without speculation. Every step time, ITL and tokens/s carries the
-interval of the held-out corpus errors of comparable cases (``dsdsim.fit.intervals``).
+interval of the held-out corpus errors of comparable cases (``dsdsim.policy.intervals``).
 """
 from __future__ import annotations
 
@@ -27,14 +27,15 @@ from dsdsim.cost.step import step_time_grid
 from dsdsim.specs.setup import Setup, resolve
 from dsdsim.errors import DsdsimError, whole_number
 from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE, Acceptance, TreeAcceptance
+from dsdsim.policy.options import PredictOptions, parse_tolerance
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
 from dsdsim.policy.table import (CompressedTable, Ranges, RobustChoice, compress, count_ranges, fewest_ranges,
                                  ranges_from_k_per_batch, robust_k)
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import MAX_K, DraftTree
 
-from dsdsim.defaults import (DEFAULT_BATCH_SIZES, DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_FIXED_K,
-                             DEFAULT_HARDWARE, DEFAULT_MAX_K, DEFAULT_MODEL, DEFAULT_TOLERANCE)
+from dsdsim.defaults import (DEFAULT_BATCH_SIZES, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_FIXED_K, DEFAULT_HARDWARE,
+                             DEFAULT_MAX_K, DEFAULT_MODEL)
 
 MAX_BATCH = 65536
 # The most (batch, K, context) points one call evaluates: one table of MAX_BATCH batch sizes over every K a
@@ -62,7 +63,7 @@ class Row:
     feasible: bool
     # with a draft tree only: "tree" (K > 0) or "plain" (K = 0); JSON leaves it out while None
     draft: Optional[str] = field(default=None, metadata={"omit_none": True})
-    # the interval of comparable held-out corpus errors (dsdsim.fit.intervals); None where none is shipped
+    # the interval of comparable held-out corpus errors (dsdsim.policy.intervals); None where none is shipped
     step_ms_low: Optional[float] = None
     step_ms_high: Optional[float] = None
     itl_ms_low: Optional[float] = None
@@ -90,13 +91,13 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
     plain_step_s: Optional[np.ndarray] = None    # (B,) a server without speculation (None: the K = 0 row's)
     dynamic: bool = False                        # the steps are those of a server running the K table
-    intervals: Optional[object] = None           # dsdsim.fit.intervals.StepTimeIntervals
+    intervals: Optional[object] = None           # dsdsim.policy.intervals.IntervalTable
 
     def interval(self, batch: int):
         """The interval factors for a step at ``batch`` (None without shipped intervals)."""
         if self.intervals is None:
             return None
-        from dsdsim.fit.intervals import batch_regime, engine_family
+        from dsdsim.policy.intervals import batch_regime, engine_family
 
         memo = self.__dict__.setdefault("_interval_of_regime", {})      # one lookup per batch regime
         regime = batch_regime(batch)
@@ -117,7 +118,7 @@ class Prediction:
         if k < 0:
             return Row(b, None, None, None, None, None, None, None, False)
         kv = list(self.k_values)
-        i, i0 = kv.index(k), kv.index(0)
+        i = kv.index(k)
         g = self.goodput[i, j]
         g0 = self.plain_goodput[j]
         gf = self.goodput[kv.index(self.fixed_k), j] if self.fixed_k in kv else np.nan
@@ -236,26 +237,20 @@ def _batch_value(v, text) -> int:
 
 
 def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional[Deployment] = None,
-            drafter=DEFAULT_DRAFTER, acceptance: Acceptance | str | float | None = None,
-            context: int = DEFAULT_CONTEXT, batch_sizes=None, max_k: Optional[int] = None,
-            fixed_k: Optional[int] = None, max_distinct_k: Optional[int] = None,
-            acceptance_band: Optional[float] = None, engine=DEFAULT_ENGINE,
-            tolerance: float = DEFAULT_TOLERANCE) -> Prediction:
-    """Best K per batch size. acceptance: an Acceptance, a parse_acceptance string, or a constant alpha.
-    engine: an engine name, path or spec (default vLLM; ``ideal`` for kernels only).
+            drafter=DEFAULT_DRAFTER, *, engine=DEFAULT_ENGINE, options: Optional[PredictOptions] = None,
+            **option_values) -> Prediction:
+    """Best K per batch size for a model on hardware (names, paths or specs, as ``resolve`` takes them).
 
-    acceptance_band: +/- absolute change of every alpha; adds a robust K choice and the regret at the edges.
-    max_k: largest K considered (default: 8, or the drafter's limit when lower, e.g. Medusa's heads).
-    fixed_k: the static K compared against (default: min(3, max_k)). Only values given explicitly can conflict.
-    tolerance: goodput share (0.005 = 0.5%) each batch size may give up against its best K so that the table has
-    fewer ranges; 0 exports the exact per-batch best. ``Prediction.k_best`` keeps that best either way.
-    max_distinct_k: at most this many distinct K; the subset is chosen first (``compress``), then the fewest ranges
-    within it, the tolerance measured against the best K of the subset (the losses reported against K*).
+    engine: an engine name (``vllm``: its current release line; ``vllm@0.10.1``), path or spec; ``ideal`` for
+    kernels only. options: a PredictOptions; keyword values (``acceptance=0.8, context=8192``) replace its fields.
     """
+    o = (options or PredictOptions()).with_values(option_values)
+    acceptance, context, batch_sizes, max_k, fixed_k = o.acceptance, o.context, o.batch_sizes, o.max_k, o.fixed_k
+    max_distinct_k, acceptance_band = o.max_distinct_k, o.acceptance_band
+    tolerance = parse_tolerance(o.tolerance)
     setup = resolve(model, hardware, deployment, drafter, engine)
     context = check_context(context, setup)
     acc, ks, fixed_k = _k_axis(setup, acceptance, max_k, fixed_k, acceptance_band)
-    tolerance = checked_tolerance(tolerance)
     b = parse_batch_sizes(batch_sizes)
     check_grid_size(len(b), len(ks), 1)
     max_k = int(ks.max())
@@ -295,7 +290,7 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
                      "(step rule, as vLLM reads its table)")
     if dynamic:
         notes += off_tier_notes(b, step_kb[0], plain_s, feas_kb[0], setup.engine)
-    from dsdsim.fit.intervals import shipped_intervals
+    from dsdsim.policy.intervals import shipped_intervals
 
     return Prediction(setup, acc, int(context), b, ks, step_kb, feas_kb, tau, g, k_best, int(fixed_k), table,
                       robust, notes, plain_s, dynamic, shipped_intervals())
@@ -340,16 +335,6 @@ def export_table(goodput_kb: np.ndarray, k_values: np.ndarray, k_best: np.ndarra
         exact = compress(goodput_kb, k_values, max_distinct_k)
     table = fewest_ranges(goodput_kb, k_values, tolerance, allowed_k=exact.k_set)
     return replace(table, ranges_before=count_ranges(exact.k_per_batch), max_distinct_k=max_distinct_k)
-
-
-def checked_tolerance(tolerance) -> float:
-    """A goodput tolerance as a fraction in [0, 1) (0.005 = 0.5%)."""
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float, np.floating, np.integer)):
-        raise DsdsimError(f"the goodput tolerance must be a number (a fraction: 0.005 = 0.5%), got {tolerance!r}")
-    t = float(tolerance)
-    if not (0.0 <= t < 1.0):
-        raise DsdsimError(f"the goodput tolerance must be a fraction in [0, 1) (0.005 = 0.5%), got {t:g}")
-    return t
 
 
 def check_context(context, setup: Setup) -> int:
@@ -441,20 +426,22 @@ def acceptance_for(a, tree: Optional[DraftTree]) -> Acceptance | TreeAcceptance:
     return acc
 
 
-def predict_context_grid(contexts: Sequence[int], **kwargs) -> list[Prediction]:
+def predict_context_grid(contexts: Sequence[int], model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE,
+                         deployment: Optional[Deployment] = None, drafter=DEFAULT_DRAFTER, *, engine=DEFAULT_ENGINE,
+                         options: Optional[PredictOptions] = None, **option_values) -> list[Prediction]:
     """The optional context axis: one prediction per context length (a table over batch x context).
 
-    Every context and the size of the whole grid are checked before anything is computed. ``kwargs`` are
-    predict's (not ``context``)."""
+    Every context and the size of the whole grid are checked before anything is computed. The options are
+    predict's; their ``context`` is replaced by each of ``contexts``."""
     if not contexts:
         raise DsdsimError("no context lengths given")
-    if "context" in kwargs:
+    if "context" in option_values:
         raise DsdsimError("give the context lengths as the contexts list, not also one context")
-    setup = resolve(kwargs.get("model", DEFAULT_MODEL), kwargs.get("hardware", DEFAULT_HARDWARE),
-                    kwargs.get("deployment"), kwargs.get("drafter", DEFAULT_DRAFTER), kwargs.get("engine", DEFAULT_ENGINE))
+    o = (options or PredictOptions()).with_values(option_values)
+    setup = resolve(model, hardware, deployment, drafter, engine)
     for c in contexts:
         check_context(c, setup)
-    _, ks, _ = _k_axis(setup, kwargs.get("acceptance"), kwargs.get("max_k"), kwargs.get("fixed_k"),
-                       kwargs.get("acceptance_band"))
-    check_grid_size(len(parse_batch_sizes(kwargs.get("batch_sizes"))), len(ks), len(contexts))
-    return [predict(context=int(c), **kwargs) for c in contexts]
+    _, ks, _ = _k_axis(setup, o.acceptance, o.max_k, o.fixed_k, o.acceptance_band)
+    check_grid_size(len(parse_batch_sizes(o.batch_sizes)), len(ks), len(contexts))
+    return [predict(model, hardware, deployment, drafter, engine=engine, options=replace(o, context=int(c)))
+            for c in contexts]
