@@ -62,10 +62,10 @@ def test_decode_backend_is_named():
 
 
 def _moe_op(tokens=12, top_k=2, experts=8, hidden=32, width=16):
-    from dsdsim.cost.ops import MoEShape, OpCost, OpKind
+    from dsdsim.cost.ops import Demand, MoEShape, OpCost, OpKind
     from dsdsim.units import DType
 
-    return OpCost(name="L.moe", kind=OpKind.moe_experts, flops=1.0, weight_bytes=1.0, dtype=DType.fp32,
+    return OpCost("L.moe", OpKind.moe_experts, Demand(1.0, 0.0, weight_bytes=1.0), dtype=DType.fp32,
                   shape=MoEShape(tokens, top_k, hidden, width, 6.0, 1.0))
 
 

@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from dsdsim.cost.num import is_scalar, maximum, num, where
-from dsdsim.specs.engine import CudaGraphs, EngineParams, GraphPadding, KindCoefficients  # noqa: F401
+from dsdsim.specs.engine import CudaGraphs, EngineParams, GraphPadding, KindCoefficients
 from dsdsim.specs.hardware import HardwareSpec
 
 

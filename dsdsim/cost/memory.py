@@ -15,14 +15,14 @@ Two layouts, as ``dsdsim.cost.layers`` runs them:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 from dsdsim.cost.drafts import drafter_weight_params, drafter_whole_params, eagle_layer
-from dsdsim.cost.layers import effective_context, kv_elements_per_token_per_rank, layer_groups
+from dsdsim.cost.layers import context_limit, kv_elements_per_token_per_rank, layer_groups
 from dsdsim.cost.memo import by_value
-from dsdsim.cost.num import ceil, num, where
+from dsdsim.cost.num import ceil, minimum, num, where
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec
 from dsdsim.specs.hardware import HardwareSpec
@@ -80,49 +80,102 @@ def _attention_tp(dep: Deployment) -> int:
     return 1 if dep.dp_attention else dep.tp
 
 
+class KVLayout(NamedTuple):
+    """How one rank caches a model's KV: per layer group (layers, the most tokens a layer keeps or None for all,
+    cached elements per token on the rank), over which sequences, in which format."""
+
+    groups: tuple[tuple[int, Optional[float], int], ...]
+    dep: Deployment
+    bytes_per_element: float
+
+    def bytes(self, tokens_per_seq, batch) -> np.ndarray:
+        """KV cache for ``batch`` sequences of ``tokens_per_seq`` tokens on one rank."""
+        total = 0.0
+        for count, limit, per_token in self.groups:
+            held = num(tokens_per_seq) if limit is None else minimum(num(tokens_per_seq), limit)
+            total = total + count * held * per_token
+        return total * sequences_per_rank(self.dep, batch) * self.bytes_per_element
+
+
+@by_value
+def kv_layout(model: ModelSpec, dep: Deployment) -> KVLayout:
+    return KVLayout(tuple((count, context_limit(layer.attention),
+                           kv_elements_per_token_per_rank(layer.attention, _attention_tp(dep)))
+                          for layer, count, _ in layer_groups(model)), dep, dep.kv_dtype.bytes_per_element)
+
+
 def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, tokens_per_seq, batch) -> np.ndarray:
     """KV cache for `batch` sequences of `tokens_per_seq` tokens on one rank; sliding/chunked layers keep only
     their window."""
-    total = 0.0
-    for layer, count, _ in layer_groups(model):
-        held = effective_context(layer.attention, tokens_per_seq)
-        total = total + count * held * kv_elements_per_token_per_rank(layer.attention, _attention_tp(dep))
-    return total * sequences_per_rank(dep, batch) * dep.kv_dtype.bytes_per_element
+    return kv_layout(model, dep).bytes(tokens_per_seq, batch)
 
 
-def memory_use(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Optional[DrafterSpec], batch, k,
-               context, draft_model: Optional[ModelSpec] = None) -> MemoryUse:
-    b = num(batch)
-    k = num(k)
+@dataclass(frozen=True)
+class MemoryFigures:
+    """What the memory of a step on one GPU is made of, fixed per setup (``memory_figures``); ``use`` evaluates it at
+    batch B, K draft tokens, context c (floats or arrays)."""
+
+    weights_bytes: float
+    kv: KVLayout
+    tree_tokens: Optional[int]            # a draft tree's tokens (q = tokens + 1 when K > 0), else None: q = K + 1
+    act_elements_per_token: int           # 4h + 3 x the widest FFN slice (activations of the widest layer)
+    act_bytes_per_element: float
+    vocab_per_rank: float                 # V / tp: the fp32 logits (vocab-parallel), held twice
+    draft_weights_bytes: Optional[float]  # None without a drafter
+    draft_kv: Optional[KVLayout]          # a draft model's own cache
+    draft_kv_factors: tuple = ()          # EAGLE / MTP: the head's cache as own tokens x these factors
+    capacity_bytes: float = 0.0           # capacity x utilisation
+
+    def use(self, batch, k, context) -> MemoryUse:
+        b = num(batch)
+        k = num(k)
+        tree = self.tree_tokens
+        q = where(k > 0, tree + 1.0, 1.0) if tree is not None else k + 1.0   # verify tokens per sequence
+        tokens_per_seq = num(context) + q
+        kv = self.kv.bytes(tokens_per_seq, b)
+        n = b * q
+        act = n * self.act_elements_per_token * self.act_bytes_per_element + 2 * n * self.vocab_per_rank * 4.0
+        draft = 0.0
+        if self.draft_weights_bytes is not None:
+            draft = draft + self.draft_weights_bytes
+            if self.draft_kv is not None:
+                draft = draft + self.draft_kv.bytes(tokens_per_seq, b)
+            elif self.draft_kv_factors:
+                own = sequences_per_rank(self.kv.dep, b) * tokens_per_seq * self.kv.bytes_per_element
+                for factor in self.draft_kv_factors:
+                    own = own * factor
+                draft = draft + own
+        return MemoryUse(weights_bytes=self.weights_bytes, kv_bytes=kv, activation_bytes=act, draft_bytes=draft,
+                         capacity_bytes=self.capacity_bytes)
+
+
+@by_value
+def memory_figures(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Optional[DrafterSpec],
+                   draft_model: Optional[ModelSpec] = None) -> MemoryFigures:
+    """The figures of ``memory_use`` that do not depend on the point, once per set of spec objects."""
     tree = drafter.tree if drafter is not None else None
-    q = where(k > 0, tree.tokens + 1.0, 1.0) if tree is not None else k + 1.0   # verify tokens per sequence
-    tokens_per_seq = num(context) + q
-    weights = weight_bytes_per_gpu(model, dep)
-    kv = kv_bytes_per_gpu(model, dep, tokens_per_seq, b)
-    # activations of the widest layer for N = B*q tokens, plus fp32 logits (vocab-parallel) twice
-    n = b * q
-    a = dep.act_dtype.bytes_per_element
-    widest = _widest_ffn(model) // dep.tp
-    act = n * (4 * model.hidden_size + 3 * widest) * a + 2 * n * (model.vocab_size / dep.tp) * 4.0
-    draft = 0.0
+    draft_w = draft_kv = None
+    factors = ()
     if drafter is not None:
         w = dep.weight_dtype(model).bytes_per_element
         extra = drafter_weight_params(model, drafter, draft_model)
         whole = drafter_whole_params(model, drafter) if dep.dp_attention else 0
-        draft = draft + (whole + (extra - whole) / dep.tp) * w
-        own = sequences_per_rank(dep, b) * tokens_per_seq * dep.kv_dtype.bytes_per_element
+        draft_w = (whole + (extra - whole) / dep.tp) * w
         if drafter.kind is DrafterKind.draft_model and draft_model is not None:
-            draft = draft + kv_bytes_per_gpu(draft_model, dep.model_copy(update={"dp_attention": False}),
-                                             tokens_per_seq, b)
+            draft_kv = kv_layout(draft_model, dep.model_copy(update={"dp_attention": False}))
         elif drafter.kind in (DrafterKind.eagle, DrafterKind.eagle3):
-            layer = eagle_layer(model, drafter)
-            draft = draft + own * kv_elements_per_token_per_rank(layer.attention, _attention_tp(dep))
+            factors = (kv_elements_per_token_per_rank(eagle_layer(model, drafter).attention, _attention_tp(dep)),)
         elif drafter.kind is DrafterKind.mtp and model.mtp_layer is not None:
-            draft = draft + own * model.mtp_layers * kv_elements_per_token_per_rank(
-                model.mtp_layer.attention, _attention_tp(dep))
-    capacity = hw.memory_capacity * dep.memory_utilization
-    return MemoryUse(weights_bytes=weights, kv_bytes=kv, activation_bytes=act, draft_bytes=draft,
-                     capacity_bytes=capacity)
+            factors = (model.mtp_layers, kv_elements_per_token_per_rank(model.mtp_layer.attention, _attention_tp(dep)))
+    return MemoryFigures(weight_bytes_per_gpu(model, dep), kv_layout(model, dep),
+                         tree.tokens if tree is not None else None, 4 * model.hidden_size + 3 * (_widest_ffn(model) // dep.tp),
+                         dep.act_dtype.bytes_per_element, model.vocab_size / dep.tp, draft_w, draft_kv, factors,
+                         hw.memory_capacity * dep.memory_utilization)
+
+
+def memory_use(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Optional[DrafterSpec], batch, k,
+               context, draft_model: Optional[ModelSpec] = None) -> MemoryUse:
+    return memory_figures(model, hw, dep, drafter, draft_model).use(batch, k, context)
 
 
 @by_value

@@ -97,62 +97,106 @@ class ElementwiseShape(NamedTuple):
 OpShape = Union[GemmShape, AttentionShape, MoEShape, ElementwiseShape]
 
 
+class ExpertsTouched(NamedTuple):
+    """Distinct routed experts a MoE layer reads at one occurrence (reported, and one expert's weight bytes follow
+    from it: ``dsdsim.cost.timing.record_rates``)."""
+
+    rank: np.ndarray | float                  # on this rank (the busiest one under expert parallelism)
+    total: np.ndarray | float | None = None   # by all ranks together
+
+
 @dataclass(frozen=True, init=False)
 class OpCost:
-    """Cost of ONE occurrence of an operator; ``count`` occurrences per step (layers x passes)."""
+    """Cost of ONE occurrence of an operator (its ``demand``: FLOPs, bytes by kind, launches, what its time depends
+    on); ``count`` occurrences per step (layers x passes). The figures read as attributes (``op.flops``,
+    ``op.weight_bytes``, ``op.bytes``) come from the demand."""
 
     name: str
     kind: OpKind
+    demand: "Demand"
     dtype: DType = DType.bf16                  # whose peak FLOP/s the op runs at (GEMMs: the weight format;
                                                # the hardware falls back to bf16 where it has no such peak)
-    flops: np.ndarray | float = 0.0            # useful FLOPs
-    flops_padded: np.ndarray | float = 0.0     # FLOPs the kernel executes after padding m to the tile
-    weight_bytes: np.ndarray | float = 0.0
-    act_in_bytes: np.ndarray | float = 0.0
-    act_out_bytes: np.ndarray | float = 0.0
-    kv_read_bytes: np.ndarray | float = 0.0
-    kv_write_bytes: np.ndarray | float = 0.0
-    comm_bytes: np.ndarray | float = 0.0       # bytes this rank sends
-    comm_group: int = 1                        # ranks taking part in the collective
-    host_s: np.ndarray | float = 0.0
-    launches: np.ndarray | float = 1           # kernels per occurrence
-    count: np.ndarray | float = 1              # occurrences per step
-    experts_touched: np.ndarray | float | None = None        # MoE only: distinct routed experts read (this rank)
-    experts_touched_total: np.ndarray | float | None = None  # MoE only: distinct routed experts read by all ranks
     kernel: KernelClass = KernelClass.dense
-    sequences: np.ndarray | float = 0.0        # attention: sequences whose KV cache one call reads
+    comm_group: int = 1                        # ranks taking part in the collective
+    count: np.ndarray | float = 1              # occurrences per step
+    experts: Optional[ExpertsTouched] = None   # MoE only
     kv_bytes_per_token: float = 0.0            # attention: cached bytes per token of one sequence (this rank)
     shape: Optional[OpShape] = field(default=None, compare=False)   # what a torch bench builds the kernel from
 
-    def __init__(self, name: str, kind: OpKind, dtype: DType = DType.bf16, flops=0.0, flops_padded=0.0,
-                 weight_bytes=0.0, act_in_bytes=0.0, act_out_bytes=0.0, kv_read_bytes=0.0, kv_write_bytes=0.0,
-                 comm_bytes=0.0, comm_group: int = 1, host_s=0.0, launches=1, count=1, experts_touched=None,
-                 experts_touched_total=None, kernel: KernelClass = KernelClass.dense, sequences=0.0,
-                 kv_bytes_per_token: float = 0.0, shape: Optional[OpShape] = None):
+    def __init__(self, name: str, kind: OpKind, demand: "Demand", dtype: DType = DType.bf16,
+                 kernel: KernelClass = KernelClass.dense, comm_group: int = 1, count=1,
+                 experts: Optional[ExpertsTouched] = None, kv_bytes_per_token: float = 0.0,
+                 shape: Optional[OpShape] = None):
         # the fields written in one step: a frozen dataclass's own __init__ sets them one object.__setattr__ at a
         # time, which is most of the cost of building a step's ~40 operators at one point
-        _set_fields(self, {
-            "name": name, "kind": kind, "dtype": dtype, "flops": flops, "flops_padded": flops_padded,
-            "weight_bytes": weight_bytes, "act_in_bytes": act_in_bytes, "act_out_bytes": act_out_bytes,
-            "kv_read_bytes": kv_read_bytes, "kv_write_bytes": kv_write_bytes, "comm_bytes": comm_bytes,
-            "comm_group": comm_group, "host_s": host_s, "launches": launches, "count": count,
-            "experts_touched": experts_touched, "experts_touched_total": experts_touched_total, "kernel": kernel,
-            "sequences": sequences, "kv_bytes_per_token": kv_bytes_per_token, "shape": shape})
+        _set_fields(self, {"name": name, "kind": kind, "demand": demand, "dtype": dtype, "kernel": kernel,
+                           "comm_group": comm_group, "count": count, "experts": experts,
+                           "kv_bytes_per_token": kv_bytes_per_token, "shape": shape})
+
+    @property
+    def flops(self) -> np.ndarray | float:
+        """Useful FLOPs."""
+        return self.demand.flops
+
+    @property
+    def flops_padded(self) -> np.ndarray | float:
+        """FLOPs the kernel executes after padding m to the tile."""
+        return self.demand.flops_padded
+
+    @property
+    def weight_bytes(self) -> np.ndarray | float:
+        return self.demand.weight_bytes
+
+    @property
+    def act_in_bytes(self) -> np.ndarray | float:
+        return self.demand.act_in_bytes
+
+    @property
+    def act_out_bytes(self) -> np.ndarray | float:
+        return self.demand.act_out_bytes
+
+    @property
+    def kv_read_bytes(self) -> np.ndarray | float:
+        return self.demand.kv_read_bytes
+
+    @property
+    def kv_write_bytes(self) -> np.ndarray | float:
+        return self.demand.kv_write_bytes
+
+    @property
+    def comm_bytes(self) -> np.ndarray | float:
+        """Bytes this rank sends."""
+        return self.demand.comm_bytes
+
+    @property
+    def host_s(self) -> np.ndarray | float:
+        return self.demand.host_s
+
+    @property
+    def launches(self) -> np.ndarray | float:
+        """Kernels per occurrence."""
+        return self.demand.launches
+
+    @property
+    def sequences(self) -> np.ndarray | float:
+        """Attention: sequences whose KV cache one call reads."""
+        return self.demand.sequences
+
+    @property
+    def experts_touched(self) -> np.ndarray | float | None:
+        """MoE only: distinct routed experts read on this rank."""
+        return None if self.experts is None else self.experts.rank
+
+    @property
+    def experts_touched_total(self) -> np.ndarray | float | None:
+        """MoE only: distinct routed experts read by all ranks."""
+        return None if self.experts is None else self.experts.total
 
     @property
     def bytes(self) -> np.ndarray | float:
         """DRAM bytes moved by one occurrence (communication excluded)."""
-        return self.weight_bytes + self.act_in_bytes + self.act_out_bytes + self.kv_read_bytes + self.kv_write_bytes
-
-    @property
-    def demand(self) -> "Demand":
-        """Its figures as a Demand, what its time depends on (``dsdsim.cost.timing.terms``); an all-reduce is timed
-        on its payload."""
-        collective = self.act_in_bytes if self.kind is OpKind.all_reduce else self.comm_bytes
-        return Demand(num(self.flops), num(self.flops_padded), num(self.weight_bytes), num(self.act_in_bytes),
-                      num(self.act_out_bytes), num(self.kv_read_bytes), num(self.kv_write_bytes),
-                      num(self.comm_bytes), num(collective), num(self.launches), num(self.sequences),
-                      num(self.host_s))
+        d = self.demand
+        return d.weight_bytes + d.act_in_bytes + d.act_out_bytes + d.kv_read_bytes + d.kv_write_bytes
 
     def times(self, count) -> "OpCost":
         """The operator occurring ``count`` times as often: a copy of the fields (valid already) with the new count,
@@ -243,20 +287,17 @@ class Operator:
         """The OpCost of one occurrence at ``size``: ``demand`` with the operator's kind, format and kernel class,
         the ranks of its collective, the cache bytes per token of an attention layer, and the shape a bench runs."""
         size = [s if s is None else num(s) for s in size]
-        d = self.demand(*size)
-        return OpCost(name, self.kind, self.dtype, d.flops, d.flops_padded, d.weight_bytes, d.act_in_bytes,
-                      d.act_out_bytes, d.kv_read_bytes, d.kv_write_bytes, d.comm_bytes, getattr(self, "group", 1),
-                      d.host_s, d.launches, kernel=self.kernel, sequences=d.sequences,
-                      kv_bytes_per_token=getattr(self, "kv_bytes_per_token", 0.0), shape=self.shape(*size),
-                      **self.tags(*size))
+        return OpCost(name, self.kind, self.demand(*size), self.dtype, self.kernel, getattr(self, "group", 1),
+                      experts=self.touched(*size), kv_bytes_per_token=getattr(self, "kv_bytes_per_token", 0.0),
+                      shape=self.shape(*size))
 
     def shape(self, *size) -> Optional[OpShape]:
         """What a torch bench builds the kernel from (None: the operator is not benched by shape)."""
         return None
 
-    def tags(self, *size) -> dict:
-        """Fields of the record beyond the counts (MoE: the experts touched)."""
-        return {}
+    def touched(self, *size) -> Optional[ExpertsTouched]:
+        """The routed experts an occurrence reads (MoE only)."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -393,8 +434,8 @@ class MoEExperts(Operator):
     def shape(self, tokens, experts_touched, token_share, experts_touched_total=None) -> MoEShape:
         return MoEShape(tokens, self.top_k, self.hidden, self.width, experts_touched, token_share)
 
-    def tags(self, tokens, experts_touched, token_share, experts_touched_total=None) -> dict:
-        return {"experts_touched": experts_touched, "experts_touched_total": experts_touched_total}
+    def touched(self, tokens, experts_touched, token_share, experts_touched_total=None) -> ExpertsTouched:
+        return ExpertsTouched(experts_touched, experts_touched_total)
 
 
 @dataclass(frozen=True)

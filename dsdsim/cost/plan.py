@@ -28,17 +28,19 @@ class PassPoint:
                  "memo")
 
     def __init__(self, batch, q, context, *, dp_ranks: int = 1, head_rows=None, sampling_passes=1.0, k=0.0):
-        b, q = num(batch), num(q)
-        self.batch, self.q, self.context = b, q, num(context)
+        if type(batch) is not float or type(q) is not float or type(context) is not float:   # one point: floats
+            batch, q, context = num(batch), num(q), num(context)
+        b = batch
+        self.batch, self.q, self.context = b, q, context
         self.tokens = b * q
         if dp_ranks > 1:
             self.rank_batch = ceil(b / dp_ranks)
             self.rank_rows = self.rank_batch * q
         else:
             self.rank_batch, self.rank_rows = b, self.tokens
-        self.head_rows = self.tokens if head_rows is None else num(head_rows)
-        self.sampling_passes = num(sampling_passes)
-        self.k = num(k)
+        self.head_rows = self.tokens if head_rows is None else head_rows if type(head_rows) is float else num(head_rows)
+        self.sampling_passes = sampling_passes if type(sampling_passes) is float else num(sampling_passes)
+        self.k = k if type(k) is float else num(k)
         self.memo: dict = {}       # sizes several operators read (a MoE layer's experts touched), worked out once
 
 

@@ -4,9 +4,10 @@ T(B, K, c) = engine(draft + verify kernels at the CUDA-graph padded size): the e
 machinery and the host time it does not hide (``dsdsim.cost.engine``). K = 0 is plain decoding: no draft, a
 q = 1 pass sampled once. Everything broadcasts over numpy arrays of batch, k and context.
 
-The passes are planned once per set of spec objects (``step_plan``: ``dsdsim.cost.plan``); a point times each
-planned operator from the sizes it reads, and the operator records are built only when ``PassCost.op_times`` is
-read.
+Everything the spec objects fix is worked out once into the step's program (``step_plan``): the passes as plans
+(``dsdsim.cost.plan``) with each operator's rates and float ``timer``, the memory figures, the launch gaps. One point
+is then float arithmetic over it (``_one_step``); a grid evaluates the same plan entries with numpy (``_grid_step``:
+each operator's ``demand`` and ``seconds``). The operator records are built only when ``PassCost.op_times`` is read.
 
 Without an engine spec (``Setup.engine`` None, what ``dsdsim.bench`` measures: kernels replayed as a graph) a step
 is its kernels plus the drafter's hand-off, as before engine specs existed. A hardware spec that still carries
@@ -22,14 +23,15 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from dsdsim.cost.drafts import DraftPlan, draft_plan
-from dsdsim.cost.engine import EngineParams, EngineTime, engine_time, padded_tokens, small_kernel_s
+from dsdsim.cost.engine import EngineTime, engine_time, padded_tokens, small_kernel_s
+from dsdsim.specs.engine import EngineParams
 from dsdsim.cost.layers import PassContext, pass_plan
 from dsdsim.cost.memo import by_value
-from dsdsim.cost.memory import MemoryUse, memory_use
+from dsdsim.cost.memory import MemoryFigures, MemoryUse, memory_figures
 from dsdsim.cost.num import as_float, num, where
 from dsdsim.cost.ops import OpKind
 from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, records
-from dsdsim.cost.timing import OpRates, OpTime, in_place, launch_overhead, rates_of, seconds, sum_by_shape
+from dsdsim.cost.timing import OpRates, OpTime, in_place, launch_overhead, rates_of, seconds, sum_by_shape, timer
 from dsdsim.errors import DsdsimError
 from dsdsim.defaults import DEFAULT_ENGINE
 from dsdsim.specs.deployment import Deployment
@@ -155,10 +157,89 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
     K = 0 is its off tier, not a plain server (where the version says so, the drafter's first pass still runs)."""
     s = setup or resolve(model, hardware, deployment, drafter, engine)
     b, kk, c = _check_grid(batch, k, context, s.drafter)
+    eng = s.engine
+    plan = step_plan(s.model, s.hardware, s.deployment, s.drafter, s.draft_model, moe_family_of(eng, s.hardware))
+    if type(b) is float and type(kk) is float and type(c) is float:
+        return _one_step(s, plan, b, kk, c, dynamic)
+    return _grid_step(s, plan, b, kk, c, dynamic)
+
+
+def _verify_tokens(drafter: Optional[DrafterSpec], kk):
+    """q: tokens per sequence the verify pass checks (a tree verifies TOKENS + 1 when K > 0; else K + 1)."""
+    tree = drafter.tree if drafter is not None else None
+    return where(kk > 0, tree.tokens + 1.0, 1.0) if tree is not None else kk + 1.0
+
+
+def _handoff_s(s: Setup) -> float:
+    """The drafter's hand-off, charged per speculative step only without an engine spec (an engine's terms hold it)."""
+    return s.drafter.handoff_s if (s.engine is None and s.drafter is not None
+                                   and s.drafter.kind is not DrafterKind.ngram) else 0.0
+
+
+def _off_tier_drafts(s: Setup, dynamic: bool) -> bool:
+    eng = s.engine
+    return bool(dynamic and eng is not None and eng.off_tier_drafts is not None and eng.off_tier_drafts.value)
+
+
+def _one_step(s: Setup, plan: StepPlan, b: float, kk: float, c: float, dynamic: bool) -> StepCost:
+    """One point in Python floats: each planned operator's ``timer``, the plan's memory figures and engine terms."""
     m, hw, dep, eng = s.model, s.hardware, s.deployment, s.engine
-    plan = step_plan(m, hw, dep, s.drafter, s.draft_model, moe_family_of(eng, hw))
-    tree = s.drafter.tree if s.drafter is not None else None
-    q = where(kk > 0, tree.tokens + 1.0, 1.0) if tree is not None else kk + 1.0   # a tree verifies TOKENS + 1
+    q = _verify_tokens(s.drafter, kk)
+    graphs = eng.cuda_graphs if eng is not None else None
+    q_verify, graphed = padded_tokens(graphs, b, q, dep.cuda_graphs)
+    sampling_passes = 2.0 if kk > 0 else 1.0   # rejection sampling reads target and draft probabilities
+    verify_point = PassPoint(b, q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=sampling_passes)
+    parts = [(plan.verify, verify_point, None)]
+    total, op_seconds = _timed_seconds(parts, [plan.verify_timed], plan.gaps[0 if graphed else 1])
+    verify = PassCost(total, parts, op_seconds, hw, graphed, [plan.verify_timed])
+    off_tier = _off_tier_drafts(s, dynamic)
+    if plan.draft is not None:
+        draft_on = dep.cuda_graphs and (graphs is None or graphs.draft_graphs)
+        _, draft_graphed = padded_tokens(graphs, b, 1.0, draft_on)   # draft passes: graphed or not, not padded
+        points = plan.draft.points(b, kk, c, first_at_zero=off_tier)
+        parts = [(dp.ops, p, times) for dp, (p, times) in zip(plan.draft.passes, points)]
+        total, op_seconds = _timed_seconds(parts, plan.draft_timed, plan.gaps[0 if draft_graphed else 1])
+        draft = PassCost(total, parts, op_seconds, hw, draft_graphed, plan.draft_timed)
+    else:
+        draft = PassCost(0.0, [], [], hw)
+    overhead = float(hw.step_overhead_s.value + _handoff_s(s) * (kk > 0))
+    memory = plan.memory.use(b, kk, c)
+    passes = _draft_passes(s.drafter, kk)
+    if off_tier and plan.draft is not None:
+        passes = passes if kk > 0 else 1.0
+    et = None
+    if eng is not None:
+        params = s.engine_params or _engine_params(eng, s.drafter)
+        device = verify.time_s + draft.time_s + overhead
+        et = engine_time(params, device, b, kk, passes, q, *plan.small_kernel_s, dynamic, m.num_layers, draft.time_s)
+    return StepCost(m, hw, dep, s.drafter, np.asarray(b), np.asarray(kk), np.asarray(c), verify, draft, overhead,
+                    memory, eng, et, np.asarray(b * q_verify), np.asarray(graphed), passes, np.asarray(q), dynamic)
+
+
+def _timed_seconds(parts: list, timed: list[list[Timed]], gap: float) -> tuple[float, list]:
+    """(the pass's seconds, each operator's seconds per step) at one point: every planned operator's ``timer`` at
+    its sizes, times its count; a pass that runs zero times is not evaluated (its operators take 0 s)."""
+    op_seconds = []
+    total = 0.0
+    for (_, p, times), ops in zip(parts, timed):
+        if times == 0.0:
+            op_seconds += [0.0] * len(ops)
+            continue
+        sizes = {}                          # the sizes of the pass, read once per size function
+        for size, _, _, count, time in ops:
+            args = sizes.get(size)
+            if args is None:
+                args = sizes[size] = size(p)
+            per = time(gap, *args) * (count if times is None else count * times)
+            op_seconds.append(per)
+            total += per
+    return total, op_seconds
+
+
+def _grid_step(s: Setup, plan: StepPlan, b, kk, c, dynamic: bool) -> StepCost:
+    """A grid of points in numpy arrays: each planned operator's ``demand`` and ``seconds`` over the grid."""
+    m, hw, dep, eng = s.model, s.hardware, s.deployment, s.engine
+    q = _verify_tokens(s.drafter, kk)
     graphs = eng.cuda_graphs if eng is not None else None
     q_verify, graphed = padded_tokens(graphs, b, q, dep.cuda_graphs)
     draft_on = dep.cuda_graphs and (graphs is None or graphs.draft_graphs)
@@ -167,55 +248,53 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
     verify_point = PassPoint(b, q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=sampling_passes)
     verify = _pass_cost([(plan.verify, verify_point, None)], [plan.verify_timed], hw, graphed)
     draft = PassCost(0.0, [], [], hw)
-    off_tier_drafts = (dynamic and eng is not None and eng.off_tier_drafts is not None
-                       and eng.off_tier_drafts.value)
+    off_tier = _off_tier_drafts(s, dynamic)
     if plan.draft is not None:
-        points = plan.draft.points(b, kk, c, first_at_zero=off_tier_drafts)
+        points = plan.draft.points(b, kk, c, first_at_zero=off_tier)
         parts = [(dp.ops, p, times) for dp, (p, times) in zip(plan.draft.passes, points)]
         draft = _pass_cost(parts, plan.draft_timed, hw, draft_graphed)
-    one_point = type(b) is float and type(kk) is float and type(c) is float
-    shape = () if one_point else np.broadcast_shapes(np.shape(b), np.shape(kk), np.shape(c))
-    handoff = s.drafter.handoff_s if (eng is None and s.drafter is not None
-                                      and s.drafter.kind is not DrafterKind.ngram) else 0.0
-    overhead = hw.step_overhead_s.value + handoff * (kk > 0)
-    overhead = float(overhead) if not shape else np.broadcast_to(overhead, shape).astype(float)
-    memory = memory_use(m, hw, dep, s.drafter, b, kk, c, s.draft_model)
+    shape = np.broadcast_shapes(np.shape(b), np.shape(kk), np.shape(c))
+    overhead = hw.step_overhead_s.value + _handoff_s(s) * (kk > 0)
+    overhead = np.broadcast_to(overhead, shape).astype(float)
+    memory = plan.memory.use(b, kk, c)
     et = None
     passes = _draft_passes(s.drafter, kk)
-    if off_tier_drafts and plan.draft is not None:
+    if off_tier and plan.draft is not None:
         passes = where(kk > 0, passes, 1.0)
     if eng is not None:
         params = s.engine_params or _engine_params(eng, s.drafter)
         device = verify.time_s + draft.time_s + overhead
-        et = engine_time(params, device, b, kk, passes, q, *small_kernel_s(hw), dynamic, m.num_layers,
-                         draft.time_s)
-    b, kk, c = np.asarray(b), np.asarray(kk), np.asarray(c)
-    if one_point:
-        padded, graphed = np.asarray(b * q_verify), np.asarray(graphed)
-    else:
-        padded, graphed = np.broadcast_to(b * q_verify, shape), np.broadcast_to(graphed, shape)
-    return StepCost(m, hw, dep, s.drafter, b, kk, c, verify, draft, overhead, memory, eng, et, padded, graphed, passes,
-                    np.asarray(q), dynamic)
+        et = engine_time(params, device, b, kk, passes, q, *plan.small_kernel_s, dynamic, m.num_layers, draft.time_s)
+    padded, graphed = np.broadcast_to(b * q_verify, shape), np.broadcast_to(graphed, shape)
+    return StepCost(m, hw, dep, s.drafter, np.asarray(b), np.asarray(kk), np.asarray(c), verify, draft, overhead,
+                    memory, eng, et, padded, graphed, passes, np.asarray(q), dynamic)
 
 
 class Timed(NamedTuple):
-    """A planned operator ready to time: its size function, its ``demand``, its rates on the hardware, its count."""
+    """A planned operator ready to time: its size function, its ``demand``, its rates on the hardware, its count, and
+    its ``timer`` (``dsdsim.cost.timing.timer``: the seconds of one occurrence at one point, in floats)."""
 
     size: Callable
     demand: Callable
     rates: OpRates
     count: float
+    timer: Callable
 
 
 @dataclass(frozen=True)
 class StepPlan:
-    """The passes of a step as plans, with each operator's rates on the hardware, fixed per setup."""
+    """A step's program: what the spec objects fix, worked out once (``step_plan``). The passes as plans with each
+    operator's rates and timer on the hardware, the memory figures, the launch gaps and small-kernel times; a point
+    is arithmetic over it."""
 
     verify: list[PlanOp]
     verify_timed: list[Timed]
     draft: Optional[DraftPlan]
     draft_timed: list[list[Timed]]       # per draft pass
     dp_ranks: int                        # ranks the verify batch is split over (data-parallel attention)
+    memory: MemoryFigures
+    gaps: tuple[float, float]            # the launch gap replayed from a CUDA graph, launched eagerly
+    small_kernel_s: tuple[float, float]  # one small kernel, graphed and eager (engine kernel-count terms)
 
 
 def moe_family_of(engine: Optional[EngineSpec], hw: HardwareSpec) -> Optional[str]:
@@ -238,11 +317,16 @@ def step_plan(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Opti
         draft = draft_plan(model, drafter, pc, draft_model=draft_model, draft_pc=dpc)
     return StepPlan(verify, _timed(verify, hw, moe_family), draft,
                     [_timed(dp.ops, hw, moe_family) for dp in draft.passes] if draft is not None else [],
-                    dp_ranks(pc.dp_attention, pc.tp))
+                    dp_ranks(pc.dp_attention, pc.tp), memory_figures(model, hw, dep, drafter, draft_model),
+                    (launch_overhead(hw, True), launch_overhead(hw, False)), small_kernel_s(hw))
 
 
 def _timed(plan: list[PlanOp], hw: HardwareSpec, moe_family: Optional[str]) -> list[Timed]:
-    return [Timed(e.size, e.op.demand, rates_of(e.op, hw, moe_family), e.count) for e in plan]
+    out = []
+    for e in plan:
+        rates = rates_of(e.op, hw, moe_family)
+        out.append(Timed(e.size, e.op.demand, rates, e.count, timer(e.op, rates, hw)))
+    return out
 
 
 @by_value
@@ -278,7 +362,7 @@ def _pass_cost(parts: list, timed: list[list[Timed]], hw: HardwareSpec, graphed)
         if type(times) is float and times == 0.0:
             op_seconds += [0.0] * len(ops)
             continue
-        for size, demand, rates, count in ops:
+        for size, demand, rates, count, _ in ops:
             per = seconds(rates, demand(*size(p)), gap)
             if times is not None:
                 count = count * times

@@ -18,6 +18,7 @@ operator and an operator record (``op_time``) are both timed by it.
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
@@ -26,7 +27,8 @@ import numpy as np
 
 from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import is_scalar, isfinite, maximum, minimum, num, where
-from dsdsim.cost.ops import Bound, Demand, KernelClass, MoEExperts, OpCost, OpKind, Operator
+from dsdsim.cost.ops import (AllReduce, AllToAll, Attention, Bound, Demand, Elementwise, Embedding, Gather, Gemm,
+                             KernelClass, MoEExperts, OpCost, OpKind, Operator, Sampling)
 from dsdsim.specs.hardware import (GROUPED_GEMM_LAUNCHES, AllReduceAlgorithm, AllReduceTier, HardwareSpec,
                                    MoEFamilyFigures)
 from dsdsim.units import DType
@@ -511,3 +513,160 @@ def sum_by_shape(parts: list) -> np.ndarray | float:
     for part in by_shape.values():
         out = out + part
     return out
+
+
+# --- one planned operator at one point, in Python floats ------------------------------------------------------
+#
+# ``seconds(rates, op.demand(*size), gap)`` builds a Demand and walks the general terms for every operator at every
+# point. A step program (``dsdsim.cost.step.step_plan``) binds each planned operator's figures and rates once into a
+# ``timer``: the same operations in the same order on plain floats, so the same bits, for the operator kinds a step
+# runs most. Any other operator (fused MoE, collectives, host work), or rates with terms these do not carry, is
+# timed by ``seconds`` itself.
+
+
+def timer(op: Operator, r: OpRates, hw: Optional[HardwareSpec] = None) -> Callable:
+    """``(gap, *size) -> seconds`` of one occurrence of planned operator ``op`` with rates ``r`` (on ``hw``, which
+    collectives need) at one point (sizes and the launch gap Python floats), equal to
+    ``seconds(r, op.demand(*size), gap)``."""
+    if r.collective is not None and hw is not None and isinstance(op, (AllReduce, AllToAll, Gather)):
+        link_time = _one_node_collective(hw, op)
+        if link_time is not None:
+            return link_time
+    plain = r.collective is None and not r.fixed_s and not r.helper_launches and r.ramp_bytes_per_sequence is None
+    if isinstance(op, (Gemm, Elementwise)) and plain:
+        return _rows_timer(r, op.tile_m if isinstance(op, Gemm) else 1, op._flops_per_row, op._weight_bytes,
+                           op._in_per_row, op._out_per_row)
+    if isinstance(op, Embedding) and plain:
+        return _rows_timer(r, 1, 0.0, 0.0, op._weight_per_token, op._out_per_token)
+    if isinstance(op, Attention) and r.collective is None and not r.fixed_s and not r.helper_launches:
+        return _attention_timer(op, r)
+    if isinstance(op, Sampling) and plain:
+        return _sampling_timer(op, r)
+    demand = op.demand
+
+    def general(gap, *size):
+        return seconds(r, demand(*size), gap)
+    return general
+
+
+def _finish(r: OpRates) -> Callable:
+    """(compute, memory, launches, gap) -> seconds: the kernel's own time (the p-norm of compute and memory for GEMMs
+    with kernel figures, else the larger), what the kernel floor adds to it, the launch gaps (``_terms``)."""
+    p, floor = r.transition_p, r.floor_s
+    inv = None if p is None else 1.0 / p
+    if p is not None and floor is not None:
+        def floored_p_norm(compute, memory, launches, gap):
+            hi, lo = (compute, memory) if compute >= memory else (memory, compute)
+            work = hi * (1.0 + (lo / hi if hi > 0 else 0.0) ** p) ** inv          # p_norm_time
+            added = launches * floor - work
+            return work + ((added if added >= 0.0 or added != added else 0.0) + (launches * gap + 0.0))
+        return floored_p_norm
+    if floor is not None:
+        def floored(compute, memory, launches, gap):
+            work = compute if compute >= memory or compute != compute else memory   # maximum
+            added = launches * floor - work
+            return work + ((added if added >= 0.0 or added != added else 0.0) + (launches * gap + 0.0))
+        return floored
+    if p is not None:
+        def p_norm(compute, memory, launches, gap):
+            hi, lo = (compute, memory) if compute >= memory else (memory, compute)
+            return hi * (1.0 + (lo / hi if hi > 0 else 0.0) ** p) ** inv + (launches * gap + 0.0)
+        return p_norm
+
+    def roofline(compute, memory, launches, gap):
+        return (compute if compute >= memory or compute != compute else memory) + (launches * gap + 0.0)
+    return roofline
+
+
+def _rows_timer(r: OpRates, tile: int, flops_per_row: float, weight_bytes: float, in_per_row: float,
+                out_per_row: float) -> Callable:
+    """A GEMM, vector kernel or gather over m rows: flops_padded = pad(m) f, bytes = W + m in + m out. With kernel
+    figures (a floor per launch; GEMMs also the p-norm), the terms are written out in one function, the common case."""
+    peak, bandwidth, finish = r.flops_per_s, r.bytes_per_s, _finish(r)
+    tile_f, p, floor = float(tile), r.transition_p, r.floor_s
+    if floor is not None and p is not None:
+        inv = 1.0 / p
+
+        def gemm_rows(gap, m):
+            padded = m if tile <= 1 else (m if m >= tile else tile_f) if m > 0 else 0.0     # pad_rows
+            compute = padded * flops_per_row / peak
+            memory = (weight_bytes + m * in_per_row + m * out_per_row) / bandwidth
+            hi, lo = (compute, memory) if compute >= memory else (memory, compute)
+            work = hi * (1.0 + (lo / hi if hi > 0 else 0.0) ** p) ** inv                   # p_norm_time
+            added = floor - work                                                           # one launch
+            return work + ((added if added >= 0.0 or added != added else 0.0) + (gap + 0.0))
+        return gemm_rows
+    if floor is not None:
+        def vector_rows(gap, m):
+            compute = (m if tile <= 1 else (m if m >= tile else tile_f) if m > 0 else 0.0) * flops_per_row / peak
+            memory = (weight_bytes + m * in_per_row + m * out_per_row) / bandwidth
+            work = compute if compute >= memory or compute != compute else memory          # maximum
+            added = floor - work
+            return work + ((added if added >= 0.0 or added != added else 0.0) + (gap + 0.0))
+        return vector_rows
+
+    def rows(gap, m):
+        padded = m if tile <= 1 else (m if m >= tile else tile_f) if m > 0 else 0.0
+        return finish(padded * flops_per_row / peak, (weight_bytes + m * in_per_row + m * out_per_row) / bandwidth,
+                      1, gap)
+    return rows
+
+
+def _attention_timer(op: "Attention", r: OpRates) -> Callable:
+    """``Attention.demand`` written out: B q queries against c + q keys, the cache read once per sequence."""
+    peak, bandwidth, finish = r.flops_per_s, r.bytes_per_s, _finish(r)
+    per_key, q_in, q_out = op._flops_per_query_key, op._in_per_query, op._out_per_query
+    kv_read, kv_write, ramp = op.kv_bytes_per_token, op._kv_write_per_query, r.ramp_bytes_per_sequence
+
+    def attention(gap, b, q, c):
+        queries = b * q
+        moved = queries * q_in + queries * q_out + b * c * kv_read + queries * kv_write
+        return finish(queries * per_key * (c + q) / peak,
+                      (moved if ramp is None else moved + b * ramp) / bandwidth, 1, gap)
+    return attention
+
+
+def _sampling_timer(op: "Sampling", r: OpRates) -> Callable:
+    """``Sampling.demand`` written out: the fp32 logits swept ``passes`` times, probabilities written once."""
+    peak, bandwidth, finish = r.flops_per_s, r.bytes_per_s, _finish(r)
+    sweep_per_row, flops_per_row = op.vocab * 4.0, op.vocab * 5.0
+
+    def sampling(gap, rows, passes):
+        sweep = rows * sweep_per_row
+        launches = float(round(passes))
+        return finish(rows * flops_per_row * passes / peak, (sweep * passes + sweep) / bandwidth,
+                      launches if launches >= 1.0 else 1.0, gap)
+    return sampling
+
+
+def _one_node_collective(hw: HardwareSpec, op: Operator) -> Optional[Callable]:
+    """A collective within one node, written out: an all-reduce's fastest tier for its payload
+    (``scale_up_all_reduce_time``), an exchange's bytes sent over the link (``exchange_time``); the time is the link
+    time plus one launch gap. None past one node (the scale-out terms: ``seconds`` itself)."""
+    group = op.group
+    if group <= 1 or (nodes_spanned(hw, group) > 1 and hw.scale_out_bandwidth_bytes_per_s is not None
+                      and hw.scale_out_latency_s is not None):
+        return None
+    link, latency = hw.link_bandwidth_bytes_per_s.value, hw.link_latency_s.value
+    collective_bw = link * hw.efficiency.collective.value
+    if not isinstance(op, AllReduce):
+        sent_bytes = op.sent_bytes
+
+        def exchange(gap, size):
+            return 0.0 + ((latency + sent_bytes(size) / collective_bw) + (gap + 0.0))
+        return exchange
+    ring_traffic = 2.0 * (group - 1) / group
+    tiers = [(t.latency_s, (group - 1) if t.algorithm is AllReduceAlgorithm.one_shot else ring_traffic,
+              link * t.bandwidth_fraction, t.max_bytes) for t in (hw.kernels.all_reduce if hw.kernels else ())]
+    per_row = op.width * op.act_dtype.bytes_per_element
+
+    def all_reduce(gap, rows):
+        payload = rows * per_row
+        best = math.inf
+        for tier_latency, traffic, tier_bw, max_bytes in tiers:
+            t = tier_latency + payload * traffic / tier_bw if payload <= max_bytes else math.inf
+            best = best if best <= t else t
+        if best == math.inf:
+            best = latency + ring_traffic * payload / collective_bw
+        return 0.0 + (best + (gap + 0.0))
+    return all_reduce

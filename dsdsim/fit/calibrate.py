@@ -32,7 +32,8 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from dsdsim.fit.summary import CalibrationSummary
-from dsdsim.cost.ops import GemmShape, MoEShape, OpCost, OpKind, pad_rows
+from dsdsim.cost.num import num
+from dsdsim.cost.ops import Demand, GemmShape, MoEShape, OpCost, OpKind, pad_rows
 from dsdsim.specs.hardware import HardwareSpec, Verified
 
 TILE_CANDIDATES = (1, 8, 16, 32, 64, 128)
@@ -317,11 +318,13 @@ class Evaluator:
         out = np.zeros(self.n)
         for kind, dtype, kernel, idx, cols, pad, rows, groups in self.groups:
             padded = _padded_flops(cols["flops"], cols["flops_padded"], pad, rows, groups, p.tile)
-            op = OpCost(name="calibration", kind=kind, dtype=dtype, kernel=kernel, flops=cols["flops"],
-                        flops_padded=padded, weight_bytes=cols["weight_bytes"], act_in_bytes=cols["act_in_bytes"],
-                        act_out_bytes=cols["act_out_bytes"], kv_read_bytes=cols["kv_read_bytes"],
-                        kv_write_bytes=cols["kv_write_bytes"], host_s=cols["host_s"], launches=cols["launches"],
-                        count=cols["count"], sequences=cols["sequences"], kv_bytes_per_token=cols["kv_bytes_per_token"])
+            collective = cols["act_in_bytes"] if kind is OpKind.all_reduce else 0.0   # an all-reduce: its payload
+            demand = Demand(num(cols["flops"]), num(padded), num(cols["weight_bytes"]), num(cols["act_in_bytes"]),
+                            num(cols["act_out_bytes"]), num(cols["kv_read_bytes"]), num(cols["kv_write_bytes"]),
+                            collective_bytes=num(collective), launches=num(cols["launches"]),
+                            sequences=num(cols["sequences"]), host_s=num(cols["host_s"]))
+            op = OpCost("calibration", kind, demand, dtype, kernel, count=cols["count"],
+                        kv_bytes_per_token=cols["kv_bytes_per_token"])
             np.add.at(out, idx, np.broadcast_to(np.asarray(op_time(op, spec, self.cuda_graphs).time_s, dtype=float),
                                                 idx.shape))
         per_extra = launch_overhead(spec, self.cuda_graphs) + (spec.kernels.kernel_floor_s.value if spec.kernels else 0.0)

@@ -203,7 +203,7 @@ def parse_batch_sizes(text: str | Sequence[int] | None) -> np.ndarray:
         values = [] if not any(parts) else [v for part in parts for v in _batch_item(part, text)]
     if not values:
         raise DsdsimError("no batch sizes given; write a list (1,2,4,8) or a range (1-1024)")
-    return np.unique(np.asarray(values, dtype=np.int64)).astype(int)
+    return np.array(sorted(set(values)), dtype=int)       # sorted, unique (np.unique would load numpy.ma)
 
 
 _BATCH_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?", re.ASCII)

@@ -11,7 +11,6 @@ their file changes (its modification time and size): a loop that names its specs
 from __future__ import annotations
 
 import copy
-import functools
 import os
 import re
 import warnings

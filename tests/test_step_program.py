@@ -1,0 +1,51 @@
+"""A step program's timers (``dsdsim.cost.timing.timer``) are the general formula written out on floats: each
+planned operator's timer gives exactly ``seconds(rates, op.demand(*size), gap)`` at one point, for every operator
+kind, with and without kernel figures, graphed and eager, on one node and past it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dsdsim.cost.plan import PassPoint
+from dsdsim.cost.step import moe_family_of, step_plan
+from dsdsim.cost.timing import launch_overhead, seconds
+from dsdsim.specs.setup import resolve
+from tests.step_reference_cases import CASES
+
+
+def _plans(case, flat: bool):
+    _, model, hw, dep, drafter, engine = case
+    s = resolve(model, hw, dep, drafter, engine)
+    hardware = s.hardware.model_copy(update={"kernels": None}) if flat else s.hardware
+    plan = step_plan(s.model, hardware, s.deployment, s.drafter, s.draft_model, moe_family_of(s.engine, hardware))
+    passes = [(plan.verify, plan.verify_timed, plan.dp_ranks)]
+    if plan.draft is not None:
+        passes += [(dp.ops, timed, plan.draft.dp_ranks) for dp, timed in zip(plan.draft.passes, plan.draft_timed)]
+    return hardware, passes
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["kernel-figures", "flat-roofline"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_every_timer_equals_the_general_formula(case, flat):
+    hw, passes = _plans(case, flat)
+    rng = np.random.default_rng(3)
+    written_out = 0
+    for _, timed, ranks in passes:
+        written_out += sum(t.timer.__name__ != "general" for t in timed)
+        for _ in range(12):
+            b, q = float(rng.integers(1, 1500)), float(rng.choice([1.0, 2.0, 4.0, 6.0, 17.0]))
+            c = float(rng.choice([0.0, float(rng.integers(1, 60000))]))
+            p = PassPoint(b, q, c, dp_ranks=ranks, head_rows=float(rng.choice([b, b * q])),
+                          sampling_passes=float(rng.choice([1.0, 2.0])), k=q - 1.0)
+            for graphed in (True, False):
+                gap = launch_overhead(hw, graphed)
+                for t in timed:
+                    size = t.size(p)
+                    assert t.timer(gap, *size) == seconds(t.rates, t.demand(*size), gap), (case[0], size)
+    assert written_out > 0       # the common kinds are written out, not all left to the general formula
+
+
+def test_a_collective_past_one_node_keeps_the_general_formula():
+    hw, passes = _plans(next(c for c in CASES if c[0] == "multinode-moe"), flat=False)
+    reduces = [t for t in passes[0][1] if t.demand.__self__.__class__.__name__ == "AllReduce"]
+    assert reduces and all(t.timer.__name__ == "general" for t in reduces)
