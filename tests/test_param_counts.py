@@ -110,6 +110,13 @@ PUBLISHED: list[Published] = [
               "NeMo docs (235B / 22B)",
               "Activated includes embedding and lm_head: 22.19B (+0.9%); without the embedding 21.57B would also "
               "pass, so the definition is not pinned by this figure."),
+    Published("qwen3-next-80b-a3b", 80 * B, 3 * B, "no_embeddings",
+              "https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct (card: 'Number of Parameters: 80B in total "
+              "and 3B activated', 'Non-Embedding: 79B'); transformers docs model_doc/qwen3_next ('80B total "
+              "parameters, only 3B active')",
+              "Total 79.674B (-0.4%) without the MTP layer the config does not declare: 36 gated DeltaNet layers of "
+              "33.72M, 12 gated-attention layers of 27.26M, 48 MoE blocks of 1614.8M, embedding and lm_head 311.2M "
+              "each. Active 3.253B without embedding and lm_head (3.875B with both): 'A3B' names the size class."),
     # --- Mistral ------------------------------------------------------------------------------------
     Published("mixtral-8x7b", 46.7 * B, 12.9 * B, "all",
               "https://mistral.ai/news/mixtral-of-experts ('46.7B total parameters but only uses 12.9B "
@@ -215,6 +222,8 @@ ACTIVE_OUTSIDE_TOLERANCE = {
                       "13.16B (-6%) without both",
     "qwen3-30b-a3b": "3.3B is 2 significant figures; the config gives 3.353B (+1.6%) under the only definition "
                      "near it",
+    "qwen3-next-80b-a3b": "3B is 1 significant figure (the 'A3B' of the name); the config gives 3.253B (+8.4%) "
+                          "without embedding and lm_head, 3.564B without the embedding, 3.875B with both",
     "deepseek-v2-lite": "2.4B is 2 significant figures; the config gives 2.452B (+2.1%) under DeepSeek's "
                         "convention (2.661B with the embedding, 2.241B without embedding and head)",
 }
@@ -228,6 +237,8 @@ NON_EMBEDDING: list[tuple[str, float, str]] = [
     ("qwen3-32b", 31.2 * B, "https://huggingface.co/Qwen/Qwen3-32B (card: 'Non-Embedding: 31.2B')"),
     ("qwen3-30b-a3b", 29.9 * B, "https://huggingface.co/Qwen/Qwen3-30B-A3B (card: 'Non-Embedding: 29.9B')"),
     ("qwen3-235b-a22b", 234 * B, "https://huggingface.co/Qwen/Qwen3-235B-A22B (card: 'Non-Embedding: 234B')"),
+    ("qwen3-next-80b-a3b", 79 * B,
+     "https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct (card: 'Number of Paramaters (Non-Embedding): 79B')"),
     ("gemma-3-27b", 25600e6, "arXiv:2503.19786 (Gemma 3 Technical Report, Table 1: 25,600M non-embedding)"),
 ]
 

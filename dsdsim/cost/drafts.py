@@ -1,9 +1,10 @@
-"""Draft-step operators for every drafter kind.
+"""Draft-step operators for every drafter kind: the plan types here, each kind's passes in ``dsdsim.cost.drafters``.
 
-A model-based drafter runs K sequential passes per step: the first over the q = K + 1 tokens the target just
-verified (their hidden states / tokens are the draft's new input), the other K - 1 over one token per
-sequence. Each pass ends in the drafter's lm_head and a sampling kernel for B rows. These fixed per-pass
-costs (launches, sampling, the draft/verify hand-off) dominate at small batch and are modelled explicitly.
+A chain drafter runs K sequential passes per step: the first over the q = K + 1 tokens the target just verified
+(their hidden states / tokens are the draft's new input), the other K - 1 over one token per sequence. Each pass
+ends in the drafter's lm_head and a sampling kernel for B rows. A parallel drafter (Medusa, DFlash, PARD) runs one
+pass for all K. These fixed per-pass costs (launches, sampling, the draft/verify hand-off) dominate at small batch
+and are modelled explicitly.
 """
 from __future__ import annotations
 
@@ -13,14 +14,12 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from dsdsim.cost import ops
-from dsdsim.cost.layers import PassContext, head_plan, layer_plan, pass_plan
+from dsdsim.cost.layers import PassContext
 from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import maximum, minimum, num, where
 from dsdsim.cost.ops import OpCost
-from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, records, tokens
-from dsdsim.errors import DsdsimError
-from dsdsim.specs.drafter import DrafterKind, DrafterSpec, DraftHead, eagle3_head, eagle_head, medusa_heads
+from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, records
+from dsdsim.specs.drafter import DrafterSpec, DraftHead
 from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec
 
 
@@ -31,7 +30,10 @@ def eagle_layer(target: ModelSpec, drafter: DrafterSpec) -> Layer:
     FFN width: the override, else the target's dense width, else (MoE-only targets) its active FFN width
     top_k*I_e + shared — an assumption for heads whose configs are not published.
     """
-    first = target.layers[0].attention
+    # the target's first attention layer that attends over the context (a hybrid's linear layers have no KV heads
+    # of that shape: the head is a full-attention decoder layer)
+    first = next((layer.attention for layer in target.layers if layer.attention.kind is not AttentionKind.linear),
+                 target.layers[0].attention)
     heads = first.num_heads
     kv = first.num_kv_heads if first.kind is not AttentionKind.mla else heads
     head_dim = first.v_head_dim if first.kind is AttentionKind.mla else first.head_dim
@@ -50,14 +52,13 @@ def eagle_layer(target: ModelSpec, drafter: DrafterSpec) -> Layer:
 @by_value
 def draft_head(target: ModelSpec, drafter: DrafterSpec) -> DraftHead | None:
     """The weights and shapes of an EAGLE, EAGLE-3 or Medusa head on ``target``; None for other drafters."""
-    h = target.hidden_size
-    if drafter.kind is DrafterKind.eagle:
-        return eagle_head(h, eagle_layer(target, drafter))
-    if drafter.kind is DrafterKind.eagle3:
-        return eagle3_head(h, eagle_layer(target, drafter), drafter.draft_vocab_size)
-    if drafter.kind is DrafterKind.medusa:
-        return medusa_heads(h, target.vocab_size, drafter.max_k)
-    return None
+    return _cost(drafter).head(target, drafter)
+
+
+def _cost(drafter: DrafterSpec):
+    from dsdsim.cost.drafters import drafter_cost
+
+    return drafter_cost(drafter.kind)
 
 
 class DraftRole(str, Enum):
@@ -66,6 +67,7 @@ class DraftRole(str, Enum):
     first = "first"      # once when K >= 1, over the tokens verified last step
     again = "again"      # K - 1 times, over the candidates per sequence (a tree's topk, else 1)
     each = "each"        # Medusa: one pass over B rows whose operators occur K times
+    block = "block"      # once when K >= 1, all K drafts at once (DFlash, PARD): sizes from DraftPlan.block_*
     step = "step"        # once per step: the n-gram host lookup
 
 
@@ -89,6 +91,10 @@ class DraftPlan:
                                            # self-speculation: 1)
     again_head_rows_per_sequence: float = 1.0   # rows per sequence through the lm_head in later passes
     dp_ranks: int = 1                      # ranks the batch is split over (data-parallel attention)
+    # a block pass runs q = block_q[0]*K + block_q[1] tokens per sequence, attends the context plus, when
+    # block_context_grows, the K + 1 context positions it caches in the same pass, and sends B*K rows to the lm_head
+    block_q: tuple[float, float] = (1.0, 1.0)
+    block_context_grows: bool = False
 
     def points(self, batch, k, context, first_at_zero: bool = False
                ) -> list[tuple[PassPoint, Optional[np.ndarray | float]]]:
@@ -109,68 +115,47 @@ class DraftPlan:
                             maximum(kk - 1.0, 0.0)))
             elif dp.role is DraftRole.each:
                 out.append((PassPoint(b, 1.0, c, head_rows=b, k=k), k))
+            elif dp.role is DraftRole.block:
+                q = self.block_q[0] * kk + self.block_q[1]
+                seen = c + q_first if self.block_context_grows else c
+                out.append((PassPoint(b, q, seen, dp_ranks=self.dp_ranks, head_rows=b * kk, k=k),
+                            1.0 if first_at_zero else minimum(kk, 1.0)))
             else:
                 out.append((PassPoint(b, 1.0, c, head_rows=b, k=k), None))
         return out
 
 
-def _batch(p: PassPoint) -> tuple:
-    return (p.batch,)
+@dataclass(frozen=True)
+class DraftSetup:
+    """What a kind's ``plan`` reads: the target, the drafter, the pass context, a draft model (and its context), a
+    tree's sequential steps (None: a chain), the tokens per sequence of later passes, the data-parallel ranks."""
 
+    target: ModelSpec
+    drafter: DrafterSpec
+    pc: PassContext
+    draft_model: Optional[ModelSpec]
+    draft_pc: Optional[PassContext]
+    steps: Optional[int]
+    width: float
+    dp: int
 
-def _one_sweep(p: PassPoint) -> tuple:
-    return p.batch, 1.0
+    def chain(self, first: list[PlanOp], again: list[PlanOp], *, again_q=None, rows=None, ranks=None) -> DraftPlan:
+        """A first pass and K - 1 later passes (a tree: its steps - 1), named pass1. and passN."""
+        width = self.width
+        return DraftPlan((DraftPass(DraftRole.first, [o.renamed("pass1.") for o in first]),
+                          DraftPass(DraftRole.again, [o.renamed("passN.") for o in again])), self.steps,
+                         width if again_q is None else again_q, width if rows is None else rows,
+                         self.dp if ranks is None else ranks)
 
 
 def draft_plan(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, draft_model: ModelSpec | None = None,
                draft_pc: PassContext | None = None) -> DraftPlan:
     """All operators of the draft phase of one step, as plans (zero times when K = 0)."""
-    h = target.hidden_size
-    kind = drafter.kind
     tree = drafter.tree
-    steps = tree.steps if tree is not None and kind in (DrafterKind.eagle, DrafterKind.eagle3, DrafterKind.mtp,
-                                                        DrafterKind.draft_model) else None
+    steps = tree.steps if tree is not None and drafter.info.trees else None
     width = float(tree.topk) if tree is not None else 1.0     # tokens per sequence in passes 2..
-    dp = dp_ranks(pc.dp_attention, pc.tp)
-
-    def two(first: list[PlanOp], again: list[PlanOp], *, again_q=width, rows=width, ranks=dp) -> DraftPlan:
-        return DraftPlan((DraftPass(DraftRole.first, [o.renamed("pass1.") for o in first]),
-                          DraftPass(DraftRole.again, [o.renamed("passN.") for o in again])), steps, again_q, rows,
-                         ranks)
-
-    if kind is DrafterKind.ngram:
-        def lookup(p: PassPoint) -> tuple:
-            return ((drafter.host_s_per_step + drafter.host_s_per_sequence * p.batch) * (p.k > 0),)
-
-        return DraftPlan((DraftPass(DraftRole.step, [PlanOp("ngram_lookup", ops.Host(), lookup)]),))
-    if kind is DrafterKind.medusa:
-        # K heads on the target's last hidden state, one pass: ResBlock (h->h, bias) + own lm_head (h->V) each
-        g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
-        head = draft_head(target, drafter)
-        res, lm = head.resblock, head.lm_head
-        heads = [PlanOp("medusa.resblock", ops.Gemm(res.inputs, res.outputs, bias=res.bias, **g), _batch),
-                 PlanOp("medusa.act", ops.Elementwise(h, reads=2, writes=1, act_dtype=pc.act_dtype), _batch),
-                 PlanOp("medusa.lm_head", ops.Gemm(lm.inputs, -(-lm.outputs // pc.tp), **g), _batch),
-                 PlanOp("medusa.sampling", ops.Sampling(lm.outputs), _one_sweep)]
-        return DraftPlan((DraftPass(DraftRole.each, heads),))
-    if kind is DrafterKind.draft_model:
-        if draft_model is None:
-            raise DsdsimError("draft-model drafter needs its model spec (draft-model:MODEL)")
-        dpc = draft_pc or pc
-        one = pass_plan(draft_model, dpc)
-        return two(one, one, ranks=dp_ranks(dpc.dp_attention, dpc.tp))
-    if kind is DrafterKind.self_spec:
-        one = pass_plan(target, pc, kv_budget=drafter.kv_budget)
-        return two(one, one, again_q=1.0, rows=1.0)
-    if kind is DrafterKind.mtp:
-        if not target.mtp_layers:
-            raise DsdsimError(f"{target.name} has no MTP module (num_nextn_predict_layers = 0); "
-                              "choose eagle3, eagle or draft-model:MODEL")
-        one = _mtp_plan(target, pc)
-        return two(one, one)
-    if kind in (DrafterKind.eagle, DrafterKind.eagle3):
-        return two(_eagle_plan(target, drafter, pc, first=True), _eagle_plan(target, drafter, pc, first=False))
-    raise DsdsimError(f"drafter kind {kind.value} has no cost model")
+    ds = DraftSetup(target, drafter, pc, draft_model, draft_pc, steps, width, dp_ranks(pc.dp_attention, pc.tp))
+    return _cost(drafter).plan(ds)
 
 
 def draft_ops(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, batch, k, context,
@@ -183,56 +168,20 @@ def draft_ops(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, batch, k
     return out
 
 
-def _mtp_plan(target: ModelSpec, pc: PassContext) -> list[PlanOp]:
-    """DeepSeek MTP: enorm/hnorm, eh_proj (2h -> h), one full layer (MLA + MoE), shared head (full vocab).
-    The head reads the last token of the first pass (B rows) and every candidate of later passes (B*q rows)."""
-    h = target.hidden_size
-    g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
-    out = [PlanOp("mtp.embed", ops.Embedding(h, pc.w_dtype, pc.act_dtype), tokens),
-           PlanOp("mtp.enorm_hnorm", ops.Elementwise(2 * h, reads=1, writes=1, act_dtype=pc.act_dtype), tokens),
-           PlanOp("mtp.eh_proj", ops.Gemm(target.mtp_eh_proj.inputs, target.mtp_eh_proj.outputs, **g), tokens)]
-    out += [o.renamed("mtp.") for o in layer_plan(target.mtp_layer, h, pc)]
-    return out + head_plan(h, target.vocab_size, pc, prefix="mtp.")
-
-
-def _eagle_plan(target: ModelSpec, drafter: DrafterSpec, pc: PassContext, first: bool) -> list[PlanOp]:
-    """EAGLE: fc(2h->h, bias) then the layer, target lm_head (full V).
-    EAGLE-3: fc(3h->h) on fused low/mid/high features in the first pass only, a layer whose q/k/v read 2h
-    (embedding ++ hidden), an own lm_head over draft_vocab_size. Shapes from ``draft_head``."""
-    h = target.hidden_size
-    g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
-    head = draft_head(target, drafter)
-    prefix = f"{drafter.kind.value}."
-    out = [PlanOp("eagle.embed", ops.Embedding(h, pc.w_dtype, pc.act_dtype), tokens)]
-    if first or drafter.kind is DrafterKind.eagle:
-        out.append(PlanOp(prefix + "fc", ops.Gemm(head.fc.inputs, head.fc.outputs, bias=head.fc.bias, **g), tokens))
-    out += [o.renamed(prefix) for o in layer_plan(head.layer, h, pc, qkv_in=head.layer_input)]
-    vocab = target.vocab_size if head.lm_head is None else head.lm_head.outputs
-    return out + head_plan(h, vocab, pc, prefix=prefix)
-
-
 @by_value
 def drafter_weight_params(target: ModelSpec, drafter: DrafterSpec, draft_model: ModelSpec | None) -> int:
-    """Extra weights the drafter keeps in memory (elements): head weights, a draft model, nothing for MTP/ngram."""
-    head = draft_head(target, drafter)
-    if head is not None:
-        return head.params
-    if drafter.kind is DrafterKind.draft_model and draft_model is not None:
-        return draft_model.params_total
-    if drafter.kind is DrafterKind.mtp:
-        return target.params_mtp
-    return 0
+    """Extra weights the drafter keeps in memory (elements): head weights, a draft model, nothing for n-gram."""
+    return _cost(drafter).weight_params(target, drafter, draft_model)
 
 
 def drafter_whole_params(target: ModelSpec, drafter: DrafterSpec) -> int:
     """Drafter weights every rank holds whole under data-parallel attention (the rest is split tp ways): the draft
     layer's attention, norms, dense FFN and shared experts run on the rank's own sequences (``layer_ops``); the
     routed experts, fc/eh_proj and heads stay split. A draft model runs tensor-parallel: nothing whole."""
-    head = draft_head(target, drafter)
-    if head is not None:
-        return head.layer_params
-    if drafter.kind is DrafterKind.mtp and target.mtp_layers:
-        h = target.hidden_size
-        layer = target.mtp_layer
-        return target.mtp_layers * (layer.params(h) - layer.ffn.routed_params(h))
-    return 0
+    return _cost(drafter).whole_params(target, drafter)
+
+
+def draft_kv_layers(target: ModelSpec, drafter: DrafterSpec) -> tuple[tuple[Attention, int], ...]:
+    """The draft layers that keep a KV cache beside the target's, as (attention, layers) — a draft model's own
+    cache is laid out from its spec (``DrafterInfo.loads_model``) and is not listed here."""
+    return _cost(drafter).kv_layers(target, drafter)

@@ -85,10 +85,22 @@ def kv_heads_per_rank(attn: Attention, tp: int) -> int:
 
 
 def kv_elements_per_token_per_rank(attn: Attention, tp: int) -> int:
-    """Cached elements per token on one rank. The MLA latent is replicated on every rank (not split)."""
-    if attn.kind is AttentionKind.mla or attn.kv_shared:
+    """Cached elements per token on one rank. The MLA latent is replicated on every rank (not split); linear
+    attention caches none per token (its state per sequence: ``state_bytes_per_sequence_per_rank``)."""
+    if attn.kind in (AttentionKind.mla, AttentionKind.linear) or attn.kv_shared:
         return attn.kv_elements_per_token
     return attn.kv_tensors * kv_heads_per_rank(attn, tp) * attn.head_dim
+
+
+def state_bytes_per_sequence_per_rank(attn: Attention, tp: int, conv_dtype: DType) -> float:
+    """A linear-attention layer's recurrent state of one sequence on one rank: its value heads split tp ways x d_k x
+    d_v in the layer's state format, and the convolution state (conv_kernel - 1 inputs of its channels split tp
+    ways) in ``conv_dtype`` (vLLM ``gated_delta_net_state_shape``: divide(num_v_heads, tp) x d_k x d_v and
+    divide(conv_dim, tp) x (conv_kernel - 1)); 0 for other layers."""
+    if attn.kind is not AttentionKind.linear:
+        return 0.0
+    state = _split(attn.num_heads, tp) * attn.head_dim * attn.v_head_dim * attn.state_dtype.bytes_per_element
+    return state + _split(attn.conv_channels, tp) * (attn.conv_kernel - 1) * conv_dtype.bytes_per_element
 
 
 def context_limit(attn: Attention, kv_budget: Optional[int] = None) -> Optional[float]:
@@ -142,18 +154,52 @@ def attention_plan(attn: Attention, hidden: int, pc: PassContext, kv_budget: Opt
             PlanOp("v_absorb", ops.Gemm(attn.kv_lora_rank, attn.v_head_dim, **g, weight_sets=heads), per_head),
             PlanOp("o", ops.Gemm(heads * attn.v_head_dim, hidden, **g), rank_rows),
         ]
+    if attn.kind is AttentionKind.linear:
+        return linear_attention_plan(attn, hidden, pc)
     kv_heads = kv_heads_per_rank(attn, pc.tp)
     d = attn.head_dim
     kv = attn.kv_tensors * kv_heads * d           # k and v (or k alone where the value reuses it) per token
     # a layer reading a shared cache projects, rotates and writes no keys or values of its own
     new_kv_heads, new_kv = (0, 0) if attn.kv_shared else (kv_heads, kv)
-    return [
-        PlanOp("qkv", ops.Gemm(k_in, heads * d + new_kv, bias=attn.qkv_bias, **g), rank_rows),
+    gate = heads * d if attn.output_gate else 0   # gated attention: q_proj also emits the output gate
+    out = [
+        PlanOp("qkv", ops.Gemm(k_in, heads * d + gate + new_kv, bias=attn.qkv_bias, **g), rank_rows),
         PlanOp("rotary", ops.Elementwise((heads + new_kv_heads) * d, reads=1, writes=1, act_dtype=pc.act_dtype,
                                          flops_per_element=3), rank_rows),
         PlanOp("attn", ops.Attention(heads, d, d, kv, pc.kv_dtype, pc.act_dtype, writes_kv=not attn.kv_shared),
                core),
-        PlanOp("o", ops.Gemm(heads * d, hidden, bias=attn.o_bias, **g), rank_rows),
+    ]
+    if attn.output_gate:
+        # o * sigmoid(gate): reads both, writes one; sigmoid (exp, add, divide) and the multiply, 4 FLOPs
+        out.append(PlanOp("output_gate", ops.Elementwise(heads * d, reads=2, writes=1, act_dtype=pc.act_dtype,
+                                                         flops_per_element=4), rank_rows))
+    return out + [PlanOp("o", ops.Gemm(heads * d, hidden, bias=attn.o_bias, **g), rank_rows)]
+
+
+def _sequences_and_q(p: PassPoint) -> tuple:
+    return p.rank_batch, p.q
+
+
+def linear_attention_plan(attn: Attention, hidden: int, pc: PassContext) -> list[PlanOp]:
+    """A gated DeltaNet layer on one rank (vLLM/transformers Qwen3NextGatedDeltaNet), its heads and channels split tp
+    ways as vLLM shards them: in_proj_qkvz and in_proj_ba, the causal convolution over q, k and v, the delta-rule
+    scan on the recurrent state, the gated RMSNorm of the output by SiLU(z), and out_proj. Its cost does not grow
+    with the context: the state is read once per sequence per pass."""
+    g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
+    v_heads, k_heads = _split(attn.num_heads, pc.tp), _split(attn.num_kv_heads, pc.tp)
+    value = v_heads * attn.v_head_dim
+    conv = _split(attn.conv_channels, pc.tp)
+    return [
+        PlanOp("qkvz", ops.Gemm(hidden, _split(attn.linear_qkvz_width, pc.tp), **g), rank_rows),
+        PlanOp("ba", ops.Gemm(hidden, 2 * v_heads, **g), rank_rows),
+        PlanOp("conv1d", ops.CausalConv1d(conv, attn.conv_kernel, pc.w_dtype, pc.act_dtype, pc.act_dtype),
+               _sequences_and_q),
+        PlanOp("delta_rule", ops.DeltaRuleScan(v_heads, k_heads, attn.head_dim, attn.v_head_dim, pc.act_dtype,
+                                               attn.state_dtype), _sequences_and_q),
+        # RMSNorm of o (4 FLOPs an element, as the layer norms) times SiLU(z) (5, as the SwiGLU activation)
+        PlanOp("norm_gate", ops.Elementwise(value, reads=2, writes=1, act_dtype=pc.act_dtype, flops_per_element=9),
+               rank_rows),
+        PlanOp("out", ops.Gemm(value, hidden, **g), rank_rows),
     ]
 
 

@@ -19,12 +19,13 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from dsdsim.cost.drafts import drafter_weight_params, drafter_whole_params, eagle_layer
-from dsdsim.cost.layers import context_limit, kv_elements_per_token_per_rank, layer_groups
+from dsdsim.cost.drafts import draft_kv_layers, drafter_weight_params, drafter_whole_params
+from dsdsim.cost.layers import (context_limit, kv_elements_per_token_per_rank, layer_groups,
+                                 state_bytes_per_sequence_per_rank)
 from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import ceil, minimum, num, where
 from dsdsim.specs.deployment import Deployment
-from dsdsim.specs.drafter import DrafterKind, DrafterSpec
+from dsdsim.specs.drafter import DrafterSpec
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import FFNKind, ModelSpec
 
@@ -36,10 +37,12 @@ class MemoryUse:
     activation_bytes: np.ndarray
     draft_bytes: np.ndarray
     capacity_bytes: float          # capacity x utilisation
+    state_bytes: np.ndarray | float = 0.0   # linear-attention recurrent states and their speculative snapshots
 
     @property
     def used_bytes(self) -> np.ndarray:
-        return self.weights_bytes + self.kv_bytes + self.activation_bytes + self.draft_bytes
+        used = self.weights_bytes + self.kv_bytes + self.activation_bytes + self.draft_bytes
+        return used if type(self.state_bytes) is float and self.state_bytes == 0.0 else used + self.state_bytes
 
     @property
     def feasible(self) -> np.ndarray:
@@ -125,6 +128,20 @@ class MemoryFigures:
     draft_kv: Optional[KVLayout]          # a draft model's own cache
     draft_kv_factors: tuple = ()          # EAGLE / MTP: the head's cache as own tokens x these factors
     capacity_bytes: float = 0.0           # capacity x utilisation
+    # linear-attention layers: the recurrent and convolution state of one sequence on one rank, all layers
+    # (``state_bytes_per_sequence_per_rank``); 0 without such layers
+    state_bytes_per_sequence: float = 0.0
+
+    def states(self, batch, q, k) -> np.ndarray | float:
+        """Recurrent state held for ``batch`` sequences verifying ``q`` tokens at draft length ``k``: the committed
+        state, and while speculating (k > 0) a snapshot of every verified position for rollback, 1 + q states per
+        sequence (SGLang MambaPool: the pool state plus ``intermediate_ssm_state_cache`` and
+        ``intermediate_conv_window_cache`` of speculative_num_draft_tokens = q per slot; vLLM keeps
+        1 + num_speculative_tokens state blocks per request, one fewer)."""
+        if not self.state_bytes_per_sequence:
+            return 0.0
+        held = where(k > 0, 1.0 + q, 1.0)
+        return sequences_per_rank(self.kv.dep, batch) * held * self.state_bytes_per_sequence
 
     def use(self, batch, k, context) -> MemoryUse:
         b = num(batch)
@@ -146,7 +163,7 @@ class MemoryFigures:
                     own = own * factor
                 draft = draft + own
         return MemoryUse(weights_bytes=self.weights_bytes, kv_bytes=kv, activation_bytes=act, draft_bytes=draft,
-                         capacity_bytes=self.capacity_bytes)
+                         capacity_bytes=self.capacity_bytes, state_bytes=self.states(b, q, k))
 
 
 @by_value
@@ -161,16 +178,26 @@ def memory_figures(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter:
         extra = drafter_weight_params(model, drafter, draft_model)
         whole = drafter_whole_params(model, drafter) if dep.dp_attention else 0
         draft_w = (whole + (extra - whole) / dep.tp) * w
-        if drafter.kind is DrafterKind.draft_model and draft_model is not None:
+        if drafter.info.loads_model and draft_model is not None:
             draft_kv = kv_layout(draft_model, dep.model_copy(update={"dp_attention": False}))
-        elif drafter.kind in (DrafterKind.eagle, DrafterKind.eagle3):
-            factors = (kv_elements_per_token_per_rank(eagle_layer(model, drafter).attention, _attention_tp(dep)),)
-        elif drafter.kind is DrafterKind.mtp and model.mtp_layer is not None:
-            factors = (model.mtp_layers, kv_elements_per_token_per_rank(model.mtp_layer.attention, _attention_tp(dep)))
+        else:   # the drafter's own cached layers (EAGLE, MTP, DFlash): own tokens x layers x elements per token
+            for attn, layers in draft_kv_layers(model, drafter):
+                per_token = kv_elements_per_token_per_rank(attn, _attention_tp(dep))
+                factors += (per_token,) if layers == 1 else (layers, per_token)
     return MemoryFigures(weight_bytes_per_gpu(model, dep), kv_layout(model, dep),
                          tree.tokens if tree is not None else None, 4 * model.hidden_size + 3 * (_widest_ffn(model) // dep.tp),
                          dep.act_dtype.bytes_per_element, model.vocab_size / dep.tp, draft_w, draft_kv, factors,
-                         hw.memory_capacity * dep.memory_utilization)
+                         hw.memory_capacity * dep.memory_utilization,
+                         state_bytes_per_sequence=_state_bytes_per_sequence(model, dep))
+
+
+@by_value
+def _state_bytes_per_sequence(model: ModelSpec, dep: Deployment) -> float:
+    """The recurrent state of one sequence on one rank across all layers (0 without linear-attention layers); the
+    convolution state in the activation format (SGLang SGLANG_MAMBA_CONV_DTYPE bfloat16; vLLM the model dtype)."""
+    tp = _attention_tp(dep)
+    return sum(count * state_bytes_per_sequence_per_rank(layer.attention, tp, dep.act_dtype)
+               for layer, count, _ in layer_groups(model))
 
 
 def memory_use(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Optional[DrafterSpec], batch, k,

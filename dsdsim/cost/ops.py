@@ -36,6 +36,7 @@ class OpKind(str, Enum):
     all_to_all = "all_to_all"
     gather = "gather"
     host = "host"               # CPU-side work (n-gram lookup, scheduling)
+    recurrent = "recurrent"     # linear-attention / state-space layers: short convolution, state scan
 
 
 class KernelClass(str, Enum):
@@ -374,6 +375,80 @@ class Attention(Operator):
 
     def shape(self, b, q, c) -> AttentionShape:
         return AttentionShape(b, q, c, self.heads, self.qk_dim, self.v_dim, self.kv_elements_per_token)
+
+
+@dataclass(frozen=True)
+class CausalConv1d(Operator):
+    """Causal depthwise convolution of ``taps`` taps over ``channels`` per token, with a rolling state: the short
+    convolution of linear-attention layers (vLLM/SGLang ``causal_conv1d_update``, SiLU fused, its arithmetic not
+    counted).
+
+    FLOPs = 2*taps*channels per token (one multiply-add per tap and channel). Weights: channels*taps, read once.
+    The state, a sequence's last taps - 1 inputs per channel, is the layer's cache (engines keep it in the KV-cache
+    pool), so its traffic counts as KV bytes: read once per sequence per pass, written after each of the q tokens
+    (decode: once; a verify keeps one snapshot per position for rollback: SGLang ``intermediate_conv_window_cache``,
+    one window per draft token).
+    """
+
+    kind: ClassVar[OpKind] = OpKind.recurrent
+
+    channels: int
+    taps: int
+    w_dtype: DType
+    act_dtype: DType
+    state_dtype: DType
+
+    def __post_init__(self):
+        a = self.act_dtype.bytes_per_element
+        _frozen_init(self, _flops_per_token=2.0 * self.taps * self.channels,
+                     _weight_bytes=self.channels * self.taps * self.w_dtype.bytes_per_element,
+                     _act_per_token=self.channels * a,
+                     _state_bytes=self.channels * (self.taps - 1) * self.state_dtype.bytes_per_element)
+
+    def demand(self, b, q) -> Demand:
+        tokens = b * q
+        return Demand(tokens * self._flops_per_token, tokens * self._flops_per_token, self._weight_bytes,
+                      tokens * self._act_per_token, tokens * self._act_per_token,
+                      kv_read_bytes=b * self._state_bytes, kv_write_bytes=tokens * self._state_bytes)
+
+
+@dataclass(frozen=True)
+class DeltaRuleScan(Operator):
+    """The gated delta rule over q new tokens per sequence (Yang et al., Gated Delta Networks, arXiv:2412.06464),
+    as decode and verify run it: token by token on a state S of d_k x d_v per value head (vLLM and SGLang run
+    ``fused_recurrent_gated_delta_rule`` over the speculative tokens, writing the state of every position).
+
+    Per token and value head: S <- exp(g) S (d_k d_v), u = S^T k (2 d_k d_v), delta = beta (v - u) (2 d_v),
+    S <- S + k delta^T (2 d_k d_v), o = S^T q (2 d_k d_v): FLOPs = 7 d_k d_v + 2 d_v. Activations: q and k
+    (``key_heads`` x d_k each), v (heads x d_v) and the two gates g, beta (one per value head) in; o (heads x d_v)
+    out. The state (heads x d_k x d_v in ``state_dtype``) is the layer's cache, counted as KV bytes: read once per
+    sequence per pass whatever the context, written after each of the q tokens (decode: once; a verify keeps a
+    snapshot per position so a rejected suffix rolls back: SGLang ``intermediate_ssm_state_cache``, vLLM one state
+    block per speculative token).
+    """
+
+    kind: ClassVar[OpKind] = OpKind.recurrent
+
+    heads: int          # value heads on this rank
+    key_heads: int      # q/k heads on this rank
+    key_dim: int        # d_k
+    value_dim: int      # d_v
+    act_dtype: DType
+    state_dtype: DType
+
+    def __post_init__(self):
+        a = self.act_dtype.bytes_per_element
+        dk, dv = self.key_dim, self.value_dim
+        _frozen_init(self, _flops_per_token=self.heads * (7.0 * dk * dv + 2.0 * dv),
+                     _in_per_token=(2 * self.key_heads * dk + self.heads * dv + 2 * self.heads) * a,
+                     _out_per_token=self.heads * dv * a,
+                     _state_bytes=self.heads * dk * dv * self.state_dtype.bytes_per_element)
+
+    def demand(self, b, q) -> Demand:
+        tokens = b * q
+        return Demand(tokens * self._flops_per_token, tokens * self._flops_per_token,
+                      act_in_bytes=tokens * self._in_per_token, act_out_bytes=tokens * self._out_per_token,
+                      kv_read_bytes=b * self._state_bytes, kv_write_bytes=tokens * self._state_bytes)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ from dsdsim.cost.timing import OpRates, OpTime, in_place, launch_overhead, rates
 from dsdsim.errors import DsdsimError
 from dsdsim.defaults import DEFAULT_ENGINE
 from dsdsim.specs.deployment import Deployment
-from dsdsim.specs.drafter import DrafterKind, DrafterSpec
+from dsdsim.specs.drafter import DrafterSpec
+from dsdsim.specs.drafters import DraftPasses
 from dsdsim.specs.engine import EngineSpec
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import ModelSpec
@@ -173,7 +174,7 @@ def _verify_tokens(drafter: Optional[DrafterSpec], kk):
 def _handoff_s(s: Setup) -> float:
     """The drafter's hand-off, charged per speculative step only without an engine spec (an engine's terms hold it)."""
     return s.drafter.handoff_s if (s.engine is None and s.drafter is not None
-                                   and s.drafter.kind is not DrafterKind.ngram) else 0.0
+                                   and not s.drafter.info.host_only) else 0.0
 
 
 def _off_tier_drafts(s: Setup, dynamic: bool) -> bool:
@@ -338,10 +339,12 @@ def _engine_params(engine: EngineSpec, drafter: Optional[DrafterSpec]) -> Engine
 
 
 def _draft_passes(drafter: Optional[DrafterSpec], k: np.ndarray) -> np.ndarray:
-    """Sequential draft passes per step: K (a tree: its steps); Medusa one; n-gram none (host lookup)."""
-    if drafter is None or drafter.kind is DrafterKind.ngram:
+    """Sequential draft passes per step: K (a tree: its steps); one for parallel drafters (Medusa, DFlash, PARD);
+    none for host lookups (n-gram, suffix) — the kind's ``DrafterInfo.passes``."""
+    passes = drafter.info.passes if drafter is not None else DraftPasses.none
+    if passes is DraftPasses.none:
         return 0.0 if type(k) is float else np.zeros(np.shape(k))
-    if drafter.kind is DrafterKind.medusa:
+    if passes is DraftPasses.one:
         return as_float(k > 0)
     if drafter.tree is not None:
         return where(k > 0, float(drafter.tree.steps), 0.0)

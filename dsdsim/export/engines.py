@@ -26,14 +26,15 @@ import numpy as np
 
 from dsdsim.errors import DsdsimError, whole_number
 from dsdsim.policy.table import Ranges, _as_triples, validate_ranges
+from dsdsim.specs.drafter import DrafterSpec
+from dsdsim.specs.drafters import REGISTRY, is_known
 
 
 # ---------------------------------------------------------------------------------------------- vLLM
 
-# dsdsim drafter label → vLLM SpeculativeConfig.method (docs/reference/engines.md §2).
-_VLLM_METHODS = {"eagle3": "eagle3", "eagle": "eagle", "mtp": "mtp", "medusa": "medusa", "ngram": "ngram"}
-# vLLM method names passed through unchanged (SpeculativeMethod literal, docs/reference/engines.md §2).
-_VLLM_NATIVE = {"ngram_gpu", "mlp_speculator", "suffix", "dflash", "dspark", "deepseek_mtp", "qwen3_next_mtp"}
+# vLLM method names passed through unchanged (SpeculativeMethod literal, docs/reference/engines.md §2); dsdsim's own
+# drafter kinds name their vLLM method in their registry entry (dsdsim.specs.drafters).
+_VLLM_NATIVE = {"ngram_gpu", "mlp_speculator", "dspark", "deepseek_mtp", "qwen3_next_mtp"}
 
 
 def vllm_speculative_config(ranges: Iterable[Sequence[int]], method: str = "eagle3",
@@ -49,31 +50,38 @@ def vllm_speculative_config(ranges: Iterable[Sequence[int]], method: str = "eagl
     rows = validate_ranges(ranges)
     if max_num_seqs is not None:
         rows = _fit_to_max(rows, whole_number(max_num_seqs, "max_num_seqs"))
-    vllm_method, draft_model = _vllm_method(method)
+    vllm_method, draft_model, extra = _vllm_method(method)
     config: dict = {"method": vllm_method}
     if draft_model or model:
         config["model"] = model or draft_model
+    config.update(extra)
     config["num_speculative_tokens"] = max(1, max(k for _, _, k in rows))
     config["num_speculative_tokens_per_batch_size"] = [[s, e, k] for s, e, k in rows]
     return config
 
 
-def _vllm_method(method) -> tuple[str, str | None]:
+def _vllm_method(method) -> tuple[str, str | None, dict]:
+    """(vLLM method, draft model, extra config keys) for a drafter (spec or label) or a vLLM method name; the kind's
+    refusal where vLLM cannot run its table."""
+    from dsdsim.specs.drafter import parse_drafter
+
     label = str(getattr(method, "label", method)).strip()
-    head, _, arg = label.partition(":")
-    head = head.lower()
-    if head in _VLLM_METHODS:
-        return _VLLM_METHODS[head], None
-    if head in ("draft-model", "draft_model"):
-        if not arg.strip():
-            raise DsdsimError("draft-model needs the draft model for vLLM: write draft-model:MODEL")
-        return "draft_model", arg.strip()
-    if head in ("self-spec", "self_spec"):
-        raise DsdsimError("vLLM has no self-speculation method; export this table in the csv or json format instead")
-    if head in _VLLM_NATIVE:
-        return head, None
-    known = ", ".join(sorted(_VLLM_METHODS) + ["draft-model:MODEL"] + sorted(_VLLM_NATIVE))
-    raise DsdsimError(f"no vLLM method for drafter {label!r}; use one of: {known}")
+    head = label.partition(":")[0].strip().lower()
+    if head in _VLLM_NATIVE and not isinstance(method, DrafterSpec):
+        return head, None, {}
+    if not isinstance(method, DrafterSpec) and not is_known(head.replace("_", "-")):
+        known = ", ".join([i.form for i in REGISTRY.values() if i.on("vllm").method] + sorted(_VLLM_NATIVE))
+        raise DsdsimError(f"no vLLM method for drafter {label!r}; use one of: {known}")
+    spec = method if isinstance(method, DrafterSpec) else parse_drafter(label.replace("draft_model", "draft-model", 1))
+    run = spec.info.on("vllm")
+    if run.refusal:
+        raise DsdsimError(run.refusal)
+    return run.method, (spec.model if spec.info.loads_model else None), dict(run.extra)
+
+
+def engine_refusal(drafter, engine: str) -> str | None:
+    """Why ``engine`` (vllm, sglang, trtllm) cannot run a K table for ``drafter`` (a DrafterSpec), or None."""
+    return None if drafter is None else drafter.info.on(engine).refusal
 
 
 def _fit_to_max(rows: Ranges, max_bs: int) -> Ranges:
@@ -208,9 +216,6 @@ def sglang_adaptive_config(ranges: Iterable[Sequence[int]]) -> dict[str, dict[st
     return {str(start): {"candidate_steps": [k]} for start, _, k in rows}
 
 
-_SGLANG_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "EAGLE", "draft-model": "STANDALONE"}
-
-
 def sglang_tree_config(drafter_kind: str, tree, ranges: Iterable[Sequence[int]]) -> dict:
     """SGLang launch arguments for a draft tree, and the batch sizes where the tree pays.
 
@@ -224,7 +229,8 @@ def sglang_tree_config(drafter_kind: str, tree, ranges: Iterable[Sequence[int]])
     rows = validate_ranges(ranges)
     tree_on = [[s, e] for s, e, k in rows if k > 0]
     plain = [[s, e] for s, e, k in rows if k == 0]
-    args = {"speculative_algorithm": _SGLANG_ALGORITHMS.get(drafter_kind, drafter_kind.upper()),
+    known = {info.name: info.on("sglang").method for info in REGISTRY.values()}
+    args = {"speculative_algorithm": known.get(drafter_kind) or drafter_kind.upper(),
             "speculative_num_steps": tree.steps, "speculative_eagle_topk": tree.topk,
             "speculative_num_draft_tokens": tree.tokens + 1}
     if not tree_on:

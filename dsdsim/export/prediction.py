@@ -284,10 +284,13 @@ def render(p: "Prediction", fmt: PredictFormat) -> str:
         raise DsdsimError(f"{what} at context {p.context} ({p.setup.model.name} on {p.setup.deployment.tp} x "
                           f"{p.setup.hardware.name}): speculation does not pay here; serve without speculative "
                           "decoding (no engine table is written; json and csv give the rows)")
+    refusal = engines.engine_refusal(p.setup.drafter, _FORMAT_ENGINES[fmt][0]) if fmt in ENGINE_TABLES else None
+    if refusal:    # the engine cannot run this drafter kind from a K table (its registry entry says why)
+        raise DsdsimError(refusal)
     if p.tree is not None:
         return _tree_export(p, fmt, ranges)
     if fmt is PredictFormat.vllm:
-        cfg = engines.vllm_speculative_config(ranges, method=p.setup.drafter.label, max_num_seqs=max_bs)
+        cfg = engines.vllm_speculative_config(ranges, method=p.setup.drafter, max_num_seqs=max_bs)
         return json.dumps(cfg, indent=2)
     if fmt is PredictFormat.sglang:
         return json.dumps(engines.sglang_adaptive_config(ranges), indent=2)

@@ -126,9 +126,9 @@ def format_field(key: str, v) -> str:
         if key.endswith("_s") and not key.endswith("per_s"):
             return format_seconds(float(v))
         if "bytes" in key:
-            return format_si(float(v), "B/s" if "per_s" in key else "B")
+            return format_si(float(v), "B/s" if key.endswith("per_s") else "B")
         if "flops" in key:
-            return format_si(float(v), "FLOP/s" if "per_s" in key else "FLOP")
+            return format_si(float(v), "FLOP/s" if key.endswith("per_s") else "FLOP")
         if key in _UNIT_OF_PARENT:
             return _UNIT_OF_PARENT[key](float(v))
         return f"{v:.4g}" if isinstance(v, float) else str(v)

@@ -28,6 +28,8 @@ def model_summary(m: ModelSpec) -> dict:
         "params_mtp": m.params_mtp, "kv_bytes_per_token": m.kv_bytes_per_token(DType.bf16),
         "num_layers": m.num_layers, "hidden_size": m.hidden_size, "vocab_size": m.vocab_size,
         "attention": m.attention_pattern(), "moe_layers": m.num_moe_layers,
+        "layer_pattern": ", ".join(f"{n} {k}" for k, n in m.layer_pattern().items() if n),
+        "recurrent_state_bytes_per_sequence": m.state_bytes_per_sequence(DType.bf16),
         "num_experts": moe.num_experts if moe else None, "experts_per_token": moe.top_k if moe else None,
         "shared_experts": moe.num_shared_experts if moe else None, "mtp_layers": m.mtp_layers,
         "tie_word_embeddings": m.tie_word_embeddings, "default_dtype": m.default_dtype.value,

@@ -14,13 +14,13 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from dsdsim.cost.drafts import draft_ops
+from dsdsim.cost.drafts import draft_head, draft_ops
 from dsdsim.cost.layers import PassContext, pass_ops
 from dsdsim.cost.ops import OpCost, OpKind
 from dsdsim.cost.step import Setup, simulate_step
 from dsdsim.fit.calibrate import Point, calibrate_points, error_summary, split_points
 from dsdsim.fit.summary import TableCheck, ValidationSummary
-from dsdsim.specs.drafter import DrafterKind, DrafterSpec
+from dsdsim.specs.drafter import DrafterSpec
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import ModelSpec
 
@@ -68,8 +68,9 @@ def op_key(op: OpCost, vocab: Optional[int]) -> str:
 def vocab_for(op: OpCost, model: ModelSpec, drafter: Optional[DrafterSpec]) -> Optional[int]:
     if op.kind is not OpKind.logits:
         return None
-    if drafter is not None and drafter.kind is DrafterKind.eagle3 and "eagle3." in op.name:
-        return drafter.draft_vocab_size
+    head = draft_head(model, drafter) if drafter is not None else None
+    if head is not None and head.lm_head is not None and f"{drafter.kind.value}." in op.name:
+        return head.lm_head.outputs          # the drafter's own lm_head (EAGLE-3: its draft vocabulary)
     return model.vocab_size
 
 

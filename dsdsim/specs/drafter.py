@@ -1,7 +1,7 @@
 """Drafter specs: what proposes the K draft tokens, and what it costs beyond FLOPs and bytes.
 
-Command-line forms: ``eagle3``, ``eagle``, ``mtp``, ``medusa``, ``ngram``, ``draft-model:MODEL``,
-``self-spec:KV_BUDGET``.
+Command-line forms: one per kind in ``dsdsim.specs.drafters`` (the registry: each kind's parameters, limits,
+passes, acceptance convention and engine names), e.g. ``eagle3``, ``draft-model:MODEL``, ``dflash:5,5,16``.
 """
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ from dsdsim.errors import DsdsimError
 from dsdsim.specs.frozen import FrozenSpec
 from dsdsim.specs.model import Layer, Linear
 
-MAX_K = 16
+MAX_K = 16     # the largest K dsdsim considers for a drafter without a limit of its own
 
 
 class DrafterKind(str, Enum):
+    """The drafter kinds; each has its module in ``dsdsim.specs.drafters`` and ``dsdsim.cost.drafters``."""
+
     draft_model = "draft-model"   # a separate small model: K sequential passes
     eagle = "eagle"               # EAGLE-1/2 head: fc(2h->h) + one decoder layer, drafts with the TARGET lm_head
     eagle3 = "eagle3"             # EAGLE-3 head: fc(3h->h) on fused features, 2h-input layer, reduced vocabulary
@@ -27,6 +29,9 @@ class DrafterKind(str, Enum):
     medusa = "medusa"             # K heads (ResBlock + own lm_head) in one pass
     ngram = "ngram"               # prompt lookup: no device work, a host-side cost
     self_spec = "self-spec"       # the target itself with a sparse KV budget
+    dflash = "dflash"             # block diffusion: a small layer stack over K + 1 positions in ONE pass
+    pard = "pard"                 # parallel draft model: a draft model over q + K positions in ONE pass
+    suffix = "suffix"             # suffix-tree lookup on the host, no device work
 
 
 class DraftTree(FrozenSpec):
@@ -85,7 +90,9 @@ class DrafterSpec(FrozenSpec):
     model: Optional[str] = None               # draft-model: the draft model's name or config path
     draft_vocab_size: int = Field(default=32000, gt=0)   # eagle3 (SafeAILab EAGLE-3 heads use 32000)
     kv_budget: Optional[int] = Field(default=None, gt=0)  # self-spec: KV tokens the draft attends to
-    intermediate_size: Optional[int] = Field(default=None, gt=0)  # eagle/eagle3 head FFN width override
+    intermediate_size: Optional[int] = Field(default=None, gt=0)  # eagle/eagle3/dflash layer FFN width override
+    layers: Optional[int] = Field(default=None, gt=0)     # dflash: draft decoder layers
+    taps: Optional[int] = Field(default=None, gt=0)       # dflash: target layers whose hidden states feed fc
     max_k: int = Field(default=MAX_K, ge=1, le=64)
     tree: Optional[DraftTree] = None          # None: a chain of K tokens; else any K >= 1 runs this tree
     # Fixed per-step cost of handing over between draft and verify (input preparation, the extra sync).
@@ -97,23 +104,28 @@ class DrafterSpec(FrozenSpec):
 
     @model_validator(mode="after")
     def _check(self) -> "DrafterSpec":
-        if self.kind is DrafterKind.draft_model and not self.model:
-            raise ValueError("draft-model needs a model: write draft-model:MODEL (e.g. draft-model:llama-3.2-1b)")
-        if self.kind is DrafterKind.self_spec and self.kv_budget is None:
-            raise ValueError("self-spec needs a KV budget: write self-spec:KV_BUDGET (e.g. self-spec:512)")
+        check = self.info.check
+        missing = check(self) if check is not None else None
+        if missing:
+            raise ValueError(missing)
         return self
 
     @property
+    def info(self):
+        """This kind's entry in the registry (``dsdsim.specs.drafters.DrafterInfo``)."""
+        from dsdsim.specs.drafters import drafter_info
+
+        return drafter_info(self.kind)
+
+    @property
     def label(self) -> str:
-        if self.kind is DrafterKind.draft_model:
-            return f"draft-model:{self.model}"
-        if self.kind is DrafterKind.self_spec:
-            return f"self-spec:{self.kv_budget}"
-        return self.kind.value
+        return self.info.label_of(self)
 
 
-# Drafters the cost layer runs as trees (dsdsim.cost.drafts): passes of a model-based drafter over topk candidates.
-TREE_KINDS = (DrafterKind.eagle, DrafterKind.eagle3, DrafterKind.mtp, DrafterKind.draft_model)
+def _tree_kinds() -> tuple:
+    from dsdsim.specs.drafters import REGISTRY
+
+    return tuple(info.kind for info in REGISTRY.values() if info.trees)
 
 
 def with_tree(drafter: DrafterSpec, tree: Optional[DraftTree]) -> DrafterSpec:
@@ -121,54 +133,25 @@ def with_tree(drafter: DrafterSpec, tree: Optional[DraftTree]) -> DrafterSpec:
     and K = tree.steps stands for it in K tables (the tree's depth)."""
     if tree is None:
         return drafter
-    if drafter.kind not in TREE_KINDS:
-        kinds = ", ".join(k.value for k in TREE_KINDS)
+    tree_kinds = _tree_kinds()
+    if drafter.kind not in tree_kinds:
+        kinds = ", ".join(k.value for k in tree_kinds)
         raise DsdsimError(f"drafter {drafter.label} drafts a chain only; draft trees are modelled for {kinds}")
     return drafter.model_copy(update={"tree": tree, "max_k": max(drafter.max_k, tree.steps)})
 
 
-# Medusa: the paper evaluates up to 5 heads (Cai et al. 2024, arXiv 2401.10774); K cannot exceed the heads.
-_KIND_MAX_K = {DrafterKind.medusa: 5}
-
-
 @functools.lru_cache(maxsize=256)
 def parse_drafter(text: str) -> DrafterSpec:
-    """'eagle3' | 'eagle' | 'mtp' | 'medusa' | 'ngram' | 'draft-model:MODEL' | 'self-spec:KV_BUDGET'. Remembered
-    per text (a DrafterSpec is frozen: callers share it)."""
+    """``KIND[:ARGS]``, a kind of the registry (``dsdsim.specs.drafters``: eagle3, eagle, mtp, medusa, ngram,
+    draft-model:MODEL, self-spec:KV_BUDGET, dflash[:LAYERS[,TAPS[,BLOCK]]], pard:MODEL, suffix[:...]). Remembered per
+    text (a DrafterSpec is frozen: callers share it)."""
+    from dsdsim.specs.drafters import lookup
+
     raw = text.strip()
     head, _, arg = raw.partition(":")
-    head = head.strip().lower().replace("_", "-")
-    aliases = {"eagle-3": "eagle3", "draft": "draft-model", "draftmodel": "draft-model", "self-speculation":
-               "self-spec", "selfspec": "self-spec", "prompt-lookup": "ngram", "n-gram": "ngram"}
-    head = aliases.get(head, head)
-    try:
-        kind = DrafterKind(head)
-    except ValueError:
-        forms = "eagle3, eagle, mtp, medusa, ngram, draft-model:MODEL, self-spec:KV_BUDGET"
-        raise DsdsimError(f"unknown drafter {raw!r}; use one of: {forms}") from None
-    kwargs: dict = {"kind": kind, "max_k": _KIND_MAX_K.get(kind, MAX_K)}
-    if kind is DrafterKind.draft_model:
-        if not arg.strip():
-            raise DsdsimError("draft-model needs a model: write draft-model:MODEL (e.g. draft-model:llama-3.2-1b)")
-        kwargs["model"] = arg.strip()
-    elif kind is DrafterKind.self_spec:
-        try:
-            budget = int(arg)
-        except ValueError:
-            raise DsdsimError(f"self-spec needs a whole-number KV budget: write self-spec:512, got {raw!r}") from None
-        if budget <= 0:
-            raise DsdsimError(f"self-spec KV budget must be > 0 tokens, got {budget}")
-        kwargs["kv_budget"] = budget
-    elif arg.strip():
-        if kind is DrafterKind.eagle3:
-            try:
-                kwargs["draft_vocab_size"] = int(arg)
-            except ValueError:
-                raise DsdsimError(f"eagle3 takes an optional draft vocabulary size (eagle3:32000), got {raw!r}") from None
-            if kwargs["draft_vocab_size"] <= 0:
-                raise DsdsimError(f"eagle3 draft vocabulary size must be > 0 (e.g. eagle3:32000), got {raw!r}")
-        else:
-            raise DsdsimError(f"drafter {kind.value} takes no argument, got {raw!r}")
+    info = lookup(head.strip().lower().replace("_", "-"), raw)
+    kwargs: dict = {"kind": info.kind, "max_k": info.max_k}
+    kwargs.update(info.read(arg, raw))
     return DrafterSpec(**kwargs)
 
 

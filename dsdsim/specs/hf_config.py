@@ -1,7 +1,7 @@
 """Hugging Face config.json -> ModelSpec.
 
 Reads configs as published on the Hub. Each family maps its own field names onto the typed layers of
-``dsdsim.specs.model``. A feature the cost model cannot represent (linear attention, an unknown layer type)
+``dsdsim.specs.model``. A feature the cost model cannot represent (state-space layers, an unknown layer type)
 is refused with one line naming the field — never silently approximated.
 """
 from __future__ import annotations
@@ -17,13 +17,16 @@ from dsdsim.units import DType
 SUPPORTED_FAMILIES = (
     "llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mixtral", "phimoe", "deepseek_v2",
     "deepseek_v3", "kimi_k2", "gpt_oss", "llama4", "llama4_text", "cohere", "cohere2", "gemma3", "gemma3_text",
-    "gemma4", "gemma4_text", "gemma4_assistant", "glm4_moe",
+    "gemma4", "gemma4_text", "gemma4_assistant", "glm4_moe", "qwen3_next", "qwen3_5", "qwen3_5_text",
+    "qwen3_5_moe", "qwen3_5_moe_text",
 )
 # transformers' per-class default for tie_word_embeddings (PretrainedConfig's own default is True).
 _TIE_DEFAULT = {"cohere": True, "cohere2": True, "gemma3_text": True, "gemma4_text": True}
 # multimodal or drafter wrappers whose decoder is their text_config
 _WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "gemma4": "gemma4_text",
-             "gemma4_assistant": "gemma4_text"}
+             "gemma4_assistant": "gemma4_text", "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
+# hybrid gated-DeltaNet families (linear-attention layers between gated full-attention layers)
+_GDN_FAMILIES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 _LAYER_TYPE_KIND = {
     "full_attention": AttentionKind.full, "attention": AttentionKind.full, "global": AttentionKind.full,
     "sliding_attention": AttentionKind.sliding, "sliding": AttentionKind.sliding, "local": AttentionKind.sliding,
@@ -221,7 +224,7 @@ def _moe_layer_set(cfg: _Cfg, n_layers: int) -> set[int]:
     fam = cfg.family
     if fam in ("mixtral", "phimoe", "gpt_oss"):
         return set(range(n_layers))
-    if fam in ("qwen2_moe", "qwen3_moe"):
+    if fam in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"):
         if cfg.int("num_experts", 0, minimum=0) == 0:
             return set()
         step = cfg.int("decoder_sparse_step", 1)
@@ -250,7 +253,7 @@ def _moe(cfg: _Cfg) -> FFN:
         k = cfg.int("num_experts_per_tok") if cfg.has("num_experts_per_tok") else cfg.int("experts_per_token")
         return FFN(kind=FFNKind.moe, num_experts=cfg.int("num_local_experts"), top_k=k,
                    expert_intermediate_size=cfg.int("intermediate_size"), bias=True, router_bias=True)
-    if fam in ("qwen2_moe", "qwen3_moe"):
+    if fam in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"):
         shared = cfg.int("shared_expert_intermediate_size", 0, minimum=0)
         return FFN(kind=FFNKind.moe, num_experts=cfg.int("num_experts"), top_k=cfg.int("num_experts_per_tok"),
                    expert_intermediate_size=cfg.int("moe_intermediate_size"), num_shared_experts=1 if shared else 0,
@@ -356,6 +359,51 @@ def _build_gemma4(cfg: _Cfg):
     return layers, 0, None
 
 
+def _build_gated_deltanet(cfg: _Cfg):
+    """Qwen3-Next / Qwen3.5 hybrid decoder (transformers Qwen3NextConfig): ``layer_types`` (else every
+    ``full_attention_interval``-th layer full, the rest linear); linear layers are gated DeltaNet
+    (``linear_num_key_heads`` x ``linear_key_head_dim`` for q and k, ``linear_num_value_heads`` x
+    ``linear_value_head_dim`` for v, a ``linear_conv_kernel_dim``-tap causal convolution); full layers are gated
+    attention (q_proj emits the output gate; q/k norms); the FFN is MoE with a gated shared expert, or dense."""
+    for key in ("ssm_cfg", "mamba_d_state", "attn_layer_period"):
+        if cfg.has(key):
+            raise cfg.refuse(key, "state-space layers")
+    n = _num_layers(cfg)
+    if cfg.has("layer_types"):
+        types = cfg.get("layer_types")
+        if not isinstance(types, list) or len(types) != n:
+            raise SpecError(f"{cfg.where}: field 'layer_types' must list one type per layer ({n})")
+    else:
+        interval = cfg.int("full_attention_interval", 4)
+        types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
+    ffns = _ffns(cfg, n)
+    norm = _norm_layout(cfg)
+    linear = Attention(
+        kind=AttentionKind.linear, num_heads=cfg.int("linear_num_value_heads"),
+        num_kv_heads=cfg.int("linear_num_key_heads"), head_dim=cfg.int("linear_key_head_dim"),
+        v_head_dim=cfg.int("linear_value_head_dim"), conv_kernel=cfg.int("linear_conv_kernel_dim", 4),
+        state_dtype=_state_dtype(cfg))
+    full = _gqa(cfg, AttentionKind.full, None).model_copy(
+        update={"qk_norm": True, "output_gate": cfg.bool("attn_output_gate", True)})
+    layers = []
+    for t, ffn in zip(types, ffns):
+        if t not in ("linear_attention", "full_attention"):
+            raise cfg.refuse("layer_types", f"layer type {t!r} is not linear_attention / full_attention")
+        layers.append(Layer(attention=linear if t == "linear_attention" else full, ffn=ffn, **norm))
+    return layers, 0, None
+
+
+def _state_dtype(cfg: _Cfg) -> DType:
+    """The recurrent state's format: the config's ``mamba_ssm_dtype`` (Qwen3.5: float32) where given, else fp32,
+    what SGLang keeps it in (sglang/srt/configs/mamba_utils.py ``mamba2_state_dtype``: SGLANG_MAMBA_SSM_DTYPE,
+    float32 unless set) and what vLLM keeps for Qwen3.5's GDN layers (MambaSpec dtypes (bfloat16, float32))."""
+    v = cfg.get("mamba_ssm_dtype", "float32")
+    known = {"float32": DType.fp32, "bfloat16": DType.bf16, "float16": DType.fp16}
+    if v not in known:
+        raise SpecError(f"{cfg.where}: field 'mamba_ssm_dtype' must be one of {', '.join(known)}, got {v!r}")
+    return known[v]
+
+
 def _mtp(cfg: _Cfg, layers: list[Layer]):
     count = cfg.int("num_nextn_predict_layers", 0, minimum=0)
     return (count, layers[-1]) if count else (0, None)
@@ -364,6 +412,7 @@ def _mtp(cfg: _Cfg, layers: list[Layer]):
 _FAMILY_BUILDERS: dict[str, Callable] = {
     "deepseek_v2": _build_deepseek, "deepseek_v3": _build_deepseek, "kimi_k2": _build_deepseek,
     "glm4_moe": _build_glm4_moe, "gemma4_text": _build_gemma4,
+    **{fam: _build_gated_deltanet for fam in _GDN_FAMILIES},
 }
 
 

@@ -21,6 +21,8 @@ class AttentionKind(str, Enum):
     sliding = "sliding"    # attends to the last `window` tokens
     chunked = "chunked"    # attends within fixed chunks of `window` tokens (Llama-4 iRoPE)
     mla = "mla"            # multi-head latent attention (DeepSeek), absorbed weights, latent KV cache
+    linear = "linear"      # gated DeltaNet linear attention (Qwen3-Next): a fixed-size recurrent state per sequence,
+                           # no KV cache
 
 
 class FFNKind(str, Enum):
@@ -49,7 +51,15 @@ class Attention(FrozenSpec):
     # reads the cache of an earlier layer instead of its own (Gemma-4 num_kv_shared_layers; the Gemma-4 assistant's
     # layers read the target's): no k/v projections or k norm, no cache of its own, no K/V written
     kv_shared: bool = False
-    # MLA only
+    # gated attention (Qwen3-Next attn_output_gate): q_proj also emits a per-element gate of n_q*d, and the attention
+    # output is multiplied by sigmoid(gate) before o_proj
+    output_gate: bool = False
+    # linear (gated DeltaNet) only: num_heads = linear_num_value_heads, num_kv_heads = linear_num_key_heads,
+    # head_dim = linear_key_head_dim, v_head_dim = linear_value_head_dim; a causal depthwise convolution of
+    # conv_kernel taps over q, k and v; the recurrent state (value heads x d_k x d_v) kept in state_dtype
+    conv_kernel: Optional[int] = Field(default=None, gt=0)
+    state_dtype: DType = DType.fp32
+    # MLA only (v_head_dim also for linear)
     q_lora_rank: Optional[int] = None          # None: plain q projection h -> n_q*(nope+rope)
     kv_lora_rank: Optional[int] = None
     qk_nope_head_dim: Optional[int] = None
@@ -64,6 +74,8 @@ class Attention(FrozenSpec):
             for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 if getattr(self, f) is None:
                     raise ValueError(f"MLA attention needs {f}")
+        elif self.kind is AttentionKind.linear and (self.v_head_dim is None or self.conv_kernel is None):
+            raise ValueError("linear attention needs v_head_dim and conv_kernel")
         elif self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
         return self
@@ -75,23 +87,56 @@ class Attention(FrozenSpec):
 
     @property
     def o_width(self) -> int:
-        """Input width of the output projection: n_q * d_v."""
-        return self.num_heads * (self.v_head_dim if self.kind is AttentionKind.mla else self.head_dim)
+        """Input width of the output projection: n_q * d_v (linear attention: value heads x d_v)."""
+        return self.num_heads * (self.v_head_dim if self.kind in (AttentionKind.mla, AttentionKind.linear)
+                                 else self.head_dim)
 
     @property
     def kv_elements_per_token(self) -> int:
         """Cached elements per token per layer: kv_tensors*n_kv*d (2 n_kv d: keys and values), or the MLA latent
-        kv_lora_rank + qk_rope_head_dim."""
+        kv_lora_rank + qk_rope_head_dim; none for linear attention (its state does not grow with the context)."""
         if self.kind is AttentionKind.mla:
             return self.kv_lora_rank + self.qk_rope_head_dim
+        if self.kind is AttentionKind.linear:
+            return 0
         return 0 if self.kv_shared else self.kv_tensors * self.num_kv_heads * self.head_dim
 
     @property
     def kv_elements_read_per_token(self) -> int:
         """Cached elements per token one query reads: the layer's own, or the shared cache it reads."""
-        if self.kind is AttentionKind.mla:
+        if self.kind in (AttentionKind.mla, AttentionKind.linear):
             return self.kv_elements_per_token
         return self.kv_tensors * self.num_kv_heads * self.head_dim
+
+    # --- linear attention (gated DeltaNet; vLLM/transformers Qwen3NextGatedDeltaNet) ------------------------------
+    @property
+    def linear_qkvz_width(self) -> int:
+        """in_proj_qkvz outputs per token: q and k (n_k d_k each), v and the output gate z (n_v d_v each)."""
+        return 2 * self.num_kv_heads * self.head_dim + 2 * self.num_heads * self.v_head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels of the causal convolution: q, k and v, 2 n_k d_k + n_v d_v (vLLM conv_dim)."""
+        return 2 * self.num_kv_heads * self.head_dim + self.num_heads * self.v_head_dim
+
+    @property
+    def state_elements(self) -> int:
+        """The recurrent state of one sequence: value heads x d_k x d_v (vLLM temporal_state_shape); 0 unless
+        linear."""
+        return self.num_heads * self.head_dim * self.v_head_dim if self.kind is AttentionKind.linear else 0
+
+    @property
+    def conv_state_elements(self) -> int:
+        """The convolution state of one sequence: its last conv_kernel - 1 inputs per channel (vLLM
+        conv_state_shape); 0 unless linear."""
+        return self.conv_channels * (self.conv_kernel - 1) if self.kind is AttentionKind.linear else 0
+
+    def _linear_params(self, h: int) -> int:
+        """in_proj_qkvz, in_proj_ba (h -> 2 n_v: the beta and decay gates), the conv1d weight (one filter of
+        conv_kernel taps per channel, no bias), dt_bias and A_log (n_v each), the gated RMSNorm weight (d_v, shared by
+        the heads) and out_proj (n_v d_v -> h): transformers Qwen3NextGatedDeltaNet."""
+        return (h * self.linear_qkvz_width + h * 2 * self.num_heads + self.conv_channels * self.conv_kernel
+                + 2 * self.num_heads + self.v_head_dim + self.o_width * h)
 
     def params(self, hidden: int, qkv_in: Optional[int] = None) -> int:
         """Weights of the projections, biases, q/k norms and sinks. ``qkv_in``: the width q/k/v read when it is
@@ -108,11 +153,16 @@ class Attention(FrozenSpec):
             kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
             kv += self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
             return q + kv + self.o_width * h
+        if self.kind is AttentionKind.linear:
+            if qkv_in not in (None, hidden):
+                raise ValueError("linear attention reads the hidden state only (no qkv_in)")
+            return self._linear_params(h)
         k_in = qkv_in or h
         kv = self.kv_elements_per_token          # k and v projections' outputs (none where the cache is shared)
-        n = k_in * (self.q_width + kv) + self.o_width * h
+        q = self.q_width * (2 if self.output_gate else 1)   # the gate doubles q_proj's outputs
+        n = k_in * (q + kv) + self.o_width * h
         if self.qkv_bias:
-            n += self.q_width + kv
+            n += q + kv
         if self.o_bias:
             n += h
         if self.qk_norm:
@@ -280,6 +330,22 @@ class ModelSpec(FrozenSpec):
     @property
     def num_moe_layers(self) -> int:
         return sum(layer.ffn.kind is FFNKind.moe for layer in self.layers)
+
+    def layer_pattern(self) -> dict[str, int]:
+        """Layers by kind: full / sliding / chunked / mla / linear attention, and MoE / dense FFN."""
+        counts = {k.value: 0 for k in AttentionKind}
+        for layer in self.layers:
+            counts[layer.attention.kind.value] += 1
+        counts["moe"] = self.num_moe_layers
+        counts["dense_ffn"] = self.num_layers - self.num_moe_layers
+        return counts
+
+    def state_bytes_per_sequence(self, conv_dtype: DType = DType.bf16) -> float:
+        """Recurrent state one sequence holds across all layers, independent of its context: each linear layer's
+        state in its state_dtype and its convolution state in ``conv_dtype`` (0 without linear layers)."""
+        return sum(a.state_elements * a.state_dtype.bytes_per_element
+                   + a.conv_state_elements * conv_dtype.bytes_per_element
+                   for a in (layer.attention for layer in self.layers))
 
     def attention_pattern(self) -> str:
         """Short human summary, e.g. 'full', 'mla', '52 sliding-1024 + 10 full'."""

@@ -73,8 +73,8 @@ def _by_name_only(model, hardware, drafter, engine) -> bool:
     """Whether every input given as text is a catalog name (paths follow the working folder)."""
     if isinstance(drafter, str):
         _, _, arg = drafter.partition(":")
-        if drafter.strip().lower().startswith("draft") and arg.strip() and not is_catalog_name("model_specs",
-                                                                                              arg.strip()):
+        if parse_drafter(drafter).info.loads_model and arg.strip() and not is_catalog_name("model_specs",
+                                                                                           arg.strip()):
             return False
     return ((not isinstance(model, (str, Path)) or is_catalog_name("model_specs", str(model)))
             and (not isinstance(hardware, (str, Path)) or is_catalog_name("hw_specs", str(hardware)))
@@ -91,7 +91,7 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
     dep = check_deployment(deployment or Deployment(), m)
     d = parse_drafter(drafter) if isinstance(drafter, str) else drafter
     draft_model = None
-    if d is not None and d.kind is DrafterKind.draft_model:
+    if d is not None and d.info.loads_model:
         draft_model, path = model_and_file(d.model)
         files.append(path)
     eng = None

@@ -1,0 +1,13 @@
+"""The model's own next-n prediction module(s) (DeepSeek-V3 MTP and the like): a full layer, MoE included."""
+from __future__ import annotations
+
+from dsdsim.specs.drafter import DrafterKind
+from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun
+
+INFO = DrafterInfo(
+    kind=DrafterKind.mtp, form="mtp", summary="the model's MTP module: a full layer run K times",
+    passes=DraftPasses.chain, trees=True,
+    acceptance="conditional alpha per draft position; vLLM exports unconditional per-position counts",
+    engines={"vllm": EngineRun(method="mtp", source="vllm/config/speculative.py SpeculativeMethod (mtp)"),
+             "sglang": EngineRun(method="EAGLE", source="SGLang runs MTP modules as EAGLE"),
+             "trtllm": EngineRun(method="mtp", source="engine_specs/trtllm-0.20.yaml speculative_drafters")})
