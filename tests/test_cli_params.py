@@ -153,3 +153,19 @@ def test_explain_reads_the_memory_utilization_it_now_takes(cli):
         assert code == 0, err
         got[share] = json.dumps(json.loads(out)["memory"], sort_keys=True)
     assert got["0.9"] != got["0.5"]
+
+
+def test_the_drafter_help_lists_every_registered_kind():
+    from dsdsim.cli.options import DRAFTER_HELP
+    from dsdsim.specs.drafters import forms
+
+    assert DRAFTER_HELP == forms() + " (or none)"
+
+
+def test_the_command_line_options_load_no_spec_models():
+    import subprocess
+    import sys
+
+    code = "import sys, dsdsim.cli.options; print(sorted(m for m in sys.modules if m.startswith('dsdsim.specs')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -247,7 +247,7 @@ def test_show_model_prints_the_layer_pattern_and_state(cli):
 
 
 def test_the_eagle_head_of_a_hybrid_takes_the_shape_of_its_full_attention_layers():
-    from dsdsim.cost.drafts import eagle_layer
+    from dsdsim.cost.drafters.base import eagle_layer
     from dsdsim.specs.catalog import load_model
     from dsdsim.specs.drafter import parse_drafter
     from dsdsim.specs.model import AttentionKind

@@ -11,7 +11,8 @@ import pytest
 
 from dsdsim import load_hardware, load_model
 from dsdsim.cost import ops
-from dsdsim.cost.drafts import draft_head, draft_ops, drafter_weight_params, drafter_whole_params, eagle_layer
+from dsdsim.cost.drafters.base import eagle_layer
+from dsdsim.cost.drafts import draft_head, draft_ops, drafter_weight_params, drafter_whole_params
 from dsdsim.cost.layers import PassContext
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import parse_drafter

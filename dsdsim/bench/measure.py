@@ -17,7 +17,8 @@ import torch
 
 from dsdsim.bench.grid import Grid
 from dsdsim.bench.reduce import slice_model
-from dsdsim.cost.drafts import draft_ops, eagle_layer
+from dsdsim.cost.drafters.base import eagle_layer
+from dsdsim.cost.drafts import draft_ops
 from dsdsim.cost.layers import PassContext, pass_ops
 from dsdsim.cost.ops import OpCost, OpKind
 from dsdsim.cost.timing import op_time

@@ -22,7 +22,8 @@ from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
-from dsdsim.cost.drafts import DraftPlan, draft_plan
+from dsdsim.cost.drafters.base import DraftPlan
+from dsdsim.cost.drafts import draft_plan
 from dsdsim.cost.engine import EngineTime, engine_time, padded_tokens, small_kernel_s
 from dsdsim.specs.engine import EngineParams
 from dsdsim.cost.layers import PassContext, pass_plan

@@ -15,8 +15,8 @@ for the context tokens like EAGLE's.
 from __future__ import annotations
 
 from dsdsim.cost import ops
-from dsdsim.cost.drafters.base import DrafterCost, gemm_dtypes
-from dsdsim.cost.drafts import DraftPass, DraftPlan, DraftRole, DraftSetup, eagle_layer
+from dsdsim.cost.drafters.base import (DraftPass, DraftPlan, DraftRole, DraftSetup, DrafterCost, eagle_layer,
+                                       gemm_dtypes)
 from dsdsim.cost.layers import head_plan, kv_heads_per_rank, layer_plan
 from dsdsim.cost.plan import PlanOp, rank_rows, tokens
 from dsdsim.specs.drafter import DrafterSpec

@@ -1,8 +1,7 @@
 """A separate draft model, K sequential passes of its full forward (the first over the tokens verified last step)."""
 from __future__ import annotations
 
-from dsdsim.cost.drafters.base import DrafterCost, draft_model_weights
-from dsdsim.cost.drafts import DraftSetup
+from dsdsim.cost.drafters.base import DraftSetup, DrafterCost, draft_model_weights
 from dsdsim.cost.layers import pass_plan
 from dsdsim.cost.plan import dp_ranks
 from dsdsim.errors import DsdsimError

@@ -4,8 +4,7 @@ module in ``dsdsim.specs.drafters``)."""
 from __future__ import annotations
 
 from dsdsim.cost import ops
-from dsdsim.cost.drafters.base import DrafterCost
-from dsdsim.cost.drafts import DraftPass, DraftPlan, DraftRole, DraftSetup
+from dsdsim.cost.drafters.base import DraftPass, DraftPlan, DraftRole, DraftSetup, DrafterCost
 from dsdsim.cost.plan import PassPoint, PlanOp
 
 

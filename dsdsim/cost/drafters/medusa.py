@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from dsdsim.cost import ops
-from dsdsim.cost.drafters.base import DrafterCost, gemm_dtypes
-from dsdsim.cost.drafts import DraftPass, DraftPlan, DraftRole, DraftSetup, draft_head
+from dsdsim.cost.drafters.base import DraftPass, DraftPlan, DraftRole, DraftSetup, DrafterCost, gemm_dtypes
+from dsdsim.cost.memo import by_value
 from dsdsim.cost.plan import PassPoint, PlanOp
 from dsdsim.specs.drafter import medusa_heads
 
@@ -16,10 +16,15 @@ def _one_sweep(p: PassPoint) -> tuple:
     return p.batch, 1.0
 
 
+@by_value
+def _head(target, drafter):
+    return medusa_heads(target.hidden_size, target.vocab_size, drafter.max_k)
+
+
 def _plan(ds: DraftSetup) -> DraftPlan:
     pc, h = ds.pc, ds.target.hidden_size
     g = gemm_dtypes(pc)
-    head = draft_head(ds.target, ds.drafter)
+    head = _head(ds.target, ds.drafter)
     res, lm = head.resblock, head.lm_head
     heads = [PlanOp("medusa.resblock", ops.Gemm(res.inputs, res.outputs, bias=res.bias, **g), _batch),
              PlanOp("medusa.act", ops.Elementwise(h, reads=2, writes=1, act_dtype=pc.act_dtype), _batch),
@@ -28,4 +33,4 @@ def _plan(ds: DraftSetup) -> DraftPlan:
     return DraftPlan((DraftPass(DraftRole.each, heads),))
 
 
-MEDUSA = DrafterCost(plan=_plan, head=lambda t, d: medusa_heads(t.hidden_size, t.vocab_size, d.max_k))
+MEDUSA = DrafterCost(plan=_plan, head=_head)

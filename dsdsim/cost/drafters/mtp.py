@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from dsdsim.cost import ops
-from dsdsim.cost.drafters.base import DrafterCost, gemm_dtypes
-from dsdsim.cost.drafts import DraftSetup
+from dsdsim.cost.drafters.base import DraftSetup, DrafterCost, gemm_dtypes
 from dsdsim.cost.layers import PassContext, head_plan, layer_plan
 from dsdsim.cost.plan import PlanOp, tokens
 from dsdsim.errors import DsdsimError

@@ -6,8 +6,7 @@ give the K drafts, so B*K rows reach its lm_head. Its weights and KV cache are t
 """
 from __future__ import annotations
 
-from dsdsim.cost.drafters.base import DrafterCost, draft_model_weights
-from dsdsim.cost.drafts import DraftPass, DraftPlan, DraftRole, DraftSetup
+from dsdsim.cost.drafters.base import DraftPass, DraftPlan, DraftRole, DraftSetup, DrafterCost, draft_model_weights
 from dsdsim.cost.layers import pass_plan
 from dsdsim.cost.plan import dp_ranks
 from dsdsim.errors import DsdsimError

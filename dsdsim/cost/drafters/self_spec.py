@@ -1,8 +1,7 @@
 """Self-speculation: K sequential passes of the target itself attending a sparse KV budget."""
 from __future__ import annotations
 
-from dsdsim.cost.drafters.base import DrafterCost
-from dsdsim.cost.drafts import DraftSetup
+from dsdsim.cost.drafters.base import DraftSetup, DrafterCost
 from dsdsim.cost.layers import pass_plan
 
 

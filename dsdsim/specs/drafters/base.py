@@ -11,7 +11,24 @@ from enum import Enum
 from typing import Callable, Mapping, Optional
 
 from dsdsim.errors import DsdsimError
-from dsdsim.specs.drafter import MAX_K
+
+MAX_K = 16     # the largest K dsdsim considers for a drafter without a limit of its own
+
+
+class DrafterKind(str, Enum):
+    """The drafter kinds; each has its module in ``dsdsim.specs.drafters`` and ``dsdsim.cost.drafters``."""
+
+    draft_model = "draft-model"   # a separate small model: K sequential passes
+    eagle = "eagle"               # EAGLE-1/2 head: fc(2h->h) + one decoder layer, drafts with the TARGET lm_head
+    eagle3 = "eagle3"             # EAGLE-3 head: fc(3h->h) on fused features, 2h-input layer, reduced vocabulary
+    mtp = "mtp"                   # the model's own next-n prediction module(s): a full layer, MoE included
+    medusa = "medusa"             # K heads (ResBlock + own lm_head) in one pass
+    ngram = "ngram"               # prompt lookup: no device work, a host-side cost
+    self_spec = "self-spec"       # the target itself with a sparse KV budget
+    dflash = "dflash"             # block diffusion: a small layer stack over K + 1 positions in ONE pass
+    pard = "pard"                 # parallel draft model: a draft model over q + K positions in ONE pass
+    suffix = "suffix"             # suffix-tree lookup on the host, no device work
+
 
 ENGINES = ("vllm", "sglang", "trtllm")
 

@@ -14,7 +14,7 @@ them.
 from __future__ import annotations
 
 from dsdsim.errors import DsdsimError
-from dsdsim.specs.drafter import DrafterKind
+from dsdsim.specs.drafters.base import DrafterKind
 from dsdsim.specs.drafters._engines import sglang_refusal, trtllm_refusal
 from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun, whole_numbers
 

@@ -1,7 +1,7 @@
 """A separate small draft model: K sequential passes, the first over the tokens verified last step."""
 from __future__ import annotations
 
-from dsdsim.specs.drafter import DrafterKind
+from dsdsim.specs.drafters.base import DrafterKind
 from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun, needs_model
 
 FORM = "draft-model:MODEL"

@@ -1,7 +1,7 @@
 """EAGLE-1/2: fc(2h -> h) + one decoder layer, drafting with the target's lm_head (SafeAILab/EAGLE)."""
 from __future__ import annotations
 
-from dsdsim.specs.drafter import DrafterKind
+from dsdsim.specs.drafters.base import DrafterKind
 from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun
 
 INFO = DrafterInfo(

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dsdsim.errors import DsdsimError
-from dsdsim.specs.drafter import DrafterKind
+from dsdsim.specs.drafters.base import DrafterKind
 from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun
 
 

@@ -1,7 +1,7 @@
 """Medusa: K heads (ResBlock + own lm_head) on the target's last hidden state, one pass."""
 from __future__ import annotations
 
-from dsdsim.specs.drafter import DrafterKind
+from dsdsim.specs.drafters.base import DrafterKind
 from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun
 
 INFO = DrafterInfo(

@@ -1,7 +1,7 @@
 """The model's own next-n prediction module(s) (DeepSeek-V3 MTP and the like): a full layer, MoE included."""
 from __future__ import annotations
 
-from dsdsim.specs.drafter import DrafterKind
+from dsdsim.specs.drafters.base import DrafterKind
 from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun
 
 INFO = DrafterInfo(

@@ -1,7 +1,7 @@
 """Prompt lookup (n-gram): no device work, a host-side lookup per step."""
 from __future__ import annotations
 
-from dsdsim.specs.drafter import DrafterKind
+from dsdsim.specs.drafters.base import DrafterKind
 from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun
 
 INFO = DrafterInfo(

@@ -5,7 +5,7 @@ Its cost is the host lookup per step: ``suffix[:US_PER_STEP[,US_PER_SEQUENCE]]``
 """
 from __future__ import annotations
 
-from dsdsim.specs.drafter import DrafterKind
+from dsdsim.specs.drafters.base import DrafterKind
 from dsdsim.specs.drafters._engines import sglang_refusal, trtllm_refusal
 from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun, whole_numbers
 
