@@ -8,10 +8,9 @@ read back from the code.
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from dsdsim.cost.layers import PassContext, attention_ops, layer_ops, pass_ops
+from dsdsim.cost.layers import attention_ops, layer_ops, pass_ops
 from dsdsim.cost.memory import memory_figures, memory_use
 from dsdsim.errors import SpecError
 from dsdsim.specs.catalog import load_hardware, load_model
@@ -20,23 +19,12 @@ from dsdsim.specs.hf_config import model_from_hf_config
 from dsdsim.specs.model import AttentionKind
 from dsdsim.units import DType
 
+from _ops_helpers import by_name, ctx, f
+
 H = 2048
 NK, NV, DK, DV, CONV = 16, 32, 128, 128, 4
 CONV_CH = 2 * NK * DK + NV * DV                 # 8192 channels: q, k, v
 QKVZ = 2 * NK * DK + 2 * NV * DV                # 12288 outputs: q, k, v, z
-
-
-def ctx(tp: int = 1) -> PassContext:
-    return PassContext(tp=tp, ep=1, w_dtype=DType.bf16, expert_dtype=DType.bf16, kv_dtype=DType.bf16,
-                       act_dtype=DType.bf16, tile_m=1)
-
-
-def by_name(ops_list) -> dict:
-    return {o.name: o for o in ops_list}
-
-
-def f(x) -> float:
-    return float(np.asarray(x, dtype=float).reshape(-1)[0])
 
 
 @pytest.fixture(scope="module")

@@ -137,6 +137,14 @@ PUBLISHED: list[Published] = [
               "37.55B (+1.5%, at the edge of the tolerance). Its own precise value, 36.7B, does not match that "
               "definition (-2.3%); it equals the count without the input embedding (36.63B). We test the paper's "
               "37B under the README's stated definition; the 36.7B discrepancy is the README's, not the config's."),
+    Published("deepseek-v3.2-exp", 671 * B, 37 * B, "all",
+              "https://huggingface.co/deepseek-ai/DeepSeek-V3.2-Exp (card: built on DeepSeek-V3.1-Terminus, the "
+              "DeepSeek-V3 architecture with the DSA indexer added; model page 685B params, safetensors count); "
+              "arXiv:2412.19437 abstract (the V3 architecture: 671B total, 37B activated)",
+              "The indexer adds 61 x 13.96M = 0.85B: 671.88B (+0.13%), 38.40B active (+3.8% of 37B, the same "
+              "reading as deepseek-v3's row gives 37.55B + 0.85B). The 685B of the model page is the checkpoint: "
+              "params_total + params_mtp + the MTP module's own copies of embedding and head (2 x 0.93B) = "
+              "685.36B, tested apart."),
     Published("deepseek-v2-lite", 15.7 * B, 2.4 * B, "no_input_embedding",
               "arXiv:2405.04434 (DeepSeek-V2, Appendix: 'DeepSeek-V2-Lite has 15.7B parameters in total, where "
               "2.4B are activated for each token'); https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite (16B / 2.4B)",
@@ -224,6 +232,9 @@ ACTIVE_OUTSIDE_TOLERANCE = {
                      "near it",
     "qwen3-next-80b-a3b": "3B is 1 significant figure (the 'A3B' of the name); the config gives 3.253B (+8.4%) "
                           "without embedding and lm_head, 3.564B without the embedding, 3.875B with both",
+    "deepseek-v3.2-exp": "37B is DeepSeek-V3's figure; the indexer's 0.85B is activated for every token and takes "
+                         "the count to 38.40B (+3.8%) with embedding and head, 37.48B (+1.3%) without the input "
+                         "embedding, 36.55B without both; the publisher gives no figure of its own",
     "deepseek-v2-lite": "2.4B is 2 significant figures; the config gives 2.452B (+2.1%) under DeepSeek's "
                         "convention (2.661B with the embedding, 2.241B without embedding and head)",
 }
@@ -244,6 +255,9 @@ NON_EMBEDDING: list[tuple[str, float, str]] = [
 
 # MTP modules, counted apart from params_total.
 MTP_PUBLISHED: list[tuple[str, float, str]] = [
+    ("deepseek-v3.2-exp", 11.5 * B,
+     "https://github.com/deepseek-ai/DeepSeek-V3/blob/main/README_WEIGHTS.md (DeepSeek-V3's 11.5B MTP module; "
+     "V3.2-Exp's adds one indexer, 14.0M: 11.62B, +1.1%)"),
     ("deepseek-v3", 11.5 * B,
      "https://github.com/deepseek-ai/DeepSeek-V3/blob/main/README_WEIGHTS.md ('MTP Modules: 11.5B unique "
      "parameters, excluding the shared 0.9B Embedding and 0.9B output Head')"),
@@ -372,3 +386,12 @@ def test_embedding_head_and_mtp_follow_the_config(row: Published):
         assert spec.params_mtp > 0
     else:
         assert spec.params_mtp == 0
+
+
+def test_deepseek_v32_checkpoint_matches_its_model_page():
+    """https://huggingface.co/deepseek-ai/DeepSeek-V3.2-Exp lists 685B params (the safetensors count): the main
+    model, the MTP module (layer 61) and that module's own copies of the embedding and the shared head, which the
+    checkpoint stores again (DeepSeek-V3 README_WEIGHTS.md: the MTP module holds embed_tokens and shared_head)."""
+    spec = _load("deepseek-v3.2-exp")
+    stored = spec.params_total + spec.params_mtp + spec.params_embedding + spec.params_lm_head
+    assert abs(_rel(stored, 685 * B)) <= 0.005, f"{stored / B:.2f}B vs 685B"

@@ -26,6 +26,8 @@ KNOWN_GAPS = {
     "command-a": "torch builds two norms per layer; Cohere's parallel block has one input norm",
     "phi-3.5-moe": "no LayerNorm biases and no lm_head bias",
     "qwen2-57b-a14b": "no shared-expert gate (h -> 1 per layer)",
+    "deepseek-v3.2-exp": "no MLA attention (UnsupportedSpec) and no DeepSeek Sparse Attention indexer (wq_b, wk, "
+                         "k_norm, weights_proj per layer) in the torch decoder",
     "qwen3-next-80b-a3b": "no gated DeltaNet layers (the torch decoder builds every layer as GQA attention) and no "
                           "attention output gate (q_proj n_q*d wider), no shared-expert gate",
 }

@@ -144,13 +144,19 @@ def attention_plan(attn: Attention, hidden: int, pc: PassContext, kv_budget: Opt
                     PlanOp("q_b", ops.Gemm(attn.q_lora_rank, heads * qk, **g), rank_rows)]
         else:
             out.append(PlanOp("q", ops.Gemm(k_in, heads * qk, **g), rank_rows))
+        if attn.sparse:
+            core_op = ops.SparseAttention(heads, latent, attn.kv_lora_rank, latent, pc.kv_dtype, pc.act_dtype,
+                                          attn.index_topk)
+        else:
+            core_op = ops.Attention(heads, latent, attn.kv_lora_rank, latent, pc.kv_dtype, pc.act_dtype,
+                                    kernel=KernelClass.mla_decode)
         return out + [
             PlanOp("kv_a", ops.Gemm(k_in, latent, **g), rank_rows),
+            *(indexer_plan(attn, k_in, pc) if attn.sparse else ()),
             # weight absorption: q_nope @ W_UK per head moves queries into the latent space; the per-head absorbed
             # matrices are distinct weights: heads x (nope x lora) read once, not per token
             PlanOp("q_absorb", ops.Gemm(attn.qk_nope_head_dim, attn.kv_lora_rank, **g, weight_sets=heads), per_head),
-            PlanOp("attn", ops.Attention(heads, latent, attn.kv_lora_rank, latent, pc.kv_dtype, pc.act_dtype,
-                                         kernel=KernelClass.mla_decode), core),
+            PlanOp("attn", core_op, core),
             PlanOp("v_absorb", ops.Gemm(attn.kv_lora_rank, attn.v_head_dim, **g, weight_sets=heads), per_head),
             PlanOp("o", ops.Gemm(heads * attn.v_head_dim, hidden, **g), rank_rows),
         ]
@@ -174,6 +180,30 @@ def attention_plan(attn: Attention, hidden: int, pc: PassContext, kv_budget: Opt
         out.append(PlanOp("output_gate", ops.Elementwise(heads * d, reads=2, writes=1, act_dtype=pc.act_dtype,
                                                          flops_per_element=4), rank_rows))
     return out + [PlanOp("o", ops.Gemm(heads * d, hidden, bias=attn.o_bias, **g), rank_rows)]
+
+
+def indexer_plan(attn: Attention, hidden: int, pc: PassContext) -> list[PlanOp]:
+    """The lightning indexer of a DeepSeek Sparse Attention layer on one rank (DeepSeek-V3.2-Exp inference/model.py
+    ``Indexer``): wq_b from the q latent, wk from the hidden state (one key), weights_proj (one weight per head, kept
+    in bf16: ``Linear(dim, n_heads, dtype=torch.get_default_dtype())``, here the activation format) and the scores of
+    every cached token. Its weights, heads and K cache are whole on every rank (the reference builds them as plain
+    ``Linear``, not column-parallel; vLLM's Indexer as ``ReplicatedLinear``), so nothing of it splits tp ways. The
+    k LayerNorm, rotary, Hadamard rotation and fp8 quantisation of q and k ((n_i + 1) x d_i elements a token) are
+    not counted."""
+    n, d = attn.index_n_heads, attn.index_head_dim
+    g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
+    return [
+        PlanOp("indexer.q", ops.Gemm(attn.q_lora_rank, n * d, **g), rank_rows),
+        PlanOp("indexer.k", ops.Gemm(hidden, d, **g), rank_rows),
+        PlanOp("indexer.weights", ops.Gemm(hidden, n, w_dtype=pc.act_dtype, act_dtype=pc.act_dtype,
+                                           tile_m=pc.tile_m), rank_rows),
+        PlanOp("indexer", ops.IndexerScores(n, d, attn.indexer_cache_bytes_per_token, pc.act_dtype),
+               _whole_context),
+    ]
+
+
+def _whole_context(p: PassPoint) -> tuple:
+    return p.rank_batch, p.q, p.context
 
 
 def _sequences_and_q(p: PassPoint) -> tuple:

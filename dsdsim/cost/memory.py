@@ -90,21 +90,30 @@ class KVLayout(NamedTuple):
     groups: tuple[tuple[int, Optional[float], int], ...]
     dep: Deployment
     bytes_per_element: float
+    # sparse-attention layers: (layers, indexer K-cache bytes per token in its own fixed format), whole on every rank
+    indexer_groups: tuple[tuple[int, float], ...] = ()
 
     def bytes(self, tokens_per_seq, batch) -> np.ndarray:
-        """KV cache for ``batch`` sequences of ``tokens_per_seq`` tokens on one rank."""
+        """KV cache for ``batch`` sequences of ``tokens_per_seq`` tokens on one rank, the indexer's K cache of
+        sparse-attention layers included."""
         total = 0.0
         for count, limit, per_token in self.groups:
             held = num(tokens_per_seq) if limit is None else minimum(num(tokens_per_seq), limit)
             total = total + count * held * per_token
-        return total * sequences_per_rank(self.dep, batch) * self.bytes_per_element
+        kv = total * sequences_per_rank(self.dep, batch) * self.bytes_per_element
+        if not self.indexer_groups:
+            return kv
+        per_token = sum(count * key_bytes for count, key_bytes in self.indexer_groups)
+        return kv + num(tokens_per_seq) * per_token * sequences_per_rank(self.dep, batch)
 
 
 @by_value
 def kv_layout(model: ModelSpec, dep: Deployment) -> KVLayout:
     return KVLayout(tuple((count, context_limit(layer.attention),
                            kv_elements_per_token_per_rank(layer.attention, _attention_tp(dep)))
-                          for layer, count, _ in layer_groups(model)), dep, dep.kv_dtype.bytes_per_element)
+                          for layer, count, _ in layer_groups(model)), dep, dep.kv_dtype.bytes_per_element,
+                    tuple((count, layer.attention.indexer_cache_bytes_per_token)
+                          for layer, count, _ in layer_groups(model) if layer.attention.sparse))
 
 
 def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, tokens_per_seq, batch) -> np.ndarray:
@@ -183,6 +192,8 @@ def memory_figures(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter:
         else:   # the drafter's own cached layers (EAGLE, MTP, DFlash): own tokens x layers x elements per token
             for attn, layers in draft_kv_layers(model, drafter):
                 per_token = kv_elements_per_token_per_rank(attn, _attention_tp(dep))
+                if attn.sparse:   # the indexer's K cache in cache elements (the factors multiply bytes per element)
+                    per_token = per_token + attn.indexer_cache_bytes_per_token / dep.kv_dtype.bytes_per_element
                 factors += (per_token,) if layers == 1 else (layers, per_token)
     return MemoryFigures(weight_bytes_per_gpu(model, dep), kv_layout(model, dep),
                          tree.tokens if tree is not None else None, 4 * model.hidden_size + 3 * (_widest_ffn(model) // dep.tp),

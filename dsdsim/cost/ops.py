@@ -16,7 +16,7 @@ from typing import ClassVar, NamedTuple, Optional, Union
 
 import numpy as np
 
-from dsdsim.cost.num import maximum, num, rint, where
+from dsdsim.cost.num import maximum, minimum, num, rint, where
 from dsdsim.specs.hardware import GROUPED_GEMM_LAUNCHES
 from dsdsim.specs.model import swiglu_bias_params, swiglu_matrix_params
 from dsdsim.units import DType
@@ -375,6 +375,86 @@ class Attention(Operator):
 
     def shape(self, b, q, c) -> AttentionShape:
         return AttentionShape(b, q, c, self.heads, self.qk_dim, self.v_dim, self.kv_elements_per_token)
+
+
+@dataclass(frozen=True)
+class SparseAttention(Operator):
+    """MLA decode over the keys an indexer selected (DeepSeek Sparse Attention): each of the q new tokens per
+    sequence attends to s = min(c + q, topk) keys, gathered from the cache by its own indices (FlashMLA sparse
+    decoding takes indices of shape (batch, s_q, topk): each query reads its rows, none are shared between queries).
+
+    FLOPs = 2*B*q*n_q*(d_qk + d_v)*min(c + q, topk)  (the dense operator's count with c + q capped at topk).
+    KV read = B*q*min(c, topk) cached rows (as the dense operator, the pass's own new keys are not counted as read);
+    the q new tokens' latents are written. Activations in and out as ``Attention``. At long context the bytes stop
+    growing with c: they are bounded by topk rows per query.
+    """
+
+    kind: ClassVar[OpKind] = OpKind.attention
+    kernel: ClassVar[KernelClass] = KernelClass.mla_decode
+
+    heads: int
+    qk_dim: int
+    v_dim: int
+    kv_elements_per_token: int
+    kv_dtype: DType
+    act_dtype: DType
+    topk: int
+
+    def __post_init__(self):
+        a = self.act_dtype.bytes_per_element
+        kv = self.kv_elements_per_token * self.kv_dtype.bytes_per_element
+        _frozen_init(self, _flops_per_query_key=2.0 * self.heads * (self.qk_dim + self.v_dim),
+                     _in_per_query=self.heads * self.qk_dim * a, _out_per_query=self.heads * self.v_dim * a,
+                     kv_bytes_per_token=kv, _topk=float(self.topk))
+
+    def demand(self, b, q, c) -> Demand:
+        queries = b * q
+        flops = queries * self._flops_per_query_key * minimum(c + q, self._topk)
+        return Demand(flops, flops, act_in_bytes=queries * self._in_per_query,
+                      act_out_bytes=queries * self._out_per_query,
+                      kv_read_bytes=queries * minimum(c, self._topk) * self.kv_bytes_per_token,
+                      kv_write_bytes=queries * self.kv_bytes_per_token, sequences=b)
+
+
+@dataclass(frozen=True)
+class IndexerScores(Operator):
+    """The lightning indexer of DeepSeek Sparse Attention scoring every cached token for each of q new tokens per
+    sequence (DeepSeek-V3.2-Exp inference/model.py ``Indexer.forward``, kernel.py ``fp8_index``): per query and
+    key, index_score = sum over heads of w_h * ReLU(q_h . k), then the top-k of the scores.
+
+    FLOPs = 2*B*q*n_i*(d_i + 1)*(c + q): a d_i-long dot product per head (2 d_i), the weight multiply and the head
+    sum (2 per head); ReLU, a comparison, is not counted, nor is the top-k selection.
+    KV: the indexer's own K cache (``key_bytes_per_token``: fp8 keys and their fp32 scales) read once per sequence
+    for its q queries, the q new keys written. Activations in: each query's fp8 q (n_i x d_i, one byte each) and its
+    fp32 head weights (n_i x 4, q's scale folded in); out: the fp32 scores, c + q per query (``fp8_index`` returns
+    them; the top-k reads them back, counted in as well). The selected indices (at most topk per query) are not
+    counted.
+    """
+
+    kind: ClassVar[OpKind] = OpKind.attention
+    # one cached key shared by all indexer heads, as MLA decode's one latent (DeepGEMM fp8_paged_mqa_logits)
+    kernel: ClassVar[KernelClass] = KernelClass.mla_decode
+    dtype: ClassVar[DType] = DType.fp8     # q and k are fp8 (``act_quant``) and scored in fp8 (``fp8_index``)
+
+    heads: int
+    head_dim: int
+    key_bytes_per_token: float
+    act_dtype: DType
+
+    def __post_init__(self):
+        _frozen_init(self, _flops_per_query_key=2.0 * self.heads * (self.head_dim + 1),
+                     _in_per_query=self.heads * self.head_dim * DType.fp8.bytes_per_element
+                     + self.heads * DType.fp32.bytes_per_element,
+                     kv_bytes_per_token=float(self.key_bytes_per_token))
+
+    def demand(self, b, q, c) -> Demand:
+        queries = b * q
+        keys = c + q
+        scores = queries * keys * DType.fp32.bytes_per_element     # written, then read back by the top-k
+        flops = queries * self._flops_per_query_key * keys
+        return Demand(flops, flops, act_in_bytes=queries * self._in_per_query + scores, act_out_bytes=scores,
+                      kv_read_bytes=b * c * self.kv_bytes_per_token,
+                      kv_write_bytes=queries * self.kv_bytes_per_token, sequences=b)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,21 @@ def _scalar(x) -> float:
 
 def model_summary(m: ModelSpec) -> dict:
     moe = m.moe_ffn
+    return {**_model_fields(m, moe), **_sparse_attention(m)}
+
+
+def _sparse_attention(m: ModelSpec) -> dict:
+    """The indexer of DeepSeek Sparse Attention layers, for models that have one (none listed otherwise)."""
+    sparse = [layer.attention for layer in m.layers if layer.attention.sparse]
+    if not sparse:
+        return {}
+    a = sparse[0]
+    return {"sparse_attention": f"{len(sparse)} layers: indexer {a.index_n_heads} heads x {a.index_head_dim}, "
+                                f"top-{a.index_topk} keys per query",
+            "indexer_cache_bytes_per_token": sum(x.indexer_cache_bytes_per_token for x in sparse)}
+
+
+def _model_fields(m: ModelSpec, moe) -> dict:
     return {
         "name": m.name, "family": m.family, "params_total": m.params_total, "params_active": m.params_active,
         "params_mtp": m.params_mtp, "kv_bytes_per_token": m.kv_bytes_per_token(DType.bf16),

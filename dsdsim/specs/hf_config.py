@@ -16,7 +16,7 @@ from dsdsim.units import DType
 
 SUPPORTED_FAMILIES = (
     "llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mixtral", "phimoe", "deepseek_v2",
-    "deepseek_v3", "kimi_k2", "gpt_oss", "llama4", "llama4_text", "cohere", "cohere2", "gemma3", "gemma3_text",
+    "deepseek_v3", "deepseek_v32", "kimi_k2", "gpt_oss", "llama4", "llama4_text", "cohere", "cohere2", "gemma3", "gemma3_text",
     "gemma4", "gemma4_text", "gemma4_assistant", "glm4_moe", "qwen3_next", "qwen3_5", "qwen3_5_text",
     "qwen3_5_moe", "qwen3_5_moe_text",
 )
@@ -235,7 +235,7 @@ def _moe_layer_set(cfg: _Cfg, n_layers: int) -> set[int]:
             return set(cfg.int_list("moe_layers"))
         step = cfg.int("interleave_moe_layer_step", 1)
         return set(range(step - 1, n_layers, step))
-    if fam in ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe"):
+    if fam in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe"):
         if cfg.int("n_routed_experts", 0, minimum=0) == 0:
             return set()
         first = cfg.int("first_k_dense_replace", 0, minimum=0)
@@ -267,7 +267,7 @@ def _moe(cfg: _Cfg) -> FFN:
     n_shared = cfg.int("n_shared_experts", 0, minimum=0)
     return FFN(kind=FFNKind.moe, num_experts=cfg.int("n_routed_experts"), top_k=cfg.int("num_experts_per_tok"),
                expert_intermediate_size=width, num_shared_experts=n_shared, shared_intermediate_size=width,
-               router_bias=fam in ("deepseek_v3", "kimi_k2", "glm4_moe"))
+               router_bias=fam in ("deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe"))
 
 
 def _ffns(cfg: _Cfg, n_layers: int) -> list[FFN]:
@@ -299,7 +299,9 @@ def _build_standard(cfg: _Cfg):
 
 
 def _build_deepseek(cfg: _Cfg):
-    """MLA attention (deepseek_v2/v3, kimi_k2) plus dense-first MoE and optional MTP modules."""
+    """MLA attention (deepseek_v2/v3, kimi_k2) plus dense-first MoE and optional MTP modules; deepseek_v32 adds the
+    lightning indexer of DeepSeek Sparse Attention to every layer, the MTP layer's included (transformers
+    DeepseekV32Config: index_n_heads, index_head_dim, index_topk)."""
     _refuse_unrepresentable(cfg)
     n = _num_layers(cfg)
     heads = cfg.int("num_attention_heads")
@@ -310,12 +312,20 @@ def _build_deepseek(cfg: _Cfg):
             kind=AttentionKind.mla, num_heads=heads, num_kv_heads=cfg.int("num_key_value_heads", heads),
             head_dim=nope + rope, q_lora_rank=cfg.int("q_lora_rank") if q_lora else None,
             kv_lora_rank=cfg.int("kv_lora_rank"), qk_nope_head_dim=nope, qk_rope_head_dim=rope,
-            v_head_dim=cfg.int("v_head_dim"),
+            v_head_dim=cfg.int("v_head_dim"), **_indexer(cfg),
         )
         layers = [Layer(attention=attn, ffn=ffn) for ffn in _ffns(cfg, n)]
     except ValidationError as exc:
         raise SpecError(pydantic_one_line(exc, cfg.where)) from None
     return layers, *_mtp(cfg, layers)
+
+
+def _indexer(cfg: _Cfg) -> dict:
+    """The sparse-attention indexer's fields (deepseek_v32 only; every one required, as the config class has them)."""
+    if cfg.family != "deepseek_v32":
+        return {}
+    return {"index_n_heads": cfg.int("index_n_heads"), "index_head_dim": cfg.int("index_head_dim"),
+            "index_topk": cfg.int("index_topk")}
 
 
 def _build_glm4_moe(cfg: _Cfg):
@@ -410,7 +420,8 @@ def _mtp(cfg: _Cfg, layers: list[Layer]):
 
 
 _FAMILY_BUILDERS: dict[str, Callable] = {
-    "deepseek_v2": _build_deepseek, "deepseek_v3": _build_deepseek, "kimi_k2": _build_deepseek,
+    "deepseek_v2": _build_deepseek, "deepseek_v3": _build_deepseek, "deepseek_v32": _build_deepseek,
+    "kimi_k2": _build_deepseek,
     "glm4_moe": _build_glm4_moe, "gemma4_text": _build_gemma4,
     **{fam: _build_gated_deltanet for fam in _GDN_FAMILIES},
 }

@@ -16,6 +16,10 @@ from dsdsim.units import DType
 
 
 
+# elements per fp32 scale of the indexer's fp8 keys (DeepSeek-V3.2-Exp inference/model.py, block_size = 128)
+INDEXER_SCALE_BLOCK = 128
+
+
 class AttentionKind(str, Enum):
     full = "full"          # every query attends to the whole context (GQA/MHA)
     sliding = "sliding"    # attends to the last `window` tokens
@@ -65,9 +69,22 @@ class Attention(FrozenSpec):
     qk_nope_head_dim: Optional[int] = None
     qk_rope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
+    # DeepSeek Sparse Attention (MLA only; DeepSeek-V3.2 config index_n_heads, index_head_dim, index_topk): a
+    # lightning indexer scores every cached token per query and MLA attends to the index_topk best only
+    index_n_heads: Optional[int] = Field(default=None, gt=0)
+    index_head_dim: Optional[int] = Field(default=None, gt=0)
+    index_topk: Optional[int] = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> "Attention":
+        indexer = (self.index_n_heads, self.index_head_dim, self.index_topk)
+        if any(v is not None for v in indexer):
+            if self.kind is not AttentionKind.mla or None in indexer or not self.q_lora_rank:
+                raise ValueError("a sparse-attention indexer needs MLA attention with q_lora_rank and all of "
+                                 "index_n_heads, index_head_dim and index_topk")
+            if self.index_head_dim % INDEXER_SCALE_BLOCK:
+                raise ValueError(f"index_head_dim {self.index_head_dim} is not a multiple of the indexer's "
+                                 f"{INDEXER_SCALE_BLOCK}-element fp8 scale block")
         if self.kind in (AttentionKind.sliding, AttentionKind.chunked) and self.window is None:
             raise ValueError(f"{self.kind.value} attention needs a window size")
         if self.kind is AttentionKind.mla:
@@ -100,6 +117,32 @@ class Attention(FrozenSpec):
         if self.kind is AttentionKind.linear:
             return 0
         return 0 if self.kv_shared else self.kv_tensors * self.num_kv_heads * self.head_dim
+
+    @property
+    def sparse(self) -> bool:
+        """DeepSeek Sparse Attention: a lightning indexer picks the index_topk keys each query attends to."""
+        return self.index_topk is not None
+
+    @property
+    def indexer_cache_bytes_per_token(self) -> float:
+        """The indexer's own K cache, one key of index_head_dim per token in fp8 e4m3 plus one fp32 scale per
+        INDEXER_SCALE_BLOCK elements, whatever the MLA cache's format (DeepSeek-V3.2-Exp inference/model.py
+        ``Indexer``: k_cache float8_e4m3fn [.., index_head_dim], k_scale_cache float32 [.., index_head_dim //
+        block_size], block_size 128): 128 + 4 = 132 bytes for index_head_dim 128; 0 without an indexer."""
+        if not self.sparse:
+            return 0.0
+        d = self.index_head_dim
+        return d * DType.fp8.bytes_per_element + d // INDEXER_SCALE_BLOCK * DType.fp32.bytes_per_element
+
+    def indexer_params(self, hidden: int) -> int:
+        """The lightning indexer's weights (DeepSeek-V3.2-Exp inference/model.py ``Indexer``): wq_b from the q latent
+        (q_lora_rank -> index_n_heads x index_head_dim), wk from the hidden state (h -> index_head_dim, one head),
+        k_norm (a LayerNorm: weight and bias of index_head_dim) and weights_proj (h -> index_n_heads, one weight per
+        head); none of them has a bias. 0 without an indexer."""
+        if not self.sparse:
+            return 0
+        n, d = self.index_n_heads, self.index_head_dim
+        return self.q_lora_rank * n * d + hidden * d + 2 * d + hidden * n
 
     @property
     def kv_elements_read_per_token(self) -> int:
@@ -152,7 +195,7 @@ class Attention(FrozenSpec):
                 q = h * self.num_heads * qk
             kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
             kv += self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
-            return q + kv + self.o_width * h
+            return q + kv + self.o_width * h + self.indexer_params(h)
         if self.kind is AttentionKind.linear:
             if qkv_in not in (None, hidden):
                 raise ValueError("linear attention reads the hidden state only (no qkv_in)")
@@ -353,6 +396,7 @@ class ModelSpec(FrozenSpec):
         for layer in self.layers:
             a = layer.attention
             key = a.kind.value if a.window is None else f"{a.kind.value}-{a.window}"
+            key = f"{key}-top{a.index_topk}" if a.sparse else key
             counts[key] = counts.get(key, 0) + 1
         if len(counts) == 1:
             return next(iter(counts))
@@ -413,8 +457,11 @@ class ModelSpec(FrozenSpec):
         return self.params_embedding + self.params_final_norm + self.params_lm_head + projections
 
     def kv_bytes_per_token(self, kv_dtype: DType = DType.bf16) -> float:
-        """KV-cache bytes one token adds across all layers (ignoring window caps; see cost.memory for those)."""
-        return sum(layer.attention.kv_elements_per_token for layer in self.layers) * kv_dtype.bytes_per_element
+        """KV-cache bytes one token adds across all layers (ignoring window caps; see cost.memory for those), the
+        sparse-attention indexer's own K cache (in its fixed format) included."""
+        kv = sum(layer.attention.kv_elements_per_token for layer in self.layers) * kv_dtype.bytes_per_element
+        indexer = sum(layer.attention.indexer_cache_bytes_per_token for layer in self.layers)
+        return kv + indexer if indexer else kv
 
     def weight_bytes(self, dtype: DType = DType.bf16) -> float:
         return self.params_total * dtype.bytes_per_element
