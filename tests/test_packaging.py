@@ -76,6 +76,15 @@ print(json.dumps({"intervals": shipped_intervals() is not None, "vllm": catalog.
 """
 
 
+def test_wheel_contains_every_module_of_the_package(wheel):
+    """Every .py under dsdsim/ is in the wheel: a subpackage missing from pyproject's package list is a wheel that
+    imports in the checkout and fails once installed."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    modules = sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "dsdsim").rglob("*.py")
+                     if "__pycache__" not in p.parts)
+    assert [m for m in modules if m not in names] == []
+
+
 def test_installed_wheel_finds_its_specs(wheel, tmp_path):
     import json
 
