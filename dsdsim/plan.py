@@ -13,6 +13,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from dsdsim.cost.memory import PP_DRAFTER_ERROR
 from dsdsim.defaults import DEFAULT_DRAFTER, DEFAULT_ENGINE
 from dsdsim.errors import DsdsimError
 from dsdsim.policy.options import PredictOptions
@@ -28,33 +29,36 @@ class Candidate:
     hardware: str
     tp: int = 1
     ep: int = 1
+    pp: int = 1              # pipeline stages, each on tp GPUs: tp x pp GPUs
 
     def __post_init__(self) -> None:
         if not str(self.hardware).strip():
-            raise DsdsimError("empty candidate hardware; write HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8")
-        for what, n in (("tp", self.tp), ("ep", self.ep)):
+            raise DsdsimError("empty candidate hardware; write HARDWARE[:tpN[:epM][:ppK]], e.g. h100-sxm:tp8")
+        for what, n in (("tp", self.tp), ("ep", self.ep), ("pp", self.pp)):
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_GPUS:
                 raise DsdsimError(f"candidate {self.hardware}: {what} must be a whole number in 1..{MAX_GPUS}, "
                                   f"got {n!r}")
 
     @classmethod
     def parse(cls, text: str) -> "Candidate":
-        """'h100-sxm', 'h100-sxm:tp8', 'h200-sxm:tp8:ep8' or 'h200-sxm:8'."""
+        """'h100-sxm', 'h100-sxm:tp8', 'h200-sxm:tp8:ep8', 'h100-sxm:tp8:pp2' or 'h200-sxm:8'."""
         parts = text.strip().split(":")
         if not parts[0]:
             raise DsdsimError(f"empty candidate {text!r}; write HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8")
-        tp, ep = 1, 1
+        tp, ep, pp = 1, 1, 1
         for p in parts[1:]:
             key = p.lower()
             try:
                 if key.startswith("ep"):
                     ep = int(key[2:])
+                elif key.startswith("pp"):
+                    pp = int(key[2:])
                 else:
                     tp = int(key[2:] if key.startswith("tp") else key)
             except ValueError:
-                raise DsdsimError(f"cannot read candidate {text!r}; write HARDWARE[:tpN[:epM]], "
+                raise DsdsimError(f"cannot read candidate {text!r}; write HARDWARE[:tpN[:epM][:ppK]], "
                                   "e.g. h100-sxm:tp8") from None
-        return cls(parts[0], tp, ep)
+        return cls(parts[0], tp, ep, pp)
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ class PlanRow:
     gpus_needed_dsd: Optional[int]
     cost_per_million_tokens_vanilla: Optional[float]
     cost_per_million_tokens_dsd: Optional[float]
+    pp: int = 1                             # pipeline stages (gpus = tp x pp)
     # the DSD operating point's ITL, and the intervals of held-out corpus errors (dsdsim.policy.intervals)
     itl_ms_dsd: Optional[float] = None
     itl_ms_dsd_low: Optional[float] = None
@@ -88,8 +93,9 @@ class PlanRow:
 
     @property
     def candidate(self) -> str:
-        """The candidate as it is written on the command line: HARDWARE:tpN[:epM]."""
-        return f"{self.hardware}:tp{self.tp}" + (f":ep{self.ep}" if self.ep > 1 else "")
+        """The candidate as it is written on the command line: HARDWARE:tpN[:epM][:ppK]."""
+        return (f"{self.hardware}:tp{self.tp}" + (f":ep{self.ep}" if self.ep > 1 else "")
+                + (f":pp{self.pp}" if self.pp > 1 else ""))
 
 
 NO_CANDIDATE_REASONS = 3      # reasons named when no candidate is valid (the rest are counted)
@@ -188,15 +194,18 @@ def _price(price, hardware: str) -> Optional[float]:
 
 
 def _plan_one(model: ModelSpec, cand: Candidate, q: _Query, price: Optional[float]) -> PlanRow:
-    gpus = cand.tp
+    gpus = cand.tp * cand.pp
     slo_s, target, context = q.slo_s, q.target_tokens_per_s, q.options.context
     empty = dict(batch_vanilla=None, tokens_per_s_vanilla=None, batch_dsd=None, k_dsd=None,
                  tokens_per_s_dsd=None, tokens_per_s_per_gpu_vanilla=None, tokens_per_s_per_gpu_dsd=None,
                  dsd_gain=None, gpus_needed_vanilla=None, gpus_needed_dsd=None, cost_per_million_tokens_vanilla=None,
                  cost_per_million_tokens_dsd=None)
-    dep = q.deployment.model_copy(update={"tp": cand.tp, "ep": cand.ep})
+    empty["pp"] = cand.pp
+    dep = q.deployment.model_copy(update={"tp": cand.tp, "ep": cand.ep, "pp": cand.pp})
     try:                                  # parallelism this model cannot be split by: a row, not an error
         dep.check(model)
+        if cand.pp > 1 and q.drafter is not None:
+            raise DsdsimError(PP_DRAFTER_ERROR)
     except DsdsimError as exc:
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False, str(exc), **empty)
     # Anything else wrong (names, acceptance, drafter, batch sizes, context) is the user's input: raise.
@@ -209,6 +218,9 @@ def _plan_one(model: ModelSpec, cand: Candidate, q: _Query, price: Optional[floa
     all_k = np.arange(len(p.k_values))
     b_v, g_v = _best_plain(p, slo_s)
     b_d, k_d, g_d = _best_under_slo(p, slo_s, all_k)
+    itl_d = b_d / g_d * 1e3 if b_d is not None else None   # ms per token of one sequence: B / (tokens/s of one batch)
+    # pipeline parallelism: pp batches of B in flight, each stepping once per step time (StepCost.microbatches)
+    g_v, g_d = g_v * cand.pp, (g_d * cand.pp if g_d is not None else None)
     if b_d is None:
         fastest = float(np.nanmin(np.where(p.feasible, p.step_s / p.tau[:, None], np.nan))) * 1e3
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False,
@@ -228,7 +240,6 @@ def _plan_one(model: ModelSpec, cand: Candidate, q: _Query, price: Optional[floa
         return price * gpus / (g * 3600.0) * 1e6
 
     iv_d, iv_v = p.interval(b_d), (p.interval(b_v) if b_v is not None else None)
-    itl_d = b_d / g_d * 1e3    # ms per token of one sequence: B / (tokens/s)
     return PlanRow(
         cand.hardware, cand.tp, cand.ep, gpus, True, "",
         itl_ms_dsd=itl_d, itl_ms_dsd_low=itl_d * iv_d.low if iv_d else None,
@@ -242,7 +253,7 @@ def _plan_one(model: ModelSpec, cand: Candidate, q: _Query, price: Optional[floa
         tokens_per_s_per_gpu_vanilla=per_gpu(g_v), tokens_per_s_per_gpu_dsd=per_gpu(g_d),
         dsd_gain=(g_d / g_v) if math.isfinite(g_v) and g_v > 0 else None,
         gpus_needed_vanilla=needed(g_v), gpus_needed_dsd=needed(g_d),
-        cost_per_million_tokens_vanilla=cost(g_v), cost_per_million_tokens_dsd=cost(g_d),
+        cost_per_million_tokens_vanilla=cost(g_v), cost_per_million_tokens_dsd=cost(g_d), pp=cand.pp,
     )
 
 

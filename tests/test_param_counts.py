@@ -151,6 +151,13 @@ PUBLISHED: list[Published] = [
               "Definition inferred: DeepSeek's activated counts exclude the input embedding (see deepseek-v3 and "
               "DeepSeek-V2 236B/21B). That gives 2.45B (+2.1%); with embedding 2.66B, without both 2.24B. 2.4B is "
               "two significant figures, apparently truncated."),
+    Published("glm-5.2", 744 * B, 40 * B, "no_input_embedding",
+              "https://huggingface.co/zai-org/GLM-5 (card: 'scaling from 355B parameters (32B active) to 744B "
+              "parameters (40B active)'); GLM-5.2 is the same glm_moe_dsa architecture with IndexShare",
+              "Total 743.38B (-0.08%) without the MTP layer (9.95B): 21 of 78 layers run the lightning indexer "
+              "(9.37M each); the 57 shared layers own none (all-full GLM-5 layout: 743.91B). The card is GLM-5's, "
+              "not GLM-5.2's. Active definition inferred: 40.30B without the input embedding reproduces 40B "
+              "(41.25B with it, +3.1%)."),
     Published("kimi-k2", 1.04e12, 32 * B, "no_input_embedding",
               "arXiv:2507.20534 (Kimi K2 tech report: '1.04 trillion total parameters', '32 billion activated'); "
               "https://huggingface.co/moonshotai/Kimi-K2-Instruct (card: 1T total, 32B activated)",

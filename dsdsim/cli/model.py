@@ -168,7 +168,7 @@ def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **k
 
 
 @app.command()
-@takes(PREDICT_OPTIONS, sim=without(SimulatedArgs, "model", "hardware"), deploy=without(DeploymentArgs, "tp", "ep"),
+@takes(PREDICT_OPTIONS, sim=without(SimulatedArgs, "model", "hardware"), deploy=without(DeploymentArgs, "tp", "ep", "pp"),
        options=without(PredictOptions, "fixed_k", "max_distinct_k", "acceptance_band", "tolerance"))
 def plan(
     ctx: typer.Context,

@@ -48,6 +48,8 @@ Model = Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP)]
 Hardware = Annotated[str, typer.Option("--hardware", "-g", help=HARDWARE_HELP)]
 OptionalHardware = Annotated[Optional[str], typer.Option("--hardware", "-g", help=HARDWARE_HELP)]
 Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel GPUs (weights and heads split tp ways)")]
+Pp = Annotated[int, typer.Option("--pp", help="Pipeline stages, each on tp GPUs (tp x pp GPUs; consecutive layers "
+                                                "per stage, split as vLLM splits them); plain decoding only")]
 Ep = Annotated[int, typer.Option("--ep", help="Expert-parallel groups inside the tp GPUs (must divide tp)")]
 WeightDType = Annotated[Optional[str], typer.Option("--dtype", help="Weight format (default: the checkpoint's)")]
 KvDType = Annotated[str, typer.Option("--kv-dtype", help="KV-cache format")]
@@ -125,12 +127,13 @@ class DeploymentArgs:
     eager: Eager = False
     memory_utilization: MemoryUtilization = DEFAULT_MEMORY_UTILIZATION
     dp_attention: DpAttention = DEFAULT_DP_ATTENTION
+    pp: Pp = 1
 
-    def deployment(self, tp: Optional[int] = None, ep: Optional[int] = None):
-        """The Deployment (``tp``/``ep`` override these options: a plan candidate's), one-line errors."""
+    def deployment(self, tp: Optional[int] = None, ep: Optional[int] = None, pp: Optional[int] = None):
+        """The Deployment (``tp``/``ep``/``pp`` override these options: a plan candidate's), one-line errors."""
         return deployment_from_options(self.tp if tp is None else tp, self.ep if ep is None else ep, self.dtype,
                                        self.kv_dtype, self.expert_overlap, self.eager, self.memory_utilization,
-                                       self.dp_attention)
+                                       self.dp_attention, self.pp if pp is None else pp)
 
 
 # --- where results go ---------------------------------------------------------------------------------
@@ -163,7 +166,8 @@ def drafter_from_options(drafter: Optional[str], draft_tree: Optional[str]):
 
 
 def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: str, expert_overlap: float,
-                            eager: bool = False, memory_utilization: float = 0.9, dp_attention: bool = False):
+                            eager: bool = False, memory_utilization: float = 0.9, dp_attention: bool = False,
+                            pp: int = 1):
     """A Deployment from the shared options, with one-line errors naming the option."""
     from pydantic import ValidationError
 
@@ -171,8 +175,8 @@ def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: st
     from dsdsim.specs.deployment import Deployment
     from dsdsim.units import parse_dtype
 
-    if tp < 1 or ep < 1:
-        raise DsdsimError(f"--tp and --ep must be >= 1 (got tp={tp}, ep={ep})")
+    if tp < 1 or ep < 1 or pp < 1:
+        raise DsdsimError(f"--tp, --ep and --pp must be >= 1 (got tp={tp}, ep={ep}, pp={pp})")
     if not 0.0 <= expert_overlap < 1.0:
         raise DsdsimError(f"--expert-overlap must be in [0, 1), got {expert_overlap}")
     if not 0.0 < memory_utilization <= 1.0:
@@ -181,7 +185,7 @@ def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: st
     try:
         return Deployment(tp=tp, ep=ep, dtype=w_dtype, kv_dtype=c_dtype, expert_overlap=expert_overlap,
                           cuda_graphs=not eager, memory_utilization=memory_utilization,
-                          dp_attention=dp_attention)
+                          dp_attention=dp_attention, pp=pp)
     except ValidationError as exc:
         raise DsdsimError(pydantic_one_line(exc, "deployment")) from None
 

@@ -152,7 +152,7 @@ def attention_plan(attn: Attention, hidden: int, pc: PassContext, kv_budget: Opt
                                     kernel=KernelClass.mla_decode)
         return out + [
             PlanOp("kv_a", ops.Gemm(k_in, latent, **g), rank_rows),
-            *(indexer_plan(attn, k_in, pc) if attn.sparse else ()),
+            *(indexer_plan(attn, k_in, pc) if attn.runs_indexer else ()),   # IndexShare: none of its own
             # weight absorption: q_nope @ W_UK per head moves queries into the latent space; the per-head absorbed
             # matrices are distinct weights: heads x (nope x lora) read once, not per token
             PlanOp("q_absorb", ops.Gemm(attn.qk_nope_head_dim, attn.kv_lora_rank, **g, weight_sets=heads), per_head),

@@ -24,10 +24,12 @@ from dsdsim.cost.layers import (context_limit, kv_elements_per_token_per_rank, l
                                  state_bytes_per_sequence_per_rank)
 from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import ceil, minimum, num, where
+from dsdsim.cost.plan import stage_layer_ranges
+from dsdsim.errors import DsdsimError
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterSpec
 from dsdsim.specs.hardware import HardwareSpec
-from dsdsim.specs.model import FFNKind, ModelSpec
+from dsdsim.specs.model import FFNKind, ModelSpec, group_layers
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class MemoryUse:
     draft_bytes: np.ndarray
     capacity_bytes: float          # capacity x utilisation
     state_bytes: np.ndarray | float = 0.0   # linear-attention recurrent states and their speculative snapshots
+    # pipeline parallelism: each stage's GPU, first to last; the fields above are then the busiest stage's
+    stages: tuple = ()
 
     @property
     def used_bytes(self) -> np.ndarray:
@@ -179,6 +183,10 @@ class MemoryFigures:
 def memory_figures(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Optional[DrafterSpec],
                    draft_model: Optional[ModelSpec] = None) -> MemoryFigures:
     """The figures of ``memory_use`` that do not depend on the point, once per set of spec objects."""
+    if dep.pp > 1:
+        if drafter is not None:
+            raise DsdsimError(PP_DRAFTER_ERROR)
+        return StagedMemoryFigures(stage_memory_figures(model, hw, dep))
     tree = drafter.tree if drafter is not None else None
     draft_w = draft_kv = None
     factors = ()
@@ -226,3 +234,89 @@ def _ffn_width(layer) -> int:
     if f.kind is FFNKind.dense:
         return f.intermediate_size
     return max(f.expert_intermediate_size * f.top_k, f.num_shared_experts * f.shared_intermediate_size)
+
+
+# --- pipeline parallelism: one GPU of each stage --------------------------------------------------------------
+
+# vLLM does not run speculative decoding with pipeline parallelism (vllm-project/vllm#14117: "Speculative decoding
+# is not yet supported with pipeline parallelism"; RFC #44697 for MTP under PP > 1): dsdsim models plain decoding only
+PP_DRAFTER_ERROR = ("pipeline parallelism (pp > 1) is modelled for plain decoding only: vLLM does not run "
+                    "speculative decoding with pipeline parallelism; drop the drafter or use pp 1")
+
+
+def stage_layers(layers: tuple, lo: int, hi: int) -> list[tuple]:
+    """Identical layers of ``layers[lo:hi]`` grouped with their counts, in first-appearance order."""
+    return group_layers(layers[lo:hi])
+
+
+def stage_weight_bytes(model: ModelSpec, dep: Deployment, stage: int) -> float:
+    """Weights on one GPU of ``stage``: its layers, and the embedding (+ a drafter-reading model's pre_projection) on
+    the first stage, the final norm, lm_head (+ post_projection) on the last, split tp ways (routed experts in the
+    expert format). A tied lm_head is a second V x h copy on the last stage: vLLM builds ``embed_tokens`` on the first
+    rank and, with tie_word_embeddings, on the last rank too (LlamaModel: ``is_first_rank or
+    (tie_word_embeddings and is_last_rank)``), whose lm_head ties to it."""
+    w = dep.weight_dtype(model).bytes_per_element
+    we = dep.routed_expert_dtype(model).bytes_per_element
+    h = model.hidden_size
+    lo, hi = stage_layer_ranges(model.num_layers, dep.pp)[stage]
+    layers = model.layers[lo:hi]
+    routed = sum(layer.ffn.routed_matrix_params(h) for layer in layers)
+    params = sum(layer.params(h) for layer in layers)
+    projections = [p.params for p in model.backbone_projections]
+    if stage == 0:
+        params += model.params_embedding + sum(projections[:1])
+    if stage == dep.pp - 1:
+        head = model.params_embedding if model.tie_word_embeddings else model.params_lm_head
+        params += model.params_final_norm + head + sum(projections[1:])
+    return ((params - routed) * w + routed * we) / dep.tp
+
+
+def _stage_kv_layout(groups: list[tuple], dep: Deployment) -> KVLayout:
+    tp = _attention_tp(dep)
+    return KVLayout(tuple((count, context_limit(layer.attention),
+                           kv_elements_per_token_per_rank(layer.attention, tp)) for layer, count in groups),
+                    dep, dep.kv_dtype.bytes_per_element,
+                    tuple((count, layer.attention.indexer_cache_bytes_per_token)
+                          for layer, count in groups if layer.attention.sparse))
+
+
+@by_value
+def stage_memory_figures(model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> tuple[MemoryFigures, ...]:
+    """``MemoryFigures`` of one GPU of each stage: its weights (``stage_weight_bytes``), the KV cache and recurrent
+    states of its layers only, the activations of its widest layer, and the fp32 logits on the last stage only."""
+    out = []
+    tp = _attention_tp(dep)
+    for stage, (lo, hi) in enumerate(stage_layer_ranges(model.num_layers, dep.pp)):
+        groups = stage_layers(model.layers, lo, hi)
+        widest = max(_ffn_width(layer) for layer, _ in groups)
+        state = sum(count * state_bytes_per_sequence_per_rank(layer.attention, tp, dep.act_dtype)
+                    for layer, count in groups)
+        vocab = model.vocab_size / dep.tp if stage == dep.pp - 1 else 0.0
+        out.append(MemoryFigures(stage_weight_bytes(model, dep, stage), _stage_kv_layout(groups, dep), None,
+                                 4 * model.hidden_size + 3 * (widest // dep.tp), dep.act_dtype.bytes_per_element,
+                                 vocab, None, None, (), hw.memory_capacity * dep.memory_utilization,
+                                 state_bytes_per_sequence=state))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class StagedMemoryFigures:
+    """The memory figures of every pipeline stage; a point fits when every stage's GPU fits."""
+
+    stages: tuple[MemoryFigures, ...]
+
+    def use(self, batch, k, context) -> MemoryUse:
+        """The busiest stage's use at each point (every stage has the same capacity: it fits iff all fit), with
+        every stage's own use in ``stages``."""
+        uses = tuple(f.use(batch, k, context) for f in self.stages)
+        best = uses[0]
+        for u in uses[1:]:
+            more = u.used_bytes > best.used_bytes
+            best = MemoryUse(*(where(more, getattr(u, f), getattr(best, f)) for f in _USE_FIELDS),
+                             capacity_bytes=best.capacity_bytes, state_bytes=where(more, u.state_bytes,
+                                                                                      best.state_bytes))
+        return MemoryUse(best.weights_bytes, best.kv_bytes, best.activation_bytes, best.draft_bytes,
+                         best.capacity_bytes, best.state_bytes, stages=uses)
+
+
+_USE_FIELDS = ("weights_bytes", "kv_bytes", "activation_bytes", "draft_bytes")

@@ -35,6 +35,7 @@ class OpKind(str, Enum):
     all_reduce = "all_reduce"
     all_to_all = "all_to_all"
     gather = "gather"
+    send = "send"               # point-to-point send between pipeline stages
     host = "host"               # CPU-side work (n-gram lookup, scheduling)
     recurrent = "recurrent"     # linear-attention / state-space layers: short convolution, state scan
 
@@ -713,6 +714,24 @@ class Gather(_Exchange):
 
     def sent_bytes(self, rows):
         return rows * self.width * self.bytes_per_element * (self.group - 1) / self.group
+
+
+@dataclass(frozen=True)
+class SendRecv(_Exchange):
+    """A pipeline stage's point-to-point send of ``rows`` x ``width`` activations to the next stage. Each of the
+    stage's ``shards`` ranks sends its 1/shards slice to its peer rank of the next stage, which all-gathers the slices
+    (vLLM ``GroupCoordinator.send_tensor_dict`` with ``all_gather_group``: the tp group; the gather is its own
+    ``Gather``). ``group``: the nodes the two peers sit on, 1 (the scale-up link) or 2 (the scale-out network)."""
+
+    kind: ClassVar[OpKind] = OpKind.send
+
+    width: int
+    act_dtype: DType
+    shards: int
+    group: int
+
+    def sent_bytes(self, rows):
+        return rows * self.width * self.act_dtype.bytes_per_element / self.shards
 
 
 @dataclass(frozen=True)

@@ -82,3 +82,15 @@ def records(plan: list[PlanOp], p: PassPoint, times=None) -> list[OpCost]:
 def dp_ranks(dp_attention: bool, tp: int) -> int:
     """Ranks that split the batch under data-parallel attention (each holds ceil(B/tp) sequences); else 1."""
     return tp if dp_attention else 1
+
+
+def stage_layer_ranges(num_layers: int, pp: int) -> tuple[tuple[int, int], ...]:
+    """[start, end) of the layers each of ``pp`` pipeline stages runs, as vLLM splits them
+    (``vllm.distributed.utils.get_pp_indices`` without VLLM_PP_LAYER_PARTITION): num_layers // pp each, and the
+    remainder one more each on the stages before the last, from the second-last back (``partitions[-i] += 1`` for
+    i = 2 .. remainder + 1), so the last stage, which also runs the lm_head, keeps the fewest."""
+    counts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        counts[-i] += 1
+    starts = [sum(counts[:s]) for s in range(pp)]
+    return tuple((a, a + n) for a, n in zip(starts, counts))

@@ -26,12 +26,13 @@ from dsdsim.cost.drafters.base import DraftPlan
 from dsdsim.cost.drafts import draft_plan
 from dsdsim.cost.engine import EngineTime, engine_time, padded_tokens, small_kernel_s
 from dsdsim.specs.engine import EngineParams
-from dsdsim.cost.layers import PassContext, pass_plan
+from dsdsim.cost import ops as op_kinds
+from dsdsim.cost.layers import PassContext, head_plan, layer_groups, layer_plan, pass_plan
 from dsdsim.cost.memo import by_value
-from dsdsim.cost.memory import MemoryFigures, MemoryUse, memory_figures
+from dsdsim.cost.memory import PP_DRAFTER_ERROR, MemoryFigures, MemoryUse, memory_figures, stage_layers
 from dsdsim.cost.num import as_float, num, where
 from dsdsim.cost.ops import OpKind
-from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, records
+from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, records, stage_layer_ranges, tokens
 from dsdsim.cost.timing import OpRates, OpTime, in_place, launch_overhead, rates_of, seconds, sum_by_shape, timer
 from dsdsim.errors import DsdsimError
 from dsdsim.defaults import DEFAULT_ENGINE
@@ -93,6 +94,25 @@ class StepCost:
     verify_tokens: Optional[np.ndarray] = None      # q: tokens per sequence in the verify pass
 
     dynamic: bool = False                           # a server running a dynamic K table (K = 0: its off tier)
+    stage_ops: tuple = ()                           # pipeline parallelism: the verify operators of each stage
+
+    @property
+    def stage_times_s(self) -> list:
+        """Pipeline parallelism: each stage's seconds in the step, its send to the next included (their sum plus
+        the engine's terms is the step time: one batch goes through the stages in turn); [] with pp = 1."""
+        out, start = [], 0
+        for n in self.stage_ops:
+            out.append(sum_by_shape(self.verify._op_seconds[start:start + n]))
+            start += n
+        return out
+
+    @property
+    def microbatches(self) -> int:
+        """Batches of B in flight at once: pp under pipeline parallelism (vLLM keeps pipeline_parallel_size
+        batches scheduled, one per stage: virtual engines in V0, ``max_concurrent_batches`` in V1; SGLang its pp
+        microbatches), else 1. Every batch steps once per ``step_time_s``: the replica emits microbatches x B x tau
+        tokens per step time."""
+        return self.deployment.pp
 
     def step_time_with(self, params: EngineParams) -> np.ndarray:
         """The step time under other engine figures, kernels held fixed (engine fitting and calibration)."""
@@ -215,7 +235,8 @@ def _one_step(s: Setup, plan: StepPlan, b: float, kk: float, c: float, dynamic: 
         device = verify.time_s + draft.time_s + overhead
         et = engine_time(params, device, b, kk, passes, q, *plan.small_kernel_s, dynamic, m.num_layers, draft.time_s)
     return StepCost(m, hw, dep, s.drafter, np.asarray(b), np.asarray(kk), np.asarray(c), verify, draft, overhead,
-                    memory, eng, et, np.asarray(b * q_verify), np.asarray(graphed), passes, np.asarray(q), dynamic)
+                    memory, eng, et, np.asarray(b * q_verify), np.asarray(graphed), passes, np.asarray(q), dynamic,
+                    plan.stage_ops)
 
 
 def _timed_seconds(parts: list, timed: list[list[Timed]], gap: float) -> tuple[float, list]:
@@ -269,7 +290,7 @@ def _grid_step(s: Setup, plan: StepPlan, b, kk, c, dynamic: bool) -> StepCost:
         et = engine_time(params, device, b, kk, passes, q, *plan.small_kernel_s, dynamic, m.num_layers, draft.time_s)
     padded, graphed = np.broadcast_to(b * q_verify, shape), np.broadcast_to(graphed, shape)
     return StepCost(m, hw, dep, s.drafter, np.asarray(b), np.asarray(kk), np.asarray(c), verify, draft, overhead,
-                    memory, eng, et, padded, graphed, passes, np.asarray(q), dynamic)
+                    memory, eng, et, padded, graphed, passes, np.asarray(q), dynamic, plan.stage_ops)
 
 
 class Timed(NamedTuple):
@@ -297,6 +318,7 @@ class StepPlan:
     memory: MemoryFigures
     gaps: tuple[float, float]            # the launch gap replayed from a CUDA graph, launched eagerly
     small_kernel_s: tuple[float, float]  # one small kernel, graphed and eager (engine kernel-count terms)
+    stage_ops: tuple[int, ...] = ()      # pipeline parallelism: the verify operators of each stage, in order
 
 
 def moe_family_of(engine: Optional[EngineSpec], hw: HardwareSpec) -> Optional[str]:
@@ -312,6 +334,14 @@ def step_plan(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Opti
     """Plans of the verify and draft passes of ``model`` with ``drafter`` on ``hw`` under ``dep`` (once per set of
     spec objects and fused-MoE family)."""
     pc = PassContext.build(model, hw, dep, moe_family)
+    if dep.pp > 1:
+        if drafter is not None:
+            raise DsdsimError(PP_DRAFTER_ERROR)
+        stages = stage_plans(model, hw, pc, dep.pp)
+        verify = [o for stage in stages for o in stage]
+        return StepPlan(verify, _timed(verify, hw, moe_family), None, [], 1, memory_figures(model, hw, dep, None),
+                        (launch_overhead(hw, True), launch_overhead(hw, False)), small_kernel_s(hw),
+                        tuple(len(stage) for stage in stages))
     verify = pass_plan(model, pc)
     draft = None
     if drafter is not None:
@@ -321,6 +351,41 @@ def step_plan(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Opti
                     [_timed(dp.ops, hw, moe_family) for dp in draft.passes] if draft is not None else [],
                     dp_ranks(pc.dp_attention, pc.tp), memory_figures(model, hw, dep, drafter, draft_model),
                     (launch_overhead(hw, True), launch_overhead(hw, False)), small_kernel_s(hw))
+
+
+def stage_plans(model: ModelSpec, hw: HardwareSpec, pc: PassContext, pp: int) -> list[list[PlanOp]]:
+    """``pass_plan`` cut into ``pp`` pipeline stages, each on tp GPUs, names prefixed ``stage{s}.``: the layers of
+    ``stage_layer_ranges``; the embedding on the first stage, the head (final norm, lm_head, sampling) on the last;
+    every stage but the last ends with its send to the next.
+
+    The send carries hidden_states and residual (vLLM's models return ``IntermediateTensors({"hidden_states",
+    "residual"})`` from a non-last rank): 2 x B*q x h activations. Each tp rank sends its 1/tp slice to its peer in the
+    next stage, which all-gathers them over its tp group (vLLM ``send_tensor_dict(..., all_gather_group=tp group)``).
+    A stage's ranks are consecutive GPUs (stage s: ranks s*tp .. s*tp + tp - 1, gpus_per_node to a node); a send
+    between peers on two nodes goes over the scale-out network, else over the scale-up link (``send_time``)."""
+    h, tp = model.hidden_size, pc.tp
+    g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
+    projections = [PlanOp(name, op_kinds.Gemm(p.inputs, p.outputs, **g), tokens)
+                   for name, p in zip(("pre_projection", "post_projection"), model.backbone_projections)]
+    tags = layer_groups(model)
+    gpn = int(hw.gpus_per_node.value)
+    out = []
+    for s, (lo, hi) in enumerate(stage_layer_ranges(model.num_layers, pp)):
+        plan = []
+        if s == 0:
+            plan += [PlanOp("embed", op_kinds.Embedding(h, pc.w_dtype, pc.act_dtype), tokens)] + projections[:1]
+        for layer, count in stage_layers(model.layers, lo, hi):
+            tag = next(t for known, _, t in tags if known == layer)
+            plan += [o.renamed(tag, count) for o in layer_plan(layer, h, pc)]
+        if s == pp - 1:
+            plan += projections[1:] + head_plan(h, model.vocab_size, pc)
+        else:
+            nodes = 2 if any((s * tp + j) // gpn != ((s + 1) * tp + j) // gpn for j in range(tp)) else 1
+            plan.append(PlanOp("send", op_kinds.SendRecv(2 * h, pc.act_dtype, tp, nodes), tokens))
+            if tp > 1:
+                plan.append(PlanOp("send.all_gather", op_kinds.Gather(2 * h, pc.act_dtype.bytes_per_element, tp), tokens))
+        out.append([o.renamed(f"stage{s}.") for o in plan])
+    return out
 
 
 def _timed(plan: list[PlanOp], hw: HardwareSpec, moe_family: Optional[str]) -> list[Timed]:

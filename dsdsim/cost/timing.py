@@ -287,7 +287,9 @@ def op_rates(hw: HardwareSpec, kind: OpKind, kernel: KernelClass, dtype: DType, 
     else:
         memory = rates.memory_bytes_per_s[kind, kernel, dtype in _FP8_GEMM]
     collective = None
-    if kind in _COLLECTIVE_KINDS and group > 1:
+    if kind is OpKind.send:     # group: the nodes sender and receiver sit on (``SendRecv``)
+        collective = functools.partial(_collective, send_time, hw, group)
+    elif kind in _COLLECTIVE_KINDS and group > 1:
         time = all_reduce_time if kind is OpKind.all_reduce else exchange_time
         collective = functools.partial(_collective, time, hw, group)
     floor = rates.kernel_floor_s if kind is not OpKind.host and collective is None else None
@@ -393,6 +395,18 @@ def exchange_time(hw: HardwareSpec, sent_bytes, group: int):
     off_node = (group - g) / (group - 1)
     return maximum(hw.link_latency_s.value + s * (1 - off_node) / (link * eff),
                       out_lat.value + s * off_node / (out_bw.value * eff))
+
+
+def send_time(hw: HardwareSpec, sent_bytes, nodes: int):
+    """A point-to-point send of ``sent_bytes`` to one peer: over the scale-up link inside a node, over the scale-out
+    network (one NIC per GPU) between two nodes; a latency per call and the bytes at ``collective`` efficiency, as
+    ``exchange_time`` times each side of an all-to-all."""
+    s = num(sent_bytes)
+    eff = hw.efficiency.collective.value
+    out_bw, out_lat = hw.scale_out_bandwidth_bytes_per_s, hw.scale_out_latency_s
+    if nodes <= 1 or out_bw is None or out_lat is None:
+        return hw.link_latency_s.value + s / (hw.link_bandwidth_bytes_per_s.value * eff)
+    return out_lat.value + s / (out_bw.value * eff)
 
 
 # --- one operator ---------------------------------------------------------------------------------------------

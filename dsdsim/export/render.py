@@ -160,7 +160,7 @@ def explain_view(data: "ExplainView"):
     from dsdsim.units import format_si
 
     dep, eng = data.deployment, data.engine
-    parts: list = [f"[bold]{data.model}[/bold] on {data.hardware} (tp {dep.tp}, ep {dep.ep}, "
+    parts: list = [f"[bold]{data.model}[/bold] on {data.hardware} (tp {dep.tp}, ep {dep.ep}, " + (f"pp {dep.pp}, " if getattr(dep, "pp", 1) > 1 else "") +
                    f"{dep.weights_label}, {dep.kv_dtype} KV) — drafter {data.drafter}, "
                    f"B={data.batch_size}, K={data.k}, context {data.context}, engine {_engine_text(eng)}"]
     for name, phase in (("draft", data.draft), ("verify", data.verify)):
@@ -225,7 +225,7 @@ def prediction_view(p: "Prediction"):
 
     setup = p.setup
     dep = deployment_view(setup.model, setup.deployment)
-    parts: list = [f"[bold]{setup.model.name}[/bold] on [bold]{setup.hardware.name}[/bold] (tp {dep.tp}, ep {dep.ep}, "
+    parts: list = [f"[bold]{setup.model.name}[/bold] on [bold]{setup.hardware.name}[/bold] (tp {dep.tp}, ep {dep.ep}, " + (f"pp {dep.pp}, " if getattr(dep, "pp", 1) > 1 else "") +
                    f"{dep.weights_label}, {dep.kv_dtype} KV), drafter [bold]{setup.drafter.label}[/bold], context "
                    f"{p.context}, engine [bold]{_engine_text(engine_ref(p))}[/bold]",
                    f"acceptance: {acceptance_view(p).description}"]
@@ -374,7 +374,7 @@ def plan_table(title: str, rows: Sequence) -> "object":
         return f(x, spec) + (f" ({format(lo, spec)}-{format(hi, spec)})" if x is not None and lo is not None else "")
 
     def name(r):
-        return f"{r.hardware}:tp{r.tp}" + (f":ep{r.ep}" if r.ep > 1 else "")
+        return r.candidate
 
     t = Table(title=title)
     widest = max((len(name(r)) for r in rows), default=0)     # a candidate's name is never cut, however narrow

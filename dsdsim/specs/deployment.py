@@ -12,9 +12,13 @@ from dsdsim.units import DType
 
 
 class Deployment(FrozenSpec):
-    """One serving replica on ``tp`` GPUs. Experts are split over ``ep`` groups inside those GPUs (ep | tp)."""
+    """One serving replica on ``tp`` x ``pp`` GPUs: ``pp`` pipeline stages, each on ``tp`` GPUs. Experts are split over
+    ``ep`` groups inside a stage's GPUs (ep | tp)."""
 
     tp: int = Field(default=1, ge=1, le=1024)
+    # Pipeline stages (vLLM --pipeline-parallel-size, SGLang --pp-size): consecutive layers per stage, split as
+    # vLLM's get_pp_indices splits them (dsdsim.cost.stages); 1 = no pipeline
+    pp: int = Field(default=1, ge=1, le=1024)
     ep: int = Field(default=1, ge=1, le=1024)
     dtype: Optional[DType] = None           # weights; None = the checkpoint's format
     expert_dtype: Optional[DType] = None    # routed experts; None = the checkpoint's format, else dtype
@@ -48,6 +52,8 @@ class Deployment(FrozenSpec):
     def check(self, model: ModelSpec) -> "Deployment":
         """Refuse parallelism the model cannot be split by, with a one-line reason."""
         tp, ep = self.tp, self.ep
+        if self.pp > 1:
+            self._check_pp(model)
         for layer in model.layers:
             heads = layer.attention.num_heads
             if heads % tp:
@@ -75,6 +81,21 @@ class Deployment(FrozenSpec):
                 raise DsdsimError(f"expert popularity has {len(self.expert_popularity)} entries; "
                                   f"{model.name} has {n} routed experts")
         return self
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the replica: tp per stage, pp stages."""
+        return self.tp * self.pp
+
+    def _check_pp(self, model: ModelSpec) -> None:
+        """Every stage holds at least one layer (vLLM's get_pp_indices gives a stage num_layers // pp layers or one
+        more); dsdsim models stages of tensor-parallel attention only."""
+        if self.pp > model.num_layers:
+            raise DsdsimError(f"pp {self.pp} is more stages than {model.name}'s {model.num_layers} layers; "
+                              f"choose pp <= {model.num_layers}")
+        if self.dp_attention:
+            raise DsdsimError("pipeline parallelism is modelled with tensor-parallel attention only; "
+                              "drop --dp-attention or use pp 1")
 
     def _check_dp_attention(self, model: ModelSpec) -> None:
         """Data-parallel attention is for MLA models on tp >= 2 GPUs, and dsdsim refuses it elsewhere.

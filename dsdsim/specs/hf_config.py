@@ -18,7 +18,7 @@ SUPPORTED_FAMILIES = (
     "llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mixtral", "phimoe", "deepseek_v2",
     "deepseek_v3", "deepseek_v32", "kimi_k2", "gpt_oss", "llama4", "llama4_text", "cohere", "cohere2", "gemma3", "gemma3_text",
     "gemma4", "gemma4_text", "gemma4_assistant", "glm4_moe", "qwen3_next", "qwen3_5", "qwen3_5_text",
-    "qwen3_5_moe", "qwen3_5_moe_text",
+    "qwen3_5_moe", "qwen3_5_moe_text", "glm_moe_dsa",
 )
 # transformers' per-class default for tie_word_embeddings (PretrainedConfig's own default is True).
 _TIE_DEFAULT = {"cohere": True, "cohere2": True, "gemma3_text": True, "gemma4_text": True}
@@ -235,7 +235,10 @@ def _moe_layer_set(cfg: _Cfg, n_layers: int) -> set[int]:
             return set(cfg.int_list("moe_layers"))
         step = cfg.int("interleave_moe_layer_step", 1)
         return set(range(step - 1, n_layers, step))
-    if fam in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe"):
+    if fam == "glm_moe_dsa" and cfg.has("mlp_layer_types"):
+        types = _per_layer_list(cfg, "mlp_layer_types", n_layers, ("dense", "sparse"))
+        return {i for i, t in enumerate(types) if t == "sparse"}
+    if fam in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe", "glm_moe_dsa"):
         if cfg.int("n_routed_experts", 0, minimum=0) == 0:
             return set()
         first = cfg.int("first_k_dense_replace", 0, minimum=0)
@@ -267,7 +270,7 @@ def _moe(cfg: _Cfg) -> FFN:
     n_shared = cfg.int("n_shared_experts", 0, minimum=0)
     return FFN(kind=FFNKind.moe, num_experts=cfg.int("n_routed_experts"), top_k=cfg.int("num_experts_per_tok"),
                expert_intermediate_size=width, num_shared_experts=n_shared, shared_intermediate_size=width,
-               router_bias=fam in ("deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe"))
+               router_bias=fam in ("deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe", "glm_moe_dsa"))
 
 
 def _ffns(cfg: _Cfg, n_layers: int) -> list[FFN]:
@@ -301,7 +304,9 @@ def _build_standard(cfg: _Cfg):
 def _build_deepseek(cfg: _Cfg):
     """MLA attention (deepseek_v2/v3, kimi_k2) plus dense-first MoE and optional MTP modules; deepseek_v32 adds the
     lightning indexer of DeepSeek Sparse Attention to every layer, the MTP layer's included (transformers
-    DeepseekV32Config: index_n_heads, index_head_dim, index_topk)."""
+    DeepseekV32Config: index_n_heads, index_head_dim, index_topk). glm_moe_dsa (GLM-5) is the same DSA model whose
+    layers may share an earlier layer's top-k (``indexer_types``, see ``_indexer_types``); its MTP layer keeps an
+    indexer of its own."""
     _refuse_unrepresentable(cfg)
     n = _num_layers(cfg)
     heads = cfg.int("num_attention_heads")
@@ -314,18 +319,59 @@ def _build_deepseek(cfg: _Cfg):
             kv_lora_rank=cfg.int("kv_lora_rank"), qk_nope_head_dim=nope, qk_rope_head_dim=rope,
             v_head_dim=cfg.int("v_head_dim"), **_indexer(cfg),
         )
-        layers = [Layer(attention=attn, ffn=ffn) for ffn in _ffns(cfg, n)]
+        shared_attn = attn.model_copy(update={"index_shared": True}) if attn.sparse else attn
+        indexers = _indexer_types(cfg, n) if cfg.family == "glm_moe_dsa" else ["full"] * n
+        layers = [Layer(attention=shared_attn if t == "shared" else attn, ffn=ffn)
+                  for t, ffn in zip(indexers, _ffns(cfg, n))]
     except ValidationError as exc:
         raise SpecError(pydantic_one_line(exc, cfg.where)) from None
-    return layers, *_mtp(cfg, layers)
+    count, mtp_layer = _mtp(cfg, layers)
+    if mtp_layer is not None and mtp_layer.attention.index_shared:
+        # the MTP layer owns indexer weights (GLM-5.2 checkpoints ship model.layers.78.self_attn.indexer.*; its
+        # index_share_for_mtp_iteration reuses them across draft steps)
+        mtp_layer = mtp_layer.model_copy(update={"attention": attn})
+    return layers, count, mtp_layer
 
 
 def _indexer(cfg: _Cfg) -> dict:
-    """The sparse-attention indexer's fields (deepseek_v32 only; every one required, as the config class has them)."""
-    if cfg.family != "deepseek_v32":
+    """The sparse-attention indexer's fields (deepseek_v32 and glm_moe_dsa; every one required, as the config
+    class has them)."""
+    if cfg.family not in ("deepseek_v32", "glm_moe_dsa"):
         return {}
     return {"index_n_heads": cfg.int("index_n_heads"), "index_head_dim": cfg.int("index_head_dim"),
             "index_topk": cfg.int("index_topk")}
+
+
+def _per_layer_list(cfg: _Cfg, key: str, n: int, allowed: tuple[str, ...]) -> list[str]:
+    v = cfg.get(key)
+    if not isinstance(v, list) or len(v) != n or any(t not in allowed for t in v):
+        raise SpecError(f"{cfg.where}: field {key!r} must list one of {' / '.join(allowed)} per layer ({n})")
+    return list(v)
+
+
+def _indexer_types(cfg: _Cfg, n: int) -> list[str]:
+    """GLM-5 IndexShare, as transformers GlmMoeDsaConfig.__post_init__ resolves it: ``indexer_types`` per layer
+    ("full" runs the indexer; "shared" reuses the previous full layer's top-k), else ``index_topk_pattern`` ("F" /
+    "S" per layer), else layer i is full when max(i - index_skip_topk_offset + 1, 0) % index_topk_freq == 0
+    (defaults 2 and 1: every layer full). GLM-5.2: freq 4, offset 3, so layers 0, 1, 2, 6, 10, ..., 74 are full."""
+    if cfg.has("indexer_types"):
+        types = _per_layer_list(cfg, "indexer_types", n, ("full", "shared"))
+    elif cfg.has("index_topk_pattern"):
+        pattern = cfg.get("index_topk_pattern")
+        if isinstance(pattern, str):
+            if len(pattern) != n or set(pattern) - {"F", "S"}:
+                raise SpecError(f"{cfg.where}: field 'index_topk_pattern' must hold one F or S per layer ({n})")
+            types = ["full" if c == "F" else "shared" for c in pattern]
+        else:
+            types = _per_layer_list(cfg, "index_topk_pattern", n, ("full", "shared"))
+    else:
+        freq = cfg.int("index_topk_freq", 1)
+        offset = cfg.int("index_skip_topk_offset", 2, minimum=0)
+        types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n)]
+    if types[0] != "full":
+        raise SpecError(f"{cfg.where}: layer 0 is 'shared' but no earlier layer runs the indexer whose top-k it "
+                        "would reuse (indexer_types)")
+    return types
 
 
 def _build_glm4_moe(cfg: _Cfg):
@@ -421,7 +467,7 @@ def _mtp(cfg: _Cfg, layers: list[Layer]):
 
 _FAMILY_BUILDERS: dict[str, Callable] = {
     "deepseek_v2": _build_deepseek, "deepseek_v3": _build_deepseek, "deepseek_v32": _build_deepseek,
-    "kimi_k2": _build_deepseek,
+    "kimi_k2": _build_deepseek, "glm_moe_dsa": _build_deepseek,
     "glm4_moe": _build_glm4_moe, "gemma4_text": _build_gemma4,
     **{fam: _build_gated_deltanet for fam in _GDN_FAMILIES},
 }

@@ -74,6 +74,10 @@ class Attention(FrozenSpec):
     index_n_heads: Optional[int] = Field(default=None, gt=0)
     index_head_dim: Optional[int] = Field(default=None, gt=0)
     index_topk: Optional[int] = Field(default=None, gt=0)
+    # GLM-5.2 IndexShare (transformers GlmMoeDsaConfig ``indexer_types``: "full" runs the indexer, "shared" reuses
+    # the previous full layer's top-k): a shared layer attends to index_topk keys like any sparse layer but has no
+    # indexer of its own: no indexer weights, no indexer K cache, no scoring
+    index_shared: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> "Attention":
@@ -85,6 +89,9 @@ class Attention(FrozenSpec):
             if self.index_head_dim % INDEXER_SCALE_BLOCK:
                 raise ValueError(f"index_head_dim {self.index_head_dim} is not a multiple of the indexer's "
                                  f"{INDEXER_SCALE_BLOCK}-element fp8 scale block")
+        if self.index_shared and self.index_topk is None:
+            raise ValueError("a layer sharing an earlier layer's top-k (index_shared) needs a sparse-attention "
+                             "indexer configuration (index_n_heads, index_head_dim, index_topk)")
         if self.kind in (AttentionKind.sliding, AttentionKind.chunked) and self.window is None:
             raise ValueError(f"{self.kind.value} attention needs a window size")
         if self.kind is AttentionKind.mla:
@@ -124,12 +131,18 @@ class Attention(FrozenSpec):
         return self.index_topk is not None
 
     @property
+    def runs_indexer(self) -> bool:
+        """A sparse layer that scores the context itself (not one reusing an earlier layer's top-k)."""
+        return self.sparse and not self.index_shared
+
+    @property
     def indexer_cache_bytes_per_token(self) -> float:
         """The indexer's own K cache, one key of index_head_dim per token in fp8 e4m3 plus one fp32 scale per
         INDEXER_SCALE_BLOCK elements, whatever the MLA cache's format (DeepSeek-V3.2-Exp inference/model.py
         ``Indexer``: k_cache float8_e4m3fn [.., index_head_dim], k_scale_cache float32 [.., index_head_dim //
-        block_size], block_size 128): 128 + 4 = 132 bytes for index_head_dim 128; 0 without an indexer."""
-        if not self.sparse:
+        block_size], block_size 128): 128 + 4 = 132 bytes for index_head_dim 128; 0 without an indexer of the
+        layer's own (no indexer, or one sharing an earlier layer's top-k)."""
+        if not self.runs_indexer:
             return 0.0
         d = self.index_head_dim
         return d * DType.fp8.bytes_per_element + d // INDEXER_SCALE_BLOCK * DType.fp32.bytes_per_element
@@ -138,8 +151,8 @@ class Attention(FrozenSpec):
         """The lightning indexer's weights (DeepSeek-V3.2-Exp inference/model.py ``Indexer``): wq_b from the q latent
         (q_lora_rank -> index_n_heads x index_head_dim), wk from the hidden state (h -> index_head_dim, one head),
         k_norm (a LayerNorm: weight and bias of index_head_dim) and weights_proj (h -> index_n_heads, one weight per
-        head); none of them has a bias. 0 without an indexer."""
-        if not self.sparse:
+        head); none of them has a bias. 0 without an indexer of the layer's own."""
+        if not self.runs_indexer:
             return 0
         n, d = self.index_n_heads, self.index_head_dim
         return self.q_lora_rank * n * d + hidden * d + 2 * d + hidden * n
@@ -353,15 +366,7 @@ class ModelSpec(FrozenSpec):
 
     def layer_groups(self) -> list[tuple[Layer, int]]:
         """Identical layers grouped with their counts, in first-appearance order (cost is per group)."""
-        groups: list[list] = []
-        for layer in self.layers:
-            for g in groups:
-                if g[0] == layer:
-                    g[1] += 1
-                    break
-            else:
-                groups.append([layer, 1])
-        return [(g[0], g[1]) for g in groups]
+        return group_layers(self.layers)
 
     @property
     def moe_ffn(self) -> Optional[FFN]:
@@ -397,6 +402,7 @@ class ModelSpec(FrozenSpec):
             a = layer.attention
             key = a.kind.value if a.window is None else f"{a.kind.value}-{a.window}"
             key = f"{key}-top{a.index_topk}" if a.sparse else key
+            key = f"{key}-shared" if a.index_shared else key
             counts[key] = counts.get(key, 0) + 1
         if len(counts) == 1:
             return next(iter(counts))
@@ -465,3 +471,16 @@ class ModelSpec(FrozenSpec):
 
     def weight_bytes(self, dtype: DType = DType.bf16) -> float:
         return self.params_total * dtype.bytes_per_element
+
+
+def group_layers(layers) -> list[tuple[Layer, int]]:
+    """Identical layers grouped with their counts, in first-appearance order."""
+    groups: list[list] = []
+    for layer in layers:
+        for g in groups:
+            if g[0] == layer:
+                g[1] += 1
+                break
+        else:
+            groups.append([layer, 1])
+    return [(g[0], g[1]) for g in groups]
