@@ -157,7 +157,7 @@ def _prediction_view(p: "Prediction") -> PredictionView:
         rows=tuple(row_view(r) for r in p.rows),
         table=KTableView(ranges=tuple(tuple(r) for r in p.ranges()), distinct_k=tuple(p.table.k_set),
                          mean_goodput_loss=p.table.mean_goodput_loss, max_goodput_loss=p.table.max_goodput_loss,
-                         tolerance=p.table.tolerance, ranges_at_zero_tolerance=_ranges_before(p),
+                         tolerance=p.table.tolerance, ranges_at_zero_tolerance=p.table.ranges_at_zero_tolerance,
                          max_distinct_k=p.table.max_distinct_k, summary=table_summary(p)),
         grid=GridView(k_values=tuple(int(k) for k in p.k_values), batch_sizes=tuple(int(b) for b in p.batch_sizes),
                       tau=tuple(float(t) for t in p.tau), step_ms=step_ms),
@@ -165,15 +165,10 @@ def _prediction_view(p: "Prediction") -> PredictionView:
     )
 
 
-def _ranges_before(p: "Prediction") -> int:
-    t = p.table
-    return t.ranges_before if t.ranges_before is not None else t.n_ranges
-
-
 def table_summary(p: "Prediction") -> str:
     """One line: which table is exported and what it gave up against the exact per-batch best K*."""
     t = p.table
-    before, after = _ranges_before(p), t.n_ranges
+    before, after = t.ranges_at_zero_tolerance, t.n_ranges
     if after == 0:
         return "no K table: no batch size fits in memory"
     within = f", at most {t.max_distinct_k} distinct K" if t.max_distinct_k is not None else ""
@@ -190,7 +185,7 @@ def table_summary(p: "Prediction") -> str:
 
 def tolerance_merged(p: "Prediction") -> bool:
     """Whether the tolerance removed ranges (so the exact table, tolerance 0, differs)."""
-    return p.table.tolerance > 0 and p.table.n_ranges < _ranges_before(p)
+    return p.table.tolerance > 0 and p.table.n_ranges < p.table.ranges_at_zero_tolerance
 
 
 def _count(n: int, what: str) -> str:

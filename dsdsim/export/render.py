@@ -323,8 +323,7 @@ def context_grid_dict(contexts: Sequence[int], preds: Sequence["Prediction"]) ->
                       "k_per_batch": [int(k) for k in p.table.k_per_batch],
                       "k_best_per_batch": [int(k) for k in p.k_best],
                       "mean_goodput_loss": p.table.mean_goodput_loss, "max_goodput_loss": p.table.max_goodput_loss,
-                      "ranges_at_zero_tolerance": p.table.ranges_before if p.table.ranges_before is not None
-                      else p.table.n_ranges}
+                      "ranges_at_zero_tolerance": p.table.ranges_at_zero_tolerance}
                      for c, p in zip(contexts, preds)]
     out["batch_sizes"] = [int(b) for b in p0.batch_sizes]
     return out

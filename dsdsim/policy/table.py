@@ -42,6 +42,11 @@ class CompressedTable:
         """Ranges of this table over the feasible evaluated batch sizes (one per run of equal K)."""
         return count_ranges(self.k_per_batch)
 
+    @property
+    def ranges_at_zero_tolerance(self) -> int:
+        """Ranges of the table the tolerance started from (this table's own when none was applied)."""
+        return self.ranges_before if self.ranges_before is not None else self.n_ranges
+
 
 def count_ranges(k_per_batch) -> int:
     """Runs of equal K over the feasible (K >= 0) entries: the number of (start, end, K) ranges they export as."""
@@ -85,12 +90,9 @@ def compress(goodput_kb: np.ndarray, k_values, max_distinct: int) -> CompressedT
         if score > best_score + 1e-12:
             best_score, best_subset = score, subset
     rows = np.array(best_subset)
-    pick = rows[np.argmax(g[rows], axis=0)]
-    k_table = np.where(feasible_b, k_values[pick], -1)
-    ratio = np.where(feasible_b, np.max(g[rows], axis=0) / np.where(feasible_b, best, 1.0), 1.0)
-    loss = 1.0 - ratio[feasible_b] if feasible_b.any() else np.zeros(1)
+    k_table = np.where(feasible_b, k_values[rows[np.argmax(g[rows], axis=0)]], -1)
     used = tuple(sorted({int(k) for k in k_table[feasible_b]}))
-    return CompressedTable(k_table, used, float(np.mean(loss)), float(np.max(loss)))
+    return CompressedTable(k_table, used, *table_losses(goodput_kb, k_values, k_table))
 
 
 def fewest_ranges(goodput_kb: np.ndarray, k_values, tolerance: float,

@@ -32,6 +32,9 @@ class DrafterKind(str, Enum):
 
 ENGINES = ("vllm", "sglang", "trtllm")
 
+# the acceptance convention of a chain drafter that vLLM serves with its per-position acceptance counters
+CHAIN_ACCEPTANCE = "conditional alpha per draft position; vLLM exports unconditional per-position counts"
+
 
 class DraftPasses(str, Enum):
     """How many sequential draft passes a step runs for K draft tokens."""

@@ -14,9 +14,8 @@ them.
 from __future__ import annotations
 
 from dsdsim.errors import DsdsimError
-from dsdsim.specs.drafters.base import DrafterKind
+from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, DrafterKind, EngineRun, whole_numbers
 from dsdsim.specs.drafters._engines import sglang_refusal, trtllm_refusal
-from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun, whole_numbers
 
 LAYERS, TAPS, BLOCK = 5, 5, 16
 FORM = "dflash[:LAYERS[,TAPS[,BLOCK]]]"

@@ -1,8 +1,7 @@
 """A separate small draft model: K sequential passes, the first over the tokens verified last step."""
 from __future__ import annotations
 
-from dsdsim.specs.drafters.base import DrafterKind
-from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun, needs_model
+from dsdsim.specs.drafters.base import CHAIN_ACCEPTANCE, DraftPasses, DrafterInfo, DrafterKind, EngineRun, needs_model
 
 FORM = "draft-model:MODEL"
 
@@ -12,7 +11,7 @@ INFO = DrafterInfo(
     check=lambda d: None if d.model else "draft-model needs a model: write draft-model:MODEL "
                                          "(e.g. draft-model:llama-3.2-1b)",
     summary="a separate draft model: K sequential passes", passes=DraftPasses.chain,
-    acceptance="conditional alpha per draft position; vLLM exports unconditional per-position counts",
+    acceptance=CHAIN_ACCEPTANCE,
     engines={"vllm": EngineRun(method="draft_model", source="vllm/config/speculative.py SpeculativeMethod"),
              "sglang": EngineRun(method="STANDALONE", source="SGLang --speculative-algorithm"),
              "trtllm": EngineRun(source="two-model drafting, TensorRT-LLM PR #7651")})

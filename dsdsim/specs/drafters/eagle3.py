@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from dsdsim.errors import DsdsimError
-from dsdsim.specs.drafters.base import DrafterKind
-from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun
+from dsdsim.specs.drafters.base import CHAIN_ACCEPTANCE, DraftPasses, DrafterInfo, DrafterKind, EngineRun
 
 
 def _parse(arg: str, raw: str) -> dict:
@@ -22,7 +21,7 @@ INFO = DrafterInfo(
     kind=DrafterKind.eagle3, form="eagle3[:DRAFT_VOCAB]", aliases=("eagle-3",), parse=_parse,
     summary="EAGLE-3 head: fc(3h->h), one 2h-input layer, own lm_head over the draft vocabulary; K sequential passes",
     passes=DraftPasses.chain, trees=True,
-    acceptance="conditional alpha per draft position; vLLM exports unconditional per-position counts",
+    acceptance=CHAIN_ACCEPTANCE,
     engines={"vllm": EngineRun(method="eagle3", source="vllm/config/speculative.py SpeculativeMethod"),
              "sglang": EngineRun(method="EAGLE3", source="SGLang --speculative-algorithm"),
              "trtllm": EngineRun(method="eagle3", source="engine_specs/trtllm-0.20.yaml speculative_drafters")})

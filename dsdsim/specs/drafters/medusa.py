@@ -1,8 +1,7 @@
 """Medusa: K heads (ResBlock + own lm_head) on the target's last hidden state, one pass."""
 from __future__ import annotations
 
-from dsdsim.specs.drafters.base import DrafterKind
-from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun
+from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, DrafterKind, EngineRun
 
 INFO = DrafterInfo(
     kind=DrafterKind.medusa, form="medusa", summary="Medusa: K heads in one pass",

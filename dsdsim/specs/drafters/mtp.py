@@ -1,13 +1,12 @@
 """The model's own next-n prediction module(s) (DeepSeek-V3 MTP and the like): a full layer, MoE included."""
 from __future__ import annotations
 
-from dsdsim.specs.drafters.base import DrafterKind
-from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun
+from dsdsim.specs.drafters.base import CHAIN_ACCEPTANCE, DraftPasses, DrafterInfo, DrafterKind, EngineRun
 
 INFO = DrafterInfo(
     kind=DrafterKind.mtp, form="mtp", summary="the model's MTP module: a full layer run K times",
     passes=DraftPasses.chain, trees=True,
-    acceptance="conditional alpha per draft position; vLLM exports unconditional per-position counts",
+    acceptance=CHAIN_ACCEPTANCE,
     engines={"vllm": EngineRun(method="mtp", source="vllm/config/speculative.py SpeculativeMethod (mtp)"),
              "sglang": EngineRun(method="EAGLE", source="SGLang runs MTP modules as EAGLE"),
              "trtllm": EngineRun(method="mtp", source="engine_specs/trtllm-0.20.yaml speculative_drafters")})

@@ -1,8 +1,7 @@
 """Prompt lookup (n-gram): no device work, a host-side lookup per step."""
 from __future__ import annotations
 
-from dsdsim.specs.drafters.base import DrafterKind
-from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun
+from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, DrafterKind, EngineRun
 
 INFO = DrafterInfo(
     kind=DrafterKind.ngram, form="ngram", aliases=("prompt-lookup", "n-gram"), host_only=True,

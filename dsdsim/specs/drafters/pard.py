@@ -6,9 +6,8 @@ e.g. ``pard:llama-3.2-1b`` for amd/PARD-Llama-3.2-1B (a Llama-3.2-1B fine-tune: 
 """
 from __future__ import annotations
 
-from dsdsim.specs.drafters.base import DrafterKind
+from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, DrafterKind, EngineRun, needs_model
 from dsdsim.specs.drafters._engines import sglang_refusal, trtllm_refusal
-from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun, needs_model
 
 FORM = "pard:MODEL"
 

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from dsdsim.errors import DsdsimError
-from dsdsim.specs.drafters.base import DrafterKind
-from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun
+from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, DrafterKind, EngineRun
 
 
 def _parse(arg: str, raw: str) -> dict:

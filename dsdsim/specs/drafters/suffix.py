@@ -5,9 +5,8 @@ Its cost is the host lookup per step: ``suffix[:US_PER_STEP[,US_PER_SEQUENCE]]``
 """
 from __future__ import annotations
 
-from dsdsim.specs.drafters.base import DrafterKind
+from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, DrafterKind, EngineRun, whole_numbers
 from dsdsim.specs.drafters._engines import sglang_refusal, trtllm_refusal
-from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, EngineRun, whole_numbers
 
 FORM = "suffix[:US_PER_STEP[,US_PER_SEQUENCE]]"
 # Host time per step. No absolute figure is published: the paper and the Snowflake engineering blog ("SuffixDecoding
