@@ -259,7 +259,7 @@ CASES = [
     ("plan-slo-not-a-number", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm", "--itl-slo-ms", "fast"],
      "itl-slo-ms"),
     # --- the command line itself ----------------------------------------------------------------------------
-    ("unknown-command", ["simulate"], "simulate"),
+    ("unknown-command", ["emulate"], "emulate"),
     ("unknown-option", ["predict", "--speed", "11"], "--speed"),
     ("tp-not-an-integer", ["predict", "--tp", "four"], "--tp"),
     ("tp-a-fraction", ["predict", "--tp", "1.5"], "'--tp': must be a whole number, got '1.5'"),

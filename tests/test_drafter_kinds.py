@@ -219,3 +219,17 @@ def test_explain_shows_the_passes(cli, drafter, op):
     code, out, err = cli("explain", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-d", drafter, "-b", "2", "-k", "3")
     assert code == 0, err
     assert op in out
+
+
+def test_dflash_overlaps_its_host_work_where_vllm_runs_it_as_eagle():
+    """vLLM's DFlash proposer is an EagleProposer and ``use_eagle()`` covers it, so from the release with dynamic K
+    (0.24) its steps overlap host work as EAGLE-3's do; in an older range the overlap list names EAGLE / MTP only."""
+    from dsdsim.specs.catalog import load_engine
+    from dsdsim.specs.setup import resolve
+
+    new, old = load_engine("vllm@0.24"), load_engine("vllm@0.20")
+    assert new.overlap.speculative_overlaps("dflash") and new.overlap.speculative_overlaps("eagle3")
+    assert not old.overlap.speculative_overlaps("dflash") and old.overlap.speculative_overlaps("eagle3")
+    s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), "dflash", engine="vllm@0.24")
+    step = simulate_step(None, None, setup=s, batch=16, k=7, context=2048)
+    assert bool(np.all(step.engine_time.overlapped))

@@ -161,8 +161,8 @@ def smallest_fitting_tp(name: str) -> int:
 
 
 # Kimi-K2: 1.03 T weights in fp8 are 129 GB per GPU at tp 8, over 141 GB x 0.9 usable: it needs 16 H200s.
-# GLM-5.2: 743 B weights in bf16 (the release's format) are 186 GB per GPU at tp 8
-NEEDS_16 = {"kimi-k2", "glm-5.2"}
+# GLM-5 / GLM-5.2: 744 / 743 B weights in bf16 (the releases' format) are 186 GB per GPU at tp 8
+NEEDS_16 = {"kimi-k2", "glm-5", "glm-5.2"}
 
 
 @pytest.mark.parametrize("name", SHIPPED_MODELS)

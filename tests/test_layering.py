@@ -24,6 +24,7 @@ LAYERS = {
     "dsdsim.specs": 1,
     "dsdsim.cost": 2,
     "dsdsim.policy": 3, "dsdsim.corpus": 3, "dsdsim.fit": 3,     # fit.validation: a validation run's analysis
+    "dsdsim.serve": 3,                 # the serving simulation: policies, K tables and the cost model's mixed steps
     "dsdsim.export": 4, "dsdsim.plan": 4,     # export.views, export.plots, export.validation: views, pictures, files
     "dsdsim.cli": 5, "dsdsim.__main__": 5,
     "dsdsim": 5,                       # the package's lazy public API may name anything below the CLI

@@ -114,9 +114,22 @@ PUBLISHED: list[Published] = [
               "https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct (card: 'Number of Parameters: 80B in total "
               "and 3B activated', 'Non-Embedding: 79B'); transformers docs model_doc/qwen3_next ('80B total "
               "parameters, only 3B active')",
-              "Total 79.674B (-0.4%) without the MTP layer the config does not declare: 36 gated DeltaNet layers of "
-              "33.72M, 12 gated-attention layers of 27.26M, 48 MoE blocks of 1614.8M, embedding and lm_head 311.2M "
-              "each. Active 3.253B without embedding and lm_head (3.875B with both): 'A3B' names the size class."),
+              "Total 79.674B (-0.4%) without the MTP layer (1.650B; the spec declares num_nextn_predict_layers 1, "
+              "which the release's config leaves out): 36 gated DeltaNet layers of 33.72M, 12 gated-attention layers "
+              "of 27.26M, 48 MoE blocks of 1614.8M, embedding and lm_head 311.2M each. Active 3.253B without "
+              "embedding and lm_head (3.875B with both): 'A3B' names the size class."),
+    Published("qwen3.5-397b-a17b", 397 * B, 17 * B, "all",
+              "https://huggingface.co/Qwen/Qwen3.5-397B-A17B (card: '397B in total and 17B activated', not fetched); "
+              "https://docs.sglang.io/cookbook/autoregressive/Qwen/Qwen3.5 ('397B total parameters, 17B activated')",
+              "Total 396.346B (-0.16%): the text model without the MTP layer (6.596B) and without the vision tower, "
+              "which the 397B includes. Activated read as Qwen3-30B-A3B's (embedding and lm_head included): "
+              "17.349B."),
+    Published("qwen3.6-35b-a3b", 35 * B, 3 * B, "no_input_embedding",
+              "https://huggingface.co/Qwen/Qwen3.6-35B-A3B (card: 'Number of Parameters: 35B in total and 3B "
+              "activated', not fetched; quoted verbatim at https://mera.a-ai.ru/en/industrial/submits/181)",
+              "Total 34.661B (-1.0%): the text model without the MTP layer (0.845B) and the vision tower. No "
+              "definition reproduces 3B: 2.946B without the input embedding (the nearest, -1.8%), 3.455B with "
+              "embedding and lm_head, 2.438B without both."),
     # --- Mistral ------------------------------------------------------------------------------------
     Published("mixtral-8x7b", 46.7 * B, 12.9 * B, "all",
               "https://mistral.ai/news/mixtral-of-experts ('46.7B total parameters but only uses 12.9B "
@@ -151,6 +164,12 @@ PUBLISHED: list[Published] = [
               "Definition inferred: DeepSeek's activated counts exclude the input embedding (see deepseek-v3 and "
               "DeepSeek-V2 236B/21B). That gives 2.45B (+2.1%); with embedding 2.66B, without both 2.24B. 2.4B is "
               "two significant figures, apparently truncated."),
+    Published("glm-5", 744 * B, 40 * B, "no_embeddings",
+              "https://huggingface.co/zai-org/GLM-5 (card: 'scaling from 355B parameters (32B active) to 744B "
+              "parameters (40B active)')",
+              "Total 743.91B (-0.01%) without the MTP layer (9.95B): all 78 layers run the lightning indexer "
+              "(9.37M each). Active definition inferred, GLM-4.5's: 39.88B without embedding and lm_head (-0.3%); "
+              "40.83B without the input embedding (+2.1%), 41.79B with both."),
     Published("glm-5.2", 744 * B, 40 * B, "no_input_embedding",
               "https://huggingface.co/zai-org/GLM-5 (card: 'scaling from 355B parameters (32B active) to 744B "
               "parameters (40B active)'); GLM-5.2 is the same glm_moe_dsa architecture with IndexShare",
@@ -164,6 +183,15 @@ PUBLISHED: list[Published] = [
               "Total: the released checkpoint holds 1.0264T weights (-1.3% from 1.04T; 61 layers, 1 dense, no "
               "MTP). Active definition inferred: with embedding and head the config gives 32.86B (+2.7%), "
               "without the input embedding 31.69B (-1.0%), the DeepSeek-lineage convention."),
+    Published("kimi-k2.6", 1.04e12, 32 * B, "no_input_embedding",
+              "https://huggingface.co/moonshotai/Kimi-K2.6 (card: 1T total, 32B activated, not fetched; as summarised "
+              "at https://thakicloud.github.io/en/owm/kimi-k2-6-1t-moe-agent-swarm/); arXiv:2507.20534 (Kimi K2 tech "
+              "report: '1.04 trillion total parameters', '32 billion activated') for the same decoder "
+              "(AI-Hypercomputer/maxtext tests/end_to_end/tpu/kimi/Run_Kimi.md: K2, K2-Thinking, K2.5 and K2.6 'share "
+              "the same DeepSeek-V3-style architecture')",
+              "The decoder is Kimi-K2's, weight for weight: 1.0264T (-1.3% of 1.04T; +2.6% of the card's one-figure "
+              "1T, which also counts the MoonViT tower the spec leaves out). Active 31.69B without the input "
+              "embedding (-1.0%), as kimi-k2."),
     # --- OpenAI gpt-oss -------------------------------------------------------------------------------
     Published("gpt-oss-20b", 20.91 * B, 3.61 * B, "no_input_embedding",
               "https://openai.com/index/gpt-oss-model-card/ (arXiv:2508.10925, Table 1: 20.91B total, 3.61B "
@@ -224,6 +252,24 @@ PUBLISHED: list[Published] = [
               "Active definition inferred: only the count without embedding and lm_head fits (32.08B; 32.86B "
               "without the embedding only, 33.63B with both); the same reading reproduces GLM-4.5-Air's "
               "106B / 12B."),
+    # --- NVIDIA Nemotron-H / Nemotron 3 (Mamba-2 hybrids) ---------------------------------------------
+    Published("nemotron-h-8b", 8 * B, None, "dense",
+              "https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K (card: 'This model has 8B of model parameters'); "
+              "arXiv:2504.03624 (Nemotron-H: 24 Mamba-2, 24 MLP and 4 self-attention layers)",
+              "The config counts 8.1009B (+1.3%): 24 Mamba-2 mixers of 109.6M, 24 ReLU^2 MLPs of 176.2M, 4 "
+              "attention mixers of 41.9M, embedding and lm_head 536.9M each."),
+    Published("nemotron-3-nano-30b", 31.6 * B, 3.6 * B, "all",
+              "arXiv:2512.20848 (Nemotron 3 Nano report) and https://huggingface.co/nvidia/"
+              "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16: 31.6B total, 3.2B active, 3.6B active with embeddings, as "
+              "public summaries of both quote them (the wording is not checked against the report's text)",
+              "Total 31.578B (-0.07%). Active 3.580B with embedding and lm_head (-0.6% of 3.6B); the report's 3.2B "
+              "is the count without the input embedding, 3.228B (+0.9%)."),
+    Published("nemotron-3-super-120b", 120 * B, 12 * B, "no_input_embedding",
+              "arXiv:2604.12374 (Nemotron 3 Super report: 'a 120 billion (active 12 billion) parameter hybrid "
+              "Mamba-Attention Mixture-of-Experts model'); https://research.nvidia.com/labs/nemotron/Nemotron-3-Super "
+              "('12B active 120B total')",
+              "Total 120.669B (+0.6%) without the MTP module (2.942B; 123.61B with it). Active definition as the "
+              "Nano report's 3.2B: 12.233B without the input embedding; 12.770B with it, 11.697B without both."),
     # --- Microsoft Phi-3.5-MoE -------------------------------------------------------------------------
     Published("phi-3.5-moe", 41.9 * B, 6.6 * B, "all",
               "https://huggingface.co/microsoft/Phi-3.5-MoE-instruct (model page: 41.9B params, safetensors "
@@ -237,6 +283,11 @@ ACTIVE_OUTSIDE_TOLERANCE = {
                       "13.16B (-6%) without both",
     "qwen3-30b-a3b": "3.3B is 2 significant figures; the config gives 3.353B (+1.6%) under the only definition "
                      "near it",
+    "qwen3.5-397b-a17b": "17B is 2 significant figures (the 'A17B' of the name); the config gives 17.349B (+2.1%) "
+                         "with embedding and lm_head, 16.332B (-3.9%) without the input embedding, 15.315B without "
+                         "both",
+    "qwen3.6-35b-a3b": "3B is 1 significant figure (the 'A3B' of the name); the config gives 2.946B (-1.8%) without "
+                       "the input embedding, 3.455B with embedding and lm_head, 2.438B without both",
     "qwen3-next-80b-a3b": "3B is 1 significant figure (the 'A3B' of the name); the config gives 3.253B (+8.4%) "
                           "without embedding and lm_head, 3.564B without the embedding, 3.875B with both",
     "deepseek-v3.2-exp": "37B is DeepSeek-V3's figure; the indexer's 0.85B is activated for every token and takes "
@@ -244,6 +295,8 @@ ACTIVE_OUTSIDE_TOLERANCE = {
                          "embedding, 36.55B without both; the publisher gives no figure of its own",
     "deepseek-v2-lite": "2.4B is 2 significant figures; the config gives 2.452B (+2.1%) under DeepSeek's "
                         "convention (2.661B with the embedding, 2.241B without embedding and head)",
+    "nemotron-3-super-120b": "12B is 2 significant figures (the 'A12B' of the name); the config gives 12.233B "
+                                  "(+1.9%) without the input embedding, 12.770B with it, 11.697B without both",
 }
 
 # Non-embedding counts (total minus embedding and lm_head), the most precise figures for these families.
@@ -389,7 +442,7 @@ def test_embedding_head_and_mtp_follow_the_config(row: Published):
     else:
         head_bias = cfg["vocab_size"] if cfg.get("lm_head_bias") else 0
         assert spec.params_lm_head == spec.params_embedding + head_bias
-    if cfg.get("num_nextn_predict_layers"):
+    if cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers"):      # Qwen3.5: the latter
         assert spec.params_mtp > 0
     else:
         assert spec.params_mtp == 0

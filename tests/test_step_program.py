@@ -49,3 +49,34 @@ def test_a_collective_past_one_node_keeps_the_general_formula():
     hw, passes = _plans(next(c for c in CASES if c[0] == "multinode-moe"), flat=False)
     reduces = [t for t in passes[0][1] if t.demand.__self__.__class__.__name__ == "AllReduce"]
     assert reduces and all(t.timer.__name__ == "general" for t in reduces)
+
+
+def test_a_grid_reads_row_sized_operators_from_tables_with_the_same_figures():
+    """A grid gathers the operators sized by one row count from the step program's tables (``RowTables``): each
+    operator's seconds over the grid, gathered when the records are asked for, equal the same operator at one point,
+    and the pass time is their sum."""
+    from dsdsim.cost.step import simulate_step
+    from dsdsim.specs.deployment import Deployment
+    from dsdsim.specs.setup import resolve
+
+    s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=2), "eagle3")
+    b = np.arange(1, 700, dtype=float)[:, None, None]
+    k = np.arange(0, 6, dtype=float)[None, :, None]
+    grid = simulate_step(None, None, setup=s, batch=b, k=k, context=np.array([[[2048.0]]]))
+    assert s and grid.verify.op_times                      # the records built from the gathered tables
+    per_op = [np.broadcast_to(t.time_s, (699, 6, 1)) for t in grid.verify.op_times]
+    np.testing.assert_allclose(sum(per_op), grid.verify.time_s, rtol=1e-12)
+    for bi, ki in ((0, 0), (63, 3), (511, 5), (698, 1)):
+        one = simulate_step(None, None, setup=s, batch=bi + 1, k=ki, context=2048)
+        got = [float(p[bi, ki, 0]) for p in per_op]
+        want = [float(t.time_s) for t in one.verify.op_times]
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        assert float(grid.step_time_s[bi, ki, 0]) == pytest.approx(float(one.step_time_s), rel=1e-12)
+
+
+def test_row_counts_that_are_not_whole_are_evaluated_directly():
+    from dsdsim.cost.step import _row_index
+
+    assert _row_index(np.array([1.0, 24.000000000000004, 512.0])).tolist() == [1, 24, 512]
+    assert _row_index(np.array([1.0, 2.5])) is None
+    assert _row_index(np.array([-1.0, 2.0])) is None

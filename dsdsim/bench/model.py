@@ -225,6 +225,9 @@ class MoE(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, layer: Layer, hidden: int, dtype, device, qkv_in: Optional[int] = None):
         super().__init__()
+        if layer.attention is None or layer.ffn is None:
+            raise UnsupportedSpec("a block with one part (Mamba-2, attention-only or FFN-only) has no torch step "
+                                  "module here")
         self.input_norm = RMSNorm(hidden, dtype, device)
         self.attn = Attention(layer, hidden, dtype, device, qkv_in=qkv_in)
         self.post_norm = RMSNorm(hidden, dtype, device)

@@ -37,6 +37,7 @@ from dsdsim.bench.reduce import auto_reduction, reduce_drafter, reduce_model, sl
 from dsdsim.cost.layers import PassContext, pass_ops
 from dsdsim.cost.ops import OpCost, OpKind
 from dsdsim.cost.step import Setup
+from dsdsim.errors import DsdsimError
 from dsdsim.export.validation import write_report
 from dsdsim.fit import validation as analysis
 from dsdsim.fit.calibrate import Calibrator, Evaluator, Point, calibrate_points
@@ -136,6 +137,9 @@ def _resolve(cfg: ValidateConfig) -> _Run:
 
     d = check_drafter(cfg.drafter)
     model_full = load_model(cfg.model)
+    if any(layer.attention is None or layer.ffn is None for layer in model_full.layers):
+        raise DsdsimError(f"{model_full.name} has blocks with one part (Mamba-2, attention-only or FFN-only); "
+                          "validate builds transformer layers (attention and an FFN) in torch and cannot time it")
     hw = load_hardware(cfg.hardware)
     dev = str(torch.device(cfg.device))
     factor = auto_reduction(dev, cfg.quick) if cfg.reduce is None else int(cfg.reduce)

@@ -51,9 +51,11 @@ def _root(specs_dir: Optional[List[Path]] = typer.Option(None, "--specs-dir", me
 
 
 # The modules that register each command, in the order of `dsdsim --help`.
-COMMAND_MODULES = ("model", "bench", "catalog", "engine", "plots")
+COMMAND_MODULES = ("model", "simulate", "bench", "catalog", "engine", "plots")
 _MODULES_OF = {
-    **dict.fromkeys(("explain", "predict", "plan", "accuracy"), ("model",)),
+    **dict.fromkeys(("explain", "predict", "accuracy"), ("model",)),
+    "plan": ("model", "simulate"),          # simulate.py gives plan its --simulate options
+    "simulate": ("simulate",),
     **dict.fromkeys(("probe", "validate", "loop", "comm-check", "calibrate"), ("bench",)),
     "list": ("catalog", "engine"),
     "show": ("catalog", "engine"),

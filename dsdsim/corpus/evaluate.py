@@ -67,7 +67,8 @@ class FittedAcceptance:
 @dataclass(frozen=True)
 class AccuracyReport:
     cases: list[CaseResult]                  # the selected cases (split / engine filters applied)
-    summary: dict[str, ErrorSummary]         # "train", "test": over the selected cases
+    summary: dict[str, ErrorSummary]         # "train", "test": over the selected cases; where end-to-end cases
+                                             # are among them, also "train_step" / "train_e2e" (and test_*) apart
     groups: list[GroupSummary]
     fitted: list[FittedAcceptance]           # acceptance fitted where the source gives none
     cv: Optional[object] = None              # dsdsim.fit.cv.SourceCV when asked for (--cv source)
@@ -152,17 +153,23 @@ class CaseSteps:
         return CaseTimes(t, t0, bool(self.run.step.feasible), self.run.architecture, self.run.drafter_kind, *rt)
 
 
+def case_deployment(c: Conditions):
+    """How a run's model is served: its tp, ep, weight and KV formats and data-parallel attention."""
+    from dsdsim.specs.deployment import Deployment
+    from dsdsim.units import DType, parse_dtype
+
+    return Deployment(tp=c.tp, ep=c.ep, dtype=parse_dtype(c.dtype) if c.dtype else None,
+                      kv_dtype=parse_dtype(c.kv_dtype) if c.kv_dtype else DType.bf16, dp_attention=c.dp_attention)
+
+
 def _run(c: Conditions, engine=None) -> Run:
     """Simulate one configuration through the public cost model. A tree draft runs as the cost layer models trees:
     STEPS draft passes over TOPK candidates, a verify of draft_tokens per sequence."""
     from dsdsim.cost.step import simulate_step
-    from dsdsim.specs.deployment import Deployment
     from dsdsim.specs.drafter import DraftTree, parse_drafter
     from dsdsim.specs.setup import resolve
-    from dsdsim.units import DType, parse_dtype
 
-    dep = Deployment(tp=c.tp, ep=c.ep, dtype=parse_dtype(c.dtype) if c.dtype else None,
-                     kv_dtype=parse_dtype(c.kv_dtype) if c.kv_dtype else DType.bf16, dp_attention=c.dp_attention)
+    dep = case_deployment(c)
     drafter = parse_drafter(c.drafter) if c.drafter else None
     k = c.k
     if drafter is not None and c.tree is not None:
@@ -301,8 +308,9 @@ def steps_or_error(case: Case, engine=None) -> CaseSteps:
 
 def all_case_steps(corpus: list[tuple[CorpusFile, Case]], engine=None,
                    progress: Optional[Callable[[int, int], None]] = None) -> dict[str, CaseSteps]:
-    """The simulated runs of every evaluated case (progress(done, total))."""
-    todo = [c for _, c in corpus if c.not_evaluated is None]
+    """The simulated steps of every evaluated step-level case (progress(done, total)); the end-to-end cases are
+    simulated as serving runs instead (``dsdsim.corpus.serving``)."""
+    todo = [c for _, c in corpus if c.not_evaluated is None and c.conditions.serving is None]
     out = {}
     for i, case in enumerate(todo):
         out[case.id] = steps_or_error(case, engine)
@@ -316,7 +324,21 @@ def evaluate(corpus: list[tuple[CorpusFile, Case]], progress: Optional[Callable[
     """Every case of the corpus, in corpus order; fitted acceptance per fit group. progress(done, total).
     ``engine``: one engine spec for every case; None: each case's own engine and version (``case_engine``)."""
     steps = all_case_steps(corpus, engine, progress)
-    return score(corpus, {cid: s.times() for cid, s in steps.items()}, steps)
+    results, fitted = score(corpus, {cid: s.times() for cid, s in steps.items()}, steps)
+    return with_serving(corpus, results, fitted, engine)
+
+
+def with_serving(corpus: list[tuple[CorpusFile, Case]], results: list[CaseResult], fitted: list[FittedAcceptance],
+                 engine=None) -> tuple[list[CaseResult], list[FittedAcceptance]]:
+    """The step-level results with the end-to-end cases predicted through the serving simulation, in corpus
+    order (``dsdsim.corpus.serving``)."""
+    from dsdsim.corpus.serving import serving_results
+
+    rows, serving_fitted = serving_results(corpus, engine)
+    by_id = {r.id: r for r in results}
+    by_id.update({r.id: r for r in rows})
+    ordered = [by_id[c.id] for _, c in corpus if c.id in by_id]
+    return ordered, fitted + serving_fitted
 
 
 def score(corpus: list[tuple[CorpusFile, Case]], times: dict[str, CaseTimes],
@@ -406,11 +428,18 @@ def evaluation(split: str = "all", measured_on: Optional[str] = None, corpus: Op
         engine = load_engine(engine)
     steps = all_case_steps(cases, engine, progress)
     results, fitted = score(cases, {cid: s.times() for cid, s in steps.items()}, steps)
+    results, fitted = with_serving(cases, results, fitted, engine)
     keep = [r for r in results if (split == "all" or r.split == split)
             and (measured_on is None or r.engine == measured_on)]
     summary = {s: summarize(r for r in keep if r.split == s) for s in (Split.train.value, Split.test.value)}
+    e2e = {c.id for _, c in cases if c.conditions.serving is not None}
+    for s in (Split.train.value, Split.test.value):     # step-level and end-to-end cases apart, where both occur
+        if any(r.split == s and r.id in e2e and r.rel_error is not None for r in keep):
+            summary[f"{s}_step"] = summarize(r for r in keep if r.split == s and r.id not in e2e)
+            summary[f"{s}_e2e"] = summarize(r for r in keep if r.split == s and r.id in e2e)
     kept = {r.id for r in keep}
-    found = checks([(cf, c) for cf, c in cases if c.id in kept], keep, modern_engine_files(steps))
+    found = checks([(cf, c) for cf, c in cases if c.id in kept and c.conditions.serving is None],
+                   [r for r in keep if r.id in steps], modern_engine_files(steps))
     report = AccuracyReport(keep, summary, group_summaries(keep), fitted, None, found)
     return Evaluation(cases, steps, results, report)
 

@@ -19,7 +19,10 @@ step emits:
                        acceptance cancels (``handling: cancels``): the case checks step times only.
     e2e_latency_ms     mean end-to-end latency of a request (prefill and queueing included)
     run_tokens_per_s   output tokens per second over a whole benchmark run (prefill and the tail included)
-The last two are end-to-end figures: kept in the corpus, predicted once a serving simulator can (not_evaluated).
+    tpot_p50_ms        median time per output token of a request after its first (a benchmark client's TPOT p50)
+The last three are end-to-end figures: a case gives them with ``conditions.serving`` (how its benchmark client
+drove the server: workload, requests, input and output lengths), and ``dsdsim accuracy`` predicts them through the
+serving simulation (``dsdsim.corpus.serving``); without it a case keeps a not_evaluated reason.
 
 Every case measured on a serving engine names the engine version it ran (``engine_version``) and how that is
 known (``engine_version_stated``: ``stated``, or ``inferred from date YYYY-MM`` for the release current at the
@@ -63,8 +66,9 @@ class Quantity(str, Enum):
     speedup_vs_no_sd = "speedup_vs_no_sd"
     step_time_ratio = "step_time_ratio"
     ratio = "ratio"                        # ratio_of under these conditions / under relative_to
-    e2e_latency_ms = "e2e_latency_ms"      # end to end: not predicted per step
-    run_tokens_per_s = "run_tokens_per_s"  # end to end: not predicted per step
+    e2e_latency_ms = "e2e_latency_ms"      # end to end: predicted through the serving simulation
+    run_tokens_per_s = "run_tokens_per_s"  # end to end: predicted through the serving simulation
+    tpot_p50_ms = "tpot_p50_ms"            # end to end: predicted through the serving simulation
     other = "other"    # a figure that is not a step-level prediction (kernel efficiency, acceptance, overlap)
 
 
@@ -93,6 +97,31 @@ class Tree(_Frozen):
     draft_tokens: int = Field(ge=2, le=256)   # tokens per sequence in the verify pass
 
 
+_WORKLOAD = re.compile(r"^(closed:\d+|poisson:[0-9.]+|gamma:[0-9.]+:[0-9.]+|rollout)$")
+
+
+class Serving(_Frozen):
+    """How an end-to-end case's benchmark client drove the server, as ``dsdsim simulate`` takes it: the workload
+    (``closed:C`` for a max concurrency C, ``poisson:QPS``, ``gamma:QPS:CV``, ``rollout``), the requests simulated,
+    and the input and output lengths (``dsdsim.serve.lengths`` forms: a number, uniform:A:B, normal:MEAN:STD,
+    lognormal:MEAN:STD, or a preset such as sharegpt)."""
+
+    workload: str
+    requests: int = Field(ge=1, le=100_000)
+    input_len: str = Field(min_length=1)
+    output_len: str = Field(min_length=1)
+    max_num_seqs: Optional[int] = Field(default=None, ge=1)
+    max_num_batched_tokens: Optional[int] = Field(default=None, ge=1)
+    note: str = Field(min_length=1)          # where the settings come from (stated, the client's defaults, assumed)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Serving":
+        if not _WORKLOAD.match(self.workload):
+            raise ValueError(f"serving.workload {self.workload!r}: write closed:C, poisson:QPS, gamma:QPS:CV or "
+                             "rollout")
+        return self
+
+
 class Conditions(_Frozen):
     engine: str = Field(min_length=1)               # vllm (vllm-mrv2: model runner V2), sglang, tensorrt-llm, ...
     engine_version: Optional[str] = None            # "0.8.4", "v0.4.4", "0.24 (commit c5d967c23)"; None: no release
@@ -118,6 +147,7 @@ class Conditions(_Frozen):
     kv_dtype: Optional[str] = None                  # the KV cache format (None: bf16)
     dp_attention: bool = False                      # data-parallel attention (SGLang --enable-dp-attention)
     async_scheduling: Optional[bool] = None         # None: the engine version's default
+    serving: Optional[Serving] = None               # an end-to-end case: how its benchmark drove the server
 
     @model_validator(mode="after")
     def _check(self) -> "Conditions":
@@ -191,7 +221,7 @@ class Acceptance(_Frozen):
 
 
 RATIO_OF = ("itl_ms", "step_ms", "tokens_per_s", "speedup_vs_no_sd")
-END_TO_END = ("e2e_latency_ms", "run_tokens_per_s")
+END_TO_END = ("e2e_latency_ms", "run_tokens_per_s", "tpot_p50_ms")
 
 
 class Measured(_Frozen):
@@ -238,9 +268,12 @@ class Case(_Frozen):
         if (self.split is Split.train) != (self.train_list_item is not None):
             raise ValueError("train cases name their train_list_item; test cases have none")
         q, c, h = self.measured.quantity, self.conditions, self.acceptance.handling
-        if q.value in END_TO_END and self.not_evaluated is None:
-            raise ValueError(f"{q.value} is an end-to-end figure: give a not_evaluated reason (until a serving "
-                             "simulator predicts it)")
+        if q.value in END_TO_END and self.not_evaluated is None and c.serving is None:
+            raise ValueError(f"{q.value} is an end-to-end figure: give conditions.serving (the benchmark's workload, "
+                             "requests and lengths) or a not_evaluated reason")
+        if c.serving is not None and q.value not in END_TO_END:
+            raise ValueError(f"conditions.serving is for end-to-end figures ({', '.join(END_TO_END)}), not "
+                             f"{q.value}")
         if q is Quantity.ratio:
             ref = self.measured.relative_to.applied_to(c)
             if h is AcceptanceHandling.cancels and (ref.drafter != c.drafter or ref.k != c.k or ref.tree != c.tree):
@@ -257,7 +290,9 @@ class Case(_Frozen):
         elif h is AcceptanceHandling.cancels:
             raise ValueError("acceptance 'cancels' is only used with quantity 'ratio'")
         if self.not_evaluated is None:
-            missing = [f for f in ("hardware", "model", "batch_size", "context_tokens") if getattr(c, f) is None]
+            needed = ("hardware", "model") if c.serving is not None else ("hardware", "model", "batch_size",
+                                                                         "context_tokens")
+            missing = [f for f in needed if getattr(c, f) is None]
             if missing:
                 raise ValueError(f"an evaluated case needs conditions.{missing[0]} (or a not_evaluated reason)")
             if q is Quantity.other:
@@ -267,6 +302,8 @@ class Case(_Frozen):
             if h is AcceptanceHandling.unknown:
                 raise ValueError("acceptance 'unknown' on an evaluated case: report it, fit it, or mark the case "
                                  "not_evaluated")
+            if c.serving is not None and c.tree is not None:
+                raise ValueError("a serving case simulates chains: a tree draft is not simulated end to end")
             needs_acceptance = (c.k > 0 and q not in (Quantity.step_time_ratio, Quantity.step_ms, Quantity.ratio))
             if needs_acceptance and h is AcceptanceHandling.not_needed:
                 raise ValueError(f"{q.value} at k={c.k} depends on acceptance: handling cannot be 'not-needed'")

@@ -151,13 +151,16 @@ def _next_multiple_size(sizes: tuple[int, ...], b, q):
     """(the smallest capture size, rounded to a multiple of q, holding B * q tokens; whether there is one)."""
     if type(b) is float and type(q) is float:
         return _next_size(_multiples(sizes, q), b * q)
-    b, q = np.broadcast_arrays(np.asarray(b, dtype=float), np.asarray(q, dtype=float))
-    size, ok = np.array(b * q), np.zeros(b.shape, dtype=bool)
-    for qv in np.unique(q):
-        m = q == qv
+    b, q = np.asarray(b, dtype=float), np.asarray(q, dtype=float)
+    size = np.array(np.broadcast_to(b * q, np.broadcast_shapes(b.shape, q.shape)))
+    ok = np.zeros(size.shape, dtype=bool)
+    for qv in np.unique(q):       # a few values of q: each evaluated over b's own shape, written where q has it
         allowed = _multiples(sizes, float(qv))
         if allowed:
-            size[m], ok[m] = _next_size(allowed, b[m] * qv)
+            s, o = _next_size(allowed, b * qv)
+            where_q = q == qv
+            np.copyto(size, s, where=where_q)
+            np.copyto(ok, o, where=where_q)
     return size, ok
 
 

@@ -20,7 +20,7 @@ from dsdsim.cost.ops import KernelClass, OpCost
 from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, head_rows, rank_rows, records, tokens
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.hardware import HardwareSpec
-from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec
+from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, Mamba2, ModelSpec
 from dsdsim.units import DType
 
 
@@ -92,12 +92,28 @@ def kv_elements_per_token_per_rank(attn: Attention, tp: int) -> int:
     return attn.kv_tensors * kv_heads_per_rank(attn, tp) * attn.head_dim
 
 
-def state_bytes_per_sequence_per_rank(attn: Attention, tp: int, conv_dtype: DType) -> float:
-    """A linear-attention layer's recurrent state of one sequence on one rank: its value heads split tp ways x d_k x
-    d_v in the layer's state format, and the convolution state (conv_kernel - 1 inputs of its channels split tp
-    ways) in ``conv_dtype`` (vLLM ``gated_delta_net_state_shape``: divide(num_v_heads, tp) x d_k x d_v and
-    divide(conv_dim, tp) x (conv_kernel - 1)); 0 for other layers."""
-    if attn.kind is not AttentionKind.linear:
+def mamba_groups_per_rank(m: Mamba2, tp: int) -> int:
+    """B/C groups of a Mamba-2 mixer on one rank: split tp ways, or one replica per rank with fewer groups than ranks
+    (vLLM MambaMixer2 splits n_groups when tp divides it and replicates a single group on every rank)."""
+    return max(1, m.n_groups // tp)
+
+
+def state_bytes_per_sequence_per_rank(mixer: Optional[Attention | Mamba2], tp: int, conv_dtype: DType) -> float:
+    """A recurrent layer's state of one sequence on one rank; 0 for attention over a KV cache and FFN-only layers
+    (``mixer`` None).
+
+    Gated DeltaNet: its value heads split tp ways x d_k x d_v in the layer's state format, and the convolution state
+    (conv_kernel - 1 inputs of its channels split tp ways) in ``conv_dtype`` (vLLM ``gated_delta_net_state_shape``:
+    divide(num_v_heads, tp) x d_k x d_v and divide(conv_dim, tp) x (conv_kernel - 1)). Mamba-2: H/tp x P x N in its
+    state format and conv_kernel - 1 inputs of d_inner/tp + 2 G_rank N channels in ``conv_dtype`` (vLLM
+    ``mamba2_state_shape``)."""
+    if isinstance(mixer, Mamba2):
+        heads = _split(mixer.num_heads, tp)
+        state = heads * mixer.head_dim * mixer.state_size * mixer.state_dtype.bytes_per_element
+        channels = heads * mixer.head_dim + 2 * mamba_groups_per_rank(mixer, tp) * mixer.state_size
+        return state + channels * (mixer.conv_kernel - 1) * conv_dtype.bytes_per_element
+    attn = mixer
+    if attn is None or attn.kind is not AttentionKind.linear:
         return 0.0
     state = _split(attn.num_heads, tp) * attn.head_dim * attn.v_head_dim * attn.state_dtype.bytes_per_element
     return state + _split(attn.conv_channels, tp) * (attn.conv_kernel - 1) * conv_dtype.bytes_per_element
@@ -170,8 +186,9 @@ def attention_plan(attn: Attention, hidden: int, pc: PassContext, kv_budget: Opt
     gate = heads * d if attn.output_gate else 0   # gated attention: q_proj also emits the output gate
     out = [
         PlanOp("qkv", ops.Gemm(k_in, heads * d + gate + new_kv, bias=attn.qkv_bias, **g), rank_rows),
-        PlanOp("rotary", ops.Elementwise((heads + new_kv_heads) * d, reads=1, writes=1, act_dtype=pc.act_dtype,
-                                         flops_per_element=3), rank_rows),
+        # rotary touches only the rotated part of each q and new k head (partial_rotary_factor), the rest is left as is
+        PlanOp("rotary", ops.Elementwise((heads + new_kv_heads) * (attn.rotary_dim or d), reads=1, writes=1,
+                                         act_dtype=pc.act_dtype, flops_per_element=3), rank_rows),
         PlanOp("attn", ops.Attention(heads, d, d, kv, pc.kv_dtype, pc.act_dtype, writes_kv=not attn.kv_shared),
                core),
     ]
@@ -233,8 +250,33 @@ def linear_attention_plan(attn: Attention, hidden: int, pc: PassContext) -> list
     ]
 
 
+def mamba2_plan(m: Mamba2, hidden: int, pc: PassContext) -> list[PlanOp]:
+    """A Mamba-2 mixer on one rank (transformers NemotronHMamba2Mixer, vLLM MambaMixer2), its heads, d_inner and
+    groups split tp ways as vLLM shards them: in_proj (z, x, B, C, dt), the causal convolution over x, B and C, the
+    selective state update (``ops.Mamba2Scan``), the gated RMSNorm of y by SiLU(z), and out_proj (row-parallel: the
+    layer's all-reduce follows). Its cost does not grow with the context: the state is read once per sequence per
+    pass."""
+    g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
+    heads, groups = _split(m.num_heads, pc.tp), mamba_groups_per_rank(m, pc.tp)
+    inner = heads * m.head_dim
+    bc = 2 * groups * m.state_size        # B and C on this rank
+    conv_op = ops.CausalConv1dWithBias if m.conv_bias else ops.CausalConv1d
+    return [
+        PlanOp("in_proj", ops.Gemm(hidden, 2 * inner + bc + heads, bias=m.proj_bias, **g), rank_rows),
+        PlanOp("conv1d", conv_op(inner + bc, m.conv_kernel, pc.w_dtype, pc.act_dtype, pc.act_dtype), _sequences_and_q),
+        PlanOp("ssm", ops.Mamba2Scan(heads, m.head_dim, m.state_size, groups, pc.act_dtype, m.state_dtype),
+               _sequences_and_q),
+        # y * SiLU(z) (5 FLOPs an element, as the SwiGLU activation), then the grouped RMSNorm (4, as the layer
+        # norms) with its d_inner weights (Zamba2RMSNormGated, norm_before_gate False)
+        PlanOp("norm_gate", ops.Elementwise(inner, reads=2, writes=1, act_dtype=pc.act_dtype, flops_per_element=9,
+                                            weight_elements=inner), rank_rows),
+        PlanOp("out_proj", ops.Gemm(inner, hidden, bias=m.proj_bias, **g), rank_rows),
+    ]
+
+
 def ffn_plan(ffn: FFN, hidden: int, pc: PassContext) -> list[PlanOp]:
-    """Dense SwiGLU, or router + routed experts (+ shared experts) for one layer (one rank).
+    """Dense SwiGLU (or a plain two-matrix MLP), or router + routed experts (+ shared experts; LatentMoE's
+    projections into and out of the experts' latent space) for one layer (one rank).
 
     Layouts as engines run them. Tensor-parallel attention (vLLM): every rank holds all B*q tokens after the
     attention all-reduce, computes its experts' rows, and the FFN all-reduce that TP does anyway combines the
@@ -244,17 +286,22 @@ def ffn_plan(ffn: FFN, hidden: int, pc: PassContext) -> list[PlanOp]:
     layers run on the rank's own tokens with whole weights (SGLang --moe-dense-tp-size 1)."""
     g = dict(w_dtype=pc.w_dtype, act_dtype=pc.act_dtype, tile_m=pc.tile_m)
     dense_tp = 1 if pc.dp_attention else pc.tp
+    mlp = _swiglu if ffn.gated else _plain_mlp
     if ffn.kind is FFNKind.dense:
-        return _swiglu("mlp", hidden, _split(ffn.intermediate_size, dense_tp), ffn.bias, pc, g)
+        return mlp("mlp", hidden, _split(ffn.intermediate_size, dense_tp), ffn.bias, pc, g)
     out = [PlanOp("router", ops.Gemm(hidden, ffn.num_experts, w_dtype=pc.act_dtype, act_dtype=pc.act_dtype,
                                      tile_m=pc.tile_m, bias=ffn.router_bias), rank_rows)]
 
     def experts(p: PassPoint) -> tuple:
         return (p.tokens, *routed_experts(ffn, pc, p))
 
-    routed = ops.MoEExperts(ffn.top_k, hidden, _split(ffn.expert_intermediate_size, pc.tp // pc.ep),
-                            w_dtype=pc.expert_dtype, act_dtype=pc.act_dtype, tile_m=pc.moe_tile_m or pc.tile_m,
-                            bias=ffn.bias, experts=ffn.num_experts // pc.ep)
+    expert_in = ffn.expert_input(hidden)       # LatentMoE: the experts read and write the latent width
+    expert_op = ops.MoEExperts if ffn.gated else ops.PlainMoEExperts
+    routed = expert_op(ffn.top_k, expert_in, _split(ffn.expert_intermediate_size, pc.tp // pc.ep),
+                       w_dtype=pc.expert_dtype, act_dtype=pc.act_dtype, tile_m=pc.moe_tile_m or pc.tile_m,
+                       bias=ffn.bias, experts=ffn.num_experts // pc.ep)
+    if ffn.latent_size:   # fc1_latent_proj, whole on every rank (vLLM ReplicatedLinear), over the rank's rows
+        out.append(PlanOp("latent_in", ops.Gemm(hidden, ffn.latent_size, bias=ffn.bias, **g), rank_rows))
     a2a = pc.dp_attention and pc.ep > 1
     if a2a:   # this rank's rows leave for the expert ranks; all_to_all counts the rows of the ep-rank group
         rows_per_token = ffn.top_k * pc.ep
@@ -262,14 +309,16 @@ def ffn_plan(ffn: FFN, hidden: int, pc: PassContext) -> list[PlanOp]:
         def exchanged(p: PassPoint) -> tuple:
             return (p.rank_rows * rows_per_token,)
 
-        exchange = ops.AllToAll(hidden, pc.act_dtype, pc.ep)
+        exchange = ops.AllToAll(expert_in, pc.act_dtype, pc.ep)
         out.append(PlanOp("dispatch", exchange, exchanged))
     out.append(PlanOp("experts", routed, experts))
     if a2a:
         out.append(PlanOp("combine", exchange, exchanged))
+    if ffn.latent_size:   # fc2_latent_proj back to h, whole on every rank
+        out.append(PlanOp("latent_out", ops.Gemm(ffn.latent_size, hidden, bias=ffn.bias, **g), rank_rows))
     if ffn.num_shared_experts:
         width = _split(ffn.num_shared_experts * ffn.shared_intermediate_size, dense_tp)
-        out += _swiglu("shared", hidden, width, ffn.bias, pc, g)
+        out += mlp("shared", hidden, width, ffn.bias, pc, g)
     return out
 
 
@@ -296,17 +345,36 @@ def _swiglu(prefix: str, hidden: int, width: int, bias: bool, pc: PassContext, g
     ]
 
 
+def _plain_mlp(prefix: str, hidden: int, width: int, bias: bool, pc: PassContext, g: dict) -> list[PlanOp]:
+    """A two-matrix MLP, up (h -> width), its elementwise activation and down (width -> h). The activation is
+    Nemotron-H's ReLU^2: one multiply an element counted (the ReLU, a comparison, is not, as in IndexerScores)."""
+    return [
+        PlanOp(f"{prefix}.up", ops.Gemm(hidden, width, bias=bias, **g), rank_rows),
+        PlanOp(f"{prefix}.act", ops.Elementwise(width, reads=1, writes=1, act_dtype=pc.act_dtype,
+                                                flops_per_element=1), rank_rows),
+        PlanOp(f"{prefix}.down", ops.Gemm(width, hidden, bias=bias, **g), rank_rows),
+    ]
+
+
 def layer_plan(layer: Layer, hidden: int, pc: PassContext, *, kv_budget: Optional[int] = None,
                qkv_in: Optional[int] = None) -> list[PlanOp]:
-    """One decoder layer: norms (with residual adds), attention block, FFN block, TP all-reduces."""
+    """One decoder layer: norms (with residual adds), its mixer (attention or Mamba-2) and FFN blocks, whichever it
+    has, and their TP all-reduces."""
     attn_pc = replace(pc, tp=1) if pc.dp_attention else pc   # own sequences, all heads, no attention all-reduce
     norm = ops.Elementwise(hidden, reads=2, writes=2, act_dtype=pc.act_dtype, flops_per_element=4)
     out = [PlanOp("input_norm+residual", norm, rank_rows)]
-    out += [o.renamed("attn.") for o in attention_plan(layer.attention, hidden, attn_pc, kv_budget, qkv_in)]
-    if pc.tp > 1 and not pc.dp_attention:
-        out.append(PlanOp("attn.all_reduce", ops.AllReduce(hidden, pc.act_dtype, pc.tp), tokens))
+    if layer.attention is not None:
+        out += [o.renamed("attn.") for o in attention_plan(layer.attention, hidden, attn_pc, kv_budget, qkv_in)]
+        if pc.tp > 1 and not pc.dp_attention:
+            out.append(PlanOp("attn.all_reduce", ops.AllReduce(hidden, pc.act_dtype, pc.tp), tokens))
+    elif layer.mamba is not None:
+        out += [o.renamed("mamba.") for o in mamba2_plan(layer.mamba, hidden, attn_pc)]
+        if pc.tp > 1 and not pc.dp_attention:
+            out.append(PlanOp("mamba.all_reduce", ops.AllReduce(hidden, pc.act_dtype, pc.tp), tokens))
     out += [PlanOp(("post_attn_" if i == 0 else f"extra{i}_") + "norm+residual", norm, rank_rows)
             for i in range(max(0, layer.norms - 1))]
+    if layer.ffn is None:
+        return out
     out += [o.renamed("ffn.") for o in ffn_plan(layer.ffn, hidden, pc)]
     tp_reduce = not pc.dp_attention or (layer.ffn.kind is FFNKind.moe and pc.ep == 1)
     if pc.tp > 1 and tp_reduce:
@@ -385,6 +453,13 @@ def pass_ops(model: ModelSpec, pc: PassContext, batch, q, context, *, head_rows=
 
 
 def _group_label(layer: Layer) -> str:
+    """'full,moe', 'sliding1024,dense', ...; a layer with one part names that part ('mamba2', 'full', 'dense')."""
+    parts = []
     a = layer.attention
-    attn = a.kind.value + (f"{a.window}" if a.window else "")
-    return f"{attn},{layer.ffn.kind.value}"
+    if a is not None:
+        parts.append(a.kind.value + (f"{a.window}" if a.window else ""))
+    if layer.mamba is not None:
+        parts.append("mamba2")
+    if layer.ffn is not None:
+        parts.append(layer.ffn.kind.value)
+    return ",".join(parts)

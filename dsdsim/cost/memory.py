@@ -62,17 +62,19 @@ def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     we = dep.routed_expert_dtype(model).bytes_per_element
     h = model.hidden_size
     # routed expert matrices in the expert format (their biases, as gpt-oss stores them, stay in the weight format)
-    routed = sum(layer.ffn.routed_matrix_params(h) for layer in model.layers)
+    routed = sum(layer.routed_matrix_params(h) for layer in model.layers)
     whole = whole_params(model, dep)
     return whole * w + ((model.params_total - routed - whole) * w + routed * we) / dep.tp
 
 
 def whole_params(model: ModelSpec, dep: Deployment) -> int:
-    """Weights every rank holds whole: under data-parallel attention every layer but its routed experts; else 0."""
-    if not dep.dp_attention:
-        return 0
+    """Weights every rank holds whole: under data-parallel attention every layer but its routed experts; else the
+    weights a layer replicates on every tensor-parallel rank (LatentMoE's projections, vLLM ReplicatedLinear; 0 for
+    other models)."""
     h = model.hidden_size
-    return sum(layer.params(h) - layer.ffn.routed_params(h) for layer in model.layers)
+    if not dep.dp_attention:
+        return sum(layer.replicated_params(h) for layer in model.layers)
+    return sum(layer.params(h) - layer.routed_params(h) for layer in model.layers)
 
 
 def sequences_per_rank(dep: Deployment, batch) -> np.ndarray:
@@ -113,11 +115,8 @@ class KVLayout(NamedTuple):
 
 @by_value
 def kv_layout(model: ModelSpec, dep: Deployment) -> KVLayout:
-    return KVLayout(tuple((count, context_limit(layer.attention),
-                           kv_elements_per_token_per_rank(layer.attention, _attention_tp(dep)))
-                          for layer, count, _ in layer_groups(model)), dep, dep.kv_dtype.bytes_per_element,
-                    tuple((count, layer.attention.indexer_cache_bytes_per_token)
-                          for layer, count, _ in layer_groups(model) if layer.attention.sparse))
+    """Layers without attention (Mamba-2 and FFN-only blocks) cache nothing per token: they have no group here."""
+    return _stage_kv_layout([(layer, count) for layer, count, _ in layer_groups(model)], dep)
 
 
 def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, tokens_per_seq, batch) -> np.ndarray:
@@ -212,10 +211,11 @@ def memory_figures(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter:
 
 @by_value
 def _state_bytes_per_sequence(model: ModelSpec, dep: Deployment) -> float:
-    """The recurrent state of one sequence on one rank across all layers (0 without linear-attention layers); the
-    convolution state in the activation format (SGLang SGLANG_MAMBA_CONV_DTYPE bfloat16; vLLM the model dtype)."""
+    """The recurrent state of one sequence on one rank across all layers (0 without linear-attention or Mamba-2
+    layers); the convolution state in the activation format (SGLang SGLANG_MAMBA_CONV_DTYPE bfloat16; vLLM the model
+    dtype)."""
     tp = _attention_tp(dep)
-    return sum(count * state_bytes_per_sequence_per_rank(layer.attention, tp, dep.act_dtype)
+    return sum(count * state_bytes_per_sequence_per_rank(layer.mixer, tp, dep.act_dtype)
                for layer, count, _ in layer_groups(model))
 
 
@@ -231,6 +231,8 @@ def _widest_ffn(model: ModelSpec) -> int:
 
 def _ffn_width(layer) -> int:
     f = layer.ffn
+    if f is None:
+        return 0
     if f.kind is FFNKind.dense:
         return f.intermediate_size
     return max(f.expert_intermediate_size * f.top_k, f.num_shared_experts * f.shared_intermediate_size)
@@ -260,7 +262,8 @@ def stage_weight_bytes(model: ModelSpec, dep: Deployment, stage: int) -> float:
     h = model.hidden_size
     lo, hi = stage_layer_ranges(model.num_layers, dep.pp)[stage]
     layers = model.layers[lo:hi]
-    routed = sum(layer.ffn.routed_matrix_params(h) for layer in layers)
+    routed = sum(layer.routed_matrix_params(h) for layer in layers)
+    replicated = sum(layer.replicated_params(h) for layer in layers)     # whole on every rank (LatentMoE)
     params = sum(layer.params(h) for layer in layers)
     projections = [p.params for p in model.backbone_projections]
     if stage == 0:
@@ -268,16 +271,18 @@ def stage_weight_bytes(model: ModelSpec, dep: Deployment, stage: int) -> float:
     if stage == dep.pp - 1:
         head = model.params_embedding if model.tie_word_embeddings else model.params_lm_head
         params += model.params_final_norm + head + sum(projections[1:])
-    return ((params - routed) * w + routed * we) / dep.tp
+    if not replicated:
+        return ((params - routed) * w + routed * we) / dep.tp
+    return ((params - routed - replicated) * w + routed * we) / dep.tp + replicated * w
 
 
 def _stage_kv_layout(groups: list[tuple], dep: Deployment) -> KVLayout:
+    """The KV layout of (layer, count) groups; layers without attention cache nothing per token and are left out."""
     tp = _attention_tp(dep)
-    return KVLayout(tuple((count, context_limit(layer.attention),
-                           kv_elements_per_token_per_rank(layer.attention, tp)) for layer, count in groups),
+    attns = [(layer.attention, count) for layer, count in groups if layer.attention is not None]
+    return KVLayout(tuple((count, context_limit(a), kv_elements_per_token_per_rank(a, tp)) for a, count in attns),
                     dep, dep.kv_dtype.bytes_per_element,
-                    tuple((count, layer.attention.indexer_cache_bytes_per_token)
-                          for layer, count in groups if layer.attention.sparse))
+                    tuple((count, a.indexer_cache_bytes_per_token) for a, count in attns if a.sparse))
 
 
 @by_value
@@ -289,7 +294,7 @@ def stage_memory_figures(model: ModelSpec, hw: HardwareSpec, dep: Deployment) ->
     for stage, (lo, hi) in enumerate(stage_layer_ranges(model.num_layers, dep.pp)):
         groups = stage_layers(model.layers, lo, hi)
         widest = max(_ffn_width(layer) for layer, _ in groups)
-        state = sum(count * state_bytes_per_sequence_per_rank(layer.attention, tp, dep.act_dtype)
+        state = sum(count * state_bytes_per_sequence_per_rank(layer.mixer, tp, dep.act_dtype)
                     for layer, count in groups)
         vocab = model.vocab_size / dep.tp if stage == dep.pp - 1 else 0.0
         out.append(MemoryFigures(stage_weight_bytes(model, dep, stage), _stage_kv_layout(groups, dep), None,

@@ -18,7 +18,7 @@ import numpy as np
 
 from dsdsim.cost.num import maximum, minimum, num, rint, where
 from dsdsim.specs.hardware import GROUPED_GEMM_LAUNCHES
-from dsdsim.specs.model import swiglu_bias_params, swiglu_matrix_params
+from dsdsim.specs.model import mlp_bias_params, mlp_matrix_params, swiglu_bias_params, swiglu_matrix_params
 from dsdsim.units import DType
 
 ArrayLike = "float | np.ndarray"
@@ -494,6 +494,17 @@ class CausalConv1d(Operator):
 
 
 @dataclass(frozen=True)
+class CausalConv1dWithBias(CausalConv1d):
+    """``CausalConv1d`` with a bias per channel (the Mamba-2 mixer's conv1d, transformers ``use_conv_bias``): the
+    channels' biases are read with the filters, and each output adds its bias, one more FLOP per channel a token."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        _frozen_init(self, _flops_per_token=self._flops_per_token + self.channels,
+                     _weight_bytes=self._weight_bytes + self.channels * self.w_dtype.bytes_per_element)
+
+
+@dataclass(frozen=True)
 class DeltaRuleScan(Operator):
     """The gated delta rule over q new tokens per sequence (Yang et al., Gated Delta Networks, arXiv:2412.06464),
     as decode and verify run it: token by token on a state S of d_k x d_v per value head (vLLM and SGLang run
@@ -524,6 +535,53 @@ class DeltaRuleScan(Operator):
                      _in_per_token=(2 * self.key_heads * dk + self.heads * dv + 2 * self.heads) * a,
                      _out_per_token=self.heads * dv * a,
                      _state_bytes=self.heads * dk * dv * self.state_dtype.bytes_per_element)
+
+    def demand(self, b, q) -> Demand:
+        tokens = b * q
+        return Demand(tokens * self._flops_per_token, tokens * self._flops_per_token,
+                      act_in_bytes=tokens * self._in_per_token, act_out_bytes=tokens * self._out_per_token,
+                      kv_read_bytes=b * self._state_bytes, kv_write_bytes=tokens * self._state_bytes)
+
+
+@dataclass(frozen=True)
+class Mamba2Scan(Operator):
+    """The Mamba-2 selective state update over q new tokens per sequence, token by token (Dao & Gu, Transformers are
+    SSMs, arXiv:2405.21060, the SSM recurrence with a scalar decay per head: h_t = exp(dt A) h_{t-1} + dt B_t x_t,
+    y_t = C_t h_t + D x_t), as decode and verify run it: mamba_ssm ``ops/triton/selective_state_update.py``
+    ``selective_state_update``, which vLLM and SGLang also run over the speculative tokens of a verify, writing the
+    state of every position.
+
+    Per token and head, with P = head_dim, N = state_size and the head's group's B_t and C_t (N each), the time step
+    dt = softplus(dt + dt_bias) and the decay dA = exp(A dt) are one scalar per head (the kernel's ``TIE_HDIM`` path,
+    which transformers and vLLM take: dt, A and dt_bias are broadcast over the head), and the kernel computes
+      dB = B_t * dt                 N multiplies
+      S  = S * dA + dB x_t^T        3 P N: two multiplies and an add per state element
+      y  = sum_N(S * C_t) + D x_t   2 P N for the contraction over N, 2 P for the skip
+    FLOPs = H (5 P N + N + 2 P) a token (about 5 per state element); the scalar work per head (the bias add,
+    softplus, exp) is not counted, nor the gated norm by z that follows (``z=None`` in the call: its own operator).
+    Activations: x (H x P), B and C (G x N each, G = the groups on the rank) and dt (H) in; y (H x P) out. The state
+    (H x P x N in ``state_dtype``: mamba_ssm_cache_dtype, fp32 in Nemotron-H configs) is the layer's cache, counted as
+    KV bytes: read once per sequence per pass whatever the context, written after each of the q tokens (decode: once;
+    a verify keeps one state per position so that a rejected suffix rolls back, as for ``DeltaRuleScan``). A, D and
+    dt_bias (H each) are not counted.
+    """
+
+    kind: ClassVar[OpKind] = OpKind.recurrent
+
+    heads: int          # H on this rank
+    head_dim: int       # P
+    state_size: int     # N
+    groups: int         # G on this rank (heads of a group share B and C)
+    act_dtype: DType
+    state_dtype: DType
+
+    def __post_init__(self):
+        a = self.act_dtype.bytes_per_element
+        p, n = self.head_dim, self.state_size
+        _frozen_init(self, _flops_per_token=self.heads * (5.0 * p * n + n + 2.0 * p),
+                     _in_per_token=(self.heads * p + 2 * self.groups * n + self.heads) * a,
+                     _out_per_token=self.heads * p * a,
+                     _state_bytes=self.heads * p * n * self.state_dtype.bytes_per_element)
 
     def demand(self, b, q) -> Demand:
         tokens = b * q
@@ -592,6 +650,27 @@ class MoEExperts(Operator):
 
     def touched(self, tokens, experts_touched, token_share, experts_touched_total=None) -> ExpertsTouched:
         return ExpertsTouched(experts_touched, experts_touched_total)
+
+
+@dataclass(frozen=True)
+class PlainMoEExperts(MoEExperts):
+    """Routed experts of a plain two-matrix MLP, up (h -> I_e), an elementwise activation, down (I_e -> h), no gate
+    (Nemotron-H's ReLU^2 experts: transformers ``NemotronHExperts``, vLLM FusedMoE with ``is_act_and_mul=False``), as
+    one grouped GEMM.
+
+    FLOPs = 2 * (tokens*top_k*share) * 2*h*I_e on this rank; weight bytes = experts_touched * 2*h*I_e. Activations per
+    row: the routed row in and the up output read back (h + I_e), the up output written and the result scattered out
+    (I_e + h), as ``MoEExperts`` counts its gate_up. ``hidden`` is the width the experts read (LatentMoE: the latent
+    size). Padding, touched experts and timing as ``MoEExperts``.
+    """
+
+    def __post_init__(self):
+        a = self.act_dtype.bytes_per_element
+        per_expert_w = mlp_matrix_params(self.hidden, self.width, gated=False) * self.w_dtype.bytes_per_element
+        if self.bias:
+            per_expert_w += mlp_bias_params(self.hidden, self.width, gated=False) * a
+        _frozen_init(self, _flops_per_row=2.0 * mlp_matrix_params(self.hidden, self.width, gated=False),
+                     _weight_bytes_per_expert=per_expert_w, _act_per_row=(self.hidden + self.width) * a)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
@@ -53,9 +53,14 @@ class PassCost:
         self.time_s = time_s                  # the sum of the operator times
         self._parts = parts                   # (plan, sizes, times the pass runs or None) per pass
         self._timed = timed                   # the planned operators' rates, per pass (Timed)
-        self._op_seconds = op_seconds         # seconds per step of each operator, in plan order
+        self._op_list = op_seconds            # seconds per step of each operator, in plan order (or a function
+                                              # giving them: a grid gathers them from its tables when asked)
         self._hardware = hardware
         self._cuda_graphs = cuda_graphs
+
+    @functools.cached_property
+    def _op_seconds(self) -> list:
+        return self._op_list() if callable(self._op_list) else self._op_list
 
     @functools.cached_property
     def op_times(self) -> list[OpTime]:
@@ -269,13 +274,13 @@ def _grid_step(s: Setup, plan: StepPlan, b, kk, c, dynamic: bool) -> StepCost:
     _, draft_graphed = padded_tokens(graphs, b, 1.0, draft_on)   # draft passes: graphed or not, not padded
     sampling_passes = where(kk > 0, 2.0, 1.0)   # rejection sampling reads target and draft probabilities
     verify_point = PassPoint(b, q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=sampling_passes)
-    verify = _pass_cost([(plan.verify, verify_point, None)], [plan.verify_timed], hw, graphed)
+    verify = _pass_cost([(plan.verify, verify_point, None)], [plan.verify_timed], hw, graphed, plan.tables)
     draft = PassCost(0.0, [], [], hw)
     off_tier = _off_tier_drafts(s, dynamic)
     if plan.draft is not None:
         points = plan.draft.points(b, kk, c, first_at_zero=off_tier)
         parts = [(dp.ops, p, times) for dp, (p, times) in zip(plan.draft.passes, points)]
-        draft = _pass_cost(parts, plan.draft_timed, hw, draft_graphed)
+        draft = _pass_cost(parts, plan.draft_timed, hw, draft_graphed, plan.tables)
     shape = np.broadcast_shapes(np.shape(b), np.shape(kk), np.shape(c))
     overhead = hw.step_overhead_s.value + _handoff_s(s) * (kk > 0)
     overhead = np.broadcast_to(overhead, shape).astype(float)
@@ -319,6 +324,7 @@ class StepPlan:
     gaps: tuple[float, float]            # the launch gap replayed from a CUDA graph, launched eagerly
     small_kernel_s: tuple[float, float]  # one small kernel, graphed and eager (engine kernel-count terms)
     stage_ops: tuple[int, ...] = ()      # pipeline parallelism: the verify operators of each stage, in order
+    tables: "RowTables" = field(default_factory=lambda: RowTables(), compare=False, repr=False)   # grids' row tables
 
 
 def moe_family_of(engine: Optional[EngineSpec], hw: HardwareSpec) -> Optional[str]:
@@ -417,26 +423,119 @@ def _draft_passes(drafter: Optional[DrafterSpec], k: np.ndarray) -> np.ndarray:
     return num(k)
 
 
-def _pass_cost(parts: list, timed: list[list[Timed]], hw: HardwareSpec, graphed) -> PassCost:
+def _pass_cost(parts: list, timed: list[list[Timed]], hw: HardwareSpec, graphed,
+               tables: Optional["RowTables"] = None) -> PassCost:
     """The time of each operator of ``parts`` ((plan, sizes, times the pass runs or None) per pass), replayed under
     a CUDA graph where ``graphed``, eager (per-kernel launches) elsewhere. A pass that runs zero times at a single
-    point is not evaluated: its operators take 0 s."""
+    point is not evaluated: its operators take 0 s.
+
+    With ``tables`` (a grid), the operators sized by one whole row count read their seconds from the step program's
+    ``RowTables``: those sharing a size are summed as tables (times their counts) and gathered once over the grid;
+    each operator's own array over the grid is gathered only when its records are asked for (``PassCost.op_times``)."""
     g = graphed
     if type(g) is not bool:
         g = np.asarray(g, dtype=bool)
         g = True if g.all() else False if not g.any() else g   # mixed: the launch gap chosen per point
     gap = launch_overhead(hw, g)
-    op_seconds = []
+    op_seconds, totals, lazy = [], [], False
     for (plan, p, times), ops in zip(parts, timed):
         if type(times) is float and times == 0.0:
             op_seconds += [0.0] * len(ops)
             continue
-        for size, demand, rates, count, _ in ops:
-            per = seconds(rates, demand(*size(p)), gap)
+        grouped: dict = {}                  # size function -> (index over the grid, [(position, Timed, count)])
+        for t in ops:
+            size, demand, rates, count, _ = t
+            args = size(p)
+            if tables is not None and len(args) == 1 and type(args[0]) is np.ndarray and args[0].size >= _TABLE_FROM:
+                group = grouped.get(size)
+                if group is None:
+                    group = grouped[size] = (_row_index(args[0]), [])
+                if group[0] is not None:
+                    group[1].append((len(op_seconds), t, count))
+                    op_seconds.append(None)            # filled on demand from the tables
+                    continue
+            per = seconds(rates, demand(*args), gap)
             if times is not None:
                 count = count * times
-            op_seconds.append(per * count if type(per) is float else in_place(per, count, np.multiply))
+            per = per * count if type(per) is float else in_place(per, count, np.multiply)
+            op_seconds.append(per)
+            totals.append(per)
+        for index, members in grouped.values():
+            if index is None or not members:
+                continue
+            lazy = True
+            summed = tables.gather(tables.summed([(t, c) for _, t, c in members], hw, int(index.max())), index, g)
+            totals.append(summed if times is None else summed * times)
+            for position, t, count in members:
+                op_seconds[position] = (t, index, count, times)
+    if lazy:
+        def resolve() -> list:
+            return [tables.gather(tables.table(x[0], hw, int(x[1].max())), x[1], g) * x[2] * (1.0 if x[3] is None else x[3])
+                    if type(x) is tuple else x for x in op_seconds]
+        return PassCost(sum_by_shape(totals), parts, resolve, hw, g, timed)
     return PassCost(sum_by_shape(op_seconds), parts, op_seconds, hw, g, timed)
+
+
+_TABLE_FROM = 512          # grids of at least this many rows per operator read its seconds from a table
+_TABLE_MAX_ROWS = 1 << 20  # rows beyond this are evaluated directly
+
+
+def _row_index(rows: np.ndarray) -> Optional[np.ndarray]:
+    """Whole row counts of a grid as table indices; None where a count is not whole or beyond the tables."""
+    index = rows.astype(np.intp)
+    if not (index == rows).all():       # padded counts (S / B x B) may miss a whole number by a rounding
+        index = np.rint(rows)
+        if not (np.abs(rows - index) <= 1e-9 * np.maximum(index, 1.0)).all():
+            return None
+        index = index.astype(np.intp)
+    if index.min() < 0 or index.max() > _TABLE_MAX_ROWS:
+        return None
+    return index
+
+
+class RowTables:
+    """Seconds of one occurrence of each operator sized by one row count (GEMMs, norms, activations, collectives,
+    the embedding, the lm_head) at every count 0..n, replayed from a graph and launched eagerly: evaluated once per
+    step program as numpy arrays (the same equations, ``seconds``), grown by doubling, so a grid reads such
+    operators with one gather per size instead of evaluating each point by point. The values are those of evaluating
+    the operator at the grid's own counts."""
+
+    def __init__(self):
+        self._tables: dict[int, tuple[Timed, np.ndarray]] = {}      # id(Timed) -> (it, (2, n) graphed and eager)
+        self._sums: dict[tuple, np.ndarray] = {}                    # ((id, count), ...) -> (2, n) weighted sum
+
+    def table(self, t: Timed, hw: HardwareSpec, top: int) -> np.ndarray:
+        hit = self._tables.get(id(t))
+        if hit is None or hit[1].shape[1] <= top:
+            rows = np.arange(_table_size(top), dtype=float)
+            d = t.demand(rows)
+            hit = self._tables[id(t)] = (t, np.stack([np.broadcast_to(seconds(t.rates, d, launch_overhead(hw, on)),
+                                                                      rows.shape) for on in (True, False)]))
+        return hit[1]
+
+    def summed(self, members: list[tuple[Timed, float]], hw: HardwareSpec, top: int) -> np.ndarray:
+        """sum(count x table) of ``members``, in their order."""
+        key = tuple((id(t), c) for t, c in members)
+        hit = self._sums.get(key)
+        if hit is None or hit.shape[1] <= top:
+            hit = None
+            for t, c in members:
+                part = self.table(t, hw, top) * c
+                hit = part if hit is None else hit + part
+            self._sums[key] = hit
+        return hit
+
+    @staticmethod
+    def gather(table: np.ndarray, index: np.ndarray, graphed):
+        if graphed is True:
+            return table[0][index]
+        if graphed is False:
+            return table[1][index]
+        return np.where(graphed, table[0][index], table[1][index])
+
+
+def _table_size(top: int) -> int:
+    return max(1024, 1 << (top + 1).bit_length())
 
 
 def step_time_grid(model, hardware, deployment: Optional[Deployment] = None, drafter=None, batch_sizes=(1,),

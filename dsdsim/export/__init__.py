@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-_FROM_TABLE = ("Ranges", "expand_ranges", "ranges_from_k_per_batch", "validate_ranges")
+_FROM_TABLE = ("Ranges", "expand_ranges", "ranges_from_k_per_batch", "validate_ranges", "validate_vllm_schedule")
 
 
 def __getattr__(name: str):

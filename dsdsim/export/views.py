@@ -28,7 +28,7 @@ def model_summary(m: ModelSpec) -> dict:
 
 def _sparse_attention(m: ModelSpec) -> dict:
     """The indexer of DeepSeek Sparse Attention layers, for models that have one (none listed otherwise)."""
-    sparse = [layer.attention for layer in m.layers if layer.attention.sparse]
+    sparse = [layer.attention for layer in m.layers if layer.attention is not None and layer.attention.sparse]
     if not sparse:
         return {}
     a = sparse[0]

@@ -254,3 +254,29 @@ def _as_triples(entries, what: str) -> Ranges:
     if not rows:
         raise DsdsimError(f"{what} is empty; give at least one (start_bs, end_bs, K) range starting at 1")
     return rows
+
+
+def validate_vllm_schedule(schedule) -> Ranges:
+    """Mirror of vLLM ``validate_and_normalize_dynamic_sd_schedule``: returns the schedule sorted by start.
+
+    Rules: a non-empty list; each entry 3 items; batch sizes > 0; start ≤ end; K ≥ 0; sorted by start, the
+    ranges must not overlap; the first range starts at 1. Gaps are allowed (the lookup fills them).
+    """
+    if not isinstance(schedule, (list, tuple)) or not schedule:
+        raise DsdsimError("num_speculative_tokens_per_batch_size must be a non-empty list of [start_bs, end_bs, K]")
+    rows = sorted(_as_triples(schedule, "num_speculative_tokens_per_batch_size"), key=lambda r: r[0])
+    previous_end = 0
+    for start, end, k in rows:
+        if start <= 0 or end <= 0:
+            raise DsdsimError(f"vLLM batch-size range ({start}, {end}) must be positive; batch sizes start at 1")
+        if start > end:
+            raise DsdsimError(f"vLLM batch-size range ({start}, {end}, {k}) has start > end; write [start, end, K]")
+        if k < 0:
+            raise DsdsimError(f"vLLM range ({start}, {end}, {k}) has K < 0; use K = 0 to switch speculation off")
+        if start <= previous_end:
+            raise DsdsimError(f"vLLM batch-size ranges overlap at ({start}, {end}, {k}); "
+                              "ranges must be non-overlapping")
+        previous_end = end
+    if rows[0][0] != 1:
+        raise DsdsimError(f"the first vLLM batch-size range starts at {rows[0][0]}; it must start at 1")
+    return rows

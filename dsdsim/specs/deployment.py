@@ -1,6 +1,7 @@
 """How a model is served: parallelism, number formats, CUDA graphs, memory headroom, routing statistics."""
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 from pydantic import Field
@@ -55,6 +56,14 @@ class Deployment(FrozenSpec):
         if self.pp > 1:
             self._check_pp(model)
         for layer in model.layers:
+            m = layer.mamba
+            if m is not None and (m.num_heads % tp or (m.n_groups % tp and m.n_groups != 1)):
+                raise DsdsimError(f"tp {tp} does not split {model.name}'s Mamba-2 mixers ({m.num_heads} heads, "
+                                  f"{m.n_groups} groups: vLLM needs tp to divide both, or a single group); "
+                                  f"choose a tp that divides "
+                                  f"{m.num_heads if m.n_groups == 1 else math.gcd(m.num_heads, m.n_groups)}")
+            if layer.attention is None:
+                continue
             heads = layer.attention.num_heads
             if heads % tp:
                 raise DsdsimError(f"tp {tp} does not divide {model.name}'s {heads} attention heads; "
@@ -112,6 +121,6 @@ class Deployment(FrozenSpec):
         if self.tp < 2:
             raise DsdsimError(f"data-parallel attention needs tp >= 2 GPUs (got tp {self.tp}): with one GPU there "
                               "is nothing to run in parallel")
-        if any(layer.attention.kind is not AttentionKind.mla for layer in model.layers):
+        if any(layer.attention is None or layer.attention.kind is not AttentionKind.mla for layer in model.layers):
             raise DsdsimError(f"data-parallel attention is modelled for MLA models (e.g. deepseek-v3), where it "
                               f"removes the tp copies of the latent KV cache; {model.name} does not use MLA")

@@ -1,8 +1,8 @@
 """Hugging Face config.json -> ModelSpec.
 
 Reads configs as published on the Hub. Each family maps its own field names onto the typed layers of
-``dsdsim.specs.model``. A feature the cost model cannot represent (state-space layers, an unknown layer type)
-is refused with one line naming the field — never silently approximated.
+``dsdsim.specs.model``. A feature the cost model cannot represent (state-space layers outside the families that
+model them, an unknown layer type) is refused with one line naming the field — never silently approximated.
 """
 from __future__ import annotations
 
@@ -11,20 +11,23 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from dsdsim.errors import SpecError, kind_of, pydantic_one_line
-from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec, NormKind
+from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, Mamba2, ModelSpec, NormKind
 from dsdsim.units import DType
 
 SUPPORTED_FAMILIES = (
     "llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mixtral", "phimoe", "deepseek_v2",
     "deepseek_v3", "deepseek_v32", "kimi_k2", "gpt_oss", "llama4", "llama4_text", "cohere", "cohere2", "gemma3", "gemma3_text",
     "gemma4", "gemma4_text", "gemma4_assistant", "glm4_moe", "qwen3_next", "qwen3_5", "qwen3_5_text",
-    "qwen3_5_moe", "qwen3_5_moe_text", "glm_moe_dsa",
+    "qwen3_5_moe", "qwen3_5_moe_text", "glm_moe_dsa", "nemotron_h", "kimi_k25",
 )
 # transformers' per-class default for tie_word_embeddings (PretrainedConfig's own default is True).
 _TIE_DEFAULT = {"cohere": True, "cohere2": True, "gemma3_text": True, "gemma4_text": True}
 # multimodal or drafter wrappers whose decoder is their text_config
 _WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "gemma4": "gemma4_text",
-             "gemma4_assistant": "gemma4_text", "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
+             "gemma4_assistant": "gemma4_text", "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text",
+             "kimi_k25": "kimi_k2"}
+# wrappers with no decoder of their own outside text_config (Kimi-K2.5 / K2.6: KimiK25Config)
+_TEXT_CONFIG_ONLY = ("kimi_k25",)
 # hybrid gated-DeltaNet families (linear-attention layers between gated full-attention layers)
 _GDN_FAMILIES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 _LAYER_TYPE_KIND = {
@@ -98,6 +101,9 @@ def model_from_hf_config(config: object, name: str, source: str = "") -> ModelSp
         for key in ("tie_word_embeddings",):
             if key not in config and key in outer:
                 config[key] = outer[key]
+    if family in _TEXT_CONFIG_ONLY:
+        raise SpecError(f"{where}: model_type {family!r} keeps its decoder in 'text_config', which is missing or not "
+                        "an object")
     if family not in SUPPORTED_FAMILIES:
         raise SpecError(
             f"{where}: unknown model_type {family!r}; supported: {', '.join(SUPPORTED_FAMILIES)}")
@@ -190,6 +196,29 @@ def _attention_kinds(cfg: _Cfg, n_layers: int) -> list[tuple[AttentionKind, int 
     return [(AttentionKind.full, None)] * n_layers
 
 
+# transformers' per-class default for partial_rotary_factor where a config leaves it out (Qwen3NextConfig 0.25;
+# Qwen3_5TextConfig / Qwen3_5MoeTextConfig 0.25, "assign default for BC"; Glm4MoeConfig 0.5); others rotate whole heads
+_PARTIAL_ROTARY_DEFAULT = {"qwen3_next": 0.25, "qwen3_5_text": 0.25, "qwen3_5_moe_text": 0.25, "glm4_moe": 0.5}
+
+
+def _rotary_dim(cfg: _Cfg, head_dim: int) -> int | None:
+    """Elements of each q/k head that rotary rotates, int(head_dim x partial_rotary_factor) as vLLM's get_rope
+    takes it: the config's partial_rotary_factor, else rope_parameters' (the transformers v5 layout, Qwen3.5), else
+    the family's class default; None where the whole head rotates."""
+    factor = cfg.get("partial_rotary_factor")
+    rope = cfg.get("rope_parameters")
+    if factor is None and isinstance(rope, dict):
+        factor = rope.get("partial_rotary_factor")
+    if factor is None:
+        factor = _PARTIAL_ROTARY_DEFAULT.get(cfg.family, 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise SpecError(f"{cfg.where}: field 'partial_rotary_factor' must be a number in (0, 1], got {factor!r}")
+    dim = int(head_dim * factor)
+    if dim < 1:
+        raise SpecError(f"{cfg.where}: partial_rotary_factor {factor} rotates no element of a {head_dim}-wide head")
+    return None if dim == head_dim else dim
+
+
 def _gqa(cfg: _Cfg, kind: AttentionKind, window: int | None) -> Attention:
     heads = cfg.int("num_attention_heads")
     fam = cfg.family
@@ -199,9 +228,11 @@ def _gqa(cfg: _Cfg, kind: AttentionKind, window: int | None) -> Attention:
     qk_norm = fam in ("qwen3", "qwen3_moe", "gemma3_text", "gemma4_text") or cfg.bool("use_qk_norm", False)
     if fam == "llama4_text":
         qk_norm = False  # Llama-4 qk norm is a parameter-free L2 norm
+    head_dim = _head_dim(cfg)
     return Attention(
-        kind=kind, num_heads=heads, num_kv_heads=cfg.int("num_key_value_heads", heads), head_dim=_head_dim(cfg),
+        kind=kind, num_heads=heads, num_kv_heads=cfg.int("num_key_value_heads", heads), head_dim=head_dim,
         window=window, qkv_bias=qkv_bias, o_bias=o_bias, qk_norm=qk_norm, sinks=fam == "gpt_oss",
+        rotary_dim=_rotary_dim(cfg, head_dim),
     )
 
 
@@ -420,7 +451,8 @@ def _build_gated_deltanet(cfg: _Cfg):
     ``full_attention_interval``-th layer full, the rest linear); linear layers are gated DeltaNet
     (``linear_num_key_heads`` x ``linear_key_head_dim`` for q and k, ``linear_num_value_heads`` x
     ``linear_value_head_dim`` for v, a ``linear_conv_kernel_dim``-tap causal convolution); full layers are gated
-    attention (q_proj emits the output gate; q/k norms); the FFN is MoE with a gated shared expert, or dense."""
+    attention (q_proj emits the output gate; q/k norms); the FFN is MoE with a gated shared expert, or dense.
+    The MTP module (see ``_gdn_mtp``) is one gated full-attention layer with the model's FFN."""
     for key in ("ssm_cfg", "mamba_d_state", "attn_layer_period"):
         if cfg.has(key):
             raise cfg.refuse(key, "state-space layers")
@@ -446,18 +478,144 @@ def _build_gated_deltanet(cfg: _Cfg):
         if t not in ("linear_attention", "full_attention"):
             raise cfg.refuse("layer_types", f"layer type {t!r} is not linear_attention / full_attention")
         layers.append(Layer(attention=linear if t == "linear_attention" else full, ffn=ffn, **norm))
-    return layers, 0, None
+    return layers, *_gdn_mtp(cfg, full, norm)
 
 
-def _state_dtype(cfg: _Cfg) -> DType:
-    """The recurrent state's format: the config's ``mamba_ssm_dtype`` (Qwen3.5: float32) where given, else fp32,
-    what SGLang keeps it in (sglang/srt/configs/mamba_utils.py ``mamba2_state_dtype``: SGLANG_MAMBA_SSM_DTYPE,
-    float32 unless set) and what vLLM keeps for Qwen3.5's GDN layers (MambaSpec dtypes (bfloat16, float32))."""
-    v = cfg.get("mamba_ssm_dtype", "float32")
+def _gdn_mtp(cfg: _Cfg, full: Attention, norm: dict) -> tuple[int, Layer | None]:
+    """Qwen3-Next / Qwen3.5 MTP modules: ``num_nextn_predict_layers`` (Qwen3-Next; vLLM qwen3_next_mtp.py) or
+    ``mtp_num_hidden_layers`` (Qwen3.5; vLLM qwen3_5_mtp.py), each pre_fc_norm_embedding / pre_fc_norm_hidden, fc
+    (2h -> h), one decoder layer built with layer_type "full_attention" (gated attention, never DeltaNet) and the
+    model's FFN (MoE with the gated shared expert, or the dense MLP), and a norm; the embedding and lm_head are the
+    model's (``mtp_use_dedicated_embeddings`` false)."""
+    keys = [k for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers") if cfg.has(k)]
+    count = cfg.int(keys[0], 0, minimum=0) if keys else 0
+    if not count:
+        return 0, None
+    if cfg.bool("mtp_use_dedicated_embeddings", False):
+        raise cfg.refuse("mtp_use_dedicated_embeddings", "an MTP module with an embedding table of its own")
+    ffn = _moe(cfg) if cfg.int("num_experts", 0, minimum=0) else _dense(cfg)
+    return count, Layer(attention=full, ffn=ffn, **norm)
+
+
+def _state_dtype(cfg: _Cfg, key: str = "mamba_ssm_dtype") -> DType:
+    """The recurrent state's format: the config's ``mamba_ssm_dtype`` (Qwen3.5: float32; Nemotron-H names it
+    ``mamba_ssm_cache_dtype``) where given, else fp32, what SGLang keeps it in (sglang/srt/configs/mamba_utils.py
+    ``mamba2_state_dtype``: SGLANG_MAMBA_SSM_DTYPE, float32 unless set) and what vLLM keeps for Qwen3.5's GDN layers
+    (MambaSpec dtypes (bfloat16, float32))."""
+    v = cfg.get(key, "float32")
     known = {"float32": DType.fp32, "bfloat16": DType.bf16, "float16": DType.fp16}
     if v not in known:
-        raise SpecError(f"{cfg.where}: field 'mamba_ssm_dtype' must be one of {', '.join(known)}, got {v!r}")
+        raise SpecError(f"{cfg.where}: field {key!r} must be one of {', '.join(known)}, got {v!r}")
     return known[v]
+
+
+# --- Nemotron-H (Mamba-2 / attention / MLP / MoE blocks) ---------------------------------------------------------
+
+# hybrid_override_pattern characters (transformers NemotronHConfig._pattern_to_list; E: the MoE blocks of Nemotron 3)
+_NEMOTRON_BLOCK_CHARS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+# layers_block_type / mtp_layers_block_type names, legacy and current (transformers remap_legacy_layer_types)
+_NEMOTRON_BLOCK_NAMES = {"mamba": "mamba", "linear_attention": "mamba", "attention": "attention",
+                         "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
+
+
+def _nemotron_blocks(cfg: _Cfg, pattern_key: str, list_key: str) -> list[str] | None:
+    """One block kind per layer from a pattern string (``hybrid_override_pattern``: M Mamba-2, * attention, - MLP,
+    E MoE) or a list of names (``layers_block_type``); None when the config gives neither."""
+    if cfg.has(pattern_key):
+        pattern = cfg.get(pattern_key)
+        if not isinstance(pattern, str) or not pattern:
+            raise SpecError(f"{cfg.where}: field {pattern_key!r} must be a string of M, *, - and E (one per layer), "
+                            f"got {pattern!r}")
+        for i, c in enumerate(pattern):
+            if c not in _NEMOTRON_BLOCK_CHARS:
+                raise SpecError(f"{cfg.where}: field {pattern_key!r}: character {c!r} at layer {i} is not one of M "
+                                "(Mamba-2), * (attention), - (MLP), E (MoE)")
+        return [_NEMOTRON_BLOCK_CHARS[c] for c in pattern]
+    if cfg.has(list_key):
+        names = cfg.get(list_key)
+        if not isinstance(names, list) or not names or \
+                any(not isinstance(n, str) or n not in _NEMOTRON_BLOCK_NAMES for n in names):
+            raise SpecError(f"{cfg.where}: field {list_key!r} must list one of "
+                            f"{' / '.join(_NEMOTRON_BLOCK_NAMES)} per layer, got {names!r}")
+        return [_NEMOTRON_BLOCK_NAMES[n] for n in names]
+    return None
+
+
+def _build_nemotron_h(cfg: _Cfg):
+    """Nemotron-H / Nemotron Nano 2 / Nemotron 3 (transformers NemotronHConfig, NemotronHBlock): every layer is one
+    block, a norm and one mixer: a Mamba-2 mixer (M), GQA attention without rotary or q/k norms (*), a plain
+    ReLU^2 MLP (-) or a MoE of ReLU^2 experts with a shared expert and a sigmoid router with a correction bias (E),
+    whose experts may work in a latent space (``moe_latent_size``, LatentMoE). The MTP module (Nemotron 3 Super:
+    ``num_nextn_predict_layers``, ``mtp_hybrid_override_pattern`` "*E") is one attention block and one FFN block
+    after enorm, hnorm and eh_proj (vLLM nemotron_h_mtp.py), held as one layer with two norms."""
+    blocks = _nemotron_blocks(cfg, "hybrid_override_pattern", "layers_block_type")
+    if blocks is None:
+        raise SpecError(f"{cfg.where}: required field 'hybrid_override_pattern' is missing (model_type nemotron_h)")
+    n = cfg.int("num_hidden_layers", len(blocks), maximum=4096)
+    if n != len(blocks):
+        raise SpecError(f"{cfg.where}: field 'hybrid_override_pattern' has {len(blocks)} layers but "
+                        f"num_hidden_layers is {n}")
+    if cfg.get("sliding_window") is not None:
+        raise cfg.refuse("sliding_window", "sliding-window attention in a Nemotron-H model")
+    count = cfg.int("num_nextn_predict_layers", 0, minimum=0)
+    mtp_blocks = None
+    if count:
+        mtp_blocks = _nemotron_blocks(cfg, "mtp_hybrid_override_pattern", "mtp_layers_block_type")
+        mtp_blocks = mtp_blocks or ["attention", "moe"]      # NemotronHConfig's default mtp_layers_block_type
+        if sorted(b == "attention" for b in mtp_blocks) != [False, True] or "mamba" in mtp_blocks:
+            raise cfg.refuse("mtp_hybrid_override_pattern", "an MTP module other than one attention block and one "
+                             "MLP or MoE block (vLLM NemotronHMultiTokenPredictor builds * and E)")
+    used = set(blocks) | set(mtp_blocks or ())
+    parts = {"mamba": _nemotron_mamba(cfg) if "mamba" in used else None,
+             "attention": _nemotron_attention(cfg) if "attention" in used else None,
+             "mlp": FFN(kind=FFNKind.dense, intermediate_size=cfg.int("intermediate_size"),
+                        bias=cfg.bool("mlp_bias", False), gated=False) if "mlp" in used else None,
+             "moe": _nemotron_moe(cfg) if "moe" in used else None}
+    norm = {"norm": NormKind.rms, "norms": 1, "norm_bias": False}    # NemotronHBlock: one RMSNorm before the mixer
+    key = {"mamba": "mamba", "attention": "attention", "mlp": "ffn", "moe": "ffn"}
+    layers = [Layer(**{key[b]: parts[b]}, **norm) for b in blocks]
+    if not count:
+        return layers, 0, None
+    ffn = next(parts[b] for b in mtp_blocks if b != "attention")
+    return layers, count, Layer(attention=parts["attention"], ffn=ffn, norm=NormKind.rms, norms=len(mtp_blocks))
+
+
+def _nemotron_mamba(cfg: _Cfg) -> Mamba2:
+    """The Mamba-2 mixer; n_groups, conv_kernel and use_conv_bias default as NemotronHConfig does (8, 4, true; their
+    legacy names mamba_n_groups, mamba_d_conv, mamba_conv_bias are read too)."""
+    def first(new: str, legacy: str, default: int) -> int:
+        return cfg.int(new) if cfg.has(new) else cfg.int(legacy, default)
+
+    conv_bias = cfg.bool("use_conv_bias", cfg.bool("mamba_conv_bias", True))
+    return Mamba2(num_heads=cfg.int("mamba_num_heads"), head_dim=cfg.int("mamba_head_dim"),
+                  state_size=cfg.int("ssm_state_size"), n_groups=first("n_groups", "mamba_n_groups", 8),
+                  conv_kernel=first("conv_kernel", "mamba_d_conv", 4), conv_bias=conv_bias,
+                  proj_bias=cfg.bool("use_bias", False) or cfg.bool("mamba_proj_bias", False),
+                  state_dtype=_state_dtype(cfg, "mamba_ssm_cache_dtype"))
+
+
+def _nemotron_attention(cfg: _Cfg) -> Attention:
+    """GQA attention (NemotronHAttention: q/k/v/o projections, no rotary, no q/k norms); the head width is head_dim,
+    or attention_head_dim in the first configs (Nemotron-H-8B), else h / n_q."""
+    heads = cfg.int("num_attention_heads")
+    head_dim = cfg.int("attention_head_dim") if cfg.has("attention_head_dim") and not cfg.has("head_dim") \
+        else _head_dim(cfg)
+    bias = cfg.bool("attention_bias", False)
+    return Attention(kind=AttentionKind.full, num_heads=heads, num_kv_heads=cfg.int("num_key_value_heads", heads),
+                     head_dim=head_dim, qkv_bias=bias, o_bias=bias)
+
+
+def _nemotron_moe(cfg: _Cfg) -> FFN:
+    """Routed ReLU^2 experts (n_routed_experts, num_experts_per_tok, moe_intermediate_size), n_shared_experts shared
+    experts of moe_shared_expert_intermediate_size (vLLM builds one MLP of n_shared x that width: the same weights),
+    the router's e_score_correction_bias, and LatentMoE's moe_latent_size."""
+    latent = cfg.get("moe_latent_size")
+    shared = cfg.int("n_shared_experts", 1, minimum=0)
+    return FFN(kind=FFNKind.moe, num_experts=cfg.int("n_routed_experts"), top_k=cfg.int("num_experts_per_tok"),
+               expert_intermediate_size=cfg.int("moe_intermediate_size"), num_shared_experts=shared,
+               shared_intermediate_size=cfg.int("moe_shared_expert_intermediate_size") if shared else 0,
+               bias=cfg.bool("mlp_bias", False), router_bias=True, gated=False,
+               latent_size=cfg.int("moe_latent_size") if latent is not None else 0)
 
 
 def _mtp(cfg: _Cfg, layers: list[Layer]):
@@ -468,7 +626,7 @@ def _mtp(cfg: _Cfg, layers: list[Layer]):
 _FAMILY_BUILDERS: dict[str, Callable] = {
     "deepseek_v2": _build_deepseek, "deepseek_v3": _build_deepseek, "deepseek_v32": _build_deepseek,
     "kimi_k2": _build_deepseek, "glm_moe_dsa": _build_deepseek,
-    "glm4_moe": _build_glm4_moe, "gemma4_text": _build_gemma4,
+    "glm4_moe": _build_glm4_moe, "gemma4_text": _build_gemma4, "nemotron_h": _build_nemotron_h,
     **{fam: _build_gated_deltanet for fam in _GDN_FAMILIES},
 }
 
@@ -482,4 +640,23 @@ def _checkpoint_dtypes(outer: dict, cfg: _Cfg) -> tuple[DType, DType | None]:
     if method == "fp8" or (method and "fp8" in str(quant).lower()):
         return DType.fp8, None
     torch_dtype = str(outer.get("torch_dtype") or cfg.get("torch_dtype") or outer.get("dtype") or "bfloat16")
-    return (DType.fp16 if "float16" == torch_dtype else DType.bf16), None
+    dtype = DType.fp16 if "float16" == torch_dtype else DType.bf16
+    if method == "compressed-tensors" and _int4_routed_experts(quant):
+        return dtype, DType.int4             # Kimi-K2.5 / K2.6: int4 routed experts, the rest in the torch dtype
+    return dtype, None
+
+
+def _int4_routed_experts(quant: dict) -> bool:
+    """A compressed-tensors scheme whose every group packs weights as 4-bit integers and whose ignore list keeps
+    attention and the shared experts out (Kimi-K2-Thinking / K2.5 / K2.6: int4, group 32, symmetric; ignored:
+    self_attn, shared_experts, the dense MLP, lm_head): the routed experts are int4. The per-group scales (one bf16
+    per 32 weights, 0.0625 B a weight) are not counted."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        return False
+    for group in groups.values():
+        weights = group.get("weights") if isinstance(group, dict) else None
+        if not isinstance(weights, dict) or weights.get("num_bits") != 4 or weights.get("type") != "int":
+            return False
+    ignored = " ".join(str(x) for x in quant.get("ignore") or ()) if isinstance(quant.get("ignore"), list) else ""
+    return "self_attn" in ignored and "shared_expert" in ignored

@@ -4,7 +4,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dsdsim.errors import SpecError
+from dsdsim.errors import DsdsimError, SpecError
+
+
+def read_text(path, what: str) -> tuple[Path, str]:
+    """(the path, its UTF-8 text) of a user's input file; a missing or unreadable file is one DsdsimError line
+    naming ``what`` (``table file``, ``trace file``)."""
+    p = Path(str(path))
+    if not p.is_file():
+        raise DsdsimError(f"{what} {str(path)!r} not found")
+    try:
+        return p, p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DsdsimError(f"cannot read {what} {p}: {exc}") from None
 
 
 def read_structured(path: Path) -> object:

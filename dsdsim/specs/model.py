@@ -1,7 +1,10 @@
-"""Typed, frozen model specs: per-layer attention and FFN kinds, and the parameter counts derived from them.
+"""Typed, frozen model specs: per-layer mixer (attention or a Mamba-2 mixer) and FFN kinds, and the parameter counts
+derived from them.
 
-A ModelSpec is what the cost model reads; ``dsdsim.specs.hf_config`` builds one from a Hugging Face config.json.
-Sizes are element counts; bytes appear only once a dtype is chosen.
+A layer holds a mixer, an FFN, or both: a transformer layer has both; a hybrid such as Nemotron-H has blocks with a
+single part (a Mamba-2 mixer, an attention mixer, an MLP or a MoE, one norm each). A ModelSpec is what the cost model
+reads; ``dsdsim.specs.hf_config`` builds one from a Hugging Face config.json. Sizes are element counts; bytes appear
+only once a dtype is chosen.
 """
 from __future__ import annotations
 
@@ -49,6 +52,9 @@ class Attention(FrozenSpec):
     o_bias: bool = False
     qk_norm: bool = False
     sinks: bool = False                        # gpt-oss learned attention sinks: one scalar per head
+    # elements of each q/k head that rotary embedding rotates (partial_rotary_factor x head_dim: Qwen3-Next 64 of
+    # 256, GLM-4.5 64 of 128; vLLM get_rope rotary_dim); None: the whole head
+    rotary_dim: Optional[int] = Field(default=None, gt=0)
     # cached tensors per KV head: 2 (keys and values); 1 where the value reuses the key (Gemma-4's full-attention
     # layers, attention_k_eq_v: one k projection, no v projection, one cached tensor)
     kv_tensors: int = Field(default=2, ge=1, le=2)
@@ -89,6 +95,8 @@ class Attention(FrozenSpec):
             if self.index_head_dim % INDEXER_SCALE_BLOCK:
                 raise ValueError(f"index_head_dim {self.index_head_dim} is not a multiple of the indexer's "
                                  f"{INDEXER_SCALE_BLOCK}-element fp8 scale block")
+        if self.rotary_dim is not None and self.rotary_dim > self.head_dim:
+            raise ValueError(f"rotary_dim {self.rotary_dim} exceeds head_dim {self.head_dim}")
         if self.index_shared and self.index_topk is None:
             raise ValueError("a layer sharing an earlier layer's top-k (index_shared) needs a sparse-attention "
                              "indexer configuration (index_n_heads, index_head_dim, index_topk)")
@@ -228,6 +236,68 @@ class Attention(FrozenSpec):
         return n
 
 
+class Mamba2(FrozenSpec):
+    """A Mamba-2 mixer (Dao & Gu, Transformers are SSMs, arXiv:2405.21060; transformers ``NemotronHMamba2Mixer``,
+    vLLM ``MambaMixer2``). in_proj (h -> 2 d_inner + 2 G N + H) emits the gate z and the input x (d_inner = H x P
+    each), B and C (G x N each: the heads of a group share them, as GQA heads share keys) and one time step per head;
+    a causal depthwise convolution of conv_kernel taps runs over x, B and C; the selective scan updates a state of
+    H x P x N per sequence; a gated RMSNorm of the output by SiLU(z) and out_proj (d_inner -> h) follow.
+
+    d_inner is H x P as transformers builds it (``intermediate_size = mamba_num_heads * mamba_head_dim``), not the
+    config's ``expand`` x h (Nemotron 3 Nano: 64 x 64 = 4096, expand x h = 5376)."""
+
+    num_heads: int = Field(gt=0)        # H (mamba_num_heads)
+    head_dim: int = Field(gt=0)         # P (mamba_head_dim)
+    state_size: int = Field(gt=0)       # N (ssm_state_size)
+    n_groups: int = Field(gt=0)         # G (n_groups): groups of heads sharing B and C
+    conv_kernel: int = Field(gt=0)      # taps of the causal convolution (conv_kernel)
+    conv_bias: bool = True              # a bias per convolution channel (use_conv_bias)
+    proj_bias: bool = False             # biases on in_proj and out_proj (use_bias)
+    state_dtype: DType = DType.fp32     # the SSM state's format (mamba_ssm_cache_dtype)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Mamba2":
+        if self.num_heads % self.n_groups:
+            raise ValueError(f"Mamba-2 num_heads {self.num_heads} is not a multiple of n_groups {self.n_groups}")
+        return self
+
+    @property
+    def inner(self) -> int:
+        """d_inner = H x P: the width of x, z and the output y."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels of the causal convolution: x, B and C, d_inner + 2 G N (transformers ``conv_dim``)."""
+        return self.inner + 2 * self.n_groups * self.state_size
+
+    @property
+    def in_proj_width(self) -> int:
+        """in_proj outputs per token: z, x (d_inner each), B, C (G N each) and dt (H)."""
+        return 2 * self.inner + 2 * self.n_groups * self.state_size + self.num_heads
+
+    @property
+    def state_elements(self) -> int:
+        """The SSM state of one sequence: H x P x N (vLLM ``mamba2_state_shape`` temporal state)."""
+        return self.num_heads * self.head_dim * self.state_size
+
+    @property
+    def conv_state_elements(self) -> int:
+        """The convolution state of one sequence: its last conv_kernel - 1 inputs per channel."""
+        return self.conv_channels * (self.conv_kernel - 1)
+
+    def params(self, hidden: int) -> int:
+        """in_proj, conv1d (conv_kernel taps per channel, and its bias), dt_bias, A_log and D (H each), the gated
+        norm's weight (d_inner) and out_proj (d_inner -> h): transformers NemotronHMamba2Mixer."""
+        h, inner, conv = hidden, self.inner, self.conv_channels
+        n = h * self.in_proj_width + conv * self.conv_kernel + 3 * self.num_heads + inner + inner * h
+        if self.conv_bias:
+            n += conv
+        if self.proj_bias:
+            n += self.in_proj_width + h
+        return n
+
+
 @dataclass(frozen=True)
 class Linear:
     """A weight matrix ``inputs`` -> ``outputs`` (inputs*outputs elements) and, with ``bias``, outputs more."""
@@ -251,6 +321,17 @@ def swiglu_bias_params(hidden: int, width: int) -> int:
     return 2 * width + hidden
 
 
+def mlp_matrix_params(hidden: int, width: int, gated: bool = True) -> int:
+    """One MLP or expert's matrices: SwiGLU (gated) 3*h*I, a plain two-matrix MLP, up (h -> I) and down (I -> h),
+    2*h*I."""
+    return swiglu_matrix_params(hidden, width) if gated else 2 * hidden * width
+
+
+def mlp_bias_params(hidden: int, width: int, gated: bool = True) -> int:
+    """The same MLP's biases: gate and up (I each) and down (h); a plain MLP up (I) and down (h)."""
+    return swiglu_bias_params(hidden, width) if gated else width + hidden
+
+
 class FFN(FrozenSpec):
     kind: FFNKind
     intermediate_size: int = Field(default=0, ge=0)      # dense SwiGLU width I
@@ -262,6 +343,13 @@ class FFN(FrozenSpec):
     shared_gate: bool = False                            # Qwen2-MoE style sigmoid gate h -> 1 on the shared expert
     bias: bool = False                                   # biases on expert/MLP linears (gpt-oss)
     router_bias: bool = False
+    # False: every MLP and expert is a plain two-matrix MLP, up (h -> I), an elementwise activation, down (I -> h)
+    # (Nemotron-H's ReLU^2 MLPs and experts, transformers NemotronHMLP / NemotronHExperts); True: SwiGLU
+    gated: bool = True
+    # LatentMoE (Nemotron 3 Super, config moe_latent_size): the routed experts work in a latent space of this width,
+    # entered by fc1_latent_proj (h -> L) and left by fc2_latent_proj (L -> h), both whole on every rank (vLLM
+    # ReplicatedLinear); the router and the shared experts read the full hidden state. 0: no latent space
+    latent_size: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> "FFN":
@@ -272,56 +360,113 @@ class FFN(FrozenSpec):
                 raise ValueError("an MoE FFN needs num_experts > 0 and expert_intermediate_size > 0")
             if not 0 < self.top_k <= self.num_experts:
                 raise ValueError(f"top_k {self.top_k} must be in 1..num_experts ({self.num_experts})")
+        elif self.latent_size:
+            raise ValueError("a latent space (latent_size) belongs to the routed experts of an MoE FFN")
         return self
 
-    def _swiglu(self, h: int, width: int) -> int:
-        return swiglu_matrix_params(h, width) + (swiglu_bias_params(h, width) if self.bias else 0)
+    def _mlp(self, h: int, width: int) -> int:
+        """One MLP or expert of ``width`` (SwiGLU, or a plain MLP where not ``gated``), biases included."""
+        return mlp_matrix_params(h, width, self.gated) + (mlp_bias_params(h, width, self.gated) if self.bias else 0)
+
+    def expert_input(self, hidden: int) -> int:
+        """The width a routed expert reads and writes: the latent size under LatentMoE, else h."""
+        return self.latent_size or hidden
 
     def routed_matrix_params(self, hidden: int) -> int:
         """The routed experts' matrices without their biases (what an expert format such as MXFP4 stores)."""
         if self.kind is FFNKind.dense:
             return 0
-        return self.num_experts * swiglu_matrix_params(hidden, self.expert_intermediate_size)
+        return self.num_experts * mlp_matrix_params(self.expert_input(hidden), self.expert_intermediate_size,
+                                                    self.gated)
 
     def params(self, hidden: int) -> int:
         h = hidden
         if self.kind is FFNKind.dense:
-            return self._swiglu(h, self.intermediate_size)
-        return self._router(h) + self.num_experts * self._swiglu(h, self.expert_intermediate_size) + self._shared(h)
+            return self._mlp(h, self.intermediate_size)
+        n = self._router(h) + self.num_experts * self._mlp(self.expert_input(h), self.expert_intermediate_size)
+        return n + self._shared(h) + self.replicated_params(h)
 
     def active_params(self, hidden: int) -> int:
         h = hidden
         if self.kind is FFNKind.dense:
-            return self._swiglu(h, self.intermediate_size)
-        return self._router(h) + self.top_k * self._swiglu(h, self.expert_intermediate_size) + self._shared(h)
+            return self._mlp(h, self.intermediate_size)
+        n = self._router(h) + self.top_k * self._mlp(self.expert_input(h), self.expert_intermediate_size)
+        return n + self._shared(h) + self.replicated_params(h)
 
     def routed_params(self, hidden: int) -> int:
         """Weights of the routed experts (0 for a dense FFN): what expert parallelism splits."""
         if self.kind is FFNKind.dense:
             return 0
-        return self.num_experts * self._swiglu(hidden, self.expert_intermediate_size)
+        return self.num_experts * self._mlp(self.expert_input(hidden), self.expert_intermediate_size)
+
+    def replicated_params(self, hidden: int) -> int:
+        """Weights every tensor-parallel rank holds whole: LatentMoE's two projections, h x L each (and their
+        biases); 0 without a latent space."""
+        if not self.latent_size:
+            return 0
+        h, lat = hidden, self.latent_size
+        return 2 * h * lat + (lat + h if self.bias else 0)
 
     def _router(self, h: int) -> int:
         return h * self.num_experts + (self.num_experts if self.router_bias else 0)
 
     def _shared(self, h: int) -> int:
-        n = self.num_shared_experts * self._swiglu(h, self.shared_intermediate_size)
+        n = self.num_shared_experts * self._mlp(h, self.shared_intermediate_size)
         return n + (h if self.shared_gate and self.num_shared_experts else 0)
 
 
 class Layer(FrozenSpec):
-    attention: Attention
-    ffn: FFN
+    """A decoder layer: a mixer (attention, or a Mamba-2 mixer), an FFN, or both, and its norms. A transformer layer
+    has attention and an FFN; a Nemotron-H block has one part only (``hybrid_override_pattern`` M, *, - or E)."""
+
+    attention: Optional[Attention] = None
+    ffn: Optional[FFN] = None
     norm: NormKind = NormKind.rms
     norms: int = Field(default=2, ge=0)         # norm vectors per layer (Gemma 3: 4; Cohere parallel block: 1)
     norm_bias: bool = False
+    mamba: Optional[Mamba2] = None              # a Mamba-2 mixer in place of attention
+
+    @model_validator(mode="after")
+    def _check(self) -> "Layer":
+        if self.attention is not None and self.mamba is not None:
+            raise ValueError("a layer has one mixer: attention or a Mamba-2 mixer, not both")
+        if self.attention is None and self.mamba is None and self.ffn is None:
+            raise ValueError("a layer needs a mixer (attention or Mamba-2), an FFN, or both")
+        return self
+
+    @property
+    def mixer(self) -> Optional[Attention | Mamba2]:
+        """The token mixer: the attention, the Mamba-2 mixer, or None for an FFN-only layer."""
+        return self.attention if self.attention is not None else self.mamba
 
     def params(self, hidden: int, qkv_in: Optional[int] = None) -> int:
         """All weights of the layer; ``qkv_in`` as in ``Attention.params``."""
-        return self.attention.params(hidden, qkv_in) + self.ffn.params(hidden) + self._norm_params(hidden)
+        n = self._norm_params(hidden)
+        if self.attention is not None:
+            n += self.attention.params(hidden, qkv_in)
+        if self.mamba is not None:
+            n += self.mamba.params(hidden)
+        return n + (self.ffn.params(hidden) if self.ffn is not None else 0)
 
     def active_params(self, hidden: int) -> int:
-        return self.attention.params(hidden) + self.ffn.active_params(hidden) + self._norm_params(hidden)
+        n = self._norm_params(hidden)
+        if self.attention is not None:
+            n += self.attention.params(hidden)
+        if self.mamba is not None:
+            n += self.mamba.params(hidden)
+        return n + (self.ffn.active_params(hidden) if self.ffn is not None else 0)
+
+    def routed_params(self, hidden: int) -> int:
+        """The routed experts' weights (0 without an MoE FFN)."""
+        return self.ffn.routed_params(hidden) if self.ffn is not None else 0
+
+    def routed_matrix_params(self, hidden: int) -> int:
+        """The routed experts' matrices without biases (0 without an MoE FFN)."""
+        return self.ffn.routed_matrix_params(hidden) if self.ffn is not None else 0
+
+    def replicated_params(self, hidden: int) -> int:
+        """Weights every tensor-parallel rank holds whole (LatentMoE's projections; 0 for other layers)."""
+        return self.ffn.replicated_params(hidden) if self.ffn is not None else 0
 
     def _norm_params(self, hidden: int) -> int:
         return self.norms * hidden * (2 if self.norm_bias else 1)
@@ -362,7 +507,7 @@ class ModelSpec(FrozenSpec):
 
     @property
     def is_moe(self) -> bool:
-        return any(layer.ffn.kind is FFNKind.moe for layer in self.layers)
+        return any(_is_moe(layer) for layer in self.layers)
 
     def layer_groups(self) -> list[tuple[Layer, int]]:
         """Identical layers grouped with their counts, in first-appearance order (cost is per group)."""
@@ -371,35 +516,48 @@ class ModelSpec(FrozenSpec):
     @property
     def moe_ffn(self) -> Optional[FFN]:
         for layer in self.layers:
-            if layer.ffn.kind is FFNKind.moe:
+            if _is_moe(layer):
                 return layer.ffn
         return None
 
     @property
     def num_moe_layers(self) -> int:
-        return sum(layer.ffn.kind is FFNKind.moe for layer in self.layers)
+        return sum(_is_moe(layer) for layer in self.layers)
 
     def layer_pattern(self) -> dict[str, int]:
-        """Layers by kind: full / sliding / chunked / mla / linear attention, and MoE / dense FFN."""
+        """Layers by kind: full / sliding / chunked / mla / linear attention, ``mamba2`` mixers (a key only in models
+        that have them), and MoE / dense FFN. A Nemotron-H block counts once, under its one part."""
         counts = {k.value: 0 for k in AttentionKind}
+        mamba = 0
         for layer in self.layers:
-            counts[layer.attention.kind.value] += 1
+            if layer.attention is not None:
+                counts[layer.attention.kind.value] += 1
+            elif layer.mamba is not None:
+                mamba += 1
+        if mamba:
+            counts["mamba2"] = mamba
         counts["moe"] = self.num_moe_layers
-        counts["dense_ffn"] = self.num_layers - self.num_moe_layers
+        counts["dense_ffn"] = sum(layer.ffn is not None and layer.ffn.kind is FFNKind.dense for layer in self.layers)
         return counts
 
     def state_bytes_per_sequence(self, conv_dtype: DType = DType.bf16) -> float:
-        """Recurrent state one sequence holds across all layers, independent of its context: each linear layer's
-        state in its state_dtype and its convolution state in ``conv_dtype`` (0 without linear layers)."""
-        return sum(a.state_elements * a.state_dtype.bytes_per_element
-                   + a.conv_state_elements * conv_dtype.bytes_per_element
-                   for a in (layer.attention for layer in self.layers))
+        """Recurrent state one sequence holds across all layers, independent of its context: each linear-attention
+        or Mamba-2 layer's state in its state_dtype and its convolution state in ``conv_dtype`` (0 without such
+        layers)."""
+        return sum(m.state_elements * m.state_dtype.bytes_per_element
+                   + m.conv_state_elements * conv_dtype.bytes_per_element
+                   for m in (layer.mixer for layer in self.layers) if m is not None)
 
     def attention_pattern(self) -> str:
-        """Short human summary, e.g. 'full', 'mla', '52 sliding-1024 + 10 full'."""
+        """Short human summary of the mixers, e.g. 'full', 'mla', '52 sliding-1024 + 10 full', '24 mamba2 + 4 full'
+        (FFN-only layers are left out)."""
         counts: dict[str, int] = {}
         for layer in self.layers:
             a = layer.attention
+            if a is None:
+                if layer.mamba is not None:
+                    counts["mamba2"] = counts.get("mamba2", 0) + 1
+                continue
             key = a.kind.value if a.window is None else f"{a.kind.value}-{a.window}"
             key = f"{key}-top{a.index_topk}" if a.sparse else key
             key = f"{key}-shared" if a.index_shared else key
@@ -465,12 +623,17 @@ class ModelSpec(FrozenSpec):
     def kv_bytes_per_token(self, kv_dtype: DType = DType.bf16) -> float:
         """KV-cache bytes one token adds across all layers (ignoring window caps; see cost.memory for those), the
         sparse-attention indexer's own K cache (in its fixed format) included."""
-        kv = sum(layer.attention.kv_elements_per_token for layer in self.layers) * kv_dtype.bytes_per_element
-        indexer = sum(layer.attention.indexer_cache_bytes_per_token for layer in self.layers)
+        attns = [layer.attention for layer in self.layers if layer.attention is not None]
+        kv = sum(a.kv_elements_per_token for a in attns) * kv_dtype.bytes_per_element
+        indexer = sum(a.indexer_cache_bytes_per_token for a in attns)
         return kv + indexer if indexer else kv
 
     def weight_bytes(self, dtype: DType = DType.bf16) -> float:
         return self.params_total * dtype.bytes_per_element
+
+
+def _is_moe(layer: Layer) -> bool:
+    return layer.ffn is not None and layer.ffn.kind is FFNKind.moe
 
 
 def group_layers(layers) -> list[tuple[Layer, int]]:

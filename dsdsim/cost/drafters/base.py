@@ -25,14 +25,14 @@ def eagle_layer(target: ModelSpec, drafter: DrafterSpec) -> Layer:
     """
     # the target's first attention layer that attends over the context (a hybrid's linear layers have no KV heads
     # of that shape: the head is a full-attention decoder layer)
-    first = next((layer.attention for layer in target.layers if layer.attention.kind is not AttentionKind.linear),
-                 target.layers[0].attention)
+    first = next((a for a in (layer.attention for layer in target.layers)
+                  if a is not None and a.kind is not AttentionKind.linear), target.layers[0].attention)
     heads = first.num_heads
     kv = first.num_kv_heads if first.kind is not AttentionKind.mla else heads
     head_dim = first.v_head_dim if first.kind is AttentionKind.mla else first.head_dim
     width = drafter.intermediate_size
     if width is None:
-        dense = [layer.ffn for layer in target.layers if layer.ffn.kind is FFNKind.dense]
+        dense = [f for f in (layer.ffn for layer in target.layers) if f is not None and f.kind is FFNKind.dense]
         if dense:
             width = dense[0].intermediate_size
         else:

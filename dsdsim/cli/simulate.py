@@ -1,0 +1,354 @@
+"""dsdsim simulate, and plan --simulate: the serving simulator (dsdsim.serve) on the command line.
+
+``simulate`` runs a workload of requests through a continuously batching server once per K policy and prints
+throughput, latency percentiles and the K each policy ran; ``--sweep`` runs it at several loads. ``plan --simulate``
+adds to each plan candidate the largest load that meets the SLO under each policy. The serving options are declared
+once here (``ServeArgs``) and shared by both commands.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dsdsim.cli import model as _model_commands     # plan is declared there; --simulate extends it below
+from dsdsim.cli.app import app
+from dsdsim.cli.options import (Acceptance, DeploymentArgs, Output, Plot, SimulatedArgs, TableFmt, TableFormat)
+from dsdsim.cli.output import (check_png, check_writable, emit, given, is_stdout, output_format, show_or_write,
+                               with_progress)
+from dsdsim.cli.params import option_fields, takes, without
+from dsdsim.errors import DsdsimError
+
+# what simulate runs without options (the API's defaults: dsdsim.serve.simulate.simulate)
+DEFAULT_WORKLOAD = "closed:64"
+DEFAULT_REQUESTS = 1000
+DEFAULT_INPUT_LEN = "512"
+DEFAULT_OUTPUT_LEN = "256"
+DEFAULT_POLICIES = "none,fixed:3,dsd"
+DEFAULT_SEED = 0
+
+WORKLOAD_HELP = ("How requests arrive: closed:C (C clients, each sending its next request when its last one "
+                 "finishes: constant concurrency), poisson:QPS (open loop, random arrivals at QPS requests/s), "
+                 "gamma:QPS:CV (bursty open loop: gaps with coefficient of variation CV, 1 = poisson), rollout (every "
+                 "request at time 0: an RL rollout whose batch drains as requests finish), trace:FILE (arrival times "
+                 "and lengths: CSV or JSONL with arrival_s,input_len,output_len, or a vllm bench serve result "
+                 "JSON)")
+# the forms of dsdsim.serve.lengths.LENGTH_FORMS, written out so that --help does not load numpy
+LENGTH_HELP = ("a number (512), uniform:A:B, normal:MEAN:STD, lognormal:MEAN:STD (of the lengths), or a preset: "
+               "sharegpt, mt-bench, long-context (its input or output half)")
+POLICIES_HELP = ("Comma list of K policies, each simulated on the same requests: none (no speculation), fixed:K, "
+                 "dsd (the K table dsdsim predict exports, looked up by requests in the step), table:FILE (your K "
+                 "table: a vLLM, SGLang or TensorRT-LLM file), oracle (the best K of each step), adaptive (SGLang's "
+                 "controller: K from the acceptance seen so far)")
+SLO_HELP = ("Latency targets in ms (keys ttft, tpot, e2el), e.g. ttft=200,tpot=50: adds goodput (requests/s meeting "
+            "every target); plan --simulate searches the largest load at which 90% of requests meet them")
+EXECUTOR_HELP = ("Where the simulations run (one per policy and load; plan --simulate: one load search per candidate "
+                 "and policy): local (this process), processes (this machine's cores; the default for more than one "
+                 "job), dask://HOST:PORT (a dask.distributed scheduler whose workers have dsdsim installed: pip "
+                 "install 'dsdsim[cluster]')")
+
+
+@dataclass(frozen=True)
+class ServeArgs:
+    """What is served and how the server schedules it: the options simulate and plan --simulate share."""
+
+    workload: Annotated[str, typer.Option("--workload", metavar="KIND[:ARGS]", help=WORKLOAD_HELP)] = DEFAULT_WORKLOAD
+    requests: Annotated[int, typer.Option("--requests", metavar="N",
+                                          help="Requests to simulate")] = DEFAULT_REQUESTS
+    input_len: Annotated[str, typer.Option("--input-len", metavar="LENGTHS",
+                                           help=f"Prompt tokens per request: {LENGTH_HELP}")] = DEFAULT_INPUT_LEN
+    output_len: Annotated[str, typer.Option("--output-len", metavar="LENGTHS",
+                                            help=f"Output tokens per request: {LENGTH_HELP}")] = DEFAULT_OUTPUT_LEN
+    policies: Annotated[str, typer.Option("--policies", metavar="LIST", help=POLICIES_HELP)] = DEFAULT_POLICIES
+    max_num_seqs: Annotated[Optional[int], typer.Option(
+        "--max-num-seqs", help="Most requests in one step (vLLM's max_num_seqs; default 256)")] = None
+    max_num_batched_tokens: Annotated[Optional[int], typer.Option(
+        "--max-num-batched-tokens", help="Most tokens in one step, prefill chunks and drafts included (vLLM's "
+                                         "max_num_batched_tokens; default 8192)")] = None
+    slo: Annotated[Optional[str], typer.Option("--slo", metavar="ttft=MS,tpot=MS", help=SLO_HELP)] = None
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of arrivals, lengths and acceptance")] = DEFAULT_SEED
+    executor: Annotated[Optional[str], typer.Option("--executor", metavar="local|processes|dask://HOST:PORT",
+                                                    help=EXECUTOR_HELP)] = None
+
+    def simulation(self, setup, acceptance, memory_utilization: float, slo: Optional[str] = None):
+        """The Simulation job these options describe on ``setup`` (texts checked here, before any work)."""
+        from dsdsim.serve.sweep import Simulation, check_executor, checked
+
+        if self.requests < 1:
+            raise DsdsimError(f"--requests must be >= 1, got {self.requests}")
+        check_executor(self.executor)
+        sim = Simulation(setup, self.workload, self.policies, requests=self.requests, input_len=self.input_len,
+                         output_len=self.output_len, acceptance=acceptance,
+                         scheduler=self.scheduler(memory_utilization), slo=slo if slo is not None else self.slo,
+                         seed=self.seed)
+        return checked(sim)
+
+    def scheduler(self, memory_utilization: float):
+        """The SchedulerConfig: the scheduler's defaults where an option is not given."""
+        from dsdsim.serve.scheduler import SchedulerConfig
+
+        values = {"memory_utilization": memory_utilization}
+        for name, option in (("max_num_seqs", "--max-num-seqs"),
+                             ("max_num_batched_tokens", "--max-num-batched-tokens")):
+            value = getattr(self, name)
+            if value is not None:
+                if value < 1:
+                    raise DsdsimError(f"{option} must be >= 1, got {value}")
+                values[name] = value
+        return SchedulerConfig(**values)
+
+
+# --- simulate -----------------------------------------------------------------------------------------------------
+
+
+@app.command()
+@takes(sim=without(SimulatedArgs, "draft_tree"), deploy=DeploymentArgs, serve=ServeArgs)
+def simulate(
+    ctx: typer.Context,
+    sim: SimulatedArgs,
+    deploy: DeploymentArgs,
+    serve: ServeArgs,
+    acceptance: Acceptance = None,
+    sweep: Optional[str] = typer.Option(None, "--sweep", metavar="KIND:L1,L2,...",
+                                        help="Run at each load: poisson:1,2,4,8 (QPS), gamma:1,2,4:CV, "
+                                             "closed:1,8,32,64 (concurrency); one row per load and policy (replaces "
+                                             "--workload)"),
+    fmt: TableFmt = TableFormat.table,
+    output: Output = None,
+    plot: Plot = None,
+) -> None:
+    """Serve a workload of requests with each K policy and report what a benchmark client would see: output
+    tokens/s, requests/s, TTFT, TPOT, ITL and end-to-end latency percentiles, goodput under an SLO, the mean batch,
+    the share of steps at each K, preemptions. Each engine step is priced by dsdsim's cost model (prefill chunks and
+    verify tokens in one mixed pass, the draft passes, the engine's terms); acceptance is drawn per request.
+
+    \b
+    Workloads (--workload):
+      closed:C         C clients, each sending its next request when its last one returns (constant concurrency)
+      poisson:QPS      open loop: requests arrive at random, QPS per second on average
+      gamma:QPS:CV     open loop, bursty: gamma-distributed gaps, CV their coefficient of variation (1 = poisson)
+      rollout          every request arrives at time 0, as in an RL rollout: the batch drains as requests finish
+      trace:FILE       arrival times and lengths from a CSV / JSONL file (arrival_s,input_len,output_len) or a
+                       `vllm bench serve --save-detailed` result
+
+    \b
+    Examples:
+      dsdsim simulate
+      dsdsim simulate --workload poisson:8 --slo ttft=200,tpot=50 --format json -o run.json
+      dsdsim simulate --workload rollout --requests 256 --output-len lognormal:1024:600 --plot rollout.png
+      dsdsim simulate --sweep poisson:2,4,8,16 --policies none,fixed:3,dsd --plot sweep.png
+      dsdsim simulate -m qwen3-30b-a3b -g h200-sxm --sweep closed:1,8,32,64 --executor dask://10.0.0.5:8786
+    """
+    from dsdsim.specs.setup import resolve
+
+    check_writable(output)
+    fmt = output_format(ctx, fmt, output)
+    if plot is not None:
+        check_png(plot, "--plot")
+        if is_stdout(plot) and (output is None or is_stdout(output)):
+            raise DsdsimError("--plot - and the simulate output would both go to standard output; write one to a file")
+    if sweep is not None and given(ctx, "workload"):
+        raise DsdsimError("--sweep sets the workload at each load: give either --workload or --sweep, not both")
+    loads = None
+    if sweep is not None:
+        from dsdsim.serve.sweep import parse_loads
+
+        loads = parse_loads(sweep)
+    setup = resolve(sim.model, sim.hardware, deploy.deployment(), sim.drafter_spec(), sim.engine)
+    if setup.drafter is None and not given(ctx, "policies"):
+        serve = replace(serve, policies="none")       # -d none: the one policy that runs without a drafter
+    job = serve.simulation(setup, acceptance, deploy.memory_utilization)
+    quiet = fmt is TableFormat.json and (output is None or is_stdout(output))
+    if loads is not None:
+        return _sweep(job, loads, setup, serve.executor, fmt, output, plot, quiet)
+    from dsdsim.serve.sweep import simulate_many
+
+    result = _progress(quiet, f"simulating {job.requests} requests",
+                       lambda progress: simulate_many(job, [job.workload], executor=serve.executor,
+                                                      progress=progress)[0])
+    from dsdsim.export import serve as views
+
+    if plot is not None:
+        from dsdsim.export.serve_plots import TimelineDisplay, plot_title
+
+        _save_plot(TimelineDisplay.from_result(result, plot_title(views.setup_line(setup), _workload_text(job))), plot)
+    _write(fmt, output, lambda: views.simulation_dict(setup, result), lambda: views.simulation_csv(setup, result),
+           lambda: views.simulation_view(setup, result, _notes(job)))
+
+
+def _sweep(job, loads, setup, executor, fmt, output: Optional[Path], plot: Optional[Path], quiet: bool) -> None:
+    from dsdsim.export import serve as views
+    from dsdsim.serve.sweep import sweep
+
+    result = _progress(quiet, f"simulating {len(loads.values)} loads",
+                       lambda progress: sweep(job, loads, executor=executor, progress=progress))
+    if plot is not None:
+        from dsdsim.export.serve_plots import SweepDisplay, plot_title
+
+        what = (f"{loads.kind}:{','.join(f'{v:g}' for v in loads.values)} (one run per load), {job.requests} "
+                f"requests each, input {job.input_len}, output {job.output_len} tokens")
+        _save_plot(SweepDisplay.from_sweep(result, plot_title(views.setup_line(setup), what)), plot)
+    _write(fmt, output, lambda: views.sweep_dict(setup, result), lambda: views.sweep_csv(setup, result),
+           lambda: views.sweep_view(setup, result, _notes(job)))
+
+
+def _save_plot(display, plot: Path) -> None:
+    from dsdsim.export.plots import save_png
+
+    save_png(display.plot(), plot)
+    display.close()
+    typer.echo(f"wrote {plot}", err=True)
+
+
+def _write(fmt, output: Optional[Path], as_dict, as_csv, as_view) -> None:
+    """The result in the format asked for: JSON (the documented contract), CSV rows, or the table."""
+    if fmt is TableFormat.json:
+        from dsdsim.export.render import to_json
+
+        return emit(to_json(as_dict()), output)
+    if fmt is TableFormat.csv:
+        return emit(as_csv(), output)
+    show_or_write(as_view(), output)
+
+
+def _progress(quiet: bool, label: str, run):
+    """A progress bar on stderr (a terminal, runs over a second), none when the output is JSON on stdout."""
+    return run(None) if quiet else with_progress(label, run)
+
+
+def _workload_text(job) -> str:
+    return f"{job.workload}, {job.requests} requests, input {job.input_len}, output {job.output_len} tokens"
+
+
+def _notes(job) -> list[str]:
+    lines = [f"lengths: input {job.input_len}, output {job.output_len} tokens; seed {job.seed}"]
+    if job.slo:
+        lines.append(f"SLO: {job.slo} (milliseconds)")
+    return lines
+
+
+# --- plan --simulate ------------------------------------------------------------------------------------------------
+
+SIMULATE_FLAG = Annotated[bool, typer.Option(
+    "--simulate", help="Also simulate serving on each candidate: for each --policies policy, the largest load "
+                       "(concurrency for --workload closed:C, QPS for poisson/gamma, starting there) at which 90% of "
+                       "requests meet --slo (default tpot = --itl-slo-ms); a column per policy")]
+
+_PLAN_SIMULATE_HELP = """
+
+    With --simulate, each feasible candidate is also served: for each policy, a doubling then bisection over the load
+    of --workload (closed:C searches the concurrency, poisson:QPS and gamma:QPS:CV the rate, starting at the number
+    given) finds the largest load at which 90% of the requests meet --slo (default: tpot = --itl-slo-ms), in a few
+    simulations per candidate and policy; one column per policy.
+
+    \b
+    Example (serving):
+      dsdsim plan -m llama-3.1-8b -g h100-sxm,h200-sxm --itl-slo-ms 30 --simulate --workload poisson:4 \\
+          --slo ttft=500,tpot=30 --requests 300
+"""
+
+
+def _extend_plan() -> None:
+    """Give plan (declared in model.py) the --simulate flag and the serving options; without --simulate it runs as
+    declared there, its output unchanged."""
+    info = next(c for c in app.registered_commands if c.callback is _model_commands.plan)
+    original = info.callback
+    serve_fields = option_fields(ServeArgs, {})
+    names = [n for n, _, _ in serve_fields]
+    params = list(inspect.signature(original).parameters.values())
+    extra = [inspect.Parameter("simulate", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=False,
+                               annotation=SIMULATE_FLAG)]
+    extra += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d, annotation=a)
+              for n, a, d in serve_fields]
+
+    @functools.wraps(original)
+    def plan(**kwargs):
+        simulate_ = kwargs.pop("simulate")
+        serve = ServeArgs(**{n: kwargs.pop(n) for n in names})
+        if not simulate_:
+            typed = [f"--{n.replace('_', '-')}" for n in names if given(kwargs["ctx"], n)]
+            if typed:
+                one = len(typed) == 1
+                raise DsdsimError(f"{', '.join(typed)} {'is' if one else 'are'} for plan --simulate; add --simulate "
+                                  f"or drop {'it' if one else 'them'}")
+            return original(**kwargs)
+        return _plan_simulated(serve, **kwargs)
+
+    plan.__signature__ = inspect.signature(original).replace(parameters=[*params, *extra])
+    plan.__annotations__ = {p.name: p.annotation for p in [*params, *extra]}
+    plan.__doc__ = (original.__doc__ or "").rstrip() + _PLAN_SIMULATE_HELP
+    del plan.__wrapped__
+    info.callback = plan
+
+
+def _group(cls, values: dict):
+    """The option object ``cls`` from the expanded values a command received (its fields that are there)."""
+    known = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_slo_ms: float,
+                    target_tokens_per_s, price_per_gpu_hour, fmt, output, **grouped) -> None:
+    from dataclasses import asdict
+
+    from dsdsim.export.serve import load_column, plan_load_records, plan_with_loads
+    from dsdsim.plan import plan_rows, require_a_valid_candidate
+    from dsdsim.policy.options import PredictOptions
+    from dsdsim.serve.sweep import ATTAINMENT, largest_loads, load_of, split_policies
+    from dsdsim.specs.setup import resolve
+
+    check_writable(output)
+    fmt = output_format(ctx, fmt, output)
+    sim, deploy, options = (_group(SimulatedArgs, grouped), _group(DeploymentArgs, grouped),
+                            _group(PredictOptions, grouped))
+    spec = sim.drafter_spec()
+    drafter = "none" if spec is None else spec.label + (f" ({spec.tree.label})" if spec.tree is not None else "")
+    dep = deploy.deployment()
+    cands = [c for c in candidates.split(",") if c.strip()]
+    if spec is None and not given(ctx, "policies"):
+        serve = replace(serve, policies="none")       # -d none: the one policy that runs without a drafter
+    slo = serve.slo if serve.slo is not None else f"tpot={itl_slo_ms:g}"
+    base = serve.simulation(None, options.acceptance, deploy.memory_utilization, slo=slo)
+    load_of(base.workload)                     # a load to search (not a rollout or a trace), before any work
+    rows = with_progress("planning candidates", lambda progress: plan_rows(
+        model, cands, itl_slo_ms, drafter=spec, engine=sim.engine, deployment=dep, options=options,
+        target_tokens_per_s=target_tokens_per_s, price_per_gpu_hour=price_per_gpu_hour, progress=progress))
+    require_a_valid_candidate(rows)
+    setups = [(r.candidate, resolve(model, r.hardware, dep.model_copy(update={"tp": r.tp, "ep": r.ep, "pp": r.pp}),
+                                    spec, sim.engine))
+              for r in rows if r.feasible]
+    policies = split_policies(serve.policies)
+    largest = with_progress(f"searching the load of {len(setups) * len(policies)} candidate x policy pairs",
+                            lambda progress: largest_loads(setups, base, policies, executor=serve.executor,
+                                                           progress=progress))
+    names = [r.candidate for r in rows]
+    recs = plan_load_records([asdict(r) for r in rows], names, largest)
+    kind = base.workload.split(":", 1)[0]
+    what = (f"load at which {100 * ATTAINMENT:g}% of requests meet {slo} ({kind} arrivals, the search starting at "
+            f"{base.workload}; {base.requests} requests, input {base.input_len}, output {base.output_len} tokens)")
+    if fmt is TableFormat.json:
+        from dsdsim.export.render import to_json
+
+        return emit(to_json({"model": model, "itl_slo_ms": itl_slo_ms, "context": options.context, "drafter": drafter,
+                             "dp_attention": dep.dp_attention, "candidates": recs,
+                             "simulation": {"workload": base.workload, "requests": base.requests,
+                                            "input_len": base.input_len, "output_len": base.output_len,
+                                            "slo": slo, "attainment": ATTAINMENT, "seed": base.seed,
+                                            "columns": [load_column(x.policy, x.unit) for x in largest[:len(policies)]],
+                                            "searches": [x.to_dict() for x in largest]}}), output)
+    if fmt is TableFormat.csv:
+        from dsdsim.export.engines import table_csv
+
+        return emit(table_csv(recs), output)
+    from dsdsim.export.render import plan_table
+
+    layout = ", data-parallel attention" if dep.dp_attention else ""
+    title = f"{model}: ITL SLO {itl_slo_ms:g} ms, context {options.context}, drafter {drafter}{layout}"
+    show_or_write(plan_with_loads(plan_table(title, rows), names, largest, what), output)
+
+
+_extend_plan()

@@ -1,0 +1,159 @@
+"""End-to-end corpus cases predicted through the serving simulation.
+
+A case with ``conditions.serving`` measured a whole benchmark run (mean request latency at a max concurrency,
+output throughput at a QPS, TPOT p50): its prediction is the same quantity from ``dsdsim.serve.simulate`` run with
+the case's model, hardware, deployment and engine version, its benchmark's workload, requests and lengths, plain
+decoding (policy ``none``) at K = 0 and a static chain (``fixed:K``) otherwise. The simulation is seeded (seed 0):
+the same case always gets the same prediction.
+
+Acceptance as for step cases: reported (AL -> the constant alpha with that tau(K); or alpha), none at K = 0, or one
+constant alpha fitted over the case's fit group through the simulation (``fit_serving_alpha``: two runs per case
+give a surrogate of its quantity in tau; the alpha that minimises the squared log error of the surrogates). These cases enter no engine fit (their engine terms are the shipped ones).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import replace
+from typing import Callable, Optional
+
+from dsdsim.corpus.results import CaseResult
+from dsdsim.corpus.schema import AcceptanceHandling, Case, CorpusFile, Quantity
+from dsdsim.errors import DsdsimError
+
+ALPHA_BOUNDS = (0.01, 0.99)
+
+
+def is_serving(case: Case) -> bool:
+    return case.conditions.serving is not None and case.not_evaluated is None
+
+
+def serving_setup(case: Case, engine=None):
+    """The Setup a serving case runs: the case's model, hardware, deployment and drafter at its engine version."""
+    from dsdsim.corpus.evaluate import case_deployment, case_engine
+    from dsdsim.specs.drafter import parse_drafter
+    from dsdsim.specs.setup import resolve
+
+    c = case.conditions
+    drafter = parse_drafter(c.drafter) if c.drafter else None
+    return resolve(c.model, c.hardware, case_deployment(c), drafter, engine=case_engine(c, engine),
+                   async_scheduling=c.async_scheduling, engine_method=c.engine_method)
+
+
+@functools.lru_cache(maxsize=4096)
+def predict_serving(case: Case, alpha: Optional[float], engine=None) -> tuple[float, float]:
+    """(the case's quantity, the mean accepted length of the run) simulated at constant ``alpha`` (None: K = 0 or
+    the case's reported acceptance). Remembered per case, alpha and engine."""
+    from dsdsim.policy.acceptance import constant, from_mean_acceptance_length
+    from dsdsim.serve.scheduler import SchedulerConfig
+    from dsdsim.serve.simulate import simulate
+
+    c, sv = case.conditions, case.conditions.serving
+    if c.k == 0:
+        acceptance, policy = None, "none"
+    else:
+        policy = f"fixed:{c.k}"
+        if alpha is not None:
+            acceptance = constant(alpha)
+        elif case.acceptance.al is not None:
+            acceptance = from_mean_acceptance_length(case.acceptance.al, c.k)
+        elif case.acceptance.alpha is not None:
+            acceptance = constant(case.acceptance.alpha)
+        else:
+            raise DsdsimError(f"measurement case {case.id}: K = {c.k} needs an acceptance (reported or fitted)")
+    sched = SchedulerConfig()
+    limits = {k: v for k, v in (("max_num_seqs", sv.max_num_seqs),
+                                ("max_num_batched_tokens", sv.max_num_batched_tokens)) if v is not None}
+    if limits:
+        sched = replace(sched, **limits)
+    try:
+        run = simulate(serving_setup(case, engine), sv.workload, policy, requests=sv.requests,
+                       input_len=sv.input_len, output_len=sv.output_len, acceptance=acceptance, scheduler=sched,
+                       seed=0).policies[0]
+    except DsdsimError as exc:
+        raise type(exc)(f"measurement case {case.id}: {exc}") from None
+    q = case.measured.quantity
+    if q is Quantity.e2e_latency_ms:
+        value = run.e2e_ms.mean
+    elif q is Quantity.run_tokens_per_s:
+        value = run.output_tokens_per_s
+    elif q is Quantity.tpot_p50_ms:
+        value = run.tpot_ms.p50
+    else:
+        raise DsdsimError(f"measurement case {case.id}: {q.value} is not an end-to-end figure")
+    return float(value), float(run.mean_acceptance_length)
+
+
+SURROGATE_ALPHAS = (0.3, 0.8)   # the two alphas each case is simulated at to fit its surrogate
+
+
+def fit_serving_alpha(cases: list[Case], engine=None) -> float:
+    """One constant alpha minimising the squared log error of the cases' simulated quantities.
+
+    A run's time is its steps times their mean time, and its steps go as 1 / tau: each case is simulated at two
+    alphas (``SURROGATE_ALPHAS``) and its quantity written as A + B / tau(alpha) (a latency or TPOT; the reciprocal
+    of a throughput), through those two runs; alpha minimises the loss of that surrogate, and the cases are then
+    simulated at it (``serving_results``). Two simulations per case instead of one per step of a search."""
+    from scipy.optimize import minimize_scalar
+
+    from dsdsim.corpus.evaluate import tau_of_alpha
+
+    lines = []
+    for c in cases:
+        k = c.conditions.k
+        inv = c.measured.quantity is Quantity.run_tokens_per_s
+        (a1, a2) = SURROGATE_ALPHAS
+        p1, p2 = (predict_serving(c, a, engine)[0] for a in (a1, a2))
+        y1, y2 = (1.0 / p1, 1.0 / p2) if inv else (p1, p2)
+        x1, x2 = 1.0 / tau_of_alpha(a1, k), 1.0 / tau_of_alpha(a2, k)
+        slope = (y1 - y2) / (x1 - x2)
+        lines.append((c, k, inv, y1 - slope * x1, slope))
+
+    def loss(alpha: float) -> float:
+        total = 0.0
+        for c, k, inv, intercept, slope in lines:
+            y = intercept + slope / tau_of_alpha(alpha, k)
+            if y <= 0:
+                return math.inf
+            total += math.log((1.0 / y if inv else y) / c.measured.value) ** 2
+        return total
+
+    res = minimize_scalar(loss, bounds=ALPHA_BOUNDS, method="bounded", options={"xatol": 1e-4})
+    return round(float(res.x), 4)
+
+
+def serving_results(corpus: list[tuple[CorpusFile, Case]], engine=None,
+                    progress: Optional[Callable[[int, int], None]] = None):
+    """(CaseResult per serving case, fitted acceptance per serving fit group); progress(done, total) per case."""
+    from dsdsim.corpus.evaluate import FittedAcceptance, _source_text
+
+    todo = [(cf, c) for cf, c in corpus if is_serving(c)]
+    groups: dict[str, list[Case]] = {}
+    for _, c in todo:
+        if c.acceptance.handling is AcceptanceHandling.fitted:
+            groups.setdefault(c.acceptance.fit_group, []).append(c)
+    fitted = {g: FittedAcceptance(g, members[0].split.value, fit_serving_alpha(members, engine), len(members))
+              for g, members in sorted(groups.items())}
+    out = []
+    for i, (cf, case) in enumerate(todo):
+        c = case.conditions
+        f = fitted.get(case.acceptance.fit_group) if case.acceptance.handling is AcceptanceHandling.fitted else None
+        value, al = predict_serving(case, f.alpha if f is not None else None, engine)
+        if c.k == 0:
+            how = "none (plain decoding)"
+        elif f is not None:
+            how = f"alpha {f.alpha:.3f} fitted over {f.group} (n={f.n}), through the serving simulation"
+        elif case.acceptance.al is not None:
+            how = f"AL {case.acceptance.al:g} reported"
+        else:
+            how = f"alpha {case.acceptance.alpha:g} reported"
+        setup = serving_setup(case, engine)
+        arch = "moe" if setup.model.moe_ffn is not None else "dense"
+        kind = setup.drafter.kind.value if setup.drafter is not None else "none"
+        out.append(CaseResult(case.id, _source_text(cf, case), case.split.value, case.measured.quantity.value,
+                              case.measured.value, value, value / case.measured.value - 1.0, case.tag.value,
+                              c.engine, arch, kind, how, al if c.k > 0 else 1.0, None, None, c.engine_version,
+                              setup.engine_source, c.batch_size))
+        if progress is not None:
+            progress(i + 1, len(todo))
+    return out, list(fitted.values())

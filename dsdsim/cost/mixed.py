@@ -1,0 +1,347 @@
+"""A mixed step of a continuously batching server: prefill chunks and decode / verify tokens in one pass.
+
+A server's step runs every scheduled request at once: decoding requests bring q = K + 1 tokens (a tree's tokens + 1;
+1 without speculation), prefilling requests a chunk of their prompt. One forward pass runs them together (vLLM V1
+flattens every request's new tokens into one batch of T tokens):
+
+* every operator but the sequence-wise ones (GEMMs, norms, activations, collectives, the routed experts, the
+  embedding) runs over all T tokens, as ``dsdsim.cost.layers`` plans it for T rows;
+* the lm_head and sampling run over the rows whose logits are computed: every verified token of a decoding request
+  and the last position of each prefill chunk (vLLM ``logits_indices``);
+* the sequence-wise operators (attention over the KV cache, a linear-attention or state-space layer's convolution
+  and scan, a sparse-attention indexer; kinds ``attention`` and ``recurrent``) run each request over its own
+  context: one varlen kernel per layer whose FLOPs and bytes are the sum of every request's (``Demand`` fields are
+  sums over sequences), timed once on those sums.
+
+The draft passes run for every scheduled request (vLLM proposes for the whole batch and drops the drafts of requests
+still prefilling): each pass's token-wise operators over its rows, its sequence-wise ones per request. The first
+pass also reads each prefill chunk's tokens (EAGLE consumes the target's hidden states of every new token); its
+attention is priced at K + 1 queries per request, the chunk's attention in the draft layer is not counted.
+
+The engine terms are those of ``dsdsim.cost.engine`` at B = the scheduled requests and B*q = T tokens. CUDA graphs:
+a step of decoding requests only pads as the steady model pads it (``padded_tokens``); a step with prefill pads T to
+the next capture size (piecewise graphs, attention outside them) and runs eagerly past the largest.
+
+Nothing walks the operator list per step: the token-wise operators of each pass are evaluated once over every
+token count as numpy arrays (``_TokenTable``, grown on demand), so a step costs a table lookup per pass plus the few
+sequence-wise operators over the step's requests.
+
+Not modelled: prefix caching, a prefill chunk's own causal mask (a chunk attends to c + q keys, as a verify pass
+does), MoE expert overlap among the tokens of one sequence (the T tokens route independently).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dsdsim.cost.engine import _next_size, engine_time, padded_tokens
+from dsdsim.cost.ops import OpKind
+from dsdsim.cost.plan import PassPoint, PlanOp
+from dsdsim.cost.step import _draft_passes, _engine_params, _handoff_s, moe_family_of, step_plan, Timed
+from dsdsim.cost.timing import launch_overhead, seconds
+from dsdsim.errors import DsdsimError
+from dsdsim.specs.setup import Setup
+
+SEQUENCE_KINDS = (OpKind.attention, OpKind.recurrent)   # operators that read each sequence's own context or state
+
+
+@dataclass(frozen=True)
+class _PassOps:
+    """One pass's operators split by what their size reads: all tokens, the logits rows, or each sequence."""
+
+    tokens: list[Timed]          # sizes from the pass's tokens (rank rows, experts touched)
+    head: list[Timed]            # sizes from the rows through the lm_head (final norm, lm_head, sampling)
+    sequences: list[Timed]       # attention / recurrent: each request over its own context
+
+
+def _split(plan: list[PlanOp], timed: list[Timed]) -> _PassOps:
+    tokens, head, sequences = [], [], []
+    a = PassPoint(4.0, 1.0, 0.0, head_rows=2.0)
+    b = PassPoint(4.0, 1.0, 0.0, head_rows=3.0)
+    for e, t in zip(plan, timed):
+        if e.op.kind in SEQUENCE_KINDS:
+            sequences.append((e.op, t))
+        elif t.size(a) != t.size(b):
+            head.append(t)
+        else:
+            tokens.append(t)
+    return _PassOps(tokens, head, _merged(sequences))
+
+
+def _merged(ops: list[tuple]) -> list[Timed]:
+    """Equal sequence-wise operators sized alike (one attention operator in two layer groups: the dense and the MoE
+    layers of DeepSeek-V3) as one operator occurring as often as both: evaluated once per step."""
+    probes = (PassPoint(3.0, 2.0, 700.0), PassPoint(5.0, 1.0, 90000.0))
+    out: list[tuple] = []
+    for op, t in ops:
+        sizes = tuple(t.size(p) for p in probes)
+        for i, (other, ot, other_sizes) in enumerate(out):
+            if other == op and ot.rates == t.rates and other_sizes == sizes:
+                out[i] = (other, ot._replace(count=ot.count + t.count), other_sizes)
+                break
+        else:
+            out.append((op, t, sizes))
+    return [t for _, t, _ in out]
+
+
+def _linear_in_context(ops: list[Timed]) -> bool:
+    """Whether every operator's demand is affine in each request's context (full attention, an indexer over the whole
+    cache, a recurrent layer that reads none): then the requests of one q sum to B requests at their mean context,
+    one evaluation in floats. A window or a top-k bound (min(c, limit)) is not."""
+    for t in ops:
+        for q in (1.0, 4.0):
+            d0, d1, d2 = (t.demand(*t.size(PassPoint(1.0, q, c))) for c in (0.0, 3000.0, 300000.0))
+            for f0, f1, f2 in zip(d0, d1, d2):
+                f0, f1, f2 = float(f0), float(f1), float(f2)
+                if abs((f2 - f0) - 100.0 * (f1 - f0)) > 1e-9 * max(abs(f2), abs(f0), 1e-300):
+                    return False
+    return True
+
+
+def _once_fields(t: Timed) -> tuple[int, ...]:
+    """The Demand fields of an operator that do not grow with its requests (its launches, weights read once per
+    kernel): kept once when groups of requests are summed into one kernel."""
+    one, two = (t.demand(*t.size(PassPoint(b, 2.0, 1000.0))) for b in (1.0, 2.0))
+    return tuple(i for i, (x, y) in enumerate(zip(one, two)) if float(x) == float(y))
+
+
+def _grouped_seconds(ops: list[tuple[Timed, tuple]], groups: list[tuple[float, float, float]], gap: float) -> float:
+    """Sequence-wise operators affine in the context (``_linear_in_context``) over groups of (requests, q, mean
+    context): each group's demand in floats, summed field by field (the fields that do not grow with the requests
+    kept once: one varlen kernel), timed once per operator."""
+    total = 0.0
+    for t, once in ops:
+        summed = None
+        for b, q, c in groups:
+            d = t.demand(*t.size(PassPoint(b, q, c)))
+            summed = d if summed is None else type(d)(*[x if i in once else x + y
+                                                         for i, (x, y) in enumerate(zip(summed, d))])
+        total += seconds(t.rates, summed, gap) * t.count
+    return total
+
+
+class _TokenTable:
+    """Seconds of a list of token-wise operators at every row count 0..n (graphed and eager launch gaps), evaluated
+    as numpy arrays once and grown by doubling when a larger count is asked for."""
+
+    def __init__(self, ops: list[Timed], hw, dp_ranks: int, head: bool, sampling_passes: float = 1.0):
+        self._ops, self._hw, self._dp, self._head, self._passes = ops, hw, dp_ranks, head, sampling_passes
+        self._n = -1
+        self._graphed = self._eager = None
+
+    def _build(self, n: int) -> None:
+        rows = np.arange(n + 1, dtype=float)
+        if self._head:
+            p = PassPoint(np.ones_like(rows), 1.0, 0.0, head_rows=rows, sampling_passes=self._passes)
+        else:
+            p = PassPoint(rows, 1.0, 0.0, dp_ranks=self._dp)
+        tables = []
+        for graphed in (True, False):
+            gap = launch_overhead(self._hw, graphed)
+            total = np.zeros(n + 1)
+            for t in self._ops:
+                total = total + np.broadcast_to(seconds(t.rates, t.demand(*t.size(p)), gap), rows.shape) * t.count
+            total[0] = 0.0                      # no rows: the operator does not run
+            tables.append(total)
+        self._graphed, self._eager = tables
+        self._n = n
+
+    def seconds(self, rows: int, graphed: bool) -> float:
+        if rows > self._n:
+            self._build(max(2 * self._n, 1024, 1 << math.ceil(math.log2(rows + 1))))
+        return float((self._graphed if graphed else self._eager)[rows])
+
+
+def _sequence_seconds(ops: list[Timed], p: PassPoint, gap: float) -> float:
+    """The sequence-wise operators at ``p`` (arrays over the requests): each operator's demand summed over the
+    requests (one varlen kernel per occurrence: its launches are not multiplied), timed once."""
+    total = 0.0
+    for t in ops:
+        d = t.demand(*t.size(p))
+        if type(p.batch) is not float:     # the array fields summed over the requests in one reduction
+            at = [i for i, f in enumerate(d) if type(f) is np.ndarray]
+            values = [float(f) if type(f) is not np.ndarray else 0.0 for f in d]
+            if at:
+                arrays = [d[i] for i in at]
+                shape = arrays[0].shape
+                if any(a.shape != shape for a in arrays):
+                    arrays = np.broadcast_arrays(*arrays)
+                for i, v in zip(at, np.add.reduce(np.array(arrays), axis=1).tolist()):
+                    values[i] = v
+            d = type(d)(*values)
+        total += seconds(t.rates, d, gap) * t.count
+    return total
+
+
+def _requests(q: np.ndarray, c: np.ndarray) -> PassPoint:
+    """The requests of a step as one pass point: arrays over them, or Python floats for a single request."""
+    if q.size == 1:
+        return PassPoint(1.0, float(q[0]), float(c[0]))
+    return PassPoint(np.ones(q.size), q, c)
+
+
+class MixedPricer:
+    """Seconds of a server's mixed steps on one Setup (``dsdsim.serve.step.StepPricer``). ``dynamic``: the server
+    runs a dynamic K table (its steps pay what the engine version charges such a server; K = 0 is its off tier)."""
+
+    def __init__(self, setup: Setup, dynamic: bool = False):
+        s = self._setup = setup
+        if s.deployment.pp > 1:
+            raise DsdsimError("the serving simulation models pp = 1 only; use --tp")
+        self.dynamic = dynamic
+        self._plan = plan = step_plan(s.model, s.hardware, s.deployment, s.drafter, s.draft_model,
+                                      moe_family_of(s.engine, s.hardware))
+        hw = s.hardware
+        self.max_k = int(s.drafter.max_k) if s.drafter is not None else 0
+        v = _split(plan.verify, plan.verify_timed)
+        self._verify = v
+        self._verify_tokens = _TokenTable(v.tokens, hw, plan.dp_ranks, head=False)
+        self._verify_head = {p: _TokenTable(v.head, hw, 1, head=True, sampling_passes=p) for p in (1.0, 2.0)}
+        self._draft = []
+        if plan.draft is not None:
+            for dp, timed in zip(plan.draft.passes, plan.draft_timed):
+                ops = _split(dp.ops, timed)
+                self._draft.append((ops, _TokenTable(ops.tokens, hw, plan.draft.dp_ranks, head=False),
+                                    _TokenTable(ops.head, hw, 1, head=True)))
+        seq_ops = list(v.sequences) + [t for ops, _, _ in self._draft for t in ops.sequences]
+        self._linear = _linear_in_context(seq_ops)      # requests of one q priced as one group at their mean context
+        self._verify_grouped = [(t, _once_fields(t)) for t in v.sequences] if self._linear else None
+        self._draft_grouped = [[(t, _once_fields(t)) for t in ops.sequences] for ops, _, _ in self._draft] \
+            if self._linear else None
+        eng = s.engine
+        self._graphs = eng.cuda_graphs if eng is not None else None
+        self._params = (s.engine_params or _engine_params(eng, s.drafter)) if eng is not None else None
+        self._gaps = (launch_overhead(hw, True), launch_overhead(hw, False))
+        self._tree_tokens = s.drafter.tree.tokens if s.drafter is not None and s.drafter.tree is not None else None
+        self._off_tier = bool(dynamic and eng is not None and eng.off_tier_drafts is not None
+                              and eng.off_tier_drafts.value)
+
+    @property
+    def setup(self) -> Setup:
+        return self._setup
+
+    def verify_tokens_per_request(self, k: int) -> float:
+        """q: tokens a decoding request brings at draft length K (a tree verifies its tokens + 1)."""
+        if k <= 0:
+            return 1.0
+        return float(self._tree_tokens + 1) if self._tree_tokens is not None else float(k + 1)
+
+    def seconds(self, step) -> float:
+        """Wall-clock seconds of one ``ScheduledStep`` (``dsdsim.serve.step``), engine terms included."""
+        s = self._setup
+        k = int(step.k)
+        if k < 0 or k > self.max_k:
+            raise DsdsimError(f"K = {k} is outside 0..{self.max_k} for this setup")
+        dec_c = np.asarray(step.decode_contexts, dtype=float)
+        pre_q = np.asarray(step.prefill_tokens, dtype=float)
+        pre_c = np.asarray(step.prefill_contexts, dtype=float)
+        n_dec, n_pre = dec_c.size, pre_q.size
+        n = n_dec + n_pre
+        if n == 0:
+            return 0.0
+        kk = float(k) if n_dec else 0.0
+        q = self.verify_tokens_per_request(k if n_dec else 0)
+        prefill_tokens = float(pre_q.sum()) if n_pre else 0.0
+        dec_sum = float(dec_c.sum()) if n_dec else 0.0
+        tokens = n_dec * q + prefill_tokens
+        # CUDA graphs: a decode-only step pads as the steady model does, a mixed one pads its tokens
+        dep = s.deployment
+        if n_pre == 0:     # the padded tokens spread over the sequences, attention included, as the steady step
+            q_seq, graphed = padded_tokens(self._graphs, float(n_dec), q, dep.cuda_graphs)
+            padded = n_dec * q_seq
+        else:
+            (padded, graphed), q_seq = self._mixed_padding(tokens, dep.cuda_graphs), q
+        gap = self._gaps[0 if graphed else 1]
+        # verify pass: tokens, logits rows, each request over its context
+        head_rows = padded if n_pre == 0 else n_dec * q + n_pre   # decode only: every padded row, as the steady step
+        passes = 2.0 if kk > 0 else 1.0
+        verify = (self._verify_tokens.seconds(int(round(padded)), graphed)
+                  + self._verify_head[passes].seconds(int(round(head_rows)), graphed))
+        if self._verify.sequences and self._linear:
+            groups = ([(float(n_dec), q_seq, dec_sum / n_dec)] if n_dec else []) + \
+                [(1.0, a, b) for a, b in zip(pre_q.tolist(), pre_c.tolist())]
+            verify += _grouped_seconds(self._verify_grouped, groups, gap)
+        elif self._verify.sequences:
+            p = _requests(np.concatenate([np.full(n_dec, q_seq), pre_q]), np.concatenate([dec_c, pre_c]))
+            verify += _sequence_seconds(self._verify.sequences, p, gap)
+        if n_pre:      # the drafter reads each prefilling request at its context after this step's chunk
+            contexts = np.concatenate([dec_c, pre_c + pre_q])
+            mean_context = float(contexts.sum()) / n
+        else:
+            contexts, mean_context = dec_c, dec_sum / n
+        draft = self._draft_seconds(kk, n, contexts, mean_context, prefill_tokens - n_pre * (kk + 1))
+        overhead = float(s.hardware.step_overhead_s.value + _handoff_s(s) * (kk > 0))
+        device = verify + draft + overhead
+        if self._params is None:
+            return device
+        draft_passes = _draft_passes(s.drafter, kk)
+        if self._off_tier and self._draft:
+            draft_passes = draft_passes if kk > 0 else 1.0
+        et = engine_time(self._params, device, float(n), kk, draft_passes, tokens / n, *self._plan.small_kernel_s,
+                         self.dynamic, s.model.num_layers, draft)
+        return float(device + et.added_s)
+
+    def _mixed_padding(self, tokens: float, graphs_on: bool) -> tuple[float, bool]:
+        g = self._graphs
+        if not graphs_on:
+            return tokens, False
+        if g is None or g.capture_sizes is None:
+            return tokens, True
+        size, ok = _next_size(g.capture_sizes, float(tokens))
+        return (size, True) if ok else (tokens, False)
+
+    def _draft_seconds(self, kk: float, n: int, contexts: np.ndarray, mean_context: float,
+                       extra_first_tokens: float) -> float:
+        """The draft passes for the n scheduled requests at their contexts (after this step's chunk for prefills)."""
+        if not self._draft or (kk == 0 and not self._off_tier):
+            return 0.0
+        s = self._setup
+        graphs = self._graphs
+        draft_on = s.deployment.cuda_graphs and (graphs is None or graphs.draft_graphs)
+        _, graphed = padded_tokens(graphs, float(n), 1.0, draft_on)
+        gap = self._gaps[0 if graphed else 1]
+        total = 0.0
+        if n == 1 or self._linear:     # every request of a draft pass runs the same q: one group at the mean context
+            points = self._plan.draft.points(float(n), kk, mean_context, first_at_zero=self._off_tier)
+        else:
+            points = self._plan.draft.points(np.ones(n), kk, contexts, first_at_zero=self._off_tier)
+        first = points[0][0]
+        for (ops, token_table, head_table), (p, times) in zip(self._draft, points):
+            runs = 1.0 if times is None else times if type(times) is float else float(np.max(times))
+            if runs == 0.0:
+                continue
+            rows = p.tokens if type(p.tokens) is float else float(np.sum(p.tokens))
+            if p is first and extra_first_tokens > 0:
+                rows += extra_first_tokens
+            head_rows = p.head_rows if type(p.head_rows) is float else float(np.sum(p.head_rows))
+            one = token_table.seconds(int(round(rows)), graphed) + head_table.seconds(int(round(head_rows)), graphed)
+            if ops.sequences:
+                one += _sequence_seconds(ops.sequences, p, gap)
+            total += one * runs
+        return total
+
+    def kv_capacity_tokens(self, memory_utilization: float, max_num_batched_tokens: int = 8192) -> int:
+        """Tokens of KV cache (all requests together, the busiest rank) that fit beside the weights, the drafter and
+        the activations of a ``max_num_batched_tokens`` pass in ``memory_utilization`` of the GPU's memory (as vLLM
+        sizes its cache after profiling a pass of that many tokens). Every layer counts every token (a sliding
+        window's layers too: what a cache without a hybrid allocator holds)."""
+        if not 0 < memory_utilization <= 1:
+            raise DsdsimError(f"memory utilization must be in (0, 1], got {memory_utilization!r}")
+        s = self._setup
+        figures = self._plan.memory
+        use = figures.use(float(max_num_batched_tokens), 0.0, 0.0)
+        weights = float(use.weights_bytes) + (figures.draft_weights_bytes or 0.0)
+        free = s.hardware.memory_capacity * memory_utilization - weights - float(use.activation_bytes)
+        per_token = float(figures.kv.bytes(1.0, 1.0))
+        if figures.draft_kv is not None:
+            per_token += float(figures.draft_kv.bytes(1.0, 1.0))
+        elif figures.draft_kv_factors:
+            own = figures.kv.bytes_per_element
+            for factor in figures.draft_kv_factors:
+                own *= factor
+            per_token += own
+        if free <= 0 or per_token <= 0:
+            return 0
+        return int(free // per_token)

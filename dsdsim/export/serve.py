@@ -1,0 +1,287 @@
+"""Serving simulations as text: the table (rich renderables, never printed here), the JSON contract, CSV rows.
+
+Each function takes what ``dsdsim.serve`` computed (a SimulationResult, a sweep, load searches) through its
+``to_dict()`` forms and the resolved Setup, and returns something to print. The JSON contract (docs/simulate.md):
+
+    {"setup": {model, hardware, tp, drafter, engine}, "workload", "requests", "seed", "policies": [...]}
+    a sweep: {"setup", "sweep": {kind, unit, values[, cv]}, "loads": [{"load", "workload", "requests", "seed",
+              "policies"}, ...]}
+
+CSV has one row per policy (and per load for a sweep), the percentiles flattened: ``ttft_ms_p50``.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")          # each {mean, p50, p90, p99} in PolicyResult.to_dict
+STATS = ("mean", "p50", "p90", "p99")
+LATENCY_LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "e2e"}
+
+
+# --- the setup ---------------------------------------------------------------------------------------------------
+
+
+def setup_dict(setup) -> dict:
+    """What was simulated, by name: model, hardware, tp, drafter ('none' without one), engine ('vllm >=0.24')."""
+    eng = setup.engine
+    engine = None
+    if eng is not None:
+        versions = eng.versions.label if getattr(eng, "versions", None) is not None else None
+        engine = f"{eng.name} {versions}" if versions and versions != "-" else str(eng.name)
+    return {"model": setup.model.name, "hardware": setup.hardware.name, "tp": setup.deployment.tp,
+            "drafter": setup.drafter.label if setup.drafter is not None else "none", "engine": engine or "ideal"}
+
+
+def setup_line(setup) -> str:
+    """'llama-3.1-8b on h100-sxm (tp 1), drafter eagle3, engine vllm >=0.24'."""
+    s = setup_dict(setup)
+    ep, pp = setup.deployment.ep, setup.deployment.pp
+    par = f"tp {s['tp']}" + (f", ep {ep}" if ep > 1 else "") + (f", pp {pp}" if pp > 1 else "")
+    return f"{s['model']} on {s['hardware']} ({par}), drafter {s['drafter']}, engine {s['engine']}"
+
+
+# --- JSON ----------------------------------------------------------------------------------------------------------
+
+
+def simulation_dict(setup, result) -> dict:
+    """The documented JSON of one simulation: the setup, then SimulationResult.to_dict()."""
+    return {"setup": setup_dict(setup), **result.to_dict()}
+
+
+def sweep_dict(setup, sweep) -> dict:
+    """The documented JSON of a sweep: the setup, the loads swept, one simulation per load."""
+    return {"setup": setup_dict(setup), **sweep.to_dict()}
+
+
+# --- CSV -----------------------------------------------------------------------------------------------------------
+
+
+def policy_row(policy: Mapping[str, Any]) -> dict:
+    """One PolicyResult.to_dict() as flat columns: ttft_ms_p50, ..., k_histogram as 'K:steps K:steps'."""
+    row: dict = {"policy": policy["name"], "output_tokens_per_s": policy["output_tokens_per_s"],
+                 "requests_per_s": policy["requests_per_s"]}
+    for lat in LATENCIES:
+        for stat in STATS:
+            row[f"{lat}_{stat}"] = (policy.get(lat) or {}).get(stat)
+    row["goodput_requests_per_s"] = policy.get("goodput_requests_per_s")
+    row["mean_batch"] = policy.get("mean_batch")
+    row["k_histogram"] = " ".join(f"{k}:{n}" for k, n in _k_items(policy.get("k_histogram") or {}))
+    for key in ("preemptions", "duration_s", "steps"):
+        row[key] = policy.get(key)
+    return row
+
+
+def simulation_rows(setup, result, load: Optional[float] = None) -> list[dict]:
+    """The CSV rows of one simulation: the setup and workload on every row, then the policy's columns."""
+    d = result.to_dict()
+    head = {**setup_dict(setup), **({"load": load} if load is not None else {}), "workload": d["workload"],
+            "requests": d["requests"], "seed": d["seed"]}
+    return [{**head, **policy_row(p)} for p in d["policies"]]
+
+
+def simulation_csv(setup, result) -> str:
+    from dsdsim.export.engines import table_csv
+
+    return table_csv(simulation_rows(setup, result))
+
+
+def sweep_csv(setup, sweep) -> str:
+    from dsdsim.export.engines import table_csv
+
+    return table_csv([row for point in sweep.points for row in simulation_rows(setup, point.result, point.load)])
+
+
+# --- tables --------------------------------------------------------------------------------------------------------
+
+
+def k_histogram_text(hist: Mapping[Any, Any]) -> str:
+    """Steps per K as shares, K ascending: '0:12% 2:40% 3:48%' (a share that would print as 0% or as 100% beside
+    others: '<1%', '>99%'); '-' when empty."""
+    items = _k_items(hist)
+    total = sum(n for _, n in items)
+    if not total:
+        return "-"
+    parts = []
+    for k, n in items:
+        share = 100.0 * n / total
+        if 0 < share < 0.5:
+            parts.append(f"{k}:<1%")
+        elif 99.5 <= share < 100:
+            parts.append(f"{k}:>99%")
+        else:
+            parts.append(f"{k}:{share:.0f}%")
+    return " ".join(parts)
+
+
+def _k_items(hist: Mapping[Any, Any]) -> list[tuple[int, int]]:
+    return sorted((int(k), int(n)) for k, n in hist.items())
+
+
+def _ms(x: Optional[float]) -> str:
+    """Milliseconds for people: 3 significant figures below 100, whole numbers (with thousands commas) above."""
+    if x is None:
+        return "-"
+    a = abs(x)
+    if a >= 100:
+        return f"{x:,.0f}"
+    if a >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def _pair(policy: Mapping[str, Any], key: str) -> str:
+    d = policy.get(key) or {}
+    return f"{_ms(d.get('p50'))}/{_ms(d.get('p99'))}"
+
+
+def _rate(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _columns(with_goodput: bool, load_unit: Optional[str] = None) -> list[str]:
+    cols = ([load_unit] if load_unit else []) + ["policy", "out tok/s", "req/s"]
+    cols += [f"{LATENCY_LABELS[k]} p50/p99" for k in LATENCIES]
+    cols += (["goodput"] if with_goodput else []) + ["batch", "K: % of steps", "preempt"]
+    return cols
+
+
+def _cells(policy: Mapping[str, Any], with_goodput: bool) -> list[str]:
+    cells = [str(policy["name"]), _rate(policy["output_tokens_per_s"]), _rate(policy["requests_per_s"])]
+    cells += [_pair(policy, k) for k in LATENCIES]
+    if with_goodput:
+        cells.append(_rate(policy.get("goodput_requests_per_s")))
+    mean_batch = policy.get("mean_batch")
+    cells += ["-" if mean_batch is None else f"{mean_batch:.1f}", k_histogram_text(policy.get("k_histogram") or {}),
+              str(policy.get("preemptions", "-"))]
+    return cells
+
+
+def _table(title: str, cols: Sequence[str]):
+    from rich.table import Table
+
+    t = Table(title=title)
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("policy", "K: % of steps") else "right", no_wrap=True)
+    return t
+
+
+def simulation_view(setup, result, notes: Sequence[str] = ()):
+    """A header line naming the setup and the workload, one row per policy, then ``notes`` (lengths, SLO)."""
+    from rich.console import Group
+
+    d = result.to_dict()
+    policies = d["policies"]
+    with_goodput = any(p.get("goodput_requests_per_s") is not None for p in policies)
+    t = _table(f"Each policy on the same {d['requests']} requests (seed {d['seed']})",
+               _columns(with_goodput))
+    for p in policies:
+        t.add_row(*_cells(p, with_goodput))
+    return Group(f"{setup_line(setup)}; workload {d['workload']} ({_describe(result)})", t, *_footer(policies),
+                 *notes)
+
+
+_UNITS = ("latencies in ms (p50/p99); batch: mean requests per step; K: share of the steps with a decoding request "
+          "run at each K")
+_GOODPUT = "; goodput: requests/s meeting every SLO"
+
+
+def _describe(result) -> str:
+    """The workload in words ('closed loop, 64 requests in flight'), without a leading repeat of its kind."""
+    wl = getattr(result, "workload", None)
+    text = wl.describe() if hasattr(wl, "describe") else ""
+    prefix = f"{getattr(wl, 'kind', '')}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
+def sweep_view(setup, sweep, notes: Sequence[str] = ()):
+    """One row per (load, policy), loads ascending, a rule between loads."""
+    from rich.console import Group
+
+    points = sweep.points
+    first = points[0].result.to_dict()
+    with_goodput = any(p.get("goodput_requests_per_s") is not None for pt in points
+                       for p in pt.result.to_dict()["policies"])
+    unit = "QPS" if sweep.loads.unit == "QPS" else "C"
+    t = _table(f"{sweep.loads.kind} sweep: each policy on the same {first['requests']} requests at each load (seed "
+               f"{first['seed']}){', C: clients' if unit == 'C' else ''}", _columns(with_goodput, unit))
+    for i, pt in enumerate(points):
+        policies = pt.result.to_dict()["policies"]
+        for j, p in enumerate(policies):
+            t.add_row(f"{pt.load:g}" if j == 0 else "", *_cells(p, with_goodput),
+                      end_section=j == len(policies) - 1 and i < len(points) - 1)
+    kinds = ", ".join(pt.workload for pt in points)
+    return Group(f"{setup_line(setup)}; workloads {kinds}", t, *_footer([p for pt in points
+                                                                          for p in pt.result.to_dict()["policies"]]),
+                 *notes)
+
+
+def _footer(policies: Sequence[Mapping[str, Any]]) -> list[str]:
+    durations = [p.get("duration_s") for p in policies if p.get("duration_s") is not None]
+    steps = [p.get("steps") for p in policies if p.get("steps") is not None]
+    units = _UNITS + (_GOODPUT if any(p.get("goodput_requests_per_s") is not None for p in policies) else "")
+    if not durations:
+        return [units]
+    return [units, f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, {min(steps):,}-{max(steps):,} "
+            "engine steps per policy; as vllm bench serve counts them: TPOT (e2e - TTFT) / (output tokens - 1) per "
+            "request, ITL the gaps between a request's successive emissions (a step's tokens stream as one chunk)"]
+
+
+# --- plan --simulate -----------------------------------------------------------------------------------------------
+
+
+def load_column(policy: str, unit: str) -> str:
+    """The flat column name of a load search: 'max_qps_dsd', 'max_concurrency_fixed:3'."""
+    return f"max_{unit.lower()}_{policy}"
+
+
+def plan_load_records(records: Sequence[dict], candidates: Sequence[str], largest: Sequence) -> list[dict]:
+    """Plan's candidate records (asdict(PlanRow)) with one column per policy: the largest load meeting the SLO
+    (None where the candidate was not searched or no load met it)."""
+    by = {(x.candidate, x.policy): x for x in largest}
+    policies = list(dict.fromkeys(x.policy for x in largest))
+    unit = largest[0].unit if largest else "load"
+    out = []
+    for rec, cand in zip(records, candidates):
+        extra = {}
+        for p in policies:
+            x = by.get((cand, p))
+            extra[load_column(p, unit)] = None if x is None else x.load
+        out.append({**rec, **extra})
+    return out
+
+
+def plan_with_loads(plan_group, candidates: Sequence[str], largest: Sequence, what: str):
+    """plan_table's renderable as it is, then a table of the load searches: one row per candidate, one column per
+    policy (plan's table already fills the width), and a line saying what they are (``what``: the load, the
+    workload, the SLO and its attainment)."""
+    from rich.console import Group
+    from rich.table import Table
+
+    by = {(x.candidate, x.policy): x for x in largest}
+    policies = list(dict.fromkeys(x.policy for x in largest))
+    unit = largest[0].unit if largest else "load"
+    t = Table(title=f"Largest {unit} meeting the SLO, per policy (simulated)")
+    t.add_column("candidate", no_wrap=True)
+    for p in policies:
+        t.add_column(p, justify="right", no_wrap=True)
+    t.add_column("simulations", justify="right")
+    for cand in candidates:
+        found = [by.get((cand, p)) for p in policies]
+        if all(x is None for x in found):
+            t.add_row(cand, *["-" for _ in policies], "-")
+            continue
+        t.add_row(cand, *[_load_cell(x) for x in found], str(sum(x.simulations for x in found if x is not None)))
+    notes = [f"max {unit}: the largest {what}; '>= x': met up to the largest load tried, '< x': not met at the "
+             "smallest; '-': not simulated (the candidate is not feasible)"]
+    return Group(*plan_group.renderables, t, *notes)
+
+
+def _load_cell(x) -> str:
+    if x is None:
+        return "-"
+    if x.load is None:
+        return f"< {x.failing:g}" if x.failing is not None else "-"
+    text = f"{x.load:g}" if x.unit == "concurrency" else f"{x.load:.3g}"
+    return text if x.failing is not None else f">= {text}"

@@ -1,0 +1,340 @@
+"""vLLM V1's scheduler as a small state machine: which requests run in a step, how many tokens each, which KV blocks.
+
+Mirrors ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``) with its defaults:
+
+1. RUNNING requests first, in admission order. Each asks for the tokens it has not computed: a decoding request its
+   last sampled token plus K drafts (speculative tokens count in the token budget, as ``num_tokens_with_spec`` does),
+   a request still prefilling the rest of its prompt. Each gets ``min(ask, token budget left)``; the loop stops when
+   the budget is spent. Each needs ``ceil((cached + scheduled + lookahead) / block_size)`` KV blocks, the lookahead
+   being the server's ``num_speculative_tokens`` for a decoding request (``num_lookahead_tokens``) and 0 for a
+   prefill. When the free blocks do not suffice, the most recently admitted running request is preempted
+   (``self.running.pop()``): its blocks are freed, it goes to the front of the waiting queue, and it later recomputes
+   its prompt and every token it generated as a prefill (vLLM V1 preempts by recompute). If the victim is the request
+   being scheduled, scheduling of running requests stops.
+2. WAITING requests, FCFS, only when nothing was preempted this step, while fewer than ``max_num_seqs`` run, tokens
+   are left and the free blocks hold the first chunk (a prompt is split into chunks under the budget: chunked
+   prefill, mixed with the decodes; without chunked prefill a prompt that does not fit whole waits and the next
+   request is tried, as vLLM skips it).
+3. K. The step's K is decided after the set of requests is known (vLLM looks its dynamic table up by the number of
+   requests scheduled, prefills included). Decoding requests were given 1 + K' tokens and blocks while the set was
+   built, K' the previous step's K; the policy's K is then capped (``Plan.k_cap``) by the tokens left in the budget
+   and the free blocks, so a larger K than K' is taken only where it fits, and every decoding request verifies the
+   same K (``ScheduledStep`` has one): when the budget squeezes one of them, the step's K is lowered for all.
+
+Not modelled: prefix caching, ``long_prefill_token_threshold`` and partial-prefill limits, priority scheduling,
+``max_model_len`` truncation (a request longer than the model's window is refused before the run), async scheduling's
+one-step lag, structured output, encoder budgets.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from dsdsim.errors import DsdsimError, whole_number
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The server's scheduling limits (vLLM engine arguments of the same names).
+
+    max_num_seqs: requests running at once. 256 is vLLM's ``vllm serve`` default on GPUs under 70 GiB and on the A100
+        (``EngineArgs.get_batch_defaults`` in ``vllm/engine/arg_utils.py``: ``default_max_num_seqs``); on larger GPUs
+        (H100, H200, MI300X) vLLM's default is 1024 since V1. 256 keeps the table and the batches in the range most
+        deployments set.
+    max_num_batched_tokens: tokens per step. 8192 is vLLM V1's ``vllm serve`` default with chunked prefill on GPUs of
+        >= 70 GiB other than the A100 (same function; 2048 on smaller GPUs; the SchedulerConfig fallback in
+        ``vllm/config/scheduler.py`` is 2048).
+    block_size: tokens per KV block (16, vLLM's block size on CUDA GPUs, ``CacheConfig.block_size``).
+    memory_utilization: GPU memory share for weights, activations and KV (``gpu_memory_utilization``, default 0.9).
+    chunked_prefill: split prompts across steps (always on in vLLM V1).
+    """
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    memory_utilization: float = 0.9
+    chunked_prefill: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            v = whole_number(getattr(self, name), name)
+            if v < 1:
+                raise DsdsimError(f"{name} must be >= 1, got {v}")
+            object.__setattr__(self, name, v)
+        mu = self.memory_utilization
+        if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not 0 < mu <= 1:
+            raise DsdsimError(f"memory_utilization must be in (0, 1], got {mu!r}")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise DsdsimError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
+                              f"({self.max_num_seqs}), as vLLM requires")
+
+
+@dataclass
+class Plan:
+    """One step as scheduled, before its K is fixed. Arrays are int64, one entry per request.
+
+    dec_ids: decoding requests; pre_ids / pre_chunks: prefilling requests and the tokens each computes.
+    k_cap: the largest K the token budget and the free blocks allow the decoding requests (0 without any).
+    """
+
+    dec_ids: np.ndarray
+    pre_ids: np.ndarray
+    pre_chunks: np.ndarray
+    k_cap: int
+    covered_k: int = -1          # the decoding requests already hold the blocks of this K (-1: not known)
+
+    @property
+    def num_requests(self) -> int:
+        return int(self.dec_ids.size + self.pre_ids.size)
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+class Scheduler:
+    """The server's state: every request's progress, the running list, the waiting queue and the free KV blocks.
+
+    requests: (arrival_s, input_len, output_len) per request; concurrency: the client's limit on requests in flight
+    (None: none); kv_blocks: blocks in the cache; lookahead: the server's num_speculative_tokens (0: no speculation).
+    """
+
+    def __init__(self, arrival_s: Sequence[float], input_len: Sequence[int], output_len: Sequence[int],
+                 config: SchedulerConfig, kv_blocks: int, lookahead: int, concurrency: Optional[int] = None):
+        self.cfg = config
+        self.arrival = np.asarray(arrival_s, dtype=float)
+        self.in_len = np.asarray(input_len, dtype=np.int64)
+        self.out_len = np.asarray(output_len, dtype=np.int64)
+        n = self.n = self.in_len.size
+        self.lookahead = int(lookahead)
+        self.total_blocks = int(kv_blocks)
+        self.free = int(kv_blocks)
+        self.computed = np.zeros(n, dtype=np.int64)      # tokens in the KV cache
+        self.generated = np.zeros(n, dtype=np.int64)     # output tokens emitted
+        self.held = np.zeros(n, dtype=np.int64)          # KV blocks allocated
+        self.decoding = np.zeros(n, dtype=bool)          # prefill (or recompute) done: verifies 1 + K tokens a step
+        self.send_t = np.full(n, np.nan)                 # when the client sent it (latencies start here)
+        self.first_t = np.full(n, np.nan)
+        self.finish_t = np.full(n, np.nan)
+        self.last_emit_t = np.full(n, np.nan)
+        self.order = np.argsort(self.arrival, kind="stable")
+        self._next = 0                                   # next request (in arrival order) the client has not sent
+        self._slots = None if concurrency is None else [0.0] * int(concurrency)   # heap: when each free slot freed
+        self.run: list[int] = []                         # RUNNING, in admission order
+        self.waiting: deque[int] = deque()               # WAITING, FCFS; preempted requests go to the front
+        self.finished = 0
+        self.preemptions = 0
+
+    # ------------------------------------------------------------------------------------------- the client
+
+    def release(self, now: float) -> None:
+        """Send every request that has arrived by ``now`` and has a free slot under the client's limit."""
+        order, slots = self.order, self._slots
+        while self._next < self.n:
+            r = int(order[self._next])
+            a = float(self.arrival[r])
+            if a > now or (slots is not None and not slots):
+                break
+            self.send_t[r] = a if slots is None else max(a, heapq.heappop(slots))
+            self.waiting.append(r)
+            self._next += 1
+
+    def next_arrival(self) -> Optional[float]:
+        """When the next unsent request arrives (None: all sent, or the client waits for a slot)."""
+        if self._next >= self.n or (self._slots is not None and not self._slots):
+            return None
+        return float(self.arrival[int(self.order[self._next])])
+
+    @property
+    def idle(self) -> bool:
+        return not self.run and not self.waiting
+
+    # ------------------------------------------------------------------------------------------- one step
+
+    def schedule(self, k_guess: int) -> Plan:
+        """Build the step: running requests (decoders at 1 + ``k_guess`` tokens), then waiting ones."""
+        cfg, bs, la = self.cfg, self.cfg.block_size, self.lookahead
+        budget = cfg.max_num_batched_tokens
+        k_guess = min(int(k_guess), la)
+        preempted = False
+        ids = np.asarray(self.run, dtype=np.int64)
+        comp = self.computed[ids]
+        dec = self.decoding[ids]
+        if dec.all():                              # the common step: every running request decodes
+            want = np.full(ids.size, 1 + k_guess, dtype=np.int64)
+            need = _ceil_div(comp + (1 + k_guess + la), bs)
+        else:
+            want = np.where(dec, 1 + k_guess, self.in_len[ids] + self.generated[ids] - comp)
+            need = None
+        total = int(want.sum())
+        if total <= budget:
+            grant = want
+        else:
+            before = np.cumsum(want) - want
+            grant = np.minimum(want, np.maximum(budget - before, 0))
+            need = None
+        if need is None:
+            need = _ceil_div(comp + grant + np.where(dec, la, 0), bs)
+        held = self.held[ids]
+        extra = np.maximum(need - held, 0)
+        if total > budget:
+            extra[grant == 0] = 0
+        spend = int(extra.sum())
+        if spend <= self.free:
+            if spend:
+                self.held[ids] = held + extra
+                self.free -= spend
+        else:
+            kept = self._schedule_with_preemption(extra, need, grant)
+            preempted = True
+            ids, dec, grant = ids[:kept], dec[:kept], grant[:kept]
+        if total > budget or preempted:
+            on = grant > 0
+            ids, dec, grant = ids[on], dec[on], grant[on]
+        left = budget - int(grant.sum())
+        new_ids, new_chunks = ([], []) if preempted else self._admit(left)
+        if dec.all() and not new_ids:              # the common step again: no prefill at all
+            dec_ids, pre_ids, pre_chunks = ids, _NONE, _NONE
+        else:
+            pre_ids = np.concatenate([ids[~dec], np.asarray(new_ids, dtype=np.int64)])
+            pre_chunks = np.concatenate([grant[~dec], np.asarray(new_chunks, dtype=np.int64)])
+            dec_ids = ids[dec]
+        covered = k_guess if total <= budget else -1     # every decoding request holds the blocks of this K
+        return Plan(dec_ids, pre_ids, pre_chunks, self._k_cap(dec_ids, int(pre_chunks.sum()), covered), covered)
+
+    def _schedule_with_preemption(self, extra: np.ndarray, need: np.ndarray, grant: np.ndarray) -> int:
+        """The running pass one request at a time, preempting from the end of the running list when blocks run out.
+        Returns how many of the running list (in order) remain; those with a grant hold their blocks."""
+        run, i = self.run, 0
+        while i < len(run):
+            r = run[i]
+            if grant[i] > 0:
+                stop = False
+                while int(extra[i]) > self.free:
+                    victim = run.pop()
+                    self._preempt(victim)
+                    if victim == r:
+                        stop = True
+                        break
+                if stop:
+                    break
+                self.free -= int(extra[i])
+                self.held[r] = max(int(self.held[r]), int(need[i]))
+            i += 1
+        return len(run)
+
+    def _preempt(self, r: int) -> None:
+        """Recompute preemption: blocks freed, KV forgotten, back to the front of the waiting queue."""
+        self.free += int(self.held[r])
+        self.held[r] = 0
+        self.computed[r] = 0
+        self.decoding[r] = False
+        self.waiting.appendleft(r)
+        self.preemptions += 1
+
+    def _admit(self, left: int) -> tuple[list[int], list[int]]:
+        """Waiting requests FCFS while seats, tokens and blocks allow; their first (or only) prefill chunk."""
+        cfg, bs = self.cfg, self.cfg.block_size
+        ids, chunks, skipped = [], [], []
+        while self.waiting and left > 0 and len(self.run) < cfg.max_num_seqs:
+            r = self.waiting[0]
+            pending = int(self.in_len[r] + self.generated[r] - self.computed[r])
+            if not cfg.chunked_prefill and pending > left:
+                skipped.append(self.waiting.popleft())      # vLLM skips it this step and tries the next
+                continue
+            c = min(pending, left)
+            need = _ceil_div(int(self.computed[r]) + c, bs)
+            if need - int(self.held[r]) > self.free:
+                break
+            self.waiting.popleft()
+            self.free -= need - int(self.held[r])
+            self.held[r] = need
+            self.run.append(r)
+            ids.append(r)
+            chunks.append(c)
+            left -= c
+        self.waiting.extendleft(reversed(skipped))
+        return ids, chunks
+
+    def _k_cap(self, dec_ids: np.ndarray, prefill_tokens: int, covered: int) -> int:
+        """The largest K every decoding request can verify: the tokens left in the budget (prefill chunks + 1 + K per
+        decoding request <= max_num_batched_tokens) and the blocks left in the cache."""
+        d = int(dec_ids.size)
+        if d == 0:
+            return self.lookahead
+        la, bs = self.lookahead, self.cfg.block_size
+        cap = min(la, (self.cfg.max_num_batched_tokens - prefill_tokens - d) // d)
+        if cap <= max(covered, 0):
+            return max(int(cap), 0)
+        comp, held = self.computed[dec_ids], self.held[dec_ids]
+        while cap > max(covered, 0):      # K = 0 always fits: each decoding request holds its granted tokens' blocks
+            if int(np.maximum(_ceil_div(comp + 1 + cap + la, bs) - held, 0).sum()) <= self.free:
+                break
+            cap -= 1
+        return max(int(cap), 0)
+
+    def commit(self, plan: Plan, k: int) -> None:
+        """Take the blocks decoding requests need at the step's K (``k <= plan.k_cap``)."""
+        if plan.dec_ids.size == 0 or k <= max(plan.covered_k, 0):
+            return
+        ids = plan.dec_ids
+        need = _ceil_div(self.computed[ids] + 1 + k + self.lookahead, self.cfg.block_size)
+        extra = np.maximum(need - self.held[ids], 0)
+        self.free -= int(extra.sum())
+        self.held[ids] += extra
+        if self.free < 0:
+            raise AssertionError("KV blocks over-allocated: K above the plan's cap")
+
+    def finish(self, plan: Plan, t_end: float, accepted: np.ndarray) -> tuple[np.ndarray, int]:
+        """Advance every scheduled request to the end of the step at ``t_end``: prefill chunks computed (a prompt
+        that completes emits a token), decoding requests emit 1 + accepted tokens (capped at their remaining output).
+        Returns (the inter-emission gaps of this step, tokens emitted)."""
+        gaps, emitted = [], 0
+        done = []
+        if plan.pre_ids.size:
+            ids = plan.pre_ids
+            self.computed[ids] += plan.pre_chunks
+            ntok = self.in_len[ids] + self.generated[ids]
+            emits = ids[self.computed[ids] == ntok]
+            if emits.size:
+                resumed = emits[self.generated[emits] >= 1]
+                gaps.append(t_end - self.last_emit_t[resumed])
+                fresh = emits[self.generated[emits] == 0]
+                self.first_t[fresh] = t_end
+                self.generated[emits] += 1
+                self.decoding[emits] = True
+                self.last_emit_t[emits] = t_end
+                emitted += int(emits.size)
+                done.append(emits[self.generated[emits] >= self.out_len[emits]])
+        if plan.dec_ids.size:
+            ids = plan.dec_ids
+            e = np.minimum(1 + accepted, self.out_len[ids] - self.generated[ids])
+            self.generated[ids] += e
+            self.computed[ids] = self.in_len[ids] + self.generated[ids] - 1
+            gaps.append(t_end - self.last_emit_t[ids])
+            self.last_emit_t[ids] = t_end
+            emitted += int(e.sum())
+            done.append(ids[self.generated[ids] >= self.out_len[ids]])
+        if done:
+            finished = np.concatenate(done)
+            if finished.size:
+                self._retire(finished, t_end)
+        return (np.concatenate(gaps) if gaps else np.zeros(0)), emitted
+
+    def _retire(self, ids: np.ndarray, t_end: float) -> None:
+        self.finish_t[ids] = t_end
+        self.free += int(self.held[ids].sum())
+        self.held[ids] = 0
+        gone = set(ids.tolist())
+        self.run = [r for r in self.run if r not in gone]
+        self.finished += len(gone)
+        if self._slots is not None:
+            for _ in gone:
+                heapq.heappush(self._slots, t_end)

@@ -1,0 +1,279 @@
+"""The serving simulation: the same requests served once per K policy by a vLLM-V1-like server, step by step.
+
+Each step: the scheduler builds the step (``dsdsim.serve.scheduler``), the policy picks K for it, the pricer gives
+its seconds, the clock advances, prefill chunks are computed and decoding requests emit 1 + accepted tokens (drawn
+per request, ``dsdsim.serve.requests``), capped at their remaining output. A prompt that completes in the step emits
+its first token at the step's end (TTFT). Steps run back to back; when nothing is running or waiting the clock
+jumps to the next arrival.
+
+Common random numbers: every policy serves the same requests (lengths, arrivals) with the same per-request
+acceptance draws (multipliers and uniforms), so differences between policies are the policies'. The requests and
+the acceptance draws come from two streams spawned from ``seed`` (``numpy.random.SeedSequence``): changing the
+workload's arrival process leaves the lengths and the acceptance draws as they were.
+
+Pricers: without ``pricer`` each policy gets ``dsdsim.cost.mixed.MixedPricer``: ``none`` the server without a
+drafter (no draft weights: more KV cache), ``fixed:K`` the static server with the drafter, and the policies that
+change K (dsd, table, oracle, adaptive) the same server running a dynamic K table (``MixedPricer(dynamic=True)``:
+the engine version's costs of such a server). A given ``pricer`` prices every policy.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from dsdsim.errors import DsdsimError, whole_number
+from dsdsim.specs.drafter import MAX_K
+from dsdsim.serve.lengths import parse_lengths
+from dsdsim.serve.metrics import PolicyResult, Slo, Timeline, policy_result
+from dsdsim.serve.policies import FixedK, NoSpeculation, Policy, PolicyEnv, StepView, parse_policies
+from dsdsim.serve.requests import RequestAcceptance, draw_acceptance
+from dsdsim.serve.scheduler import Scheduler, SchedulerConfig
+from dsdsim.serve.step import ScheduledStep
+from dsdsim.serve.workload import Request, Workload, build_requests, parse_workload
+
+MAX_REQUESTS = 1_000_000
+_EMPTY = np.zeros(0)
+DEFAULT_REQUESTS = 1000
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Every policy's result on the same requests."""
+
+    policies: list[PolicyResult]
+    setup: object
+    workload: Workload
+    requests: list[Request]
+    seed: int
+    context: int                           # the context the dsd table was predicted at (mean input + mean output / 2)
+
+    def to_dict(self) -> dict:
+        return {"workload": self.workload.text, "requests": len(self.requests), "seed": self.seed,
+                "policies": [p.to_dict() for p in self.policies]}
+
+    def policy(self, name: str) -> PolicyResult:
+        for p in self.policies:
+            if p.name == name:
+                return p
+        raise DsdsimError(f"no policy {name!r} in this result; it has: {', '.join(p.name for p in self.policies)}")
+
+
+def parse_slo(text) -> Slo:
+    """``ttft=200,tpot=50`` (also ``ttft:200 tpot:50``, vLLM bench's ``--goodput``): milliseconds, keys ttft, tpot,
+    e2el."""
+    if text is None or isinstance(text, Slo):
+        return text
+    raw = str(text).strip()
+    items = [t for t in re.split(r"[,\s]+", raw) if t]
+    if not items:
+        raise DsdsimError("SLO is empty; write ttft=MS,tpot=MS (milliseconds; keys ttft, tpot, e2el)")
+    values = {}
+    for item in items:
+        key, sep, value = item.replace(":", "=", 1).partition("=")
+        key = key.strip().lower()
+        if not sep or key not in ("ttft", "tpot", "e2el"):
+            raise DsdsimError(f"SLO {raw!r}: cannot read {item!r}; write ttft=MS,tpot=MS (keys ttft, tpot, e2el)")
+        try:
+            v = float(value)
+        except ValueError:
+            raise DsdsimError(f"SLO {raw!r}: {key} must be a number of milliseconds, got {value!r}") from None
+        if not (math.isfinite(v) and v >= 0):
+            raise DsdsimError(f"SLO {raw!r}: {key} must be a finite number of milliseconds >= 0")
+        if key in values:
+            raise DsdsimError(f"SLO {raw!r}: {key} is given twice")
+        values[key] = v
+    return Slo(values.get("ttft"), values.get("tpot"), values.get("e2el"))
+
+
+def simulate(setup, workload, policies, *, requests: Optional[int] = None, input_len="512", output_len="256",
+             acceptance=None, scheduler: Optional[SchedulerConfig] = None, slo=None, seed: int = 0, pricer=None,
+             progress: Optional[Callable[[float], None]] = None) -> SimulationResult:
+    """Serve ``requests`` requests of ``workload`` once per policy and report each.
+
+    setup: a resolved ``dsdsim.specs.setup.Setup`` (None only with a ``pricer`` and policies that need no setup).
+    workload: ``closed:C``, ``poisson:QPS``, ``gamma:QPS:CV``, ``rollout``, ``trace:FILE`` (``parse_workload``).
+    policies: ``"none,fixed:3,dsd"`` or Policy objects (``parse_policies``).
+    requests: how many (default 1000; a trace: all its rows). input_len, output_len: ``parse_lengths`` forms (a
+        trace's own lengths take their place). acceptance: what ``acceptance_for`` takes (None: predict's default).
+    scheduler: a SchedulerConfig (default: vLLM's, at the deployment's memory_utilization). slo: ``parse_slo`` text or an Slo; goodput is None without.
+    seed: seeds the lengths, arrivals and acceptance draws. pricer: a StepPricer for every policy (default:
+        MixedPricer per policy, module docstring). progress: called with the fraction done (0..1) as it runs.
+    """
+    if scheduler is None:          # vLLM's defaults, at the deployment's GPU memory share
+        mu = getattr(getattr(setup, "deployment", None), "memory_utilization", None)
+        scheduler = SchedulerConfig() if mu is None else SchedulerConfig(memory_utilization=float(mu))
+    cfg = scheduler
+    if not isinstance(cfg, SchedulerConfig):
+        raise DsdsimError("scheduler must be a SchedulerConfig")
+    seed = whole_number(seed, "seed")
+    wl = parse_workload(workload)
+    pols = parse_policies(policies) if not (isinstance(policies, (list, tuple))
+                                            and all(isinstance(p, Policy) for p in policies)) else list(policies)
+    if not pols:
+        raise DsdsimError("no policies given; e.g. none,fixed:3,dsd")
+    if requests is not None:
+        requests = whole_number(requests, "requests")
+        if not 1 <= requests <= MAX_REQUESTS:
+            raise DsdsimError(f"requests must be in 1..{MAX_REQUESTS}, got {requests}")
+    elif wl.kind != "trace":
+        requests = DEFAULT_REQUESTS
+    slo = parse_slo(slo)
+    in_dist = parse_lengths(input_len, "--input-len", side="input")
+    out_dist = parse_lengths(output_len, "--output-len", side="output")
+    tree = setup.drafter.tree if setup is not None and setup.drafter is not None else None
+    if tree is not None:
+        raise DsdsimError("draft trees are not simulated: a scheduled step carries one K per decoding request, not a "
+                          "tree's shape; simulate the chain (a drafter without a tree)")
+    from dsdsim.policy.predict import acceptance_for
+
+    acc = acceptance_for(acceptance, None)
+    rng_requests, rng_acceptance = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    reqs = build_requests(wl, requests, in_dist, out_dist, rng_requests)
+    ins = np.array([r.input_len for r in reqs], dtype=np.int64)
+    outs = np.array([r.output_len for r in reqs], dtype=np.int64)
+    arrivals = np.array([r.arrival_s for r in reqs], dtype=float)
+    _check_window(setup, ins, outs)
+    context = int(round(float(ins.mean()) + float(outs.mean()) / 2))
+    pricers = _Pricers(setup, pricer)
+    bound = []
+    for p in pols:
+        pr = pricers.for_policy(p)
+        bound.append((p.bind(PolicyEnv(setup, acc, context, cfg.max_num_seqs, pr, int(pr.max_k))), pr))
+    # one stream per request of output_len + MAX_K uniforms, whichever policies run: a policy's draws do not depend
+    # on the others simulated with it
+    draws = draw_acceptance(acc, outs, max([MAX_K] + [b.lookahead for b, _ in bound]), rng_acceptance)
+    results = []
+    for i, (policy, pr) in enumerate(bound):
+        tick = None if progress is None else (lambda f, i=i: progress((i + f) / len(bound)))
+        results.append(_run(policy, pr, arrivals, ins, outs, wl.concurrency, cfg, draws, slo, tick))
+    if progress is not None:
+        progress(1.0)
+    return SimulationResult(results, setup, wl, reqs, seed, context)
+
+
+class _Pricers:
+    """The pricer of each policy: the given one, or MixedPricer per server kind (module docstring), built once."""
+
+    def __init__(self, setup, pricer):
+        self.setup, self.given, self.made = setup, pricer, {}
+
+    def for_policy(self, policy: Policy):
+        if self.given is not None:
+            return self.given
+        if self.setup is None:
+            raise DsdsimError("simulate needs a setup (or a pricer) to time the steps")
+        kind = ("plain" if isinstance(policy, NoSpeculation) else "static" if isinstance(policy, FixedK)
+                else "dynamic")
+        if kind not in self.made:
+            from dsdsim.cost.mixed import MixedPricer
+            from dsdsim.policy.predict import plain_setup
+
+            setup = plain_setup(self.setup) if kind == "plain" else self.setup
+            self.made[kind] = MixedPricer(setup, dynamic=kind == "dynamic")
+        return self.made[kind]
+
+
+def _check_window(setup, ins: np.ndarray, outs: np.ndarray) -> None:
+    window = getattr(getattr(setup, "model", None), "max_position_embeddings", None)
+    if window is None:
+        return
+    total = ins + outs
+    if int(total.max()) > window:
+        i = int(np.argmax(total))
+        raise DsdsimError(f"request {i} has {int(ins[i])} input + {int(outs[i])} output tokens, beyond "
+                          f"{setup.model.name}'s window of {window} (vLLM refuses it); shorten the lengths")
+
+
+def _kv_blocks(pricer, cfg: SchedulerConfig) -> int:
+    """KV blocks of the cache: the pricer's tokens at the memory share // block_size. A pricer whose
+    ``kv_capacity_tokens`` also takes ``max_num_batched_tokens`` (MixedPricer: the activations of such a pass are
+    reserved, as vLLM profiles one) is given it."""
+    fn = pricer.kv_capacity_tokens
+    try:
+        takes = "max_num_batched_tokens" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        takes = False
+    tokens = fn(cfg.memory_utilization, max_num_batched_tokens=cfg.max_num_batched_tokens) if takes else fn(
+        cfg.memory_utilization)
+    return int(tokens) // cfg.block_size
+
+
+def _run(policy: Policy, pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig, draws: RequestAcceptance,
+         slo: Optional[Slo], progress) -> PolicyResult:
+    blocks = _kv_blocks(pricer, cfg)
+    la = policy.lookahead
+    worst = int(np.max(-(-(ins + outs + 2 * la) // cfg.block_size)))
+    if worst > blocks:
+        i = int(np.argmax(ins + outs))
+        raise DsdsimError(f"policy {policy.name}: request {i} ({int(ins[i])} input + {int(outs[i])} output tokens) "
+                          f"needs {worst} KV blocks but the cache holds {blocks} ({blocks * cfg.block_size} tokens at "
+                          f"memory utilization {cfg.memory_utilization:g}); shorten the lengths or add memory")
+    if not cfg.chunked_prefill and int((ins + outs).max()) > cfg.max_num_batched_tokens:
+        raise DsdsimError(f"without chunked prefill max_num_batched_tokens ({cfg.max_num_batched_tokens}) must hold "
+                          "a whole prompt (and a preempted request's recompute); raise it or enable chunked prefill")
+    sch = Scheduler(arrivals, ins, outs, cfg, blocks, la, concurrency)
+    n = sch.n
+    now, k_prev = 0.0, 0
+    t_end, n_req, n_dec, ks, toks, gaps = [], [], [], [], [], []
+    verifies, accepted_sum, limited = 0, 0, 0
+    next_tick = 0
+    sch.release(now)
+    while sch.finished < n:
+        if sch.idle:
+            nxt = sch.next_arrival()
+            if nxt is None:
+                raise AssertionError("no request left to arrive while some are unfinished")
+            now = max(now, nxt)
+            sch.release(now)
+            continue
+        plan = sch.schedule(k_prev)
+        if plan.num_requests == 0:
+            raise AssertionError("a step scheduled nothing while requests wait")
+        if plan.pre_ids.size:
+            pre = plan.pre_ids
+            pre_ctx = sch.computed[pre].astype(float)
+            ntok = sch.in_len[pre] + sch.generated[pre]
+            completing = int(np.count_nonzero(sch.computed[pre] + plan.pre_chunks == ntok))
+        else:
+            pre_ctx, completing = _EMPTY, 0
+        view = StepView(sch.computed[plan.dec_ids].astype(float), plan.pre_chunks.astype(float), pre_ctx, completing,
+                        plan.k_cap if plan.dec_ids.size else la)
+        want = min(int(policy.k(plan.num_requests, view)), la)
+        k = min(want, plan.k_cap) if plan.dec_ids.size else want
+        limited += int(k < want)
+        sch.commit(plan, k)
+        step_s = float(pricer.seconds(ScheduledStep(k, view.decode_contexts, view.prefill_tokens,
+                                                    view.prefill_contexts)))
+        if not (math.isfinite(step_s) and step_s > 0):
+            raise DsdsimError(f"the pricer gave {step_s!r} s for a step of {plan.num_requests} requests at K = {k}; "
+                              "a step takes a positive, finite time")
+        now += step_s
+        accepted = draws.accepted(plan.dec_ids, k, sch.generated[plan.dec_ids])
+        if plan.dec_ids.size and k > 0:
+            verifies += int(plan.dec_ids.size)
+            accepted_sum += int(accepted.sum())
+            policy.observe(accepted, k)
+        g, emitted = sch.finish(plan, now, accepted)
+        if g.size:
+            gaps.append(g)
+        t_end.append(now)
+        n_req.append(plan.num_requests)
+        n_dec.append(int(plan.dec_ids.size))
+        ks.append(k)
+        toks.append(emitted)
+        if plan.dec_ids.size:
+            k_prev = k
+        sch.release(now)
+        if progress is not None and sch.finished >= next_tick:
+            progress(sch.finished / n)
+            next_tick = sch.finished + max(1, n // 100)
+    timeline = Timeline(np.asarray(t_end), np.asarray(n_req), np.asarray(n_dec), np.asarray(ks), np.asarray(toks))
+    itl = np.concatenate(gaps) if gaps else np.zeros(0)
+    mal = 1.0 + accepted_sum / verifies if verifies else 1.0
+    return policy_result(policy.name, sch.send_t, sch.first_t, sch.finish_t, outs, itl, timeline, sch.preemptions,
+                         slo, mal, limited)

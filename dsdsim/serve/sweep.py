@@ -1,0 +1,482 @@
+"""Many serving simulations at once: loads x policies (x plan candidates) through an executor.
+
+``simulate_many`` and ``sweep`` run one job per (load, policy): simulate draws every policy's requests and acceptance
+from the same seeded streams whichever policies run beside it, so a policy simulated alone gives the numbers it
+gives with the others, and the results of one load are merged back into one SimulationResult. A load search
+(``largest_loads``) runs, per plan candidate and policy, the few simulations that a doubling then bisection over the
+load needs to find the largest load that meets the SLO (one job each). Where a job runs does not change its
+numbers:
+
+    local                  in this process, one after another
+    processes              a ``concurrent.futures.ProcessPoolExecutor`` on this machine's cores (the default when
+                           there is more than one job and more than one core)
+    dask://HOST:PORT       a ``dask.distributed`` cluster (``pip install 'dsdsim[cluster]'``; the workers need
+                           dsdsim installed); the scheduler's address, tcp:// unless another protocol is written
+
+or any ``concurrent.futures.Executor`` you pass (it is used, not shut down). A job carries its resolved Setup (spec
+objects pickle by value, so a worker needs none of the spec files), its acceptance as an object (``checked`` reads a
+metrics file once, here), and the texts of its workload, policies and SLO, parsed in the worker (a trace or table
+file must be readable there).
+"""
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import Executor
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Optional, Sequence
+
+from dsdsim.errors import DsdsimError
+
+LOCAL, PROCESSES, DASK = "local", "processes", "dask://"
+EXECUTORS_HELP = "local | processes | dask://HOST:PORT"
+
+Progress = Optional[Callable[[float, int], None]]     # (jobs done, jobs in all)
+
+
+# --- loads ------------------------------------------------------------------------------------------------------
+
+LOAD_KINDS = {"closed": "concurrency", "poisson": "QPS", "gamma": "QPS"}   # what each swept workload's number is
+
+
+@dataclass(frozen=True)
+class Loads:
+    """The loads of a sweep: the workload kind, its numbers, and the workload text of each.
+
+    closed: concurrency (whole numbers); poisson and gamma: requests per second (gamma keeps its CV)."""
+
+    kind: str
+    values: tuple[float, ...]             # ints for closed
+    cv: Optional[float] = None            # gamma's coefficient of variation of the gaps
+
+    @property
+    def unit(self) -> str:
+        return LOAD_KINDS[self.kind]
+
+    def workload(self, value: float) -> str:
+        """The workload text at one load: 'closed:32', 'poisson:4', 'gamma:4:2'."""
+        if self.kind == "closed":
+            return f"closed:{int(value)}"
+        if self.kind == "gamma":
+            return f"gamma:{value:g}:{self.cv:g}"
+        return f"{self.kind}:{value:g}"
+
+    @property
+    def workloads(self) -> tuple[str, ...]:
+        return tuple(self.workload(v) for v in self.values)
+
+
+def parse_loads(text: str) -> Loads:
+    """'poisson:1,2,4,8' | 'gamma:1,2,4:CV' | 'closed:1,8,32,64'. Every workload is checked by parse_workload."""
+    from dsdsim.serve.workload import parse_workload
+
+    kind, _, rest = str(text).strip().partition(":")
+    kind = kind.strip().lower()
+    example = "poisson:1,2,4,8, gamma:1,2,4:2 or closed:1,8,32,64"
+    if kind not in LOAD_KINDS:
+        raise DsdsimError(f"cannot sweep {text!r}: a sweep varies the load of closed, poisson or gamma, e.g. {example}")
+    cv = None
+    if kind == "gamma":
+        rest, sep, cv_text = rest.rpartition(":")
+        if not sep:
+            raise DsdsimError(f"cannot read the sweep {text!r}: write gamma:QPS1,QPS2,...:CV, e.g. gamma:1,2,4:2")
+        cv = _number(cv_text, text, example)
+    values = tuple(_number(v, text, example) for v in rest.split(",") if v.strip())
+    if not values:
+        raise DsdsimError(f"the sweep {text!r} names no load; e.g. {example}")
+    if kind == "closed":
+        if any(v != int(v) for v in values):
+            raise DsdsimError(f"closed-loop loads are whole numbers of clients, got {text!r}")
+        values = tuple(int(v) for v in values)
+    if len(set(values)) != len(values):
+        raise DsdsimError(f"the sweep {text!r} names a load twice")
+    loads = Loads(kind, tuple(sorted(values)), cv)
+    for w in loads.workloads:
+        parse_workload(w)                 # each load a valid workload (QPS > 0, C >= 1, ...) before any work
+    return loads
+
+
+def _number(text: str, whole: str, example: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise DsdsimError(f"cannot read {text.strip()!r} in the sweep {whole!r}; e.g. {example}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise DsdsimError(f"sweep loads must be finite numbers > 0, got {text.strip()!r} in {whole!r}")
+    return v
+
+
+def load_of(workload: str) -> tuple[Loads, float]:
+    """The load kind of one workload text and its number: 'poisson:4' -> (poisson, 4.0). Refuses a rollout or a
+    trace, which have no load to vary."""
+    kind, _, rest = str(workload).strip().partition(":")
+    kind = kind.strip().lower()
+    if kind not in LOAD_KINDS:
+        raise DsdsimError(f"workload {workload!r} has no load to vary: use closed:C, poisson:QPS or gamma:QPS:CV")
+    if kind == "gamma":
+        qps, _, cv = rest.partition(":")
+        loads = parse_loads(f"gamma:{qps}:{cv}")
+    else:
+        loads = parse_loads(f"{kind}:{rest}")
+    return loads, loads.values[0]
+
+
+# --- one simulation, as a job -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """One simulation's inputs, every one picklable: what a worker runs (``run_simulation``).
+
+    setup: a resolved Setup (dsdsim.specs.setup.resolve). workload, policies, slo: the texts parse_workload,
+    parse_policies and parse_slo read (parsed in the worker). acceptance: what simulate takes (a text, a number, an
+    Acceptance). scheduler: a SchedulerConfig, or None for its defaults."""
+
+    setup: Any
+    workload: str
+    policies: str
+    requests: int = 1000
+    input_len: str = "512"
+    output_len: str = "256"
+    acceptance: Any = None
+    scheduler: Any = None
+    slo: Optional[str] = None
+    seed: int = 0
+
+    def at(self, workload: str, policies: Optional[str] = None, setup=None) -> "Simulation":
+        """The same simulation at another workload (and policies, setup)."""
+        return replace(self, workload=workload, policies=self.policies if policies is None else policies,
+                       setup=self.setup if setup is None else setup)
+
+
+def checked(sim: Simulation) -> Simulation:
+    """``sim`` with its texts checked (workload, policies, lengths, SLO: a one-line error before any work) and its
+    acceptance read here into an Acceptance (a metrics file is read once, in this process, not by every worker)."""
+    from dsdsim.policy.predict import acceptance_for
+    from dsdsim.serve.lengths import parse_lengths
+    from dsdsim.serve.policies import parse_policies
+    from dsdsim.serve.simulate import parse_slo
+    from dsdsim.serve.workload import parse_workload
+
+    parse_workload(sim.workload)
+    parse_policies(sim.policies)
+    parse_lengths(sim.input_len, "input length")
+    parse_lengths(sim.output_len, "output length")
+    if sim.slo:
+        parse_slo(sim.slo)
+    if sim.acceptance is None:
+        return sim
+    return replace(sim, acceptance=acceptance_for(sim.acceptance, None))
+
+
+def split_policies(text: str) -> list[str]:
+    """A policies text as one text per policy ('none,fixed:3,dsd' -> ['none', 'fixed:3', 'dsd']), each checked."""
+    from dsdsim.serve.policies import parse_policies
+
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    for p in parts:
+        parse_policies(p)
+    parse_policies(text)
+    return parts
+
+
+def run_simulation(sim: Simulation, progress: Optional[Callable[[float], None]] = None):
+    """The SimulationResult of one job (a module-level function: workers import it by name). progress: simulate's,
+    called with the fraction done."""
+    from dsdsim.serve.simulate import simulate
+
+    return simulate(sim.setup, sim.workload, sim.policies, requests=sim.requests, input_len=sim.input_len,
+                    output_len=sim.output_len, acceptance=sim.acceptance, scheduler=sim.scheduler,
+                    slo=sim.slo or None, seed=sim.seed, progress=progress)
+
+
+def simulate_many(base: Simulation, workloads: Sequence[str], *, executor=None, progress: Progress = None) -> list:
+    """``base`` at each workload: one SimulationResult per workload, every policy of ``base`` in it.
+
+    Each (workload, policy) pair is its own job: simulate draws every policy's requests and acceptance from the same
+    seeded streams whichever policies run with it, so a policy simulated alone gives the numbers it gives beside the
+    others, and the pairs can run on different cores. executor: see the module doc (None: processes for more than
+    one job on a machine with more than one core). progress(done, total) as jobs finish (fractions of a job when
+    they run here)."""
+    policies = split_policies(base.policies)
+    jobs = [base.at(w, policies=p) for w in workloads for p in policies]
+    parts = map_jobs(run_simulation, jobs, executor=executor, progress=progress)
+    n = len(policies)
+    return [merge_results(parts[i * n:(i + 1) * n]) for i in range(len(workloads))]
+
+
+def merge_results(parts: Sequence):
+    """One SimulationResult of the same requests from several, each simulating some of the policies."""
+    first = parts[0]
+    return replace(first, policies=[p for r in parts for p in r.policies])
+
+
+# --- sweeps -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One load of a sweep: its number, its workload text, and the simulation of every policy there."""
+
+    load: float
+    workload: str
+    result: Any                    # a SimulationResult
+
+    def to_dict(self) -> dict:
+        return {"load": self.load, **self.result.to_dict()}
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """Every load of a sweep, in increasing load."""
+
+    loads: Loads
+    points: tuple[LoadPoint, ...]
+
+    def to_dict(self) -> dict:
+        return {"sweep": {"kind": self.loads.kind, "unit": self.loads.unit, "values": list(self.loads.values),
+                          **({"cv": self.loads.cv} if self.loads.cv is not None else {})},
+                "loads": [p.to_dict() for p in self.points]}
+
+
+def sweep(base: Simulation, loads: Loads | str, *, executor=None, progress: Progress = None) -> SweepResult:
+    """``base`` at every load of ``loads`` (a Loads or its text, 'poisson:1,2,4,8'); ``base.workload`` is ignored.
+    One job per load and policy (``simulate_many``)."""
+    loads = parse_loads(loads) if isinstance(loads, str) else loads
+    results = simulate_many(base, loads.workloads, executor=executor, progress=progress)
+    return SweepResult(loads, tuple(LoadPoint(v, w, r) for v, w, r in zip(loads.values, loads.workloads, results)))
+
+
+# --- the largest load that meets the SLO --------------------------------------------------------------------------
+
+ATTAINMENT = 0.9          # a load meets the SLO when at least this share of its requests meets every SLO
+REL_TOL = 0.05            # open loop: bisect until the passing and the failing QPS are within 5% of each other
+MAX_DOUBLINGS = 12        # 2**12 times the starting load up (or down) before giving up
+
+
+def meets(policy_result, attainment: float = ATTAINMENT) -> bool:
+    """Whether a policy's run meets its SLO: goodput (requests meeting every SLO, per second) is at least
+    ``attainment`` of the completed requests per second."""
+    good = policy_result.goodput_requests_per_s
+    if good is None:
+        raise DsdsimError("a load search needs an SLO (ttft=MS,tpot=MS) to judge each load by")
+    return good >= attainment * policy_result.requests_per_s
+
+
+@dataclass(frozen=True)
+class Bracket:
+    """A load search's answer: the largest load found to meet the SLO (None: not even the smallest tried) and
+    the smallest found to miss it (None: none missed up to the cap), after ``simulations`` runs."""
+
+    passing: Optional[float]
+    failing: Optional[float]
+    simulations: int
+
+
+def bracket_load(ok: Callable[[float], bool], start: float, whole: bool, *, cap: Optional[float] = None,
+                 floor: Optional[float] = None, rel_tol: float = REL_TOL) -> Bracket:
+    """The largest load where ``ok(load)`` holds, assuming it holds up to some load and fails beyond (more load,
+    more queueing): double (or halve) from ``start`` until the answer changes, then bisect, geometrically for a
+    rate (to ``rel_tol``), on whole numbers for a concurrency (to 1).
+
+    cap: no load above it is tried (a closed loop with more clients than requests is a rollout); floor: no load
+    below (default 1 for whole numbers, start / 2**MAX_DOUBLINGS for rates)."""
+    runs = 0
+
+    def test(x: float) -> bool:
+        nonlocal runs
+        runs += 1
+        return ok(x)
+
+    def snap(x: float) -> float:
+        return float(max(1, round(x))) if whole else x
+
+    floor = (1.0 if whole else start / 2 ** MAX_DOUBLINGS) if floor is None else floor
+    lo = hi = None
+    x = snap(min(start, cap) if cap is not None else start)
+    if test(x):
+        lo = x
+        for _ in range(MAX_DOUBLINGS):
+            if cap is not None and lo >= cap:
+                return Bracket(lo, None, runs)
+            x = snap(lo * 2 if cap is None else min(lo * 2, cap))
+            if not test(x):
+                hi = x
+                break
+            lo = x
+        else:
+            return Bracket(lo, None, runs)
+    else:
+        hi = x
+        while True:
+            x = snap(hi / 2)
+            if x < floor or x >= hi:
+                return Bracket(None, hi, runs)
+            if test(x):
+                lo = x
+                break
+            hi = x
+    while (hi - lo > 1) if whole else (hi / lo > 1 + rel_tol):
+        mid = snap((lo + hi) / 2 if whole else math.sqrt(lo * hi))
+        if mid <= lo or mid >= hi:
+            break
+        if test(mid):
+            lo = mid
+        else:
+            hi = mid
+    return Bracket(lo, hi, runs)
+
+
+@dataclass(frozen=True)
+class LoadSearch:
+    """One search job: a candidate's simulation (one policy) and where its load starts."""
+
+    candidate: str
+    base: Simulation
+    start: str                       # the workload text the search starts from: closed:64, poisson:4, gamma:4:2
+    attainment: float = ATTAINMENT
+    rel_tol: float = REL_TOL
+
+
+@dataclass(frozen=True)
+class LargestLoad:
+    """The largest load of one (candidate, policy) that meets the SLO (see Bracket), in the load kind's unit."""
+
+    candidate: str
+    policy: str
+    kind: str
+    unit: str
+    load: Optional[float]
+    failing: Optional[float]
+    simulations: int
+
+    def to_dict(self) -> dict:
+        return {"candidate": self.candidate, "policy": self.policy, "kind": self.kind, "unit": self.unit,
+                "max_load": self.load, "first_failing_load": self.failing, "simulations": self.simulations}
+
+
+def search_largest_load(job: LoadSearch, progress=None) -> LargestLoad:
+    """Run one search (a module-level function: workers import it by name); ``progress`` is not called (a search
+    does not know how many simulations it will need)."""
+    loads, start = load_of(job.start)
+    whole = loads.kind == "closed"
+    names = []
+
+    def ok(x: float) -> bool:
+        result = run_simulation(job.base.at(loads.workload(x)))
+        names.append(result.policies[0].name)
+        return meets(result.policies[0], job.attainment)
+
+    cap = float(job.base.requests) if whole else None
+    b = bracket_load(ok, start, whole, cap=cap, rel_tol=job.rel_tol)
+    number = int if whole else float
+    return LargestLoad(job.candidate, names[0] if names else job.base.policies, loads.kind, loads.unit,
+                       None if b.passing is None else number(b.passing),
+                       None if b.failing is None else number(b.failing), b.simulations)
+
+
+def largest_loads(setups: Sequence[tuple[str, Any]], base: Simulation, policies: Sequence[str], *,
+                  attainment: float = ATTAINMENT, rel_tol: float = REL_TOL, executor=None,
+                  progress: Progress = None) -> list[LargestLoad]:
+    """For each (candidate name, Setup) and policy text, the largest load meeting ``base.slo``, the search starting
+    at ``base.workload`` (closed:C searches the concurrency, poisson:QPS and gamma:QPS:CV the rate). One job per
+    (candidate, policy), in that order."""
+    if not base.slo:
+        raise DsdsimError("a load search needs an SLO (ttft=MS,tpot=MS) to judge each load by")
+    if not 0 < attainment <= 1:
+        raise DsdsimError(f"the SLO attainment must be in (0, 1], got {attainment}")
+    load_of(base.workload)
+    jobs = [LoadSearch(name, base.at(base.workload, policies=p, setup=setup), base.workload, attainment, rel_tol)
+            for name, setup in setups for p in policies]
+    return map_jobs(search_largest_load, jobs, executor=executor, progress=progress)
+
+
+# --- executors ----------------------------------------------------------------------------------------------------
+
+
+def executor_kind(executor, jobs: int) -> str:
+    """'local', 'processes' or 'dask://...' for an executor text (None: processes for more than one job when this
+    machine has more than one core)."""
+    if executor is None:
+        return PROCESSES if jobs > 1 and (os.cpu_count() or 1) > 1 else LOCAL
+    text = str(executor).strip()
+    if text in (LOCAL, PROCESSES) or (text.startswith(DASK) and len(text) > len(DASK)):
+        return text
+    raise DsdsimError(f"unknown executor {executor!r}; use {EXECUTORS_HELP}")
+
+
+def check_executor(executor) -> None:
+    """A one-line error, before any work, for an executor text that cannot run: unknown, or dask:// without
+    dask.distributed installed."""
+    if isinstance(executor, Executor) or executor is None:
+        return
+    if executor_kind(executor, 2).startswith(DASK):
+        _dask_client_class()
+
+
+def _dask_client_class():
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise DsdsimError("a dask executor needs dask.distributed, which is not installed: "
+                          "pip install 'dsdsim[cluster]'") from None
+    return Client
+
+
+def map_jobs(fn: Callable, jobs: Sequence, *, executor=None, progress: Progress = None) -> list:
+    """[fn(job) for job in jobs] on ``executor`` (see the module doc), in the jobs' order. progress(done, total) as
+    jobs finish; here (local) ``fn(job, tick)`` is also given a tick(fraction) for the job under way. The first job
+    that raises stops the others and its error is raised here."""
+    jobs = list(jobs)
+    if isinstance(executor, Executor):
+        return _gather(executor, fn, jobs, progress)
+    kind = executor_kind(executor, len(jobs))
+    if kind == LOCAL or not jobs:
+        out = []
+        for i, job in enumerate(jobs):
+            tick = None if progress is None else (lambda f, i=i: progress(i + f, len(jobs)))
+            out.append(fn(job, tick))
+            if progress is not None:
+                progress(i + 1, len(jobs))
+        return out
+    if kind == PROCESSES:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+            return _gather(pool, fn, jobs, progress)
+    client = dask_client(kind[len(DASK):])
+    try:
+        with client.get_executor(pure=False) as pool:
+            return _gather(pool, fn, jobs, progress)
+    finally:
+        client.close()
+
+
+def _gather(pool: Executor, fn: Callable, jobs: list, progress: Progress) -> list:
+    from concurrent.futures import as_completed
+
+    futures = [pool.submit(fn, job) for job in jobs]
+    try:
+        for done, f in enumerate(as_completed(futures), 1):
+            f.result()                     # the first error stops the run
+            if progress is not None:
+                progress(done, len(futures))
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
+    return [f.result() for f in futures]
+
+
+DASK_TIMEOUT_S = 10
+
+
+def dask_client(address: str):
+    """A dask.distributed Client of the scheduler at ``address`` (HOST:PORT means tcp://HOST:PORT)."""
+    Client = _dask_client_class()
+    full = address if "://" in address else f"tcp://{address}"
+    try:
+        return Client(full, timeout=DASK_TIMEOUT_S)
+    except (OSError, TimeoutError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DsdsimError(f"cannot reach the dask scheduler at {full}: {why}") from None

@@ -1,0 +1,262 @@
+"""Workloads: when requests arrive and how many a client keeps in flight.
+
+A workload is arrival times plus an optional client-side concurrency limit, as ``vllm bench serve`` drives a server
+(``vllm/benchmarks/serve.py``: ``get_request`` draws the send times, an ``asyncio.Semaphore(max_concurrency)`` holds
+back a request until one in flight finishes; a request's latencies are measured from when it is sent):
+
+* ``closed:C``      C requests in flight (``--max-concurrency C --request-rate inf``): all want to go at t = 0, a new
+                    one is sent when one finishes;
+* ``poisson:QPS``   exponential inter-arrival times at QPS requests/s (``--request-rate QPS``, burstiness 1);
+* ``gamma:QPS:CV``  gamma inter-arrival times with mean 1/QPS and coefficient of variation CV: vLLM's ``--burstiness``
+                    is the gamma shape, ``burstiness = 1 / CV²`` (CV > 1 is burstier than Poisson);
+* ``rollout``       every request at t = 0 with no client limit: the server admits up to ``max_num_seqs`` and the
+                    batch drains as requests finish (an RL rollout's generation phase);
+* ``trace:FILE``    per-request arrival times and lengths from a file (``read_trace``).
+
+Unlike vLLM's sender, the gamma / Poisson arrivals are not rescaled so that their total equals n / QPS exactly.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from dsdsim.errors import DsdsimError, kind_of
+from dsdsim.serve.lengths import LengthDist
+from dsdsim.specs.io import read_text
+
+WORKLOAD_FORMS = ("closed:C", "poisson:QPS", "gamma:QPS:CV", "rollout", "trace:FILE")
+MAX_CONCURRENCY = 1 << 20
+_NUMBER = r"[0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?"
+
+# column names accepted in a trace file (lower case), first the canonical one
+ARRIVAL_KEYS = ("arrival_s", "arrival", "arrival_time", "timestamp", "time", "time_s", "start_time")
+INPUT_KEYS = ("input_len", "prompt_len", "input_tokens", "prompt_tokens", "input_length", "prompt_length",
+              "contexttokens", "context_tokens")
+OUTPUT_KEYS = ("output_len", "output_tokens", "completion_tokens", "generated_tokens", "output_length",
+               "generatedtokens", "response_tokens")
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Requests read from a file: arrival seconds (from 0), input and output tokens, all shape (n,); ``concurrency``
+    the client's limit the file records (a vLLM bench result's ``max_concurrency``), None when none."""
+
+    arrival_s: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    source: str
+    concurrency: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """kind: closed, poisson, gamma, rollout or trace; text: what was parsed. concurrency: the client's limit on
+    requests in flight (closed; a trace that records one), None for none. qps, cv: the arrival process."""
+
+    kind: str
+    text: str
+    concurrency: Optional[int] = None
+    qps: Optional[float] = None
+    cv: Optional[float] = None
+    trace: Optional[Trace] = field(default=None, compare=False)
+
+    def describe(self) -> str:
+        if self.kind == "closed":
+            return f"closed loop, {self.concurrency} requests in flight"
+        if self.kind == "poisson":
+            return f"Poisson arrivals at {self.qps:g} requests/s"
+        if self.kind == "gamma":
+            return f"gamma arrivals at {self.qps:g} requests/s, CV {self.cv:g}"
+        if self.kind == "rollout":
+            return "rollout: every request at t = 0, the batch drains"
+        limit = f", {self.concurrency} in flight" if self.concurrency else ""
+        return f"trace {self.trace.source} ({self.trace.input_len.size} requests{limit})"
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: when the client wants to send it (s), its prompt and output lengths (tokens), its index."""
+
+    arrival_s: float
+    input_len: int
+    output_len: int
+    id: int
+
+
+def parse_workload(text) -> Workload:
+    """A Workload from ``closed:C``, ``poisson:QPS``, ``gamma:QPS:CV``, ``rollout`` or ``trace:FILE``."""
+    if isinstance(text, Workload):
+        return text
+    raw = str(text).strip()
+    head, _, rest = raw.partition(":")
+    kind = head.strip().lower()
+    if kind == "trace":
+        if not rest.strip():
+            raise DsdsimError("workload trace: needs a file: trace:FILE (CSV, JSONL or a vllm bench serve result)")
+        tr = read_trace(rest.strip())
+        return Workload("trace", raw, concurrency=tr.concurrency, trace=tr)
+    parts = [p.strip() for p in rest.split(":")] if rest else []
+    if kind == "rollout":
+        if parts:
+            raise DsdsimError(f"workload {raw!r}: rollout takes no figures (every request arrives at t = 0)")
+        return Workload("rollout", raw)
+    if kind == "closed":
+        if len(parts) != 1 or not re.fullmatch(r"[0-9]+", parts[0]):
+            raise DsdsimError(f"workload {raw!r}: write closed:C with C a whole number >= 1 (requests in flight)")
+        c = int(parts[0])
+        if not 1 <= c <= MAX_CONCURRENCY:
+            raise DsdsimError(f"workload {raw!r}: the concurrency C must be in 1..{MAX_CONCURRENCY}, got {c}")
+        return Workload("closed", raw, concurrency=c)
+    if kind in ("poisson", "gamma"):
+        want = 1 if kind == "poisson" else 2
+        if len(parts) != want or not all(re.fullmatch(_NUMBER, p.lower()) for p in parts):
+            form = "poisson:QPS" if kind == "poisson" else "gamma:QPS:CV"
+            example = form.replace("QPS", "8").replace("CV", "2")
+            raise DsdsimError(f"workload {raw!r}: write {form} with numbers (e.g. {example})")
+        qps = float(parts[0])
+        if not (math.isfinite(qps) and qps > 0):
+            raise DsdsimError(f"workload {raw!r}: the request rate QPS must be > 0, got {parts[0]}")
+        cv = 1.0 if kind == "poisson" else float(parts[1])
+        if not (math.isfinite(cv) and cv > 0):
+            raise DsdsimError(f"workload {raw!r}: the coefficient of variation CV must be > 0, got {parts[1]}")
+        return Workload(kind, raw, qps=qps, cv=None if kind == "poisson" else cv)
+    raise DsdsimError(f"unknown workload {raw!r}; use one of: {', '.join(WORKLOAD_FORMS)}")
+
+
+def build_requests(workload: Workload, n: Optional[int], input_len: LengthDist, output_len: LengthDist,
+                   rng: np.random.Generator) -> list[Request]:
+    """``n`` requests of the workload, sorted by arrival. Lengths come from the distributions (a trace gives its own,
+    and n = None takes all its rows). Draw order: input lengths, output lengths, then inter-arrival times."""
+    if workload.kind == "trace":
+        tr = workload.trace
+        rows = tr.input_len.size
+        if n is None:
+            n = rows
+        if n > rows:
+            raise DsdsimError(f"the trace {tr.source} has {rows} requests; ask for at most {rows}")
+        return [Request(float(tr.arrival_s[i]), int(tr.input_len[i]), int(tr.output_len[i]), i) for i in range(n)]
+    if n is None:
+        raise DsdsimError("give the number of requests to simulate")
+    ins = input_len.sample(rng, n)
+    outs = output_len.sample(rng, n)
+    if workload.kind in ("poisson", "gamma"):
+        shape = 1.0 / (workload.cv or 1.0) ** 2          # vLLM's burstiness
+        gaps = rng.gamma(shape, 1.0 / (workload.qps * shape), size=n)
+        arrival = np.cumsum(gaps) - gaps[0]               # the first request at t = 0
+    else:
+        arrival = np.zeros(n)
+    return [Request(float(arrival[i]), int(ins[i]), int(outs[i]), i) for i in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------- trace files
+
+
+def read_trace(path) -> Trace:
+    """Requests from a trace file: CSV with a header (``arrival_s,input_len,output_len``; aliases ``ARRIVAL_KEYS``,
+    ``INPUT_KEYS``, ``OUTPUT_KEYS``, any case), JSONL with those keys, or a ``vllm bench serve`` result JSON saved
+    with ``--save-detailed`` (its ``input_lens`` and ``output_lens``; vLLM records no arrival times: every request is
+    taken at t = 0, with the run's ``max_concurrency`` as the client's limit when it has one). Arrivals are shifted
+    so the first is 0 and sorted; a file that lacks a column is refused in one line."""
+    p, text = read_text(path, "trace file")
+    stripped = text.lstrip()
+    if stripped.startswith("{") and p.suffix.lower() != ".jsonl":
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict):
+            return _vllm_result(obj, p)
+    if p.suffix.lower() in (".jsonl", ".ndjson") or stripped.startswith("{"):
+        rows = []
+        for i, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DsdsimError(f"trace {p.name} line {i} is not JSON: {exc.msg}") from None
+            if not isinstance(row, dict):
+                raise DsdsimError(f"trace {p.name} line {i} holds {kind_of(row)}; each line must be one object "
+                                  "with arrival_s, input_len and output_len")
+            rows.append({str(k).strip().lower(): v for k, v in row.items()})
+        return _from_rows(rows, p)
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames:
+        raise DsdsimError(f"trace {p.name} is empty; write a header arrival_s,input_len,output_len and one row per "
+                          "request")
+    rows = [{str(k).strip().lower(): v for k, v in row.items() if k is not None} for row in reader]
+    return _from_rows(rows, p)
+
+
+def _column(rows: list[dict], keys: tuple[str, ...], what: str, p: Path) -> np.ndarray:
+    if not rows:
+        raise DsdsimError(f"trace {p.name} has no requests")
+    present = [k for k in keys if k in rows[0]]
+    if not present:
+        raise DsdsimError(f"trace {p.name} has no {what} column; name it {keys[0]} (or one of "
+                          f"{', '.join(keys[1:])})")
+    key = present[0]
+    values = []
+    for i, row in enumerate(rows, start=1):
+        v = row.get(key)
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            raise DsdsimError(f"trace {p.name} request {i}: {key} must be a number, got {kind_of(v)}") from None
+        if not math.isfinite(x):
+            raise DsdsimError(f"trace {p.name} request {i}: {key} must be finite, got {v!r}")
+        values.append(x)
+    return np.asarray(values, dtype=float)
+
+
+def _lengths(x: np.ndarray, key: str, p: Path) -> np.ndarray:
+    bad = np.flatnonzero((x < 1) | (x != np.round(x)))
+    if bad.size:
+        raise DsdsimError(f"trace {p.name} request {bad[0] + 1}: {key} must be a whole number of tokens >= 1, got "
+                          f"{x[bad[0]]:g}")
+    return x.astype(np.int64)
+
+
+def _from_rows(rows: list[dict], p: Path) -> Trace:
+    arrival = _column(rows, ARRIVAL_KEYS, "arrival time", p)
+    ins = _lengths(_column(rows, INPUT_KEYS, "input length", p), "input_len", p)
+    outs = _lengths(_column(rows, OUTPUT_KEYS, "output length", p), "output_len", p)
+    order = np.argsort(arrival, kind="stable")
+    arrival = arrival[order] - arrival[order][0]
+    return Trace(arrival, ins[order], outs[order], p.name)
+
+
+def _vllm_result(obj: dict, p: Path) -> Trace:
+    """A ``vllm bench serve --save-result --save-detailed`` JSON (vllm/benchmarks/serve.py: ``input_lens`` is each
+    request's prompt_len, ``output_lens`` the tokens it generated, ``max_concurrency`` the client's limit)."""
+    missing = [k for k in ("input_lens", "output_lens") if k not in obj]
+    if missing:
+        raise DsdsimError(f"trace {p.name} is a JSON object without {' and '.join(missing)}: give a vllm bench "
+                          "serve result saved with --save-result --save-detailed, or a CSV / JSONL trace")
+    ins, outs = obj["input_lens"], obj["output_lens"]
+    if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs) or not ins:
+        raise DsdsimError(f"trace {p.name}: input_lens and output_lens must be two lists of the same, non-zero length")
+    errors = obj.get("errors")
+    keep = [i for i in range(len(ins)) if not (isinstance(errors, list) and i < len(errors) and errors[i])]
+    ins_a = _lengths(np.asarray([_number(ins[i], "input_lens", i, p) for i in keep]), "input_lens", p)
+    outs_a = _lengths(np.asarray([_number(outs[i], "output_lens", i, p) for i in keep]), "output_lens", p)
+    conc = obj.get("max_concurrency")
+    if conc is not None:
+        if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
+            raise DsdsimError(f"trace {p.name}: max_concurrency must be a whole number >= 1 or null, got "
+                              f"{kind_of(conc)}")
+    return Trace(np.zeros(ins_a.size), ins_a, outs_a, p.name, conc)
+
+
+def _number(v, key: str, i: int, p: Path) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise DsdsimError(f"trace {p.name}: {key}[{i}] must be a number, got {kind_of(v)}")
+    return float(v)

@@ -1,0 +1,95 @@
+"""The mixed step of a serving simulation (dsdsim.cost.mixed): prefill chunks and decode tokens in one pass.
+
+Anchors: a step of decoding requests only is the steady step (``simulate_step``) at that batch, K and context;
+attention demand is a sum over sequences (linear in the context for full attention); a long prefill chunk runs at
+least as long as its GEMM FLOPs at the part's peak; the KV capacity is what the memory left after the weights holds.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dsdsim.cost.mixed import MixedPricer
+from dsdsim.cost.step import simulate_step
+from dsdsim.errors import DsdsimError
+from dsdsim.serve.step import ScheduledStep
+from dsdsim.specs.deployment import Deployment
+from dsdsim.specs.drafter import DraftTree, parse_drafter, with_tree
+from dsdsim.units import DType
+from dsdsim.specs.setup import resolve
+
+SETUPS = [
+    ("llama-3.1-8b", "h100-sxm", Deployment(tp=1), "eagle3"),
+    ("qwen3-30b-a3b", "h100-sxm", Deployment(tp=2, ep=2), "eagle3"),
+    ("deepseek-v3", "h200-sxm", Deployment(tp=8), "mtp"),
+    ("llama-3.1-70b", "h100-sxm", Deployment(tp=4), with_tree(parse_drafter("eagle3"), DraftTree(steps=4, topk=4, tokens=16))),
+    ("llama-3.1-8b", "h100-sxm", Deployment(tp=1), None),
+]
+
+
+def _decode(k, contexts):
+    return ScheduledStep(k, np.asarray(contexts, dtype=float), np.zeros(0), np.zeros(0))
+
+
+@pytest.mark.parametrize("args", SETUPS, ids=["llama-8b", "qwen3-moe", "dsv3-mtp", "llama-70b-tree", "llama-8b-plain"])
+def test_a_decode_only_step_is_the_steady_step(args):
+    s = resolve(*args)
+    pricer = MixedPricer(s)
+    rng = np.random.default_rng(3)
+    for _ in range(12):
+        b = int(rng.integers(1, 300))
+        k = int(rng.integers(0, pricer.max_k + 1))
+        c = float(rng.integers(0, 20000))
+        want = float(simulate_step(None, None, setup=s, batch=b, k=k, context=c).step_time_s)
+        assert pricer.seconds(_decode(k, np.full(b, c))) == pytest.approx(want, rel=1e-12), (b, k, c)
+
+
+def test_attention_is_summed_over_the_requests():
+    """Full attention's FLOPs and bytes are linear in each request's context: two requests at 1,000 and 9,000
+    cached tokens cost what two at 5,000 cost; a sliding-window model does not have that symmetry."""
+    pricer = MixedPricer(resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), "eagle3"))
+    for k in (0, 3):
+        assert pricer.seconds(_decode(k, [1000, 9000])) == pytest.approx(pricer.seconds(_decode(k, [5000, 5000])),
+                                                                         rel=1e-12)
+    assert pricer.seconds(_decode(0, [1000, 9000])) > pricer.seconds(_decode(0, [1000, 1000]))
+
+
+def test_a_prefill_chunk_costs_its_tokens():
+    """A chunk of T tokens runs the GEMMs over T rows: at 8,192 tokens on llama-3.1-8b it takes at least its
+    2 x 7.5e9 x T FLOPs (non-embedding parameters) at the part's dense bf16 peak, and less than 3x that; each more
+    token costs more."""
+    s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), None)
+    pricer = MixedPricer(s)
+    t = 8192
+    step = ScheduledStep(0, np.zeros(0), np.array([float(t)]), np.array([0.0]))
+    seconds = pricer.seconds(step)
+    peak = s.hardware.peak_flops_per_s[DType.bf16].value
+    non_embedding = s.model.params_total - s.model.params_embedding - s.model.params_lm_head
+    lower = 2 * non_embedding * t / peak
+    assert lower < seconds < 3 * lower
+    smaller = pricer.seconds(ScheduledStep(0, np.zeros(0), np.array([4096.0]), np.array([0.0])))
+    assert smaller < seconds
+    mixed = pricer.seconds(ScheduledStep(0, np.full(32, 1000.0), np.array([2048.0]), np.array([0.0])))
+    assert mixed > pricer.seconds(_decode(0, np.full(32, 1000.0)))
+    assert mixed > pricer.seconds(ScheduledStep(0, np.zeros(0), np.array([2048.0]), np.array([0.0])))
+
+
+def test_kv_capacity_is_the_memory_left_after_the_weights():
+    s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), None)
+    pricer = MixedPricer(s)
+    per_token = 32 * 2 * 8 * 128 * 2          # layers x (k, v) x kv heads x head dim x bf16 bytes
+    left = s.hardware.memory_capacity * 0.9 - 2 * s.model.params_total
+    tokens = pricer.kv_capacity_tokens(0.9)
+    assert tokens * per_token <= left
+    assert tokens * per_token >= left - 8192 * 4e5 - 2 * 8192 * 128256 * 4   # activations of an 8,192-token pass
+    assert pricer.kv_capacity_tokens(0.5) < tokens
+    with pytest.raises(DsdsimError, match="memory utilization"):
+        pricer.kv_capacity_tokens(1.5)
+
+
+def test_k_outside_the_drafter_is_refused():
+    pricer = MixedPricer(resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), None))
+    assert pricer.max_k == 0
+    with pytest.raises(DsdsimError, match="K = 2"):
+        pricer.seconds(_decode(2, [100.0]))
+    assert pricer.seconds(_decode(0, [])) == 0.0

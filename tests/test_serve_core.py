@@ -1,0 +1,479 @@
+"""The serving simulator (dsdsim.serve): closed forms on a linear fake pricer, invariants of vLLM V1's scheduler,
+the acceptance sampler against the acceptance model, table files read back from dsdsim's own writers, and runs on
+the real MixedPricer.
+
+The fake pricer prices a step as a + b * tokens + c * (context tokens read) + d * K, so a step's time is known in
+closed form; it has a KV cache of ``kv`` tokens and a drafter limit of ``max_k``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dsdsim.errors import DsdsimError
+from dsdsim.export.engines import (build_vllm_lookup, sglang_adaptive_config, trtllm_draft_len_schedule,
+                                   vllm_speculative_config)
+from dsdsim.policy.acceptance import constant, from_list
+from dsdsim.serve.lengths import PRESETS, parse_lengths
+from dsdsim.serve.metrics import Slo
+from dsdsim.serve.policies import PolicyEnv, StepView, parse_policies
+from dsdsim.serve.requests import draw_acceptance
+from dsdsim.serve.scheduler import SchedulerConfig
+from dsdsim.serve.simulate import parse_slo, simulate
+from dsdsim.serve.step import ScheduledStep
+from dsdsim.serve.tables import read_table_file, table_lookup
+from dsdsim.serve.workload import parse_workload, read_trace
+
+DATA = Path(__file__).parent / "data" / "serve"
+CONTRACT_KEYS = {"name", "output_tokens_per_s", "requests_per_s", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
+                 "goodput_requests_per_s", "mean_batch", "k_histogram", "preemptions", "duration_s", "steps"}
+
+
+class FakePricer:
+    """seconds = a + b * tokens + c * context tokens + d * K (StepPricer contract), every call recorded."""
+
+    def __init__(self, a=5e-3, b=2e-6, c=1e-9, d=4e-4, kv=10 ** 6, max_k=8):
+        self.a, self.b, self.c, self.d, self.kv, self.max_k = a, b, c, d, kv, max_k
+        self.steps: list[ScheduledStep] = []
+
+    def seconds(self, step: ScheduledStep) -> float:
+        self.steps.append(step)
+        tokens = float(step.prefill_tokens.sum()) + step.decode_contexts.size * (1 + step.k)
+        context = float(step.decode_contexts.sum() + step.prefill_contexts.sum())
+        return self.a + self.b * tokens + self.c * context + self.d * step.k
+
+    def kv_capacity_tokens(self, memory_utilization: float) -> int:
+        return self.kv
+
+
+def run(workload, policies, pricer=None, **kw):
+    kw.setdefault("acceptance", 0.8)
+    return simulate(None, workload, policies, pricer=pricer or FakePricer(), **kw)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    from dsdsim.specs.deployment import Deployment
+    from dsdsim.specs.setup import resolve
+
+    return resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), "eagle3")
+
+
+# ---------------------------------------------------------------------------------------------- closed forms
+
+
+def test_tpot_at_concurrency_one_is_the_decode_step_time():
+    """One request at a time, no speculation: every output token after the first is one decode step at batch 1,
+    at contexts input .. input + output − 2, so TPOT is the mean of those step times (exact)."""
+    f = FakePricer()
+    n_in, n_out = 3, 12
+    p = run("closed:1", "none", pricer=f, requests=10, input_len=str(n_in), output_len=str(n_out)).policies[0]
+    steps = [f.seconds(ScheduledStep(0, np.array([float(c)]), np.zeros(0), np.zeros(0)))
+             for c in range(n_in, n_in + n_out - 1)]
+    assert p.tpot_ms.mean == pytest.approx(1e3 * np.mean(steps), rel=1e-9)
+    assert p.tpot_ms.p99 == pytest.approx(p.tpot_ms.p50, rel=1e-9)       # every request alike
+    # TTFT: the prefill step of n_in tokens at context 0
+    assert p.ttft_ms.mean == pytest.approx(1e3 * (f.a + f.b * n_in), rel=1e-9)
+    assert p.mean_batch == 1.0 and p.k_histogram == {0: 10 * (n_out - 1)}
+
+
+def test_itl_is_counted_per_emission_event():
+    """vLLM's bench appends one ITL per streamed chunk; a step's tokens are one chunk. At concurrency 1 with K = 3
+    each decode step is one gap, so ITL is the step time (not step / tau) and there is one gap per decode step."""
+    f = FakePricer(c=0.0)
+    p = run("closed:1", "fixed:3", pricer=f, requests=30, input_len="5", output_len="40").policies[0]
+    decode_steps = int(np.sum(p.timeline.decoding))
+    step_ms = 1e3 * (f.a + f.b * 4 + f.d * 3)
+    assert p.itl_ms.mean == pytest.approx(step_ms, rel=1e-9)
+    assert p.mean_acceptance_length > 2.0                     # several tokens per gap
+    assert p.tpot_ms.mean < p.itl_ms.mean / 2
+    assert decode_steps == p.k_histogram[3]
+
+
+def test_littles_law_in_closed_loop():
+    """Closed loop with C in flight: throughput x mean latency = C. Tails excluded: the window opens when 10% of the
+    requests have finished (warm-up) and closes when the last request is sent (after it fewer than C are in flight);
+    latencies of the requests finishing inside the window."""
+    c = 16
+    p = run("closed:16", "fixed:2", requests=1500, input_len="lognormal:200:100",
+            output_len="lognormal:80:40").policies[0]
+    finish = p.finish_s
+    t0 = np.sort(finish)[len(finish) // 10]
+    t1 = float(np.max(p.sent_s))
+    inside = (finish > t0) & (finish <= t1)
+    throughput = inside.sum() / (t1 - t0)
+    assert throughput * p.e2e_s[inside].mean() == pytest.approx(c, rel=0.03)
+
+
+def _accept_moments(acc, k):
+    p = acc.unconditional(k)                                   # P(A >= i), i = 1..k
+    mean = p.sum()
+    second = np.sum((2 * np.arange(1, k + 1) - 1) * p)        # E[A^2] = sum (2i - 1) P(A >= i)
+    return mean, second - mean ** 2
+
+
+def test_fixed_k_mean_accepted_length_is_tau():
+    acc = from_list([0.85, 0.7, 0.6])
+    k = 4
+    p = simulate(None, "closed:32", f"fixed:{k}", pricer=FakePricer(), acceptance=acc, requests=800,
+                 output_len="200").policies[0]
+    verifies = int(p.timeline.decoding[p.timeline.k > 0].sum())
+    _, var = _accept_moments(acc, k)
+    assert verifies > 50_000
+    assert p.mean_acceptance_length == pytest.approx(acc.tau(k), abs=4 * np.sqrt(var / verifies))
+
+
+@pytest.mark.parametrize("spread", [None, 4.0])
+def test_acceptance_draws_match_the_population(spread):
+    """Each request draws its Beta multiplier; over requests the mean of 1 + accepted is Acceptance.tau (spread
+    included), and with a spread the requests really differ."""
+    acc = from_list([0.9, 0.75, 0.7]).with_spread(spread)
+    n, k = 60_000, 5
+    draws = draw_acceptance(acc, np.full(n, 10), k, np.random.default_rng(3))
+    a = draws.accepted(np.arange(n), k, np.zeros(n, dtype=np.int64))
+    _, var = _accept_moments(acc, k)
+    assert 1 + a.mean() == pytest.approx(acc.tau(k), abs=4 * np.sqrt(var / n) + 0.01 * (spread is not None))
+    assert (np.std(draws.multiplier) > 0.05) == (spread is not None)
+    if spread is not None:
+        assert acc.tau(k) > from_list([0.9, 0.75, 0.7]).tau(k)          # Jensen: the spread raises the mean
+
+
+def test_no_uniform_decides_twice():
+    """A step decides with the uniforms up to its first rejection; the next step starts past the bonus token, so the
+    deciding uniforms of successive steps never overlap."""
+    k = 4
+    draws = draw_acceptance(constant(0.5), np.array([200]), k, np.random.default_rng(0))
+    pos, seen = 0, set()
+    while pos < 200:
+        a = int(draws.accepted(np.array([0]), k, np.array([pos]))[0])
+        deciding = set(range(pos, pos + min(a + 1, k)))
+        assert not deciding & seen
+        seen |= deciding
+        pos += 1 + a
+    assert len(seen) > 100
+
+# ---------------------------------------------------------------------------------------------- reproducibility
+
+
+def test_a_seed_reproduces_and_another_differs():
+    kw = dict(requests=200, input_len="lognormal:300:150", output_len="lognormal:100:50")
+    a = run("poisson:40", "fixed:3,adaptive", seed=7, **kw).to_dict()
+    b = run("poisson:40", "fixed:3,adaptive", seed=7, **kw).to_dict()
+    c = run("poisson:40", "fixed:3,adaptive", seed=8, **kw).to_dict()
+    assert a == b
+    assert a["policies"][0]["e2e_ms"] != c["policies"][0]["e2e_ms"]
+
+
+def test_a_policy_sees_the_same_draws_whatever_runs_beside_it():
+    kw = dict(requests=150, seed=1, output_len="lognormal:100:50")
+    alone = run("closed:8", "fixed:3", **kw).policies[0].to_dict()
+    beside = run("closed:8", "none,oracle,fixed:3", **kw).policy("fixed:3").to_dict()
+    assert alone == beside
+
+
+# ---------------------------------------------------------------------------------------------- scheduler
+
+
+def test_rollout_batch_drains():
+    """Every request at t = 0: admissions fill the batch, then after the last prefill the batch only shrinks."""
+    p = run("rollout", "fixed:3", requests=300, input_len="uniform:10:500", output_len="lognormal:120:80",
+            scheduler=SchedulerConfig(max_num_seqs=512, max_num_batched_tokens=2048)).policies[0]
+    tl = p.timeline
+    prefills = tl.requests - tl.decoding
+    last = int(np.flatnonzero(prefills > 0)[-1])
+    assert tl.requests.max() > 250                   # nearly everyone in flight at once
+    assert np.all(np.diff(tl.requests[last:]) <= 0)
+    assert np.all(np.diff(tl.requests[:last + 1][: int(np.argmax(tl.requests)) + 1]) >= 0)
+
+
+def test_preemption_with_a_tiny_cache_and_everything_finishes():
+    f = FakePricer(kv=3000)
+    cfg = SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512)
+    p = run("closed:32", "fixed:3", pricer=f, requests=200, input_len="256", output_len="128",
+            scheduler=cfg).policies[0]
+    assert p.preemptions > 0
+    assert np.all(np.isfinite(p.finish_s))
+    assert int(p.timeline.tokens.sum()) == 200 * 128           # every token emitted once
+    blocks = 3000 // 16
+    for step in f.steps:                                        # the cache never holds more than it has
+        kv_tokens = step.decode_contexts + 1 + step.k + 3       # lookahead 3
+        assert np.sum(np.ceil(kv_tokens / 16)) <= blocks
+
+
+def test_steps_respect_the_token_budget_and_max_num_seqs():
+    f = FakePricer()
+    cfg = SchedulerConfig(max_num_seqs=24, max_num_batched_tokens=600)
+    run("poisson:200", "fixed:4,adaptive", pricer=f, requests=300,
+        input_len="lognormal:700:500", output_len="lognormal:60:30", scheduler=cfg)
+    assert len(f.steps) > 100
+    for s in f.steps:
+        tokens = s.prefill_tokens.sum() + s.decode_contexts.size * (1 + s.k)
+        assert tokens <= 600
+        assert s.num_requests <= 24
+    assert any(s.prefill_tokens.size and s.decode_contexts.size for s in f.steps)     # chunked prefill mixes
+
+
+def test_k_is_lowered_when_the_budget_cannot_hold_it():
+    """max_num_batched_tokens 64 with 32 decoding requests: 1 + K <= 2 tokens each, so K <= 1 whatever the table."""
+    f = FakePricer()
+    cfg = SchedulerConfig(max_num_seqs=32, max_num_batched_tokens=64)
+    p = run("closed:32", "fixed:5", pricer=f, requests=64, input_len="8", output_len="50",
+            scheduler=cfg).policies[0]
+    full = [s for s in f.steps if s.decode_contexts.size == 32]
+    assert full and all(s.k <= 1 for s in full)
+    assert p.k_budget_limited_steps > 0
+
+
+# ---------------------------------------------------------------------------------------------- policies
+
+
+def test_oracle_picks_the_best_expected_rate():
+    f = FakePricer()
+    pol = parse_policies("oracle:6")[0].bind(PolicyEnv(None, constant(0.8), 512, 256, f, 8))
+    view = StepView(np.full(40, 600.0), np.array([300.0]), np.array([0.0]), 1)
+    rates = [(40 * constant(0.8).tau(k) + 1) / f.seconds(view.scheduled(k)) for k in range(7)]
+    assert pol.k(41, view) == int(np.argmax(rates))
+
+
+def test_adaptive_follows_sglangs_ema_rule():
+    """SGLang AdaptiveSpeculativeParams: candidates [1, 3, 7], EMA from steps - 1 = 2, warm-up 10 verify batches,
+    recompute every 5; a rise needs ema > tier - 0.5, a drop ema <= lower tier - 0.75."""
+    pol = parse_policies("adaptive")[0].bind(PolicyEnv(None, constant(0.8), 512, 256, FakePricer(), 8))
+    assert pol.current == 3 and pol.candidates == (1, 3, 7)
+    for _ in range(15):
+        pol.observe(np.full(8, 3.0), 3)                  # every request accepts all 3 drafts
+    assert pol.current == 7                              # ema = 3 - 0.8^15 > 3 - 0.5 at the 15th batch: up
+    for _ in range(40):
+        pol.observe(np.zeros(8), 7)
+    assert pol.current == 1
+    few = parse_policies("adaptive")[0].bind(PolicyEnv(None, constant(0.8), 512, 256, FakePricer(max_k=4), 4))
+    assert few.candidates == (1, 3) and few.lookahead == 3
+
+
+def test_policies_never_exceed_the_drafter_and_need_one():
+    f = FakePricer(max_k=4)
+    with pytest.raises(DsdsimError, match="beyond the drafter's limit of 4"):
+        run("closed:2", "fixed:5", pricer=f, requests=4)
+    p = run("closed:4", "oracle,adaptive", pricer=f, requests=20).policies
+    assert all(max(r.k_histogram) <= 4 for r in p)
+    with pytest.raises(DsdsimError, match="needs a drafter"):
+        run("closed:2", "none,fixed:3", pricer=FakePricer(max_k=0), requests=4)
+    assert run("closed:2", "none", pricer=FakePricer(max_k=0), requests=4).policies[0].steps > 0
+
+
+# ---------------------------------------------------------------------------------------------- table files
+
+
+RANGES = [(1, 16, 4), (17, 64, 3), (65, 200, 1), (201, 256, 0)]
+
+
+def _lookup(ranges, upto):
+    return [table_lookup(ranges, b) for b in range(1, upto + 1)]
+
+
+def test_vllm_table_round_trips(tmp_path):
+    cfg = vllm_speculative_config(RANGES, method="eagle3", max_num_seqs=256)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(cfg))
+    assert read_table_file(path) == RANGES
+    assert _lookup(read_table_file(path), 256) == build_vllm_lookup(cfg["num_speculative_tokens_per_batch_size"],
+                                                                      256, cfg["num_speculative_tokens"])[1:]
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(json.dumps([list(r) for r in RANGES]))     # JSON is YAML: the bare list
+    assert read_table_file(bare) == RANGES
+
+
+def test_vllm_table_with_gaps_and_clamp_reads_as_vllm_does():
+    """[1,16,5] clamped to num_speculative_tokens 3; a gap takes the previous K (vLLM's test: lookup[17] == 3)."""
+    ranges = read_table_file(DATA / "vllm_speculative_config.yaml")
+    assert ranges == [(1, 31, 3), (32, 255, 2), (256, 512, 0)]
+    sched = [[1, 16, 5], [32, 128, 2], [256, 512, 0]]
+    assert _lookup(ranges, 600) == build_vllm_lookup(sched, 600, 3)[1:]
+
+
+def test_sglang_table_round_trips(tmp_path):
+    path = tmp_path / "adaptive.json"
+    path.write_text(json.dumps(sglang_adaptive_config(RANGES)))
+    assert _lookup(read_table_file(path), 300) == _lookup(RANGES, 300)
+    newer = tmp_path / "newer.json"                               # newer SGLang: the candidate list itself
+    newer.write_text(json.dumps({"1": [3], "8": [1], "32": [0]}))
+    assert read_table_file(newer) == [(1, 7, 3), (8, 31, 1), (32, 32, 0)]
+
+
+def test_trtllm_table_round_trips(tmp_path):
+    sched = trtllm_draft_len_schedule(RANGES)
+    path = tmp_path / "trt.json"
+    path.write_text(json.dumps({"draft_len_schedule": {str(k): v for k, v in sched.items()}}))
+    ranges = read_table_file(path)
+    assert _lookup(ranges, 300) == _lookup(RANGES, 300)
+    yaml_path = tmp_path / "extra_llm_api_options.yaml"          # as TensorRT-LLM's YAML nests it
+    yaml_path.write_text("speculative_config:\n  decoding_type: Eagle\n  max_draft_len: 4\n  draft_len_schedule:\n"
+                         "    4: 4\n    8: 2\n    32: 1\n")
+    ranges = read_table_file(yaml_path)
+    assert _lookup(ranges, 40) == [4] * 4 + [2] * 4 + [1] * 24 + [0] * 8     # above the largest key: 0
+
+
+@pytest.mark.parametrize("content, match", [
+    ("", "empty"),
+    ("{not json", "not valid JSON"),
+    ('{"num_speculative_tokens_per_batch_size": [[2, 16, 3]]}', "must start at 1"),
+    ('{"num_speculative_tokens_per_batch_size": [[1, 16, 3], [10, 20, 2]]}', "overlap"),
+    ('{"num_speculative_tokens_per_batch_size": [[1, 16]]}', "exactly 3 items"),
+    ('{"num_speculative_tokens_per_batch_size": [[1, 16, -1]]}', "K < 0"),
+    ('{"1": {"candidate_steps": [1, 3, 7]}}', "3 candidate steps"),
+    ('{"4": {"candidate_steps": [3]}}', "must be 1"),
+    ('{"draft_len_schedule": {"four": 4}}', "not a batch size"),
+    ('{"draft_len_schedule": {"4": 2.5}}', "whole number"),
+    ('[1, 2, 3]', "3 items"),
+    ('"text"', "holds the text"),
+    ('{"method": "eagle3"}', "cannot tell the format"),
+])
+def test_malformed_table_files_give_one_line_errors(tmp_path, content, match):
+    path = tmp_path / "table.json"
+    path.write_text(content)
+    with pytest.raises(DsdsimError, match=match) as err:
+        read_table_file(path)
+    assert "\n" not in str(err.value)
+
+
+def test_table_policy_runs_a_file(tmp_path):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(vllm_speculative_config([(1, 4, 5), (5, 8, 2)], method="eagle3")))
+    p = run("closed:8", f"table:{path}", requests=80, output_len="60").policies[0]
+    assert p.name == "table:spec.json"
+    assert set(p.k_histogram) <= {2, 5} and 2 in p.k_histogram         # batch 8 once all 8 are in flight
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+
+def test_length_forms_and_presets():
+    rng = np.random.default_rng(0)
+    x = parse_lengths("lognormal:500:250").sample(rng, 200_000)
+    assert x.mean() == pytest.approx(500, rel=0.01) and x.std() == pytest.approx(250, rel=0.03)
+    u = parse_lengths("uniform:3:5").sample(rng, 1000)
+    assert set(u) == {3, 4, 5}
+    assert parse_lengths(64).sample(rng, 3).tolist() == [64, 64, 64]
+    assert parse_lengths("normal:2:50").sample(rng, 1000).min() >= 1               # clipped to >= 1
+    for name, preset in PRESETS.items():
+        assert preset.source and preset.input.source == preset.source
+        assert parse_lengths(name, "--output-len") is preset.output
+        assert parse_lengths(name) is preset.input
+    assert parse_lengths("sharegpt").sample(rng, 5000).max() <= 1024
+
+
+def test_arrival_processes():
+    rng = np.random.default_rng(5)
+    from dsdsim.serve.workload import build_requests
+
+    fixed = parse_lengths(16)
+    for text, cv in (("poisson:50", 1.0), ("gamma:50:2.5", 2.5)):
+        reqs = build_requests(parse_workload(text), 40_000, fixed, fixed, rng)
+        gaps = np.diff([r.arrival_s for r in reqs])
+        assert reqs[0].arrival_s == 0.0
+        assert 1 / gaps.mean() == pytest.approx(50, rel=0.03)
+        assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.05)
+    assert parse_workload("closed:8").concurrency == 8 and parse_workload("rollout").concurrency is None
+
+
+def test_a_tree_is_drawn_with_its_mean_length():
+    from dsdsim.policy.acceptance import TreeAcceptance
+
+    n = 50_000
+    draws = draw_acceptance(TreeAcceptance(2.6), np.full(n, 8), 1, np.random.default_rng(2), tree_steps=4)
+    a = draws.accepted(np.arange(n), 4, np.zeros(n, dtype=np.int64))
+    assert 1 + a.mean() == pytest.approx(2.6, abs=0.02)
+
+
+def test_progress_reaches_one():
+    seen = []
+    run("closed:4", "none,fixed:2", requests=50, progress=seen.append)
+    assert seen[-1] == 1.0 and all(b >= a for a, b in zip(seen, seen[1:])) and len(seen) > 4
+
+
+def test_trace_files():
+    tr = read_trace(DATA / "trace_aliases.csv")                  # timestamp, prompt_len, output_tokens; unsorted
+    assert tr.arrival_s.tolist() == [0.0, 0.5, 1.25, 2.0]
+    assert tr.input_len.tolist() == [64, 120, 300, 8] and tr.output_len.tolist() == [32, 40, 16, 64]
+    j = read_trace(DATA / "trace.jsonl")
+    assert j.input_len.tolist() == [128, 256, 64]
+    v = parse_workload(f"trace:{DATA / 'vllm_bench_result.json'}")
+    assert v.concurrency == 2 and v.trace.input_len.tolist() == [128, 256, 64, 32, 100]    # the failed one dropped
+    p = run(f"trace:{DATA / 'vllm_bench_result.json'}", "fixed:2").policies[0]
+    assert p.finish_s.size == 5 and p.mean_batch <= 2
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: parse_workload("poisson:0"), "must be > 0"),
+    (lambda: parse_workload("poisson:-3"), "poisson:QPS"),
+    (lambda: parse_workload("closed:0"), "1.."),
+    (lambda: parse_workload("gamma:4"), "gamma:QPS:CV"),
+    (lambda: parse_workload("gamma:4:0"), "CV"),
+    (lambda: parse_workload("bursty"), "unknown workload"),
+    (lambda: parse_workload(f"trace:{DATA / 'trace_missing_output.csv'}"), "no output length column"),
+    (lambda: parse_workload("trace:/no/such/file.csv"), "not found"),
+    (lambda: parse_policies("none,greedy"), "unknown policy"),
+    (lambda: parse_policies("fixed:x"), "fixed:K"),
+    (lambda: parse_policies("fixed:3,fixed:3"), "twice"),
+    (lambda: parse_lengths("normal:5"), "MEAN:STD"),
+    (lambda: parse_lengths("abc", "--output-len"), "--output-len"),
+    (lambda: parse_lengths("uniform:9:3"), "A <= B"),
+    (lambda: parse_lengths("0"), ">= 1"),
+    (lambda: parse_slo("ttft=200,latency=3"), "keys ttft, tpot, e2el"),
+    (lambda: run("closed:2", "none", requests=0), "requests must be in"),
+    (lambda: run("closed:2", "fixed:9"), "drafter's limit of 8"),
+    (lambda: SchedulerConfig(max_num_seqs=512, max_num_batched_tokens=256), "must be >= max_num_seqs"),
+    (lambda: run("closed:2", "none", requests=3, input_len="5000", pricer=FakePricer(kv=1000)), "KV blocks"),
+])
+def test_bad_input_is_one_line(call, match):
+    with pytest.raises(DsdsimError, match=match) as err:
+        call()
+    assert "\n" not in str(err.value)
+
+
+def test_slo_goodput_and_the_json_contract():
+    assert parse_slo("ttft=200,tpot=50") == Slo(200.0, 50.0, None)
+    assert parse_slo("ttft:200 tpot:50") == Slo(200.0, 50.0, None)
+    r = run("poisson:50", "none,fixed:3", requests=300, slo="ttft=40,tpot=4")
+    d = r.to_dict()
+    assert set(d) == {"workload", "requests", "seed", "policies"} and d["requests"] == 300
+    for p in r.policies:
+        assert set(p.to_dict()) == CONTRACT_KEYS
+        assert 0 <= p.goodput_requests_per_s <= p.requests_per_s
+        assert set(p.to_dict()["ttft_ms"]) == {"mean", "p50", "p90", "p99"}
+    assert r.policy("fixed:3").goodput_requests_per_s > r.policy("none").goodput_requests_per_s   # TPOT 4 ms
+    assert run("poisson:50", "none", requests=20).policies[0].goodput_requests_per_s is None
+    json.dumps(d)
+
+
+# ---------------------------------------------------------------------------------------------- the real pricer
+
+
+def test_dsd_is_within_a_few_percent_of_the_best_static_k(llama):
+    """Steady closed loop on llama-3.1-8b / H100 / EAGLE-3 with MixedPricer. On one server (every policy priced as
+    the dynamic-K server) the predicted table does as well as the best fixed K, within 1%. Against static servers
+    (each policy on its own server, the default) it also pays what the engine charges a server running a dynamic
+    table (vLLM >= 0.24's spec): within 5%."""
+    from dsdsim.cost.mixed import MixedPricer
+
+    kw = dict(requests=240, input_len="512", output_len="128", seed=0)
+    same = simulate(llama, "closed:32", "fixed:1,fixed:2,fixed:3,fixed:4,dsd", pricer=MixedPricer(llama, dynamic=True),
+                    **kw)
+    best = max(same.policies[:-1], key=lambda p: p.output_tokens_per_s)
+    assert same.policy("dsd").output_tokens_per_s >= 0.99 * best.output_tokens_per_s
+    assert same.context == 512 + 64                              # mean input + half the mean output
+    own = simulate(llama, "closed:32", f"{best.name},dsd", **kw)
+    assert own.policy("dsd").output_tokens_per_s >= 0.95 * own.policy(best.name).output_tokens_per_s
+
+
+def test_mixed_pricer_serves_a_bursty_workload(llama):
+    r = simulate(llama, "gamma:20:2", "none,dsd", requests=200, input_len="sharegpt", output_len="sharegpt",
+                 slo="ttft=500,tpot=30", seed=1)
+    none, dsd = r.policy("none"), r.policy("dsd")
+    assert none.k_histogram.keys() == {0}
+    assert dsd.tpot_ms.mean < none.tpot_ms.mean                 # speculation lowers TPOT at this load
+    assert dsd.goodput_requests_per_s is not None and dsd.preemptions == 0
+    assert max(dsd.k_histogram) <= 8
