@@ -9,6 +9,7 @@ Public API (imported lazily so ``import dsdsim`` stays fast and never pulls in t
     load_engine, engine_names                                engine specs by version range
     parse_acceptance, Acceptance                             acceptance models
     predict, PredictOptions                                  the K* table per batch size, and its options
+    predict_tree_family                                      the best draft tree of a family per batch size
     plan                                                     capacity planning
     accuracy, AccuracyReport                                 predictions against the public measurement corpus
 """
@@ -39,6 +40,7 @@ _EXPORTS = {
     "predict": "dsdsim.policy.predict",
     "PredictOptions": "dsdsim.policy.options",
     "Prediction": "dsdsim.policy.predict",
+    "predict_tree_family": "dsdsim.policy.trees",
     "plan": "dsdsim.plan",
     "accuracy": "dsdsim.corpus.evaluate",
     "AccuracyReport": "dsdsim.corpus.evaluate",

@@ -10,7 +10,8 @@ import typer
 
 from dsdsim.cli.app import app
 from dsdsim.cli.options import (PREDICT_OPTIONS, BatchSize, Context, DeploymentArgs, K, Output, Plot, PredictFmt,
-                                ShowFmt, ShowFormat, SimulatedArgs, TableFmt, TableFormat, step_from_options)
+                                ShowFmt, ShowFormat, SimulatedArgs, TableFmt, TableFormat, TreeFamilyOpt,
+                                step_from_options)
 from dsdsim.cli.output import (check_png, check_writable, emit, given, is_stdout, output_format, show_or_write,
                                warn, with_progress)
 from dsdsim.cli.params import takes, without
@@ -71,6 +72,7 @@ def predict(
     contexts: Optional[str] = typer.Option(None, "--contexts",
                                            help="Context axis: a comma list (1024,8192,32768) gives the K table over "
                                                 "batch x context (table or json)"),
+    tree_family: TreeFamilyOpt = None,
     fmt: PredictFmt = PredictFormat.table,
     output: Output = None,
     plot: Plot = None,
@@ -85,12 +87,15 @@ def predict(
       dsdsim predict -m qwen3-30b-a3b -g h200-sxm --expert-overlap 0.38 --max-distinct-k 3 --plot k.png
       dsdsim predict --draft-tree 4,4,16 -a al=3.2@tree --format sglang
       dsdsim predict -m deepseek-v3 -g h200-sxm --tp 8 --ep 8 --dp-attention -d mtp -a al=2.4@2
+      dsdsim predict -m qwen3-30b-a3b -g h100-sxm --tp 4 -e sglang@0.5.6 --tree-family "3,3,4@2.017;4,4,16@2.542"
     """
     from dsdsim.export.prediction import render
     from dsdsim.policy.predict import predict as run_predict
 
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
+    if tree_family is not None:
+        return _predict_tree_family(ctx, sim, deploy, options, tree_family, fmt, output)
     from dsdsim.policy.options import parse_tolerance
 
     options = replace(options, tolerance=parse_tolerance(options.tolerance))   # a bad value fails first
@@ -143,6 +148,37 @@ def _warn_about_table(p, fmt: PredictFormat) -> None:
     if fmt is not PredictFormat.vllm_batch_stats:
         typer.echo(f"dsdsim: {table_summary(p)}" + (" (--tolerance 0: the exact table)" if tolerance_merged(p) else ""),
                    err=True)
+
+
+# what --tree-family cannot be given with, and why (each tree brings its own acceptance length)
+_NOT_WITH_TREE_FAMILY = (
+    ("draft_tree", "--draft-tree", "gives one tree"), ("acceptance", "--acceptance", "gives one acceptance"),
+    ("fixed_k", "--fixed-k", "sets a chain length to compare with"),
+    ("max_distinct_k", "--max-distinct-k", "limits a chain's K table"), ("max_k", "--max-k", "limits a chain's K"),
+    ("acceptance_band", "--acceptance-band", "moves a chain's alphas"), ("tolerance", "--tolerance",
+                                                                         "merges a K table's ranges"),
+    ("contexts", "--contexts", "gives a K table per context"), ("plot", "--plot", "draws a K table"))
+
+
+def _predict_tree_family(ctx, sim: SimulatedArgs, deploy: DeploymentArgs, options: PredictOptions, text: str,
+                         fmt: PredictFormat, output: Optional[Path]) -> None:
+    """The best tree of a family (or plain decoding) per batch size: table, json or csv."""
+    from dsdsim.export import trees as views
+    from dsdsim.policy.trees import parse_tree_family, predict_tree_family
+
+    for name, option, why in _NOT_WITH_TREE_FAMILY:
+        if given(ctx, name):
+            raise DsdsimError(f"{option} {why}; --tree-family brings its trees, each with its measured acceptance "
+                              f"length: drop {option}")
+    early = views.early_refusal(fmt)
+    if early is not None:
+        raise DsdsimError(early)
+    family = parse_tree_family(text)
+    p = predict_tree_family(sim.model, sim.hardware, deploy.deployment(), sim.drafter_spec(), family=family,
+                            engine=sim.engine, context=options.context, batch_sizes=options.batch_sizes)
+    if fmt is PredictFormat.table:
+        return show_or_write(views.family_table(p), output)
+    emit(views.render(p, fmt), output)
 
 
 def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **kwargs) -> None:

@@ -78,6 +78,12 @@ DRAFT_TREE_HELP = ("Draft a tree instead of a chain: STEPS,TOPK,TOKENS (e.g. 4,4
                    "acceptance is the AL measured with the tree: -a al=2.55@tree. eagle, eagle3, mtp, draft-model")
 DraftTreeOpt = Annotated[Optional[str], typer.Option("--draft-tree", metavar="STEPS,TOPK,TOKENS",
                                                      help=DRAFT_TREE_HELP)]
+TREE_FAMILY_HELP = ("A family of draft trees, each with the mean acceptance length measured with it: "
+                    "STEPS,TOPK,TOKENS@AL items separated by ';', e.g. \"3,3,4@2.017;4,4,16@2.542;7,10,64@3.034\". "
+                    "Prints the best tree (or plain decoding) per batch size, its ranges and the gain over the best "
+                    "single tree (table, json, csv). Replaces --draft-tree and -a (each tree brings its AL)")
+TreeFamilyOpt = Annotated[Optional[str], typer.Option("--tree-family", metavar="STEPS,TOPK,TOKENS@AL;...",
+                                                      help=TREE_FAMILY_HELP)]
 TOLERANCE_HELP = (f"Goodput any batch size may give up against its best K so that the K table has fewer ranges: a "
                   f"fraction (0.005) or a percentage (0.5%); 0 = the exact best K per batch size. Default "
                   f"{100 * DEFAULT_TOLERANCE:g}%")

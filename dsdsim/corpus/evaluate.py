@@ -20,7 +20,8 @@ from statistics import median
 from typing import Callable, Iterable, Optional
 
 from dsdsim.corpus.checks import Checks, checks
-from dsdsim.corpus.results import CaseResult
+from dsdsim.corpus.cases import case_deployment, case_engine, source_text, tau_of_alpha
+from dsdsim.corpus.results import CaseResult, FittedAcceptance
 from dsdsim.corpus.schema import (AcceptanceHandling, Case, Conditions, CorpusFile, Quantity, Split, load_corpus)
 from dsdsim.errors import DsdsimError
 
@@ -57,14 +58,6 @@ class GroupSummary:
 
 
 @dataclass(frozen=True)
-class FittedAcceptance:
-    group: str
-    split: str
-    alpha: float
-    n: int
-
-
-@dataclass(frozen=True)
 class AccuracyReport:
     cases: list[CaseResult]                  # the selected cases (split / engine filters applied)
     summary: dict[str, ErrorSummary]         # "train", "test": over the selected cases; where end-to-end cases
@@ -90,24 +83,6 @@ class AccuracyReport:
 
 
 # --- physics of one case --------------------------------------------------------------------------------
-
-# The engine a case is predicted with when none is forced: the engine it was measured on, at its version.
-# gpt-fast and MagicDec run whole compiled decode loops without a serving scheduler: kernels only.
-ENGINE_OF_CASE = {"vllm": "vllm", "vllm-mrv2": "vllm-mrv2", "sglang": "sglang", "tensorrt-llm": "trtllm"}
-NO_ENGINE = "ideal"
-
-
-def case_engine(conditions: Conditions | Case, engine=None):
-    """The engine spec (name, path or spec) for a run: ``engine`` when given, else the spec whose version range
-    covers the engine version the run was measured on (``vllm@0.8.4``)."""
-    if engine is not None:
-        return engine
-    c = conditions.conditions if isinstance(conditions, Case) else conditions
-    family = ENGINE_OF_CASE.get(c.engine)
-    if family is None:
-        return NO_ENGINE
-    return f"{family}@{c.engine_version}" if c.engine_version else family
-
 
 @dataclass(frozen=True)
 class Run:
@@ -151,15 +126,6 @@ class CaseSteps:
         t, t0 = self.run.times(params)
         rt = self.ref.times(params) if self.ref is not None else (None, None)
         return CaseTimes(t, t0, bool(self.run.step.feasible), self.run.architecture, self.run.drafter_kind, *rt)
-
-
-def case_deployment(c: Conditions):
-    """How a run's model is served: its tp, ep, weight and KV formats and data-parallel attention."""
-    from dsdsim.specs.deployment import Deployment
-    from dsdsim.units import DType, parse_dtype
-
-    return Deployment(tp=c.tp, ep=c.ep, dtype=parse_dtype(c.dtype) if c.dtype else None,
-                      kv_dtype=parse_dtype(c.kv_dtype) if c.kv_dtype else DType.bf16, dp_attention=c.dp_attention)
 
 
 def _run(c: Conditions, engine=None) -> Run:
@@ -232,13 +198,6 @@ def predict_case(case: Case, t: CaseTimes, tau: Optional[float], tau_ref: Option
     return num / den
 
 
-def tau_of_alpha(alpha: float, k: int) -> float:
-    """Tokens per step for a constant conditional acceptance: (1 - alpha^(K+1)) / (1 - alpha)."""
-    from dsdsim.policy.acceptance import constant
-
-    return float(constant(alpha).tau(k))
-
-
 def _draft_length(c: Conditions) -> int:
     """K for tau: the chain length, or a tree's depth (the most tokens a tree step can accept)."""
     return c.tree.steps if c.tree is not None else c.k
@@ -287,13 +246,9 @@ def summarize(results: Iterable[CaseResult]) -> ErrorSummary:
     return ErrorSummary(len(errs), float(median(errs)), float(max(errs)))
 
 
-def _source_text(cf: CorpusFile, case: Case) -> str:
-    return f"{cf.source.url} ({case.where})"
-
-
 def _skipped(cf: CorpusFile, case: Case) -> CaseResult:
     c = case.conditions
-    return CaseResult(case.id, _source_text(cf, case), case.split.value, case.measured.quantity.value,
+    return CaseResult(case.id, source_text(cf, case), case.split.value, case.measured.quantity.value,
                       case.measured.value, None, None, case.tag.value, c.engine, "unknown",
                       "unknown", f"{case.acceptance.handling.value}", None, None, case.not_evaluated,
                       c.engine_version, None, c.batch_size)
@@ -369,7 +324,7 @@ def score(corpus: list[tuple[CorpusFile, Case]], times: dict[str, CaseTimes],
         c = case.conditions
         pred = predict_case(case, t, tau, tau_ref)
         run = steps[case.id].run if steps is not None else None
-        results.append(CaseResult(case.id, _source_text(cf, case), case.split.value, case.measured.quantity.value,
+        results.append(CaseResult(case.id, source_text(cf, case), case.split.value, case.measured.quantity.value,
                                   case.measured.value, pred, pred / case.measured.value - 1.0, case.tag.value,
                                   c.engine, t.architecture, t.drafter_kind, how, tau, t.fits_in_memory, None,
                                   c.engine_version, run.engine_file if run is not None else None, c.batch_size))

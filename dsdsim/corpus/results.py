@@ -29,3 +29,11 @@ class CaseResult:
     engine_version: Optional[str] = None
     engine_spec: Optional[str] = None       # the engine spec file the case was predicted with
     batch_size: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class FittedAcceptance:
+    group: str
+    split: str
+    alpha: float
+    n: int

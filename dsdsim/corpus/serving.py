@@ -17,7 +17,8 @@ import math
 from dataclasses import replace
 from typing import Callable, Optional
 
-from dsdsim.corpus.results import CaseResult
+from dsdsim.corpus.cases import case_deployment, case_engine, source_text, tau_of_alpha
+from dsdsim.corpus.results import CaseResult, FittedAcceptance
 from dsdsim.corpus.schema import AcceptanceHandling, Case, CorpusFile, Quantity
 from dsdsim.errors import DsdsimError
 
@@ -30,7 +31,6 @@ def is_serving(case: Case) -> bool:
 
 def serving_setup(case: Case, engine=None):
     """The Setup a serving case runs: the case's model, hardware, deployment and drafter at its engine version."""
-    from dsdsim.corpus.evaluate import case_deployment, case_engine
     from dsdsim.specs.drafter import parse_drafter
     from dsdsim.specs.setup import resolve
 
@@ -96,8 +96,6 @@ def fit_serving_alpha(cases: list[Case], engine=None) -> float:
     simulated at it (``serving_results``). Two simulations per case instead of one per step of a search."""
     from scipy.optimize import minimize_scalar
 
-    from dsdsim.corpus.evaluate import tau_of_alpha
-
     lines = []
     for c in cases:
         k = c.conditions.k
@@ -125,8 +123,6 @@ def fit_serving_alpha(cases: list[Case], engine=None) -> float:
 def serving_results(corpus: list[tuple[CorpusFile, Case]], engine=None,
                     progress: Optional[Callable[[int, int], None]] = None):
     """(CaseResult per serving case, fitted acceptance per serving fit group); progress(done, total) per case."""
-    from dsdsim.corpus.evaluate import FittedAcceptance, _source_text
-
     todo = [(cf, c) for cf, c in corpus if is_serving(c)]
     groups: dict[str, list[Case]] = {}
     for _, c in todo:
@@ -150,7 +146,7 @@ def serving_results(corpus: list[tuple[CorpusFile, Case]], engine=None,
         setup = serving_setup(case, engine)
         arch = "moe" if setup.model.moe_ffn is not None else "dense"
         kind = setup.drafter.kind.value if setup.drafter is not None else "none"
-        out.append(CaseResult(case.id, _source_text(cf, case), case.split.value, case.measured.quantity.value,
+        out.append(CaseResult(case.id, source_text(cf, case), case.split.value, case.measured.quantity.value,
                               case.measured.value, value, value / case.measured.value - 1.0, case.tag.value,
                               c.engine, arch, kind, how, al if c.k > 0 else 1.0, None, None, c.engine_version,
                               setup.engine_source, c.batch_size))

@@ -351,7 +351,9 @@ class Series:
 
 # the corpus' quantities: one marker each (any other quantity: an x)
 _QUANTITY_MARKERS = {"itl_ms": "o", "step_ms": "s", "tokens_per_s": "^", "speedup_vs_no_sd": "D",
-                     "step_time_ratio": "v", "ratio": "P"}
+                     "step_time_ratio": "v", "ratio": "P",
+                     # end to end, through the serving simulation
+                     "e2e_latency_ms": "X", "tpot_p50_ms": "*", "run_tokens_per_s": "<"}
 _SPLIT_COLORS = {"train": "tab:blue", "test": "tab:orange"}
 _TAB10 = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
           "tab:olive", "tab:cyan")
@@ -385,8 +387,9 @@ class AccuracyDisplay(_Display):
                     series.append(Series(f"{split}: {q} ({len(pts)})", tuple(c.measured for c in pts),
                                          tuple(c.predicted for c in pts), _SPLIT_COLORS[split],
                                          _QUANTITY_MARKERS.get(q, "x")))
-        errs = ", ".join(f"{k} n={v.n} median |err| {100 * v.median_abs_rel_error:.0f}%"
-                         for k, v in report.summary.items() if v.n)
+        parts = [f"{k.replace('_e2e', ' end to end').replace('_step', ' per step')} n={v.n} median |err| "
+                 f"{100 * v.median_abs_rel_error:.0f}%" for k, v in report.summary.items() if v.n]
+        errs = "\n".join(", ".join(parts[i:i + 2]) for i in range(0, len(parts), 2))
         return cls(tuple(series), title=f"Accuracy against public measurements\n{errs}",
                    xlabel="measured (public source)", ylabel="predicted by dsdsim (shipped defaults)")
 

@@ -51,6 +51,9 @@ class SchedulerConfig:
     block_size: tokens per KV block (16, vLLM's block size on CUDA GPUs, ``CacheConfig.block_size``).
     memory_utilization: GPU memory share for weights, activations and KV (``gpu_memory_utilization``, default 0.9).
     chunked_prefill: split prompts across steps (always on in vLLM V1).
+    mixed_prefill: a step runs prefill chunks and decodes together (vLLM V1); False: a step is a prefill batch or a
+        decode batch, prefills first whenever one can be formed (SGLang without ``--enable-mixed-chunk``). None: what
+        the engine spec says (``EngineSpec.mixed_prefill``; mixed where it says nothing).
     """
 
     max_num_seqs: int = 256
@@ -58,6 +61,7 @@ class SchedulerConfig:
     block_size: int = 16
     memory_utilization: float = 0.9
     chunked_prefill: bool = True
+    mixed_prefill: Optional[bool] = None
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
@@ -159,8 +163,14 @@ class Scheduler:
     # ------------------------------------------------------------------------------------------- one step
 
     def schedule(self, k_guess: int) -> Plan:
-        """Build the step: running requests (decoders at 1 + ``k_guess`` tokens), then waiting ones."""
+        """Build the step: running requests (decoders at 1 + ``k_guess`` tokens), then waiting ones. Without mixed
+        prefill, a prefill batch whenever one can be formed, else the decode batch."""
         cfg, bs, la = self.cfg, self.cfg.block_size, self.lookahead
+        separate = cfg.mixed_prefill is False
+        if separate:
+            plan = self._prefill_batch()
+            if plan is not None:
+                return plan
         budget = cfg.max_num_batched_tokens
         k_guess = min(int(k_guess), la)
         preempted = False
@@ -171,7 +181,7 @@ class Scheduler:
             want = np.full(ids.size, 1 + k_guess, dtype=np.int64)
             need = _ceil_div(comp + (1 + k_guess + la), bs)
         else:
-            want = np.where(dec, 1 + k_guess, self.in_len[ids] + self.generated[ids] - comp)
+            want = np.where(dec, 1 + k_guess, 0 if separate else self.in_len[ids] + self.generated[ids] - comp)
             need = None
         total = int(want.sum())
         if total <= budget:
@@ -199,7 +209,7 @@ class Scheduler:
             on = grant > 0
             ids, dec, grant = ids[on], dec[on], grant[on]
         left = budget - int(grant.sum())
-        new_ids, new_chunks = ([], []) if preempted else self._admit(left)
+        new_ids, new_chunks = ([], []) if preempted or separate else self._admit(left)
         if dec.all() and not new_ids:              # the common step again: no prefill at all
             dec_ids, pre_ids, pre_chunks = ids, _NONE, _NONE
         else:
@@ -208,6 +218,31 @@ class Scheduler:
             dec_ids = ids[dec]
         covered = k_guess if total <= budget else -1     # every decoding request holds the blocks of this K
         return Plan(dec_ids, pre_ids, pre_chunks, self._k_cap(dec_ids, int(pre_chunks.sum()), covered), covered)
+
+    def _prefill_batch(self) -> Optional[Plan]:
+        """A prefill-only step (SGLang's extend batch): the running requests still prefilling continue their prompt,
+        then waiting ones are admitted, under the token budget and the free blocks; None when none can run (the
+        decode batch runs instead)."""
+        cfg, bs = self.cfg, self.cfg.block_size
+        left = cfg.max_num_batched_tokens
+        ids, chunks = [], []
+        for r in self.run:
+            if self.decoding[r] or left <= 0:
+                continue
+            c = min(int(self.in_len[r] + self.generated[r] - self.computed[r]), left)
+            need = _ceil_div(int(self.computed[r]) + c, bs)
+            if need - int(self.held[r]) > self.free:
+                break
+            self.free -= max(need - int(self.held[r]), 0)
+            self.held[r] = max(int(self.held[r]), need)
+            ids.append(r)
+            chunks.append(c)
+            left -= c
+        new_ids, new_chunks = self._admit(left) if left > 0 else ([], [])
+        if not ids and not new_ids:
+            return None
+        return Plan(_NONE, np.asarray(ids + new_ids, dtype=np.int64), np.asarray(chunks + new_chunks, dtype=np.int64),
+                    self.lookahead, -1)
 
     def _schedule_with_preemption(self, extra: np.ndarray, need: np.ndarray, grant: np.ndarray) -> int:
         """The running pass one request at a time, preempting from the end of the running list when blocks run out.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import numpy as np
@@ -110,6 +110,9 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     cfg = scheduler
     if not isinstance(cfg, SchedulerConfig):
         raise DsdsimError("scheduler must be a SchedulerConfig")
+    if cfg.mixed_prefill is None:   # the engine version's: mixed prefill and decode steps unless its spec says not
+        flag = getattr(getattr(setup, "engine", None), "mixed_prefill", None)
+        cfg = replace(cfg, mixed_prefill=True if flag is None else bool(flag.value))
     seed = whole_number(seed, "seed")
     wl = parse_workload(workload)
     pols = parse_policies(policies) if not (isinstance(policies, (list, tuple))

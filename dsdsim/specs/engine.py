@@ -273,6 +273,10 @@ class EngineSpec(FrozenSpec):
     overlap: Overlap
     dynamic_k_table: Optional[EngineFlag] = None  # the version reads a per-batch-size K table
     off_tier_drafts: Optional[EngineFlag] = None  # at the K = 0 tier the drafter's first pass still runs
+    # whether a step runs prefill chunks and decodes together (vLLM V1's chunked prefill); false: a step is a prefill
+    # batch or a decode batch, prefills first (SGLang without --enable-mixed-chunk). None: mixed. The serving
+    # simulation (dsdsim.serve.scheduler) reads it.
+    mixed_prefill: Optional[EngineFlag] = None
     cuda_graphs: CudaGraphs
     moe_kernels: Optional[MoEKernels] = None
     draft_shape: DraftShape = DraftShape.chain
