@@ -31,3 +31,11 @@ DEFAULT_SENSITIVITY_BATCH_SIZES = "1-512"
 DEFAULT_LOOP_K = 4
 DEFAULT_LOOP_BATCH = 8
 DEFAULT_LOOP_NEW_TOKENS = 48
+
+# The serving simulation (dsdsim simulate, plan --simulate)
+DEFAULT_WORKLOAD = "closed:64"       # 64 clients, as vllm bench serve --max-concurrency 64
+DEFAULT_REQUESTS = 1000
+DEFAULT_INPUT_LEN = "512"
+DEFAULT_OUTPUT_LEN = "256"
+DEFAULT_POLICIES = "none,fixed:3,dsd"
+DEFAULT_SEED = 0

@@ -398,3 +398,11 @@ def test_the_k_histogram_prints_compact_shares():
     assert k_histogram_text({"3": 48, "0": 12, "2": 40}) == "0:12% 2:40% 3:48%"
     assert k_histogram_text({0: 1, 3: 999}) == "0:<1% 3:>99%"
     assert k_histogram_text({0: 5}) == "0:100%" and k_histogram_text({}) == "-"
+
+
+def test_the_table_never_cuts_a_figure_short(cli):
+    """Eleven columns with goodput are wider than 140: the table widens instead of ending cells in an ellipsis."""
+    code, out, err = cli("simulate", "--requests", "60", "--policies", "none,fixed:2,dsd,oracle,adaptive",
+                         "--slo", "ttft=300,tpot=30")
+    assert code == 0, err
+    assert "…" not in out and "preempt" in out and "goodput" in out

@@ -16,15 +16,35 @@ from dsdsim.errors import DsdsimError
 from dsdsim.export import files
 
 
-def console():
+def _width() -> int:
+    return max(140, int(os.environ.get("COLUMNS", "0") or 0))
+
+
+def _fitting(renderable, width: int) -> int:
+    """The console width that shows ``renderable`` whole: ``width``, or the natural width of a table whose columns
+    do not wrap (figures), where it is wider: such a cell is never cut short with an ellipsis."""
+    from rich.console import Console
+    from rich.table import Table
+
+    tables = [r for r in getattr(renderable, "renderables", [renderable])
+              if isinstance(r, Table) and all(c.no_wrap for c in r.columns)]
+    if not tables:
+        return width
+    probe = Console(width=10_000)
+    need = max(probe.measure(t).maximum for t in tables)
+    return max(width, need)
+
+
+def console(renderable=None):
     from rich.console import Console
 
-    return Console(width=max(140, int(os.environ.get("COLUMNS", "0") or 0)), highlight=False)
+    width = _width() if renderable is None else _fitting(renderable, _width())
+    return Console(width=width, highlight=False)
 
 
 def show(renderable) -> None:
     """Print a rich renderable (a table, a group of lines and tables) to stdout."""
-    console().print(renderable)
+    console(renderable).print(renderable)
 
 
 def warn(message: str) -> None:
@@ -122,7 +142,7 @@ def plain_text(renderable) -> str:
     from rich.console import Console
 
     buf = io.StringIO()
-    Console(file=buf, width=max(140, int(os.environ.get("COLUMNS", "0") or 0)), highlight=False,
+    Console(file=buf, width=_fitting(renderable, _width()), highlight=False,
             color_system=None, force_terminal=False).print(renderable)
     return buf.getvalue()
 

@@ -21,15 +21,11 @@ from dsdsim.cli.options import (Acceptance, DeploymentArgs, Output, Plot, Simula
 from dsdsim.cli.output import (check_png, check_writable, emit, given, is_stdout, output_format, show_or_write,
                                with_progress)
 from dsdsim.cli.params import option_fields, takes, without
+from dsdsim.defaults import (DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_POLICIES, DEFAULT_REQUESTS, DEFAULT_SEED,
+                             DEFAULT_WORKLOAD)
 from dsdsim.errors import DsdsimError
 
 # what simulate runs without options (the API's defaults: dsdsim.serve.simulate.simulate)
-DEFAULT_WORKLOAD = "closed:64"
-DEFAULT_REQUESTS = 1000
-DEFAULT_INPUT_LEN = "512"
-DEFAULT_OUTPUT_LEN = "256"
-DEFAULT_POLICIES = "none,fixed:3,dsd"
-DEFAULT_SEED = 0
 
 WORKLOAD_HELP = ("How requests arrive: closed:C (C clients, each sending its next request when its last one "
                  "finishes: constant concurrency), poisson:QPS (open loop, random arrivals at QPS requests/s), "

@@ -26,6 +26,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from dsdsim.defaults import DEFAULT_REQUESTS
 from dsdsim.errors import DsdsimError, whole_number
 from dsdsim.specs.drafter import MAX_K
 from dsdsim.serve.lengths import parse_lengths
@@ -38,7 +39,6 @@ from dsdsim.serve.workload import Request, Workload, build_requests, parse_workl
 
 MAX_REQUESTS = 1_000_000
 _EMPTY = np.zeros(0)
-DEFAULT_REQUESTS = 1000
 
 
 @dataclass(frozen=True)
