@@ -90,3 +90,24 @@ def test_candidate_pp():
     assert (c.hardware, c.tp, c.ep, c.pp) == ("h100-sxm", 8, 1, 2)
     with pytest.raises(DsdsimError):
         Candidate.parse("h100-sxm:tp8:ppx")
+
+
+def test_explain_gives_each_stage_and_the_batches_in_flight(cli):
+    """explain under --pp: each stage's time (its send included) adds up to the kernels of the step, and pp batches
+    of B are in flight; with pp = 1 the JSON has neither key."""
+    import json
+
+    code, out, err = cli("explain", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "4", "--pp", "2", "-d", "none",
+                         "--batch", "8", "--k", "0", "-f", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    s = resolve("llama-3.1-70b", "h100-sxm", Deployment(tp=4, pp=2), None)
+    step = simulate_step(None, None, setup=s, batch=8, k=0, context=1024)
+    assert d["microbatches"] == 2 and len(d["stage_times_s"]) == 2
+    assert sum(d["stage_times_s"]) == pytest.approx(float(step.verify.time_s), rel=1e-12)
+    code, out, err = cli("explain", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "4", "-d", "none", "--batch", "8",
+                         "--k", "0", "-f", "json")
+    assert code == 0 and "stage_times_s" not in json.loads(out) and "microbatches" not in json.loads(out)
+    code, out, err = cli("explain", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "4", "--pp", "2", "-d", "none",
+                         "--batch", "8", "--k", "0")
+    assert code == 0 and "pipeline stages" in out and "2 batches of B=8 in flight" in out

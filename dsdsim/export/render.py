@@ -189,6 +189,10 @@ def explain_view(data: "ExplainView"):
             if data.interval else "")
     parts.append(f"fixed overheads {format_si(data.overhead_s, 's')}; step time "
                  f"[bold]{format_si(data.step_time_s, 's')}[/bold]{band}")
+    if data.stage_times_s:
+        stages = ", ".join(f"stage {i} {format_si(t, 's')}" for i, t in enumerate(data.stage_times_s))
+        parts.append(f"pipeline stages (each with its send to the next): {stages}; {data.microbatches} batches of "
+                     f"B={data.batch_size} in flight, so the replica emits {data.microbatches} x B tokens per step time")
     if data.experts_touched is not None:
         parts.append(f"experts touched per MoE layer (verify): {data.experts_touched:.1f} of {data.num_experts}")
     parts.append(f"memory per GPU: {format_si(mem.used_bytes, 'B')} of {format_si(mem.capacity_bytes, 'B')} "

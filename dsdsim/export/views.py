@@ -213,6 +213,10 @@ class ExplainView:
     step_time_low_s: Optional[float] = field(default=None, metadata=_OMIT_NONE)
     step_time_high_s: Optional[float] = field(default=None, metadata=_OMIT_NONE)
     interval: Optional[str] = field(default=None, metadata=_OMIT_NONE)    # "80%, vllm/dense/1-8 (n 23)"
+    # pipeline parallelism: each stage's seconds in the step (its send to the next included), and the batches of B
+    # in flight at once (pp): the replica emits microbatches x B x tau tokens per step time; None with pp = 1
+    stage_times_s: Optional[tuple[float, ...]] = field(default=None, metadata=_OMIT_NONE)
+    microbatches: Optional[int] = field(default=None, metadata=_OMIT_NONE)
 
     def to_dict(self) -> dict:
         return json_plain(self)
@@ -272,6 +276,8 @@ def explain_step(step: StepCost) -> ExplainView:
                           feasible=bool(np.asarray(mem.feasible).reshape(-1)[0])),
         step_time_low_s=total * iv.low if iv else None, step_time_high_s=total * iv.high if iv else None,
         interval=f"{100 * iv.coverage:.0f}%, {iv.stratum} (n {iv.n})" if iv else None,
+        stage_times_s=tuple(_scalar(t) for t in step.stage_times_s) if step.stage_ops else None,
+        microbatches=int(step.microbatches) if step.stage_ops else None,
     )
 
 
