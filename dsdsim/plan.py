@@ -204,10 +204,10 @@ def _plan_one(model: ModelSpec, cand: Candidate, q: _Query, price: Optional[floa
     dep = q.deployment.model_copy(update={"tp": cand.tp, "ep": cand.ep, "pp": cand.pp})
     try:                                  # parallelism this model cannot be split by: a row, not an error
         dep.check(model)
-        if cand.pp > 1 and q.drafter is not None:
-            raise DsdsimError(PP_DRAFTER_ERROR)
     except DsdsimError as exc:
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False, str(exc), **empty)
+    if q.drafter is None or cand.pp > 1:      # no drafter, or none under pp: the plain server's columns only
+        return _plain_only_row(model, cand, dep, q, price, empty)
     # Anything else wrong (names, acceptance, drafter, batch sizes, context) is the user's input: raise.
     tree = getattr(q.drafter, "tree", None)
     p = predict(model, cand.hardware, dep, q.drafter, engine=q.engine,
@@ -255,6 +255,47 @@ def _plan_one(model: ModelSpec, cand: Candidate, q: _Query, price: Optional[floa
         gpus_needed_vanilla=needed(g_v), gpus_needed_dsd=needed(g_d),
         cost_per_million_tokens_vanilla=cost(g_v), cost_per_million_tokens_dsd=cost(g_d), pp=cand.pp,
     )
+
+
+def _plain_only_row(model: ModelSpec, cand: Candidate, dep: Deployment, q: _Query, price: Optional[float],
+                    empty: dict) -> PlanRow:
+    """The candidate served without speculation: its K = 0 columns. Without a drafter that is the whole row; a
+    pipeline-parallel candidate asked for speculation is not feasible (vLLM runs no speculative decoding under pp)
+    but still compares on those columns. Under pp, pp batches of B are in flight: the rate counts them, and every
+    stage's KV cache must hold all pp x B sequences (a point fits when the memory of pp x B fits)."""
+    from dsdsim.cost.step import step_time_grid
+    from dsdsim.policy.predict import check_context, parse_batch_sizes
+    from dsdsim.specs.setup import resolve
+
+    gpus = cand.tp * cand.pp
+    setup = resolve(model, cand.hardware, dep, None, q.engine)
+    b = parse_batch_sizes(q.options.batch_sizes)
+    context = check_context(q.options.context, setup)
+    step, fits = step_time_grid(None, None, batch_sizes=b, k_values=[0], contexts=[context], setup=setup)
+    step, fits = step[:, 0, 0], fits[:, 0, 0]
+    if cand.pp > 1:
+        fits = step_time_grid(None, None, batch_sizes=b * cand.pp, k_values=[0], contexts=[context],
+                              setup=setup)[1][:, 0, 0]
+    ok = fits & (step <= q.slo_s)
+    row = dict(empty)
+    if ok.any():
+        g = np.where(ok, b / step, -np.inf) * cand.pp
+        j = int(np.flatnonzero(g == g.max())[-1])
+        rate = float(g[j])
+        row.update(batch_vanilla=int(b[j]), tokens_per_s_vanilla=rate, tokens_per_s_per_gpu_vanilla=rate / gpus,
+                   gpus_needed_vanilla=(int(math.ceil(q.target_tokens_per_s / rate)) * gpus
+                                        if q.target_tokens_per_s is not None else None),
+                   cost_per_million_tokens_vanilla=(price * gpus / (rate * 3600.0) * 1e6
+                                                    if price is not None else None))
+    if q.drafter is None:
+        if not ok.any():
+            why = (f"memory: weights and KV do not fit in {gpus} GPU(s) at context {context}" if not fits.any()
+                   else f"SLO: fastest step is {float(np.nanmin(np.where(fits, step, np.nan))) * 1e3:.2f} ms "
+                        f"(> {q.slo_s * 1e3:g} ms)")
+            return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False, why, **row)
+        return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, True, "", **row)
+    return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False,
+                   PP_DRAFTER_ERROR + " (its K=0 columns: the same GPUs without speculation)", **row)
 
 
 def plan(model, candidates, itl_slo_ms: float, **kwargs):

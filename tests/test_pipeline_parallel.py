@@ -1,4 +1,5 @@
 """Pipeline parallelism: the layer split (vLLM get_pp_indices), the stage sends, per-stage memory, refusals."""
+import numpy as np
 import pytest
 
 from dsdsim.cost.memory import stage_weight_bytes, weight_bytes_per_gpu
@@ -111,3 +112,42 @@ def test_explain_gives_each_stage_and_the_batches_in_flight(cli):
     code, out, err = cli("explain", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "4", "--pp", "2", "-d", "none",
                          "--batch", "8", "--k", "0")
     assert code == 0 and "pipeline stages" in out and "2 batches of B=8 in flight" in out
+
+
+def test_plan_gives_a_pp_candidate_its_plain_columns():
+    """A pp candidate asked for speculation is not feasible (vLLM runs none under pp) but carries the K = 0 figures of
+    the same GPUs: pp batches of B in flight, each at the plain step time, every stage holding the KV of pp x B."""
+    from dsdsim.cost.step import step_time_grid
+    from dsdsim.plan import plan_rows
+
+    slo_ms = 40.0
+    rows = plan_rows("llama-3.1-70b", ["h100-sxm:tp4:pp2"], slo_ms, drafter="eagle3", batch_sizes="1-512")
+    r = rows[0]
+    assert not r.feasible and "plain decoding only" in r.reason and r.tokens_per_s_dsd is None
+    s = resolve("llama-3.1-70b", "h100-sxm", Deployment(tp=4, pp=2), None)
+    b = np.arange(1, 513)
+    t, fits = step_time_grid(None, None, batch_sizes=b, k_values=[0], contexts=[1024], setup=s)
+    _, fits_in_flight = step_time_grid(None, None, batch_sizes=2 * b, k_values=[0], contexts=[1024], setup=s)
+    ok = fits[:, 0, 0] & fits_in_flight[:, 0, 0] & (t[:, 0, 0] <= slo_ms / 1e3)
+    rate = np.where(ok, 2 * b / t[:, 0, 0], -np.inf)
+    assert r.batch_vanilla == int(b[int(np.argmax(rate))])
+    assert r.tokens_per_s_vanilla == pytest.approx(float(rate.max()), rel=1e-12)
+    assert r.tokens_per_s_per_gpu_vanilla == pytest.approx(float(rate.max()) / 8, rel=1e-12)
+
+
+def test_plan_without_a_drafter_plans_plain_servers():
+    from dsdsim.plan import plan_rows
+
+    rows = plan_rows("llama-3.1-8b", ["h100-sxm:tp1", "h100-sxm:tp1:pp2"], 30.0, drafter=None, batch_sizes="1-256")
+    assert all(r.feasible and r.batch_vanilla and r.tokens_per_s_dsd is None for r in rows)
+    tight = plan_rows("llama-3.1-8b", ["h100-sxm:tp1"], 0.5, drafter=None, batch_sizes="1-256")[0]
+    assert not tight.feasible and tight.reason.startswith("SLO")
+
+
+def test_plan_holds_the_kv_of_every_batch_in_flight():
+    """At 16k context llama-3.1-70b on tp 4 x pp 2 fits 80 sequences per stage: with 2 batches in flight the plan's
+    batch is 40, not 80."""
+    from dsdsim.plan import plan_rows
+
+    r = plan_rows("llama-3.1-70b", ["h100-sxm:tp4:pp2"], 200.0, drafter=None, batch_sizes="1-512", context=16384)[0]
+    assert r.feasible and r.batch_vanilla == 40
