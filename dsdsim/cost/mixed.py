@@ -31,7 +31,6 @@ does), MoE expert overlap among the tokens of one sequence (the T tokens route i
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +38,8 @@ import numpy as np
 from dsdsim.cost.engine import _next_size, engine_time, padded_tokens
 from dsdsim.cost.ops import OpKind
 from dsdsim.cost.plan import PassPoint, PlanOp
-from dsdsim.cost.step import _draft_passes, _engine_params, _handoff_s, moe_family_of, step_plan, Timed
+from dsdsim.cost.step import (Timed, _draft_passes, _engine_params, _handoff_s, _table_size, moe_family_of,
+                              step_plan)
 from dsdsim.cost.timing import launch_overhead, seconds
 from dsdsim.errors import DsdsimError
 from dsdsim.specs.setup import Setup
@@ -150,7 +150,7 @@ class _TokenTable:
 
     def seconds(self, rows: int, graphed: bool) -> float:
         if rows > self._n:
-            self._build(max(2 * self._n, 1024, 1 << math.ceil(math.log2(rows + 1))))
+            self._build(_table_size(rows))          # the grids' row tables' sizes (RowTables)
         return float((self._graphed if graphed else self._eager)[rows])
 
 

@@ -504,8 +504,22 @@ class CausalConv1dWithBias(CausalConv1d):
                      _weight_bytes=self._weight_bytes + self.channels * self.w_dtype.bytes_per_element)
 
 
+class StateScan(Operator):
+    """A recurrent layer's scan over q new tokens per sequence: per-token FLOPs and activations
+    (``_flops_per_token``, ``_in_per_token``, ``_out_per_token``, set by each kind), the state (``_state_bytes``,
+    the layer's cache) read once per sequence per pass and written after each token."""
+
+    kind: ClassVar[OpKind] = OpKind.recurrent
+
+    def demand(self, b, q) -> Demand:
+        tokens = b * q
+        return Demand(tokens * self._flops_per_token, tokens * self._flops_per_token,
+                      act_in_bytes=tokens * self._in_per_token, act_out_bytes=tokens * self._out_per_token,
+                      kv_read_bytes=b * self._state_bytes, kv_write_bytes=tokens * self._state_bytes)
+
+
 @dataclass(frozen=True)
-class DeltaRuleScan(Operator):
+class DeltaRuleScan(StateScan):
     """The gated delta rule over q new tokens per sequence (Yang et al., Gated Delta Networks, arXiv:2412.06464),
     as decode and verify run it: token by token on a state S of d_k x d_v per value head (vLLM and SGLang run
     ``fused_recurrent_gated_delta_rule`` over the speculative tokens, writing the state of every position).
@@ -518,8 +532,6 @@ class DeltaRuleScan(Operator):
     snapshot per position so a rejected suffix rolls back: SGLang ``intermediate_ssm_state_cache``, vLLM one state
     block per speculative token).
     """
-
-    kind: ClassVar[OpKind] = OpKind.recurrent
 
     heads: int          # value heads on this rank
     key_heads: int      # q/k heads on this rank
@@ -536,15 +548,10 @@ class DeltaRuleScan(Operator):
                      _out_per_token=self.heads * dv * a,
                      _state_bytes=self.heads * dk * dv * self.state_dtype.bytes_per_element)
 
-    def demand(self, b, q) -> Demand:
-        tokens = b * q
-        return Demand(tokens * self._flops_per_token, tokens * self._flops_per_token,
-                      act_in_bytes=tokens * self._in_per_token, act_out_bytes=tokens * self._out_per_token,
-                      kv_read_bytes=b * self._state_bytes, kv_write_bytes=tokens * self._state_bytes)
 
 
 @dataclass(frozen=True)
-class Mamba2Scan(Operator):
+class Mamba2Scan(StateScan):
     """The Mamba-2 selective state update over q new tokens per sequence, token by token (Dao & Gu, Transformers are
     SSMs, arXiv:2405.21060, the SSM recurrence with a scalar decay per head: h_t = exp(dt A) h_{t-1} + dt B_t x_t,
     y_t = C_t h_t + D x_t), as decode and verify run it: mamba_ssm ``ops/triton/selective_state_update.py``
@@ -566,8 +573,6 @@ class Mamba2Scan(Operator):
     dt_bias (H each) are not counted.
     """
 
-    kind: ClassVar[OpKind] = OpKind.recurrent
-
     heads: int          # H on this rank
     head_dim: int       # P
     state_size: int     # N
@@ -583,11 +588,6 @@ class Mamba2Scan(Operator):
                      _out_per_token=self.heads * p * a,
                      _state_bytes=self.heads * p * n * self.state_dtype.bytes_per_element)
 
-    def demand(self, b, q) -> Demand:
-        tokens = b * q
-        return Demand(tokens * self._flops_per_token, tokens * self._flops_per_token,
-                      act_in_bytes=tokens * self._in_per_token, act_out_bytes=tokens * self._out_per_token,
-                      kv_read_bytes=b * self._state_bytes, kv_write_bytes=tokens * self._state_bytes)
 
 
 @dataclass(frozen=True)
