@@ -85,7 +85,7 @@ def measure() -> dict:
     def grid_seconds() -> float:
         step_time_grid(None, None, batch_sizes=b, k_values=ks, contexts=[1024], setup=setup)
         grid = []
-        for _ in range(5):
+        for _ in range(15):                  # the best of 15: a few milliseconds each, on a machine whose speed moves
             start = time.perf_counter()
             step_time_grid(None, None, batch_sizes=b, k_values=ks, contexts=[1024], setup=setup)
             grid.append(time.perf_counter() - start)
@@ -115,6 +115,9 @@ def measure_in(root: Path) -> dict:
     """``measure`` in a fresh process importing dsdsim from checkout ``root`` (run there: ``-c`` and ``-m`` put the
     working folder first on the path), and its CLI timings."""
     env = dict(os.environ, PYTHONPATH=str(root))
+    # byte-compiled first, as `pip install` leaves a package: with PYTHONDONTWRITEBYTECODE set, a module edited since
+    # its .pyc was written would otherwise be compiled again in every timed start-up
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "dsdsim")], check=True, capture_output=True)
     code = f"import sys, json; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import bench_speed; " \
            "print(json.dumps(bench_speed.measure()))"
     r = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, check=True)

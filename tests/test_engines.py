@@ -298,3 +298,22 @@ def test_calibrate_refuses_a_shipped_name(cli, tmp_path):
     out = tmp_path / "vllm.yaml"
     code, _, err = cli("calibrate", "--measurements", _csv(tmp_path, GOOD), "--name", "vllm", "-o", out)
     assert code == 2 and "shipped engine spec" in err and not out.exists()
+
+
+def test_per_layer_terms_count_where_vllm_cuts_its_piecewise_graphs():
+    """vLLM cuts a forward pass into piecewise CUDA graphs at every attention, Mamba-2 and linear-attention op and at
+    a sparse layer's indexer (``CompilationConfig._attention_ops``), each launched eagerly; FFN-only blocks add no
+    cut. The counts come from the published configs themselves: Nemotron-H-8B's pattern ("M" Mamba-2, "*" attention,
+    "-" MLP), DeepSeek-V3.2-Exp's 61 sparse layers (attention and indexer), Llama-3.1-8B's 32 layers."""
+    from dsdsim.cost.engine import small_kernel_s, term_seconds
+    from dsdsim.specs.catalog import load_model
+
+    pattern = json.loads((REPO_ROOT / "model_specs" / "nemotron-h-8b.json").read_text())["hybrid_override_pattern"]
+    cuts = pattern.count("M") + pattern.count("*")
+    assert cuts == 28 and len(pattern) == 52
+    assert load_model("nemotron-h-8b").graph_split_ops == cuts
+    assert load_model("deepseek-v3.2-exp").graph_split_ops == 2 * 61
+    assert load_model("llama-3.1-8b").graph_split_ops == 32
+    step = simulate_step("nemotron-h-8b", "h100-sxm", None, "eagle3", 8, 3, engine="vllm@0.24", dynamic=True)
+    paid = dict((t.name, s) for t, s in term_seconds(step.engine, step))
+    assert paid["piecewise_attention"] == pytest.approx(cuts * small_kernel_s(step.hardware)[1], rel=1e-12)

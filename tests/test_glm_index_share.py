@@ -129,3 +129,15 @@ def test_a_shared_layer_needs_an_indexer_configuration():
     with pytest.raises(ValidationError, match="index_shared"):
         Attention(kind=AttentionKind.mla, num_heads=4, num_kv_heads=4, head_dim=24, q_lora_rank=16,
                   kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, index_shared=True)
+
+
+def test_show_model_says_which_layers_run_the_indexer(model):
+    """``show model`` words IndexShare as it is: every sparse layer attends to the top-k keys, 21 run the indexer,
+    57 reuse it; a model without shared layers (DeepSeek-V3.2-Exp) keeps the one-line form."""
+    from dsdsim.export.views import model_summary
+
+    text = model_summary(model)["sparse_attention"]
+    assert text == (f"{LAYERS} layers attend to the top-{TOPK} keys per query; {len(FULL)} run an indexer of {N_I} "
+                    f"heads x {D_I}, {LAYERS - len(FULL)} reuse the top-k of the indexer layer before them")
+    assert model_summary(load_model("deepseek-v3.2-exp"))["sparse_attention"] == \
+        "61 layers: indexer 64 heads x 128, top-2048 keys per query"

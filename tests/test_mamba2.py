@@ -140,7 +140,9 @@ def test_an_ffn_only_and_an_attention_only_block(tiny):
     assert f(experts.weight_bytes) == pytest.approx(f(experts.experts_touched) * 2 * 64 * 32 * 2)
     assert f(experts.act_in_bytes) == N * TOPK * (64 + 32) * 2
     attn = by_name(layer_ops(tiny.layers[1], H, B, Q, 1000, ctx()))
-    assert list(attn) == ["input_norm+residual", "attn.qkv", "attn.rotary", "attn.attn", "attn.o"]
+    # no rotary: vLLM NemotronHAttention.forward passes q and k from qkv_proj straight to attention (no positions)
+    assert tiny.layers[1].attention.rotary_dim == 0
+    assert list(attn) == ["input_norm+residual", "attn.qkv", "attn.attn", "attn.o"]
     assert f(attn["attn.attn"].kv_read_bytes) == B * 1000 * 2 * 2 * 16 * 2
 
 

@@ -80,3 +80,61 @@ def test_row_counts_that_are_not_whole_are_evaluated_directly():
     assert _row_index(np.array([1.0, 24.000000000000004, 512.0])).tolist() == [1, 24, 512]
     assert _row_index(np.array([1.0, 2.5])) is None
     assert _row_index(np.array([-1.0, 2.0])) is None
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_a_point_reads_the_row_tables_and_equals_its_operators_timed_one_by_one(case):
+    """One point reads its operators sized by one row count from the row tables, summed per size (``_point_seconds``);
+    that pass time equals every operator's own ``timer`` at the point times its count (``_op_seconds``), in and past
+    the point tables' rows, at whole and padded (not whole) row counts, graphed and eager."""
+    from dsdsim.cost import step as step_module
+
+    _, model, hw, dep, drafter, engine = case
+    s = resolve(model, hw, dep, drafter, engine)
+    plan = step_module.setup_plan(s)
+    passes = [(plan.verify, plan.verify_timed, plan.dp_ranks, None)]
+    if plan.draft is not None:
+        passes += [(dp.ops, timed, plan.draft.dp_ranks, 3.0) for dp, timed in zip(plan.draft.passes, plan.draft_timed)]
+    rng = np.random.default_rng(11)
+    for index, (ops, timed, ranks, times) in enumerate(passes):
+        for b, q in ((1.0, 1.0), (37.0, 4.0), (float(rng.integers(1, 2000)), 3.0), (5.0, 1.6), (70000.0, 2.0)):
+            p = PassPoint(b, q, 4096.0, dp_ranks=ranks, head_rows=b, sampling_passes=2.0, k=q - 1.0)
+            for graphed in (True, False):
+                got = step_module._point_seconds(plan, s.hardware, index, p, times, graphed)
+                gap = plan.gaps[0 if graphed else 1]
+                want = sum(step_module._op_seconds([(ops, p, times)], [timed], gap))
+                assert got == pytest.approx(want, rel=1e-13, abs=0), (case[0], index, b, q, graphed)
+
+
+def test_a_point_on_a_setup_equals_the_grid_at_that_point():
+    """The point path (row tables per size, timers for the rest, the engine terms in floats) and the grid path give
+    the same step time at the same point, for every reference case."""
+    from dsdsim.cost.step import simulate_step
+
+    for _, model, hw, dep, drafter, engine in CASES:
+        s = resolve(model, hw, dep, drafter, engine)
+        top = s.drafter.max_k if s.drafter is not None else 0
+        b = np.array([1.0, 7.0, 64.0, 300.0])[:, None]
+        k = np.array(sorted({0, min(1, top), min(3, top)}), dtype=float)[None, :]
+        grid = simulate_step(None, None, setup=s, batch=b, k=k, context=3000.0)
+        for i, bi in enumerate(b[:, 0]):
+            for j, kj in enumerate(k[0]):
+                one = simulate_step(None, None, setup=s, batch=float(bi), k=float(kj), context=3000.0)
+                assert type(one.step_time_s) is float
+                assert one.step_time_s == pytest.approx(float(grid.step_time_s[i, j]), rel=1e-12, abs=0)
+                assert bool(one.feasible) == bool(grid.feasible[i, j])
+
+
+def test_a_setup_keeps_its_step_program_but_pickles_without_it():
+    """A Setup keeps the step program a point built (``setup_plan``), but a sweep's worker processes receive it
+    pickled: the program (local functions) stays behind and is rebuilt there, to the same step times."""
+    import pickle
+
+    from dsdsim.cost.step import setup_plan, simulate_step
+
+    s = resolve("qwen3-30b-a3b", "h100-sxm", None, "eagle3")
+    here = simulate_step(None, None, setup=s, batch=9, k=2, context=700).step_time_s
+    assert setup_plan(s) is setup_plan(s)
+    there = pickle.loads(pickle.dumps(s))
+    assert there == s and "_step_plan" not in there.__dict__
+    assert simulate_step(None, None, setup=there, batch=9, k=2, context=700).step_time_s == here

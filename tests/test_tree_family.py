@@ -172,6 +172,7 @@ def test_csv_has_one_row_per_batch_size(cli):
     (("-f", "vllm-batch-stats"), "chain length"),
     (("-f", "sglang"), "--speculative-num-draft-tokens 17"),
     (("-d", "none"), "needs a drafter"),
+    (("--acceptance-band", "0.1"), "--acceptance-band"),
 ])
 def test_refusals_are_one_line_and_write_nothing(cli, tmp_path, extra, fragment):
     out_file = tmp_path / "out.json"
@@ -193,3 +194,80 @@ def test_help_describes_the_option_with_an_example(cli):
     code, out, _ = cli("predict", "--help")
     assert code == 0
     assert "--tree-family" in out and "4,4,16@2.542" in out
+
+
+# --- the plot (predict --tree-family --plot) --------------------------------------------------------------------
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("family", [FAMILY, "3,3,4@3.2;4,4,16@2.542;7,10,64@3.034", "4,4,16@2.542"])
+def test_plot_writes_a_png_beside_the_table(cli, tmp_path, family):
+    out = tmp_path / "trees.png"
+    code, text, err = cli("predict", *ARGV, "--tree-family", family, "-b", "1-128", "--plot", out)
+    assert code == 0, err
+    data = out.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 20_000              # a drawn figure, not an empty canvas
+    assert [f.name for f in tmp_path.iterdir()] == ["trees.png"]     # no temporary file left behind
+    assert f"wrote {out}" in err and "tree family" in text            # the table still goes to stdout
+
+
+def test_plot_lines_are_the_predicted_goodput(angelslim):
+    """Each tree's line (and plain decoding's) is the prediction's tokens/s at every batch size; the envelope is
+    the chosen row's; the lower panel is the same over plain decoding; every batch range is shaded."""
+    from dsdsim.export.plots import TreeFamilyDisplay
+
+    d = TreeFamilyDisplay.from_prediction(angelslim).plot()
+    try:
+        ax, ax_rel = d.axes_
+        lines = {ln.get_label(): ln for ln in ax.get_lines()}
+        g = angelslim.goodput
+        np.testing.assert_array_equal(lines["plain decoding (no speculation)"].get_xdata(), angelslim.batch_sizes)
+        np.testing.assert_allclose(lines["plain decoding (no speculation)"].get_ydata(), g[0], rtol=0)
+        for i, m in enumerate(angelslim.family, start=1):
+            line = lines[f"tree {m.label} (AL {m.length:g})"]
+            assert line is d.lines_[m.label]
+            np.testing.assert_allclose(line.get_ydata(), g[i], rtol=0)
+        cols = np.arange(len(angelslim.batch_sizes))
+        np.testing.assert_allclose(lines["best choice per batch size"].get_ydata(), g[angelslim.choice, cols], rtol=0)
+        rel = {ln.get_label(): ln for ln in ax_rel.get_lines()}
+        np.testing.assert_allclose(rel[f"tree {TREES[2]} (AL 2.542)"].get_ydata(), g[3] / g[0], rtol=1e-12)
+        assert len(ax.patches) == len(angelslim.ranges())                 # one band per batch range
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert any(t.startswith("chosen: ") and "batch 1-" in t for t in legend)
+        title = ax.get_title()
+        assert all(w in title for w in ("qwen3-30b-a3b", "h100-sxm", "tp 4", "sglang"))
+        assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    finally:
+        d.close()
+
+
+def test_plot_hatches_what_does_not_fit():
+    p = predict_tree_family(**{**SETUP, "deployment": Deployment(tp=2)}, family="3,3,4@2.017;4,4,16@2.542",
+                            context=16384, batch_sizes="1-128")
+    assert not (p.choice >= 0).all()
+    from dsdsim.export.plots import TreeFamilyDisplay
+
+    d = TreeFamilyDisplay.from_prediction(p).plot()
+    try:
+        legend = [t.get_text() for t in d.axes_[0].get_legend().get_texts()]
+        assert any("does not fit in memory" in t for t in legend)
+        assert any(patch.get_hatch() == "//" for patch in d.axes_[0].patches)
+    finally:
+        d.close()
+
+
+@pytest.mark.parametrize("plot, extra, fragment", [
+    ("missing/trees.png", (), "does not exist"),
+    ("trees.txt", (), "writes a PNG"),
+    ("trees.png", ("-f", "sglang"), "one tree per server"),          # a refused format draws nothing either
+    ("-", (), "both go to standard output"),
+])
+def test_a_bad_plot_path_is_one_line_and_leaves_no_file(cli, tmp_path, plot, extra, fragment):
+    target = plot if plot == "-" else tmp_path / plot
+    code, out, err = cli("predict", *ARGV, "--tree-family", FAMILY, "-b", "1-16", "--plot", target, *extra)
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dsdsim: error: ") and fragment in lines[0], lines
+    assert "Traceback" not in err and out == ""
+    assert list(tmp_path.iterdir()) == []

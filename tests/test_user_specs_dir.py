@@ -133,12 +133,14 @@ def test_resolve_by_names_is_remembered_for_equal_inputs(clean_catalog):
 def test_the_plan_is_built_once_for_equal_specs_built_anew(monkeypatch):
     from dsdsim.cost import step as step_module
     from dsdsim.cost.step import simulate_step, step_plan
+    from dsdsim.specs import setup as setup_module
     from dsdsim.specs.deployment import Deployment
 
     builds = []
     real = step_module.pass_plan
     monkeypatch.setattr(step_module, "pass_plan", lambda *a, **kw: builds.append(1) or real(*a, **kw))
     step_plan.cache_clear()
+    monkeypatch.setattr(setup_module, "_resolved", {})      # a new Setup (a Setup keeps its plan once built)
     first = simulate_step("qwen3-30b-a3b", "h100-sxm", Deployment(tp=2, ep=2), "eagle3", batch=8, k=3).step_time_s
     again = simulate_step("qwen3-30b-a3b", "h100-sxm", Deployment(tp=2, ep=2), "eagle3", batch=8, k=3).step_time_s
     assert len(builds) == 1 and first == again

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -77,6 +78,7 @@ def _help_position(command) -> int:
 
 
 _COMPUTE_GC_THRESHOLD = 100_000    # allocations between young collections (Python's default: 700)
+_BLAS_THREADS = "OPENBLAS_NUM_THREADS"     # read by the OpenBLAS that numpy wheels ship, when numpy loads
 
 
 def _measures(argv: list[str]) -> bool:
@@ -124,14 +126,18 @@ def main(argv: Optional[list[str]] = None) -> None:
     some 50,000 long-lived objects (modules, classes, schemas) that the cyclic collector would walk again and
     again, and once more at exit: a command that only computes runs with young collections every 100,000
     allocations instead of 700 (still collecting on a long sweep), and what is alive at the end is frozen
-    (gc.freeze) so that the passes at exit skip it. The commands that measure with torch keep the usual
-    collector, since their loops may leave tensors in cycles. In-process callers (``argv`` given, tests) find the
-    collector as they left it.
+    (gc.freeze) so that the passes at exit skip it. Such a command also asks numpy's OpenBLAS for one thread
+    (unless OPENBLAS_NUM_THREADS is set): the arrays here are small (the cost model calls no BLAS routine, a fit
+    solves for a few parameters), while each idle OpenBLAS worker spins on a core for some 0.1 s after numpy
+    loads, time that a 2-core machine takes from the run. The commands that measure with torch keep the usual
+    collector and threads, since their loops may leave tensors in cycles. In-process callers (``argv`` given,
+    tests) find the collector and the environment as they left them.
     """
     own = argv is None
     thresholds = gc.get_threshold()
     if own and not _measures(sys.argv[1:]):
         gc.set_threshold(_COMPUTE_GC_THRESHOLD, *thresholds[1:])
+        os.environ.setdefault(_BLAS_THREADS, "1")      # before numpy loads (commands import it lazily)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("always", module=r"dsdsim\.")    # each one said, once per occurrence

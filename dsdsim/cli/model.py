@@ -95,14 +95,11 @@ def predict(
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
     if tree_family is not None:
-        return _predict_tree_family(ctx, sim, deploy, options, tree_family, fmt, output)
+        return _predict_tree_family(ctx, sim, deploy, options, tree_family, fmt, output, plot)
     from dsdsim.policy.options import parse_tolerance
 
     options = replace(options, tolerance=parse_tolerance(options.tolerance))   # a bad value fails first
-    if plot is not None:
-        check_png(plot, "--plot")
-        if is_stdout(plot) and (output is None or is_stdout(output)):
-            raise DsdsimError("--plot - and the predict output would both go to standard output; write one to a file")
+    _check_plot(plot, output)
     target = dict(model=sim.model, hardware=sim.hardware, deployment=deploy.deployment(), drafter=sim.drafter_spec(),
                   engine=sim.engine)
     if contexts is not None:
@@ -128,6 +125,15 @@ def predict(
     from dsdsim.export.render import prediction_view
 
     show_or_write(prediction_view(p), output)
+
+
+def _check_plot(plot: Optional[Path], output: Optional[Path]) -> None:
+    """--plot: a writable .png path (or -) that does not share standard output with the predict output."""
+    if plot is None:
+        return
+    check_png(plot, "--plot")
+    if is_stdout(plot) and (output is None or is_stdout(output)):
+        raise DsdsimError("--plot - and the predict output would both go to standard output; write one to a file")
 
 
 def _warn_about_table(p, fmt: PredictFormat) -> None:
@@ -157,12 +163,13 @@ _NOT_WITH_TREE_FAMILY = (
     ("max_distinct_k", "--max-distinct-k", "limits a chain's K table"), ("max_k", "--max-k", "limits a chain's K"),
     ("acceptance_band", "--acceptance-band", "moves a chain's alphas"), ("tolerance", "--tolerance",
                                                                          "merges a K table's ranges"),
-    ("contexts", "--contexts", "gives a K table per context"), ("plot", "--plot", "draws a K table"))
+    ("contexts", "--contexts", "gives a K table per context"))
 
 
 def _predict_tree_family(ctx, sim: SimulatedArgs, deploy: DeploymentArgs, options: PredictOptions, text: str,
-                         fmt: PredictFormat, output: Optional[Path]) -> None:
-    """The best tree of a family (or plain decoding) per batch size: table, json or csv."""
+                         fmt: PredictFormat, output: Optional[Path], plot: Optional[Path]) -> None:
+    """The best tree of a family (or plain decoding) per batch size: table, json or csv; --plot draws each tree's
+    goodput and the choice per batch range."""
     from dsdsim.export import trees as views
     from dsdsim.policy.trees import parse_tree_family, predict_tree_family
 
@@ -173,12 +180,19 @@ def _predict_tree_family(ctx, sim: SimulatedArgs, deploy: DeploymentArgs, option
     early = views.early_refusal(fmt)
     if early is not None:
         raise DsdsimError(early)
+    _check_plot(plot, output)
     family = parse_tree_family(text)
     p = predict_tree_family(sim.model, sim.hardware, deploy.deployment(), sim.drafter_spec(), family=family,
                             engine=sim.engine, context=options.context, batch_sizes=options.batch_sizes)
-    if fmt is PredictFormat.table:
+    rendered = None if fmt is PredictFormat.table else views.render(p, fmt)   # a refused format fails before the plot
+    if plot is not None:
+        from dsdsim.export.plots import TreeFamilyDisplay, save_png
+
+        save_png(TreeFamilyDisplay.from_prediction(p).plot(), plot)
+        typer.echo(f"wrote {plot}", err=True)
+    if rendered is None:
         return show_or_write(views.family_table(p), output)
-    emit(views.render(p, fmt), output)
+    emit(rendered, output)
 
 
 def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **kwargs) -> None:

@@ -30,7 +30,7 @@ def _fitting(renderable, width: int) -> int:
               if isinstance(r, Table) and all(c.no_wrap for c in r.columns)]
     if not tables:
         return width
-    probe = Console(width=10_000)
+    probe = Console(width=10_000, emoji=False)
     need = max(probe.measure(t).maximum for t in tables)
     return max(width, need)
 
@@ -39,7 +39,7 @@ def console(renderable=None):
     from rich.console import Console
 
     width = _width() if renderable is None else _fitting(renderable, _width())
-    return Console(width=width, highlight=False)
+    return Console(width=width, highlight=False, emoji=False)    # ':name:' in a spec name stays text
 
 
 def show(renderable) -> None:
@@ -142,7 +142,7 @@ def plain_text(renderable) -> str:
     from rich.console import Console
 
     buf = io.StringIO()
-    Console(file=buf, width=_fitting(renderable, _width()), highlight=False,
+    Console(file=buf, width=_fitting(renderable, _width()), highlight=False, emoji=False,
             color_system=None, force_terminal=False).print(renderable)
     return buf.getvalue()
 

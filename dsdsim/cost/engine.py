@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from functools import lru_cache
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -19,14 +18,13 @@ from dsdsim.specs.engine import CudaGraphs, EngineParams, GraphPadding, KindCoef
 from dsdsim.specs.hardware import HardwareSpec
 
 
-@dataclass(frozen=True)
-class EngineTime:
-    """Seconds per step the engine adds (arrays over the step grid). ``added_s`` is what the step time gains: the
-    GPU terms plus the host time that is not hidden behind device time."""
+class EngineTime(NamedTuple):
+    """Seconds per step the engine adds (floats at one point, arrays over the step grid). ``added_s`` is what the
+    step time gains: the GPU terms plus the host time that is not hidden behind device time."""
 
-    host_s: np.ndarray            # host time per step (whether hidden or not)
-    host_exposed_s: np.ndarray    # the part of it the step waits for
-    gpu_s: np.ndarray             # GPU terms: device time beyond the kernels of the passes
+    host_s: np.ndarray | float            # host time per step (whether hidden or not)
+    host_exposed_s: np.ndarray | float    # the part of it the step waits for
+    gpu_s: np.ndarray | float             # GPU terms: device time beyond the kernels of the passes
     overlapped: np.ndarray | bool = False   # whether the step's host work overlaps its device time (async)
 
     @property
@@ -50,6 +48,8 @@ def _kind_terms(c: KindCoefficients, b, tokens, passes, layers, kernel_s, eager_
     """(host seconds, of which per draft pass, GPU seconds) of one kind of step."""
     host = _units(c.host_s, b, tokens, passes, layers)
     host_pass = c.host_s[3] * passes if c.host_s[3] else 0.0
+    if not c.has_gpu:
+        return host, host_pass, 0.0
     gpu = _units(c.gpu_s, b, tokens, passes, layers) if any(c.gpu_s) else 0.0
     if any(c.gpu_kernels):
         gpu = gpu + _units(c.gpu_kernels, b, tokens, passes, layers) * kernel_s
@@ -76,6 +76,12 @@ def engine_time(p: EngineParams, device_s, batch, k, draft_passes, verify_tokens
     launched eagerly. K = 0 is a plain step, or with ``dynamic`` the K = 0 tier of a server running a dynamic K
     table (whose speculative steps are then ``dynamic`` ones)."""
     eager_kernel_s = kernel_s if eager_kernel_s is None else eager_kernel_s
+    if type(k) is float and type(batch) is float and type(device_s) is float:       # one point, in floats
+        c = (p.dynamic if dynamic else p.speculative) if k > 0 else (p.off_tier if dynamic else p.plain)
+        host, host_pass, gpu = _kind_terms(c, batch, batch * verify_tokens, draft_passes, layers, kernel_s,
+                                           eager_kernel_s)
+        return EngineTime(host, _exposed(c.overlaps, host, host_pass, device_s + gpu, draft_device_s), gpu,
+                          c.overlaps)
     b = num(batch)
     kk = num(k)
     tokens = b * num(verify_tokens)
@@ -113,7 +119,8 @@ def term_seconds(spec, step) -> list[tuple[object, float]]:
     b = float(np.asarray(step.batch).reshape(-1)[0])
     q = float(np.asarray(step.verify_tokens).reshape(-1)[0])
     units = {"step": 1.0, "sequence": b, "token": b * q,
-             "draft_pass": float(np.asarray(step.draft_passes).reshape(-1)[0]), "layer": float(step.model.num_layers)}
+             "draft_pass": float(np.asarray(step.draft_passes).reshape(-1)[0]),
+             "layer": float(step.model.graph_split_ops)}
     graphed_s, eager_s = small_kernel_s(step.hardware)
     out = []
     for t in spec.terms:
@@ -140,22 +147,25 @@ def _next_size(sizes: tuple[int, ...], n: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 @lru_cache(maxsize=256)
-def _multiples(sizes: tuple[int, ...], q: float) -> tuple[int, ...]:
-    """Capture sizes rounded up to multiples of q, kept where they stay within the largest capture size (vLLM
-    under speculation captures multiples of K + 1 so a uniform decode batch fills whole sequences)."""
+def _multiples(graphs: CudaGraphs, q: float) -> tuple[int, ...]:
+    """``graphs``' capture sizes rounded up to multiples of q, kept where they stay within the largest capture size
+    (vLLM under speculation captures multiples of K + 1 so a uniform decode batch fills whole sequences). Keyed by
+    the spec, whose hash is kept, not by its sizes (a tuple hashes all its items on every call)."""
+    sizes = graphs.capture_sizes
     top = sizes[-1]
     return tuple(sorted({math.ceil(s / q) * int(q) for s in sizes if math.ceil(s / q) * q <= top}))
 
 
-def _next_multiple_size(sizes: tuple[int, ...], b, q):
+def _next_multiple_size(graphs: CudaGraphs, b, q):
     """(the smallest capture size, rounded to a multiple of q, holding B * q tokens; whether there is one)."""
     if type(b) is float and type(q) is float:
-        return _next_size(_multiples(sizes, q), b * q)
+        return _next_size(_multiples(graphs, q), b * q)
     b, q = np.asarray(b, dtype=float), np.asarray(q, dtype=float)
     size = np.array(np.broadcast_to(b * q, np.broadcast_shapes(b.shape, q.shape)))
     ok = np.zeros(size.shape, dtype=bool)
-    for qv in np.unique(q):       # a few values of q: each evaluated over b's own shape, written where q has it
-        allowed = _multiples(sizes, float(qv))
+    for qv in sorted(set(q.ravel().tolist())):   # a few values of q: each evaluated over b's own shape,
+                                                # written where q has it (no np.unique: numpy.ma)
+        allowed = _multiples(graphs, float(qv))
         if allowed:
             s, o = _next_size(allowed, b * qv)
             where_q = q == qv
@@ -173,16 +183,14 @@ def padded_tokens(graphs: Optional[CudaGraphs], batch, tokens_per_sequence, grap
     size, or a size not captured when padding is off: eager, unpadded. With ``multiple_of_verify_tokens`` (vLLM
     under speculation) the capture sizes are rounded up to multiples of q first, so a uniform decode batch of B
     sequences pads to a whole number of sequences."""
+    if type(batch) is float and type(tokens_per_sequence) is float:      # one point: (float, bool)
+        return _padded_point(graphs, batch, tokens_per_sequence, graphs_on)
     b = num(batch)
     q = num(tokens_per_sequence)
-    if type(b) is float and type(q) is float:      # one point: (float, bool)
-        def out(tokens, graphed):
-            return tokens, graphed
-    else:
-        shape = np.broadcast_shapes(np.shape(b), np.shape(q))
+    shape = np.broadcast_shapes(np.shape(b), np.shape(q))
 
-        def out(tokens, graphed):
-            return np.broadcast_to(tokens, shape), np.broadcast_to(graphed, shape)
+    def out(tokens, graphed):
+        return np.broadcast_to(tokens, shape), np.broadcast_to(graphed, shape)
     if not graphs_on:
         return out(q, False)
     if graphs is None or graphs.capture_sizes is None:
@@ -190,7 +198,7 @@ def padded_tokens(graphs: Optional[CudaGraphs], batch, tokens_per_sequence, grap
     sizes = graphs.capture_sizes
     if graphs.padding is GraphPadding.tokens:
         if graphs.multiple_of_verify_tokens:
-            size, ok = _next_multiple_size(sizes, b, q)
+            size, ok = _next_multiple_size(graphs, b, q)
             return out(where(ok, size / b, q), ok)
         size, ok = _next_size(sizes, b * q)
         return out(where(ok, size / b, q), ok)
@@ -206,3 +214,19 @@ def small_kernel_s(hw: HardwareSpec) -> tuple[float, float]:
     eagerly."""
     floor = hw.kernels.kernel_floor_s.value if hw.kernels is not None else 0.0
     return floor + hw.launch_overhead_s.value, floor + hw.eager_launch_overhead_s.value
+
+
+def _padded_point(graphs: Optional[CudaGraphs], b: float, q: float, graphs_on: bool) -> tuple[float, bool]:
+    """``padded_tokens`` at one point, in floats."""
+    if not graphs_on:
+        return q, False
+    if graphs is None or graphs.capture_sizes is None:
+        return q, True
+    sizes = graphs.capture_sizes
+    if graphs.padding is GraphPadding.tokens:
+        size, ok = _next_size(_multiples(graphs, q) if graphs.multiple_of_verify_tokens else sizes, b * q)
+        return (size / b if ok else q), ok
+    size, ok = _next_size(sizes, b)
+    if graphs.padding is GraphPadding.none:
+        return q, ok and size == b
+    return (q * size / b if ok else q), ok

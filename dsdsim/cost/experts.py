@@ -8,10 +8,14 @@ Notation: E routed experts, k experts per token, B sequences each with q tokens 
   (1-o)*k afresh from the E - o*k it does not hold. One sequence's q tokens then leave expert e untouched with
   probability (1 - p_e) * (1 - (1-o) p_e E / (E - o k))^(q-1); sequences are independent, so the batch leaves
   it untouched with that probability to the power B. o = 0 recovers the independent formulas exactly.
-* Expert parallelism: experts are split contiguously over ep ranks; the step waits for the busiest rank.
+* Expert parallelism: experts are split contiguously over ep ranks; the step waits for the busiest rank. Under
+  uniform routing each rank's count is Binomial(n = E/ep, P(touched)), and the busiest of ep independent ones has
+  E[max] = sum_{x=1}^{n} P(max >= x) = sum_{x=1}^{n} 1 - F(x-1)^ep, F the binomial CDF.
 """
 from __future__ import annotations
 
+import functools
+import math
 from typing import Optional, Sequence
 
 import numpy as np
@@ -23,7 +27,7 @@ def _p_untouched_per_expert(num_experts: int, top_k: int, q, overlap: float, p: 
     """P(an expert of popularity p_e is untouched by one sequence's q tokens); shape p.shape + q.shape (floats for
     one popularity and one q)."""
     E, k = num_experts, top_k
-    if not (is_scalar(p) and is_scalar(q)):     # the popularity values on a leading axis
+    if not (type(p) is float and type(q) is float or is_scalar(p) and is_scalar(q)):   # the p_e on a leading axis
         p = np.asarray(p, dtype=float).reshape((-1,) + (1,) * np.ndim(q))
         q = np.asarray(q, dtype=float)
     fresh = minimum(maximum((1.0 - overlap) * p * E / (E - overlap * k), 0.0), 1.0)
@@ -55,11 +59,9 @@ def check_popularity(popularity: Sequence[float], num_experts: int, top_k: int) 
 def experts_touched(num_experts: int, top_k: int, batch, q, overlap: float = 0.0,
                     popularity: Optional[np.ndarray] = None) -> np.ndarray:
     """Expected distinct routed experts hit by B sequences x q tokens (one MoE layer)."""
-    if not 0.0 <= overlap < 1.0:
-        raise ValueError(f"expert_overlap must be in [0, 1), got {overlap}")
+    _check_overlap(overlap)
     if popularity is None and is_scalar(batch) and is_scalar(q):    # one point, uniform routing: in floats
-        untouched_seq = _p_untouched_per_expert(num_experts, top_k, float(q), overlap, top_k / num_experts)
-        return num_experts * (1.0 - untouched_seq ** float(batch))
+        return num_experts * _p_touched_uniform(num_experts, top_k, float(batch), float(q), overlap)
     b, q = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(q, dtype=float))  # expert axis goes first
     p, multiplicity = _distinct_popularity(num_experts, top_k, popularity)
     untouched_seq = _p_untouched_per_expert(num_experts, top_k, q, overlap, p)          # (distinct p, ...)
@@ -73,7 +75,7 @@ def experts_touched_busiest_rank(num_experts: int, top_k: int, batch, q, ep: int
 
     Uniform routing: each rank's count is Binomial(E/ep, P(touched)); the expected maximum of ep such
     counts is sum_x 1 - F(x-1)^ep. With a popularity vector, ranks hold contiguous expert blocks and the
-    busiest block (largest expected load) sets both figures.
+    busiest block (largest expected load) sets both figures. One point (numbers for batch and q) gives floats.
     """
     if ep == 1:
         touched = experts_touched(num_experts, top_k, batch, q, overlap, popularity)
@@ -81,6 +83,9 @@ def experts_touched_busiest_rank(num_experts: int, top_k: int, batch, q, ep: int
     if num_experts % ep:
         raise ValueError(f"ep {ep} does not divide the {num_experts} routed experts")
     per_rank = num_experts // ep
+    if popularity is None and is_scalar(batch) and is_scalar(q) and per_rank <= _MAX_RANK_IN_FLOATS:
+        p_touched = _p_touched_uniform(num_experts, top_k, float(batch), float(q), overlap)
+        return _expected_max_binomial(per_rank, p_touched, ep), 1.0 / ep
     b, q = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(q, dtype=float))  # expert axis goes first
     if popularity is None:
         pt = 1.0 - _p_untouched_per_expert(num_experts, top_k, q, overlap, np.array([top_k / num_experts]))[0] ** b
@@ -97,3 +102,93 @@ def experts_touched_busiest_rank(num_experts: int, top_k: int, batch, q, ep: int
     busiest = int(np.argmax(load))
     share = np.full(blocks.shape[1:], load[busiest] / load.sum())
     return blocks[busiest], share
+
+
+def routed_expert_counts(num_experts: int, top_k: int, batch, q, ep: int, overlap: float = 0.0,
+                         popularity: Optional[np.ndarray] = None) -> tuple:
+    """(experts touched on the busiest rank, that rank's share of assignments, experts touched over all ranks):
+    ``experts_touched_busiest_rank`` and ``experts_touched`` together, P(touched) worked out once for one point."""
+    if popularity is None and is_scalar(batch) and is_scalar(q) and (
+            ep == 1 or num_experts % ep == 0 and num_experts // ep <= _MAX_RANK_IN_FLOATS):
+        _check_overlap(overlap)
+        p_touched = _p_touched_uniform(num_experts, top_k, float(batch), float(q), overlap)
+        total = num_experts * p_touched
+        busiest = total if ep == 1 else _expected_max_binomial(num_experts // ep, p_touched, ep)
+        return busiest, 1.0 / ep, total
+    busiest, share = experts_touched_busiest_rank(num_experts, top_k, batch, q, ep, overlap, popularity)
+    total = busiest if ep == 1 else experts_touched(num_experts, top_k, batch, q, overlap, popularity)
+    return busiest, share, total
+
+
+# --- one point in floats ------------------------------------------------------------------------------------------
+
+# Walking up X past its mode, the walk stops at the first pmf term below this: the rest of the tail is then below
+# ~1e-20 too, so each term left, 1 - F^ep <= ep (1 - F), is 0 to well within a rounding error of the total.
+_NEGLIGIBLE_PMF = 1e-20
+# Walking up Y, the walk stops once F^ep is below half an ulp of 1: every term left, 1 - F^ep with a smaller F,
+# then rounds to exactly 1.
+_HALF_ULP_OF_ONE = 2.0 ** -54
+# The walk starts at P(X = 0) = (1-p)^n or P(Y = 0) = p^n, at least 2^-n, a normal double (> 2.2e-308) for n up
+# to 1022; larger ranks take the array path.
+_MAX_RANK_IN_FLOATS = 1000
+
+
+def _check_overlap(overlap: float) -> None:
+    if not 0.0 <= overlap < 1.0:
+        raise ValueError(f"expert_overlap must be in [0, 1), got {overlap}")
+
+
+def _p_touched_uniform(num_experts: int, top_k: int, batch: float, q: float, overlap: float) -> float:
+    """P(a given expert is touched by B sequences x q tokens) under uniform routing, one point in floats."""
+    return 1.0 - _p_untouched_per_expert(num_experts, top_k, q, overlap, top_k / num_experts) ** batch
+
+
+@functools.lru_cache(maxsize=None)
+def _pmf_ratios(n: int) -> tuple:
+    """(n-j)/(j+1) for j = 0..n-1: the binomial pmf steps f(j+1) = f(j) (n-j)/(j+1) p/(1-p)."""
+    return tuple((n - j) / (j + 1) for j in range(n))
+
+
+def _expected_max_binomial(n: int, p: float, ep: int) -> float:
+    """E[max of ep independent X ~ Binomial(n, p)] = sum_{x=0}^{n-1} 1 - F(x)^ep, for one p in floats.
+
+    F comes from the pmf recurrence f(j+1) = f(j) (n-j)/(j+1) p/(1-p), walked up from the likelier end so that its
+    first term, at least 2^-n, cannot underflow. p <= 1/2: up X from P(X = 0) = (1-p)^n, F rising from 0, until
+    the pmf past the mode is negligible (the terms left are 0). p > 1/2: up the untouched count Y = n - X ~
+    Binomial(n, 1-p) from P(Y = 0) = p^n, where F(n-1-i) = 1 - P(Y <= i) falls from 1, until F^ep rounds away
+    against 1 (the terms left are 1). Within ~3e-14 of the exact sum at the same p (tests/test_experts_point.py).
+    """
+    ratios = _pmf_ratios(n)
+    power = float(ep)
+    total = 0.0
+    if p > 0.5:
+        odds = (1.0 - p) / p                        # 1 - p exact here (Sterbenz)
+        f, cdf = p ** n, 1.0                        # P(Y = 0); F(n) = 1
+        for i in range(n):
+            cdf -= f                                # F(n-1-i) = 1 - P(Y <= i)
+            x = cdf ** power
+            total += 1.0 - x
+            if x < _HALF_ULP_OF_ONE:
+                return total + (n - 1 - i)
+            f *= ratios[i] * odds
+        return total
+    odds = p / (1.0 - p)
+    f, cdf = math.exp(n * math.log1p(-p)), 0.0      # P(X = 0) = (1-p)^n, without rounding 1 - p first
+    mode = min(int((n + 1) * p), n - 1)             # floor((n+1) p): a mode of Binomial(n, p)
+    for j in range(mode + 1):                       # up to the mode: every term counts
+        cdf += f                                    # F(j)
+        total += 1.0 - cdf ** power
+        f *= ratios[j] * odds
+    terms = n
+    for j in range(mode + 1, n):                    # past it: until the tail is negligible
+        if f < _NEGLIGIBLE_PMF:
+            terms = j
+            break
+        cdf += f
+        total += 1.0 - cdf ** power
+        f *= ratios[j] * odds
+    # The pmf terms share the rounding of f(0) and of the odds (~n ulp), so they sum to 1 + eps, not 1, which ep
+    # amplifies in the terms near F = 1. Rescale F by that sum m: sum 1 - (F/m)^ep = total + sum F^ep (1 - m^-ep),
+    # with sum F^ep = terms - total.
+    mass = cdf + f                                  # F(j) + P(X = j+1); the tail past it is negligible
+    return total - (terms - total) * math.expm1(-power * math.log(mass))

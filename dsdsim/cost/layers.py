@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 
 from dsdsim.cost import ops
-from dsdsim.cost.experts import check_popularity, experts_touched, experts_touched_busiest_rank
+from dsdsim.cost.experts import check_popularity, routed_expert_counts
 from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import minimum, num
 from dsdsim.cost.ops import KernelClass, OpCost
@@ -184,14 +184,13 @@ def attention_plan(attn: Attention, hidden: int, pc: PassContext, kv_budget: Opt
     # a layer reading a shared cache projects, rotates and writes no keys or values of its own
     new_kv_heads, new_kv = (0, 0) if attn.kv_shared else (kv_heads, kv)
     gate = heads * d if attn.output_gate else 0   # gated attention: q_proj also emits the output gate
-    out = [
-        PlanOp("qkv", ops.Gemm(k_in, heads * d + gate + new_kv, bias=attn.qkv_bias, **g), rank_rows),
+    out = [PlanOp("qkv", ops.Gemm(k_in, heads * d + gate + new_kv, bias=attn.qkv_bias, **g), rank_rows)]
+    if attn.rotary_dim != 0:     # rotary_dim 0: no positional encoding (Nemotron-H), no rotary kernel
         # rotary touches only the rotated part of each q and new k head (partial_rotary_factor), the rest is left as is
-        PlanOp("rotary", ops.Elementwise((heads + new_kv_heads) * (attn.rotary_dim or d), reads=1, writes=1,
-                                         act_dtype=pc.act_dtype, flops_per_element=3), rank_rows),
-        PlanOp("attn", ops.Attention(heads, d, d, kv, pc.kv_dtype, pc.act_dtype, writes_kv=not attn.kv_shared),
-               core),
-    ]
+        out.append(PlanOp("rotary", ops.Elementwise((heads + new_kv_heads) * (attn.rotary_dim or d), reads=1,
+                                                    writes=1, act_dtype=pc.act_dtype, flops_per_element=3), rank_rows))
+    out.append(PlanOp("attn", ops.Attention(heads, d, d, kv, pc.kv_dtype, pc.act_dtype, writes_kv=not attn.kv_shared),
+                      core))
     if attn.output_gate:
         # o * sigmoid(gate): reads both, writes one; sigmoid (exp, add, divide) and the multiply, 4 FLOPs
         out.append(PlanOp("output_gate", ops.Elementwise(heads * d, reads=2, writes=1, act_dtype=pc.act_dtype,
@@ -328,11 +327,9 @@ def routed_experts(ffn: FFN, pc: PassContext, p: PassPoint) -> tuple:
     key = id(ffn)
     hit = p.memo.get(key)
     if hit is None:
-        rank, share = experts_touched_busiest_rank(
-            ffn.num_experts, ffn.top_k, p.batch, p.q, pc.ep, pc.expert_overlap, pc.expert_popularity)
-        total = rank if pc.ep == 1 else experts_touched(ffn.num_experts, ffn.top_k, p.batch, p.q, pc.expert_overlap,
-                                                        pc.expert_popularity)
-        hit = p.memo[key] = (num(rank), num(share), num(total))
+        rank, share, total = routed_expert_counts(ffn.num_experts, ffn.top_k, p.batch, p.q, pc.ep,
+                                                  pc.expert_overlap, pc.expert_popularity)
+        hit = p.memo[key] = (num(rank), num(share), num(total))    # floats for one point, as the point's sizes
     return hit
 
 

@@ -38,8 +38,7 @@ import numpy as np
 from dsdsim.cost.engine import _next_size, engine_time, padded_tokens
 from dsdsim.cost.ops import OpKind
 from dsdsim.cost.plan import PassPoint, PlanOp
-from dsdsim.cost.step import (Timed, _draft_passes, _engine_params, _handoff_s, _table_size, moe_family_of,
-                              step_plan)
+from dsdsim.cost.step import Timed, _draft_passes, _engine_params, _handoff_s, _table_size, setup_plan
 from dsdsim.cost.timing import launch_overhead, seconds
 from dsdsim.errors import DsdsimError
 from dsdsim.specs.setup import Setup
@@ -191,10 +190,10 @@ class MixedPricer:
         if s.deployment.pp > 1:
             raise DsdsimError("the serving simulation models pp = 1 only; use --tp")
         self.dynamic = dynamic
-        self._plan = plan = step_plan(s.model, s.hardware, s.deployment, s.drafter, s.draft_model,
-                                      moe_family_of(s.engine, s.hardware))
+        self._plan = plan = setup_plan(s)
         hw = s.hardware
         self.max_k = int(s.drafter.max_k) if s.drafter is not None else 0
+        self._split_ops = s.model.graph_split_ops          # the engine's per-layer units
         v = _split(plan.verify, plan.verify_timed)
         self._verify = v
         self._verify_tokens = _TokenTable(v.tokens, hw, plan.dp_ranks, head=False)
@@ -280,7 +279,7 @@ class MixedPricer:
         if self._off_tier and self._draft:
             draft_passes = draft_passes if kk > 0 else 1.0
         et = engine_time(self._params, device, float(n), kk, draft_passes, tokens / n, *self._plan.small_kernel_s,
-                         self.dynamic, s.model.num_layers, draft)
+                         self.dynamic, self._split_ops, draft)
         return float(device + et.added_s)
 
     def _mixed_padding(self, tokens: float, graphs_on: bool) -> tuple[float, bool]:

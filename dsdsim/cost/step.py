@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+from array import array
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
@@ -38,7 +39,7 @@ from dsdsim.errors import DsdsimError
 from dsdsim.defaults import DEFAULT_ENGINE
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterSpec
-from dsdsim.specs.drafters import DraftPasses
+from dsdsim.specs.drafters import DraftPasses, drafter_info
 from dsdsim.specs.engine import EngineSpec
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import ModelSpec
@@ -49,17 +50,22 @@ class PassCost:
     """One phase of a step (draft or verify): its time, and its operators with their roofline times, whose records
     are built from the pass plans (``dsdsim.cost.plan``) only when asked for."""
 
-    def __init__(self, time_s, parts: list, op_seconds: list, hardware: HardwareSpec, cuda_graphs=True, timed=()):
+    def __init__(self, time_s, parts: list, op_seconds, hardware: HardwareSpec, cuda_graphs=True, timed=(),
+                 gap: float = 0.0):
         self.time_s = time_s                  # the sum of the operator times
         self._parts = parts                   # (plan, sizes, times the pass runs or None) per pass
         self._timed = timed                   # the planned operators' rates, per pass (Timed)
-        self._op_list = op_seconds            # seconds per step of each operator, in plan order (or a function
-                                              # giving them: a grid gathers them from its tables when asked)
+        self._op_list = op_seconds            # seconds per step of each operator, in plan order, or a function
+                                              # giving them (a grid gathers them from its tables when asked), or
+                                              # None: one point's, each operator's timer at launch gap ``gap``
         self._hardware = hardware
         self._cuda_graphs = cuda_graphs
+        self._gap = gap
 
     @functools.cached_property
     def _op_seconds(self) -> list:
+        if self._op_list is None:
+            return _op_seconds(self._parts, self._timed, self._gap)
         return self._op_list() if callable(self._op_list) else self._op_list
 
     @functools.cached_property
@@ -78,28 +84,37 @@ class PassCost:
         return sum((np.asarray(t.op.bytes) * t.op.count for t in self.op_times), np.zeros(()))
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class StepCost:
+    """The cost of a step (or of a grid of steps): at one point its sizes and times are Python floats, over a grid
+    numpy arrays. A result, read and not changed (not a frozen dataclass: setting its fields frozen costs a fifth of
+    a point's time)."""
+
     model: ModelSpec
     hardware: HardwareSpec
     deployment: Deployment
     drafter: Optional[DrafterSpec]
-    batch: np.ndarray
-    k: np.ndarray
-    context: np.ndarray
+    batch: np.ndarray | float
+    k: np.ndarray | float
+    context: np.ndarray | float
     verify: PassCost
     draft: PassCost
-    overhead_s: np.ndarray                    # hardware step_overhead_s (legacy specs) + hand-off without an engine
-    memory: MemoryUse
+    overhead_s: np.ndarray | float            # hardware step_overhead_s (legacy specs) + hand-off without an engine
+    memory_figures: MemoryFigures             # the setup's memory figures; ``memory`` evaluates them at the step
     engine: Optional[EngineSpec] = None
     engine_time: Optional[EngineTime] = None
-    verify_padded_tokens: Optional[np.ndarray] = None   # tokens the verify kernels ran for (CUDA-graph padding)
-    verify_graphed: Optional[np.ndarray] = None     # whether the verify pass replayed a CUDA graph
-    draft_passes: Optional[np.ndarray] = None       # sequential draft passes per step
-    verify_tokens: Optional[np.ndarray] = None      # q: tokens per sequence in the verify pass
+    verify_padded_tokens: Optional[np.ndarray | float] = None   # tokens the verify kernels ran for (CUDA-graph padding)
+    verify_graphed: Optional[np.ndarray | bool] = None      # whether the verify pass replayed a CUDA graph
+    draft_passes: Optional[np.ndarray | float] = None       # sequential draft passes per step
+    verify_tokens: Optional[np.ndarray | float] = None      # q: tokens per sequence in the verify pass
 
     dynamic: bool = False                           # a server running a dynamic K table (K = 0: its off tier)
     stage_ops: tuple = ()                           # pipeline parallelism: the verify operators of each stage
+
+    @functools.cached_property
+    def memory(self) -> MemoryUse:
+        """Memory on one GPU at the step's batch, K and context (weights, KV cache, activations, drafter, state)."""
+        return self.memory_figures.use(self.batch, self.k, self.context)
 
     @property
     def stage_times_s(self) -> list:
@@ -123,7 +138,7 @@ class StepCost:
         """The step time under other engine figures, kernels held fixed (engine fitting and calibration)."""
         device = self.kernel_time_s + self.overhead_s
         return device + engine_time(params, device, self.batch, self.k, self.draft_passes, self.verify_tokens,
-                                    *small_kernel_s(self.hardware), self.dynamic, self.model.num_layers,
+                                    *small_kernel_s(self.hardware), self.dynamic, self.model.graph_split_ops,
                                     self.draft.time_s).added_s
 
     @property
@@ -184,11 +199,20 @@ def simulate_step(model, hardware, deployment: Optional[Deployment] = None, draf
     K = 0 is its off tier, not a plain server (where the version says so, the drafter's first pass still runs)."""
     s = setup or resolve(model, hardware, deployment, drafter, engine)
     b, kk, c = _check_grid(batch, k, context, s.drafter)
-    eng = s.engine
-    plan = step_plan(s.model, s.hardware, s.deployment, s.drafter, s.draft_model, moe_family_of(eng, s.hardware))
+    plan = setup_plan(s)
     if type(b) is float and type(kk) is float and type(c) is float:
         return _one_step(s, plan, b, kk, c, dynamic)
     return _grid_step(s, plan, b, kk, c, dynamic)
+
+
+def setup_plan(s: Setup) -> StepPlan:
+    """``s``'s step program (``step_plan``), kept on the Setup: its fields never change, so neither does its plan."""
+    plan = s.__dict__.get("_step_plan")
+    if plan is None:
+        plan = step_plan(s.model, s.hardware, s.deployment, s.drafter, s.draft_model,
+                         moe_family_of(s.engine, s.hardware))
+        object.__setattr__(s, "_step_plan", plan)      # a frozen dataclass: not a field, outside eq and hash
+    return plan
 
 
 def _verify_tokens(drafter: Optional[DrafterSpec], kk):
@@ -209,59 +233,142 @@ def _off_tier_drafts(s: Setup, dynamic: bool) -> bool:
 
 
 def _one_step(s: Setup, plan: StepPlan, b: float, kk: float, c: float, dynamic: bool) -> StepCost:
-    """One point in Python floats: each planned operator's ``timer``, the plan's memory figures and engine terms."""
-    m, hw, dep, eng = s.model, s.hardware, s.deployment, s.engine
-    q = _verify_tokens(s.drafter, kk)
-    graphs = eng.cuda_graphs if eng is not None else None
-    q_verify, graphed = padded_tokens(graphs, b, q, dep.cuda_graphs)
-    sampling_passes = 2.0 if kk > 0 else 1.0   # rejection sampling reads target and draft probabilities
-    verify_point = PassPoint(b, q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=sampling_passes)
+    """One point in Python floats: each pass's operators sized by one row count read from the step program's row
+    tables (``RowTables``, one summed table per size), the others' ``timer``; the engine terms. Each operator's own
+    seconds, the memory and the operator records are worked out only when asked for."""
+    f = _point_figures(s)
+    hw = s.hardware
+    q = (f.tree_q if kk > 0 else 1.0) if f.tree_q is not None else kk + 1.0   # _verify_tokens
+    q_verify, graphed = padded_tokens(f.graphs, b, q, f.graphs_on)
+    # rejection sampling reads target and draft probabilities: two sweeps over the logits when speculating
+    verify_point = PassPoint(b, q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=2.0 if kk > 0 else 1.0)
     parts = [(plan.verify, verify_point, None)]
-    total, op_seconds = _timed_seconds(parts, [plan.verify_timed], plan.gaps[0 if graphed else 1])
-    verify = PassCost(total, parts, op_seconds, hw, graphed, [plan.verify_timed])
-    off_tier = _off_tier_drafts(s, dynamic)
+    verify = PassCost(_point_seconds(plan, hw, 0, verify_point, None, graphed), parts, None, hw, graphed,
+                      [plan.verify_timed], plan.gaps[0 if graphed else 1])
+    off_tier = dynamic and f.off_tier_drafts
+    draft_s = 0.0
     if plan.draft is not None:
-        draft_on = dep.cuda_graphs and (graphs is None or graphs.draft_graphs)
-        _, draft_graphed = padded_tokens(graphs, b, 1.0, draft_on)   # draft passes: graphed or not, not padded
-        points = plan.draft.points(b, kk, c, first_at_zero=off_tier)
-        parts = [(dp.ops, p, times) for dp, (p, times) in zip(plan.draft.passes, points)]
-        total, op_seconds = _timed_seconds(parts, plan.draft_timed, plan.gaps[0 if draft_graphed else 1])
-        draft = PassCost(total, parts, op_seconds, hw, draft_graphed, plan.draft_timed)
+        draft_graphed = f.draft_on and padded_tokens(f.graphs, b, 1.0, True)[1]   # draft passes: graphed, not padded
+        parts = [(dp.ops, p, times) for dp, (p, times) in zip(plan.draft.passes,
+                                                               plan.draft.points(b, kk, c, first_at_zero=off_tier))]
+        for i, (_, p, times) in enumerate(parts, start=1):
+            if times != 0.0:
+                draft_s += _point_seconds(plan, hw, i, p, times, draft_graphed)
+        draft = PassCost(draft_s, parts, None, hw, draft_graphed, plan.draft_timed,
+                         plan.gaps[0 if draft_graphed else 1])
     else:
         draft = PassCost(0.0, [], [], hw)
-    overhead = float(hw.step_overhead_s.value + _handoff_s(s) * (kk > 0))
-    memory = plan.memory.use(b, kk, c)
-    passes = _draft_passes(s.drafter, kk)
-    if off_tier and plan.draft is not None:
-        passes = passes if kk > 0 else 1.0
+    overhead = f.overhead_s + f.handoff_s if kk > 0 else f.overhead_s
+    passes = 1.0 if off_tier and plan.draft is not None and kk == 0 else _draft_passes(s.drafter, kk)
     et = None
-    if eng is not None:
-        params = s.engine_params or _engine_params(eng, s.drafter)
-        device = verify.time_s + draft.time_s + overhead
-        et = engine_time(params, device, b, kk, passes, q, *plan.small_kernel_s, dynamic, m.num_layers, draft.time_s)
-    return StepCost(m, hw, dep, s.drafter, np.asarray(b), np.asarray(kk), np.asarray(c), verify, draft, overhead,
-                    memory, eng, et, np.asarray(b * q_verify), np.asarray(graphed), passes, np.asarray(q), dynamic,
-                    plan.stage_ops)
+    if f.params is not None:
+        et = engine_time(f.params, verify.time_s + draft_s + overhead, b, kk, passes, q, *plan.small_kernel_s,
+                         dynamic, f.layers, draft_s)
+    return StepCost(s.model, hw, s.deployment, s.drafter, b, kk, c, verify, draft, overhead, plan.memory, s.engine,
+                    et, b * q_verify, graphed, passes, q, dynamic, plan.stage_ops)
 
 
-def _timed_seconds(parts: list, timed: list[list[Timed]], gap: float) -> tuple[float, list]:
-    """(the pass's seconds, each operator's seconds per step) at one point: every planned operator's ``timer`` at
-    its sizes, times its count; a pass that runs zero times is not evaluated (its operators take 0 s)."""
-    op_seconds = []
+class _PointFigures(NamedTuple):
+    """What a point reads of its Setup besides the step program, looked up once per Setup (``_point_figures``)."""
+
+    graphs: Optional[object]          # the engine's CudaGraphs (None: graphs of every size, or no engine)
+    graphs_on: bool                   # the deployment runs CUDA graphs
+    draft_on: bool                    # ... and the draft passes replay them too
+    tree_q: Optional[float]           # a draft tree's verified tokens + 1 (None: a chain, q = K + 1)
+    off_tier_drafts: bool             # the engine's K = 0 tier of a dynamic server still runs the first draft pass
+    overhead_s: float                 # the hardware's step_overhead_s
+    handoff_s: float                  # the drafter's hand-off, where charged (``_handoff_s``)
+    params: Optional[EngineParams]    # the engine's figures (None: kernels only)
+    layers: int                       # the engine's per-layer units (``ModelSpec.graph_split_ops``)
+
+
+def _point_figures(s: Setup) -> _PointFigures:
+    f = s.__dict__.get("_point_figures")
+    if f is None:
+        eng, dep = s.engine, s.deployment
+        graphs = eng.cuda_graphs if eng is not None else None
+        tree = s.drafter.tree if s.drafter is not None else None
+        f = _PointFigures(graphs, bool(dep.cuda_graphs),
+                          bool(dep.cuda_graphs and (graphs is None or graphs.draft_graphs)),
+                          float(tree.tokens + 1) if tree is not None else None,
+                          bool(eng is not None and eng.off_tier_drafts is not None and eng.off_tier_drafts.value),
+                          float(s.hardware.step_overhead_s.value), float(_handoff_s(s)),
+                          (s.engine_params or _engine_params(eng, s.drafter)) if eng is not None else None,
+                          s.model.graph_split_ops)
+        object.__setattr__(s, "_point_figures", f)      # as ``setup_plan``: not a field, outside eq and hash
+    return f
+
+
+def _point_seconds(plan: StepPlan, hw: HardwareSpec, index: int, p: PassPoint, times: Optional[float],
+                   graphed: bool) -> float:
+    """Seconds of pass ``index`` (0: verify, then the draft passes) at one point, run ``times`` times (None: once):
+    its operators sized by one whole row count read from the step program's row tables, summed per size function
+    (rows beyond ``_POINT_TABLE_ROWS`` or not whole: their timers), then the others' timers, times their counts."""
+    program = plan.point_programs.get(index)
+    if program is None:
+        program = plan.point_programs[index] = _point_program(
+            plan.verify_timed if index == 0 else plan.draft_timed[index - 1], p)
+    groups, others = program
+    gap = plan.gaps[0 if graphed else 1]
     total = 0.0
+    for g in groups:
+        rows = g.size(p)[0]
+        i = int(rows)
+        if i == rows and i < g.rows:
+            summed = (g.graphed if graphed else g.eager)[i]
+            total += summed if times is None else summed * times
+        elif i == rows and i <= _POINT_TABLE_ROWS:
+            g.graphed, g.eager = plan.tables.point_sums(g.members, hw, i, g.key)
+            g.rows = len(g.graphed)
+            summed = (g.graphed if graphed else g.eager)[i]
+            total += summed if times is None else summed * times
+        else:
+            for t, count in g.members:
+                total += t.timer(gap, rows) * (count if times is None else count * times)
+    for t in others:
+        total += t.timer(gap, *t.size(p)) * (t.count if times is None else t.count * times)
+    return total
+
+
+class _RowGroup:
+    """The operators of a pass sharing one row-count size function, for ``_point_seconds``: their (Timed, count),
+    their key in the row tables, and the summed tables once read (graphed, eager: arrays of ``rows`` floats)."""
+
+    __slots__ = ("size", "members", "key", "graphed", "eager", "rows")
+
+    def __init__(self, size: Callable, members: list[tuple[Timed, float]]):
+        self.size, self.members, self.key = size, members, RowTables.key(members)
+        self.graphed, self.eager, self.rows = [], [], 0
+
+
+def _point_program(timed: list[Timed], probe: PassPoint) -> tuple[tuple, tuple]:
+    """A pass's operators for ``_point_seconds``: a ``_RowGroup`` per size function giving one row count, in the
+    order they first occur; the other operators."""
+    groups: dict = {}
+    others = []
+    for t in timed:
+        if len(t.size(probe)) == 1:
+            groups.setdefault(t.size, []).append((t, t.count))
+        else:
+            others.append(t)
+    return tuple(_RowGroup(size, members) for size, members in groups.items()), tuple(others)
+
+
+_POINT_TABLE_ROWS = 1 << 14   # a point reads row tables up to this many rows (larger: timers); the tables grow only
+                              # as far as the points asked: 8 bytes a row, graphed and eager, per size function
+
+
+def _op_seconds(parts: list, timed: list[list[Timed]], gap: float) -> list:
+    """Each operator's seconds per step at one point (in plan order), from its ``timer``: what ``PassCost``
+    gives explain; a pass that runs zero times is not evaluated (its operators take 0 s)."""
+    op_seconds = []
     for (_, p, times), ops in zip(parts, timed):
         if times == 0.0:
             op_seconds += [0.0] * len(ops)
             continue
-        sizes = {}                          # the sizes of the pass, read once per size function
         for size, _, _, count, time in ops:
-            args = sizes.get(size)
-            if args is None:
-                args = sizes[size] = size(p)
-            per = time(gap, *args) * (count if times is None else count * times)
-            op_seconds.append(per)
-            total += per
-    return total, op_seconds
+            op_seconds.append(time(gap, *size(p)) * (count if times is None else count * times))
+    return op_seconds
 
 
 def _grid_step(s: Setup, plan: StepPlan, b, kk, c, dynamic: bool) -> StepCost:
@@ -284,7 +391,6 @@ def _grid_step(s: Setup, plan: StepPlan, b, kk, c, dynamic: bool) -> StepCost:
     shape = np.broadcast_shapes(np.shape(b), np.shape(kk), np.shape(c))
     overhead = hw.step_overhead_s.value + _handoff_s(s) * (kk > 0)
     overhead = np.broadcast_to(overhead, shape).astype(float)
-    memory = plan.memory.use(b, kk, c)
     et = None
     passes = _draft_passes(s.drafter, kk)
     if off_tier and plan.draft is not None:
@@ -292,10 +398,11 @@ def _grid_step(s: Setup, plan: StepPlan, b, kk, c, dynamic: bool) -> StepCost:
     if eng is not None:
         params = s.engine_params or _engine_params(eng, s.drafter)
         device = verify.time_s + draft.time_s + overhead
-        et = engine_time(params, device, b, kk, passes, q, *plan.small_kernel_s, dynamic, m.num_layers, draft.time_s)
+        et = engine_time(params, device, b, kk, passes, q, *plan.small_kernel_s, dynamic, m.graph_split_ops,
+                         draft.time_s)
     padded, graphed = np.broadcast_to(b * q_verify, shape), np.broadcast_to(graphed, shape)
     return StepCost(m, hw, dep, s.drafter, np.asarray(b), np.asarray(kk), np.asarray(c), verify, draft, overhead,
-                    memory, eng, et, padded, graphed, passes, np.asarray(q), dynamic, plan.stage_ops)
+                    plan.memory, eng, et, padded, graphed, passes, np.asarray(q), dynamic, plan.stage_ops)
 
 
 class Timed(NamedTuple):
@@ -324,7 +431,8 @@ class StepPlan:
     gaps: tuple[float, float]            # the launch gap replayed from a CUDA graph, launched eagerly
     small_kernel_s: tuple[float, float]  # one small kernel, graphed and eager (engine kernel-count terms)
     stage_ops: tuple[int, ...] = ()      # pipeline parallelism: the verify operators of each stage, in order
-    tables: "RowTables" = field(default_factory=lambda: RowTables(), compare=False, repr=False)   # grids' row tables
+    tables: "RowTables" = field(default_factory=lambda: RowTables(), compare=False, repr=False)   # row tables
+    point_programs: dict = field(default_factory=dict, compare=False, repr=False)   # per pass (``_point_program``)
 
 
 def moe_family_of(engine: Optional[EngineSpec], hw: HardwareSpec) -> Optional[str]:
@@ -413,7 +521,7 @@ def _engine_params(engine: EngineSpec, drafter: Optional[DrafterSpec]) -> Engine
 def _draft_passes(drafter: Optional[DrafterSpec], k: np.ndarray) -> np.ndarray:
     """Sequential draft passes per step: K (a tree: its steps); one for parallel drafters (Medusa, DFlash, PARD);
     none for host lookups (n-gram, suffix) — the kind's ``DrafterInfo.passes``."""
-    passes = drafter.info.passes if drafter is not None else DraftPasses.none
+    passes = drafter_info(drafter.kind).passes if drafter is not None else DraftPasses.none
     if passes is DraftPasses.none:
         return 0.0 if type(k) is float else np.zeros(np.shape(k))
     if passes is DraftPasses.one:
@@ -503,19 +611,37 @@ class RowTables:
     def __init__(self):
         self._tables: dict[int, tuple[Timed, np.ndarray]] = {}      # id(Timed) -> (it, (2, n) graphed and eager)
         self._sums: dict[tuple, np.ndarray] = {}                    # ((id, count), ...) -> (2, n) weighted sum
+        self._point_sums: dict[tuple, tuple[array, array]] = {}     # the same as arrays of floats, points'
 
     def table(self, t: Timed, hw: HardwareSpec, top: int) -> np.ndarray:
         hit = self._tables.get(id(t))
         if hit is None or hit[1].shape[1] <= top:
-            rows = np.arange(_table_size(top), dtype=float)
-            d = t.demand(rows)
-            hit = self._tables[id(t)] = (t, np.stack([np.broadcast_to(seconds(t.rates, d, launch_overhead(hw, on)),
-                                                                      rows.shape) for on in (True, False)]))
+            hit = self._tables[id(t)] = (t, _row_table(t, hw, _table_size(top)))
         return hit[1]
+
+    def point_sums(self, members: list[tuple[Timed, float]], hw: HardwareSpec, top: int, key: tuple
+                   ) -> tuple[array, array]:
+        """sum(count x table) of ``members`` as arrays of floats (graphed, eager): what one point reads, each entry
+        a Python float. Summed as ``summed`` sums, but the members' own tables are not kept (a point never asks for
+        one operator's seconds from them)."""
+        hit = self._point_sums.get(key)
+        if hit is None or len(hit[0]) <= top:
+            n = _table_size(top)
+            summed = None
+            for t, c in members:
+                own = self._tables.get(id(t))
+                part = (own[1][:, :n] if own is not None and own[1].shape[1] >= n else _row_table(t, hw, n)) * c
+                summed = part if summed is None else summed + part
+            hit = self._point_sums[key] = (array("d", summed[0].tobytes()), array("d", summed[1].tobytes()))
+        return hit
+
+    @staticmethod
+    def key(members: list[tuple[Timed, float]]) -> tuple:
+        return tuple((id(t), c) for t, c in members)
 
     def summed(self, members: list[tuple[Timed, float]], hw: HardwareSpec, top: int) -> np.ndarray:
         """sum(count x table) of ``members``, in their order."""
-        key = tuple((id(t), c) for t, c in members)
+        key = self.key(members)
         hit = self._sums.get(key)
         if hit is None or hit.shape[1] <= top:
             hit = None
@@ -532,6 +658,13 @@ class RowTables:
         if graphed is False:
             return table[1][index]
         return np.where(graphed, table[0][index], table[1][index])
+
+
+def _row_table(t: Timed, hw: HardwareSpec, n: int) -> np.ndarray:
+    """(2, n): one occurrence of ``t`` at every row count 0..n-1, replayed from a graph and launched eagerly."""
+    rows = np.arange(n, dtype=float)
+    d = t.demand(rows)
+    return np.stack([np.broadcast_to(seconds(t.rates, d, launch_overhead(hw, on)), rows.shape) for on in (True, False)])
 
 
 def _table_size(top: int) -> int:

@@ -556,6 +556,8 @@ def timer(op: Operator, r: OpRates, hw: Optional[HardwareSpec] = None) -> Callab
         return _attention_timer(op, r)
     if isinstance(op, Sampling) and plain:
         return _sampling_timer(op, r)
+    if isinstance(op, MoEExperts) and r.collective is None and r.ramp_bytes_per_sequence is None:
+        return _experts_timer(op, r)
     demand = op.demand
 
     def general(gap, *size):
@@ -638,6 +640,41 @@ def _attention_timer(op: "Attention", r: OpRates) -> Callable:
         return finish(queries * per_key * (c + q) / peak,
                       (moved if ramp is None else moved + b * ramp) / bandwidth, 1, gap)
     return attention
+
+
+def _experts_timer(op: MoEExperts, r: OpRates) -> Callable:
+    """``MoEExperts.demand`` and ``seconds`` written out for the fused-MoE kernel figures (p-norm, floor, the
+    family's per-call work and helper launches): the rank's token->expert assignments, each touched expert's rows
+    padded to the M tile, its weights read once."""
+    peak, bandwidth, top_k, tile = r.flops_per_s, r.bytes_per_s, op.top_k, op.tile_m
+    per_row, per_expert, act_per_row = op._flops_per_row, op._weight_bytes_per_expert, op._act_per_row
+    p, floor, fixed, helpers = r.transition_p, r.floor_s, r.fixed_s, r.helper_launches
+    inv = None if p is None else 1.0 / p
+    launches = float(GROUPED_GEMM_LAUNCHES)
+
+    def experts(gap, tokens, touched, share, total=None):
+        assignments = tokens * top_k * share
+        act = assignments * act_per_row
+        t = touched if touched >= 1e-12 or touched != touched else 1e-12                  # _padded_rows
+        m = assignments / t
+        padded = m if tile <= 1 else (m if m >= tile else float(tile)) if m > 0 else 0.0  # pad_rows
+        compute = t * padded * per_row / peak
+        memory = (touched * per_expert + act + act + 0.0 + 0.0) / bandwidth              # Demand.bytes
+        if p is not None:                                                                 # p_norm_time
+            hi, lo = (compute, memory) if compute >= memory else (memory, compute)
+            work = hi * (1.0 + (lo / hi if hi > 0 else 0.0) ** p) ** inv
+        else:
+            work = compute if compute >= memory or compute != compute else memory
+        overhead = launches * gap + 0.0
+        if helpers:
+            overhead = overhead + helpers * gap
+        if floor is not None:
+            if fixed:
+                overhead = overhead + fixed
+            added = launches * floor - work
+            overhead = (added if added >= 0.0 or added != added else 0.0) + overhead
+        return work + overhead
+    return experts
 
 
 def _sampling_timer(op: "Sampling", r: OpRates) -> Callable:

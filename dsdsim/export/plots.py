@@ -4,6 +4,8 @@ Display objects follow scikit-learn's pattern: ``PredictionDisplay.from_predicti
 the figure and axes for restyling; ``.save(path)`` writes a PNG (``save_png``: atomically).
 
     PredictionDisplay    goodput per K relative to plain decoding, and K* per batch size (predict --plot)
+    TreeFamilyDisplay    goodput per draft tree of a family, and the tree chosen per batch range
+                         (predict --tree-family --plot)
     RooflineDisplay      the hardware roofline with one step's operators on it (plot roofline)
     SensitivityDisplay   K* and the dynamic-K speedup against acceptance and context (plot sensitivity)
     AccuracyDisplay      predicted against measured, log-log: the public corpus (accuracy --plot) and a
@@ -141,6 +143,167 @@ class PredictionDisplay(_Display):
         fig.tight_layout()
         self.figure_, self.axes_ = fig, (ax, ax_k)
         return self
+
+
+def _engine_label(setup) -> str:
+    """'sglang 0.4-0.5.11', 'ideal', or 'kernels only' (no engine spec)."""
+    e = setup.engine
+    if e is None:
+        return "kernels only"
+    return f"{e.name} {e.versions.label}" if e.versions is not None else str(e.name)
+
+
+_BAND_ALPHA = 0.13           # the shading of the batch ranges where a choice wins
+_PLAIN_BAND = "0.55"         # plain decoding's band (its line is black)
+_BAND_LABEL_SHARE = 0.08     # a band is named inside the panel when it spans this share of the log batch axis
+_MAX_SPANS_SHOWN = 3         # batch ranges listed per choice in the legend
+
+
+@dataclass
+class TreeFamilyDisplay(_Display):
+    """Goodput of every tree of a family and of plain decoding per batch size, and the choice per batch range.
+
+    Top: G_i(B) = B · L_i / T_i(B) in tokens/s (log axes), one line per tree (its shape and measured acceptance
+    length) and plain decoding in black; the choice per batch size is the thick crimson envelope beneath them.
+    Bottom: the same lines relative to plain decoding (plain is the flat line at 1.0), where the crossovers are
+    read. In both panels the batch ranges are shaded in the colour of the choice that wins them (named inside the
+    bottom panel where the band is wide enough, and in the legend with its ranges); batch sizes where nothing fits
+    are hatched.
+    ``lines_``: the top panel's lines by choice label (``plain``, ``STEPS,TOPK,TOKENS``) and ``best``."""
+
+    prediction: Any
+    figure_: Any = None
+    axes_: Any = None
+    lines_: Any = None
+
+    @classmethod
+    def from_prediction(cls, prediction) -> "TreeFamilyDisplay":
+        return cls(prediction)
+
+    def _colors(self, plt) -> list:
+        """A colour per choice: black for plain decoding, then tab10 (viridis past ten trees)."""
+        n = len(self.prediction.family)
+        tab = [c for c in _TAB10 if c != "tab:gray"]
+        trees = tab[:n] if n <= len(tab) else [plt.get_cmap("viridis", n)(i) for i in range(n)]
+        return ["black", *trees]
+
+    def plot(self, axes=None) -> "TreeFamilyDisplay":
+        plt = _plt()
+        p = self.prediction
+        if axes is None:
+            fig, axes = plt.subplots(2, 1, figsize=(10.5, 8), sharex=True, gridspec_kw={"height_ratios": [1.6, 1]})
+        else:
+            fig = axes[0].figure
+        ax, ax_rel = axes
+        b = np.asarray(p.batch_sizes, dtype=float)
+        g = np.asarray(p.goodput, dtype=float)                           # (1 + N, B) tokens/s, NaN: no fit
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rel = g / g[0]                                               # (1 + N, B), plain decoding = 1
+        colors = self._colors(plt)
+        marker = "o" if b.size <= 12 else None                          # a handful of batch sizes: show the points
+        labels = ["plain decoding (no speculation)", *(f"tree {m.label} (AL {m.length:g})" for m in p.family)]
+        lines = {}
+        for c, (name, label) in enumerate(zip(p.choices, labels)):
+            kw = dict(color=colors[c], lw=1.4 if c == 0 else 1.2, marker=marker, ms=3, label=label)
+            lines[name], = ax.plot(b, g[c], **kw)
+            ax_rel.plot(b, rel[c], **kw)
+        fits = p.choice >= 0
+        cols = np.flatnonzero(fits)
+        best_g = np.full(b.shape, np.nan)
+        best_g[cols] = g[p.choice[cols], cols]
+        best_rel = np.full(b.shape, np.nan)
+        best_rel[cols] = rel[p.choice[cols], cols]
+        best = dict(color="crimson", lw=6, alpha=0.3, solid_capstyle="butt", zorder=1.5,      # under the lines
+                    marker=marker, ms=10, mew=0)
+        lines["best"], = ax.plot(b, best_g, label="best choice per batch size", **best)
+        ax_rel.plot(b, best_rel, **best)
+        self._log_axes(ax, b, g)
+        handles = list(lines.values()) + self._shade((ax, ax_rel), colors)
+        s = p.setup
+        ax.set_title(f"{s.model.name} on {s.hardware.name} (tp {s.deployment.tp}), engine {_engine_label(s)}, "
+                     f"{s.drafter.label} draft trees, context {p.context}\n"
+                     f"best draft tree (or plain decoding) per batch size; best single tree {p.best_single_label}",
+                     fontsize=10)
+        ax.set_ylabel("goodput (tokens/s, predicted)")
+        ax_rel.set_ylabel("goodput relative to plain decoding")
+        ax_rel.set_xlabel("batch size")
+        ax_rel.axhline(1.0, color="black", lw=0.6, alpha=0.5)
+        finite = rel[np.isfinite(rel)]
+        if finite.size:
+            lo, hi = min(float(finite.min()), 1.0), max(float(finite.max()), 1.0)
+            pad = 0.06 * max(hi - lo, 0.1)
+            ax_rel.set_ylim(lo - pad, hi + 2.5 * pad)                     # headroom for the band names
+        for a in (ax, ax_rel):
+            a.grid(True, which="both", alpha=0.3)
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                  title="STEPS,TOPK,TOKENS (AL measured with it)", title_fontsize=7)
+        fig.tight_layout()
+        self.figure_, self.axes_, self.lines_ = fig, (ax, ax_rel), lines
+        return self
+
+    @staticmethod
+    def _log_axes(ax, b: np.ndarray, g: np.ndarray) -> None:
+        """Batch size on log2 and tokens/s on log10, labelled in plain numbers (1, 4, 1024; 1,000, 2,000); a
+        y range of its own where nothing fits (a log axis cannot scale no data)."""
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        if b.size > 1:
+            ax.set_xlim(b[0], b[-1])
+        if not np.isfinite(g).any():
+            ax.set_ylim(1.0, 10.0)
+
+    def _shade(self, axes, colors) -> list:
+        """Shade each batch range in its choice's colour and hatch what does not fit; the legend's patches."""
+        from matplotlib.patches import Patch
+        from matplotlib.transforms import blended_transform_factory
+
+        from dsdsim.export.trees import choice_ranges, spans_text
+        from dsdsim.policy.trees import PLAIN
+
+        p = self.prediction
+        ax, ax_rel = axes
+        b = [int(x) for x in p.batch_sizes]
+        fits = p.choice >= 0
+        if not fits.any():
+            for a in axes:
+                a.axvspan(b[0], b[-1], facecolor="0.85", alpha=0.7, hatch="//", edgecolor="0.6", lw=0)
+            ax.text(0.5, 0.5, f"no batch size fits in memory at context {p.context}", transform=ax.transAxes,
+                    ha="center", va="center", color="crimson")
+            return []
+        after = [x for x, ok in zip(b, fits) if not ok and x > b[int(np.flatnonzero(fits)[-1])]]
+        ranges = p.ranges()
+        edges = [start for start, _, _ in ranges[1:]] + [after[0] if after else b[-1]]
+        index = {name: c for c, name in enumerate(p.choices)}
+        band = [_PLAIN_BAND, *colors[1:]]                 # black at the band alpha would read as 'disabled'
+        span = np.log2(b[-1] / b[0]) if b[-1] > b[0] else 0.0
+        top = blended_transform_factory(ax_rel.transData, ax_rel.transAxes)
+        for (start, _, choice), right in zip(ranges, edges):
+            start = max(start, b[0])                      # the first range starts at batch 1: draw what was evaluated
+            if right <= start:
+                continue
+            for a in axes:
+                a.axvspan(start, right, color=band[index[choice]], alpha=_BAND_ALPHA, lw=0)
+            if span and np.log2(right / start) >= _BAND_LABEL_SHARE * span:
+                ax_rel.text(np.sqrt(start * right), 0.97, choice, transform=top, ha="center", va="top", fontsize=8,
+                            color="0.2")
+        handles = []
+        for choice, spans in choice_ranges(p).items():
+            shown = spans_text(spans[:_MAX_SPANS_SHOWN]) + (", ..." if len(spans) > _MAX_SPANS_SHOWN else "")
+            name = "plain decoding" if choice == PLAIN else choice
+            handles.append(Patch(color=band[index[choice]], alpha=2 * _BAND_ALPHA,
+                                 label=f"chosen: {name} (batch {shown})"))
+        if after:
+            for a in axes:
+                a.axvspan(after[0], b[-1], facecolor="0.85", alpha=0.7, hatch="//", edgecolor="0.6", lw=0)
+            handles.append(Patch(facecolor="0.85", hatch="//", edgecolor="0.6",
+                                 label=f"B >= {after[0]}: does not fit in memory"))
+        return handles
 
 
 def _first(x) -> float:

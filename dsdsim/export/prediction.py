@@ -19,7 +19,7 @@ _OMIT_NONE = {"omit_none": True}
 
 if TYPE_CHECKING:       # the command line imports PredictFormat at start-up; the views load numpy when used
     from dsdsim.policy.predict import Prediction, Row
-    from dsdsim.export.views import DeploymentView
+    from dsdsim.export.deployment import DeploymentView
 
 
 class PredictFormat(str, Enum):
@@ -139,7 +139,7 @@ class PredictionView:
 
 
 def _prediction_view(p: "Prediction") -> PredictionView:
-    from dsdsim.export.views import deployment_view
+    from dsdsim.export.deployment import deployment_view
 
     s = p.setup
     step_ms = tuple(tuple(_num(float(p.step_s[i, j] * 1e3)) if p.feasible[i, j] else None

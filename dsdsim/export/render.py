@@ -225,7 +225,7 @@ def prediction_view(p: "Prediction"):
 
     from dsdsim.export.prediction import (acceptance_view, engine_ref, robust_view, row_view, table_summary,
                                           tolerance_merged)
-    from dsdsim.export.views import deployment_view
+    from dsdsim.export.deployment import deployment_view
 
     setup = p.setup
     dep = deployment_view(setup.model, setup.deployment)

@@ -18,7 +18,7 @@ from dsdsim.errors import DsdsimError
 from dsdsim.export.prediction import EngineRef, PredictFormat, _num
 
 if TYPE_CHECKING:
-    from dsdsim.export.views import DeploymentView
+    from dsdsim.export.deployment import DeploymentView
     from dsdsim.policy.trees import TreeFamilyPrediction, TreeFamilyRow, TreeMember
 
 # Why each engine format cannot carry a tree chosen per batch size (docs/reference/engines.md §1-§4).
@@ -56,11 +56,12 @@ def _flags(member: "TreeMember") -> str:
     return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in sglang_args(member).items())
 
 
-def _spans(spans: list[tuple[int, int]]) -> str:
+def spans_text(spans: list[tuple[int, int]]) -> str:
+    """'1-12, 42-1024': batch ranges as the table and the advice print them."""
     return ", ".join(f"{s}-{e}" if s < e else str(s) for s, e in spans)
 
 
-def _by_choice(p: "TreeFamilyPrediction") -> dict[str, list[tuple[int, int]]]:
+def choice_ranges(p: "TreeFamilyPrediction") -> dict[str, list[tuple[int, int]]]:
     """Each choice's batch ranges, in order of first appearance."""
     out: dict[str, list[tuple[int, int]]] = {}
     for s, e, c in p.ranges():
@@ -71,11 +72,11 @@ def _by_choice(p: "TreeFamilyPrediction") -> dict[str, list[tuple[int, int]]]:
 def sglang_advice(p: "TreeFamilyPrediction") -> str:
     """Which tree to launch SGLang with for each batch range, in one line."""
     parts = []
-    for choice, spans in _by_choice(p).items():
+    for choice, spans in choice_ranges(p).items():
         if choice == "plain":
-            parts.append(f"batch {_spans(spans)}: no speculative decoding")
+            parts.append(f"batch {spans_text(spans)}: no speculative decoding")
         else:
-            parts.append(f"batch {_spans(spans)}: tree {choice} ({_flags(p.member(choice))})")
+            parts.append(f"batch {spans_text(spans)}: tree {choice} ({_flags(p.member(choice))})")
     return "launch it with the tree of the batch range it serves most: " + "; ".join(parts)
 
 
@@ -149,12 +150,12 @@ def _row(r: "TreeFamilyRow") -> "TreeFamilyRow":
 
 
 def family_view(p: "TreeFamilyPrediction") -> TreeFamilyView:
-    from dsdsim.export.views import deployment_view
+    from dsdsim.export.deployment import deployment_view
 
     s = p.setup
     e = s.engine
     gain_mean, gain_max = p.gain_over_best_single()
-    by_choice = _by_choice(p)
+    by_choice = choice_ranges(p)
     return TreeFamilyView(
         model=s.model.name, hardware=s.hardware.name,
         engine=EngineRef(name=e.name if e is not None else None, source=s.engine_source,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
+from dsdsim.export.deployment import DeploymentView, deployment_view
 from dsdsim.units import DType
 
 if TYPE_CHECKING:       # the export layer imports the views at start-up; the cost model stays unloaded until used
@@ -32,8 +33,15 @@ def _sparse_attention(m: ModelSpec) -> dict:
     if not sparse:
         return {}
     a = sparse[0]
-    return {"sparse_attention": f"{len(sparse)} layers: indexer {a.index_n_heads} heads x {a.index_head_dim}, "
-                                f"top-{a.index_topk} keys per query",
+    shared = sum(x.index_shared for x in sparse)
+    indexer = f"indexer {a.index_n_heads} heads x {a.index_head_dim}"
+    if shared:      # GLM-5.2 IndexShare: a shared layer reuses the top-k of the full layer before it
+        text = (f"{len(sparse)} layers attend to the top-{a.index_topk} keys per query; {len(sparse) - shared} run "
+                f"an indexer of {a.index_n_heads} heads x {a.index_head_dim}, {shared} reuse the top-k of the indexer "
+                "layer before them")
+    else:
+        text = f"{len(sparse)} layers: {indexer}, top-{a.index_topk} keys per query"
+    return {"sparse_attention": text,
             "indexer_cache_bytes_per_token": sum(x.indexer_cache_bytes_per_token for x in sparse)}
 
 
@@ -134,27 +142,6 @@ class PhaseView:
 
     ops: tuple[OpRow, ...]
     totals: PhaseTotals
-
-
-@dataclass(frozen=True)
-class DeploymentView:
-    """The deployment as resolved for a model (checkpoint dtypes filled in)."""
-
-    tp: int
-    ep: int
-    dtype: str
-    expert_dtype: str
-    kv_dtype: str
-    cuda_graphs: bool
-    expert_overlap: float
-    dp_attention: bool
-
-    @property
-    def weights_label(self) -> str:
-        """'bf16 weights', or 'bf16 weights, mxfp4 experts' when the routed experts are stored in another format."""
-        if self.expert_dtype and self.expert_dtype != self.dtype:
-            return f"{self.dtype} weights, {self.expert_dtype} experts"
-        return f"{self.dtype} weights"
 
 
 @dataclass(frozen=True)
@@ -342,10 +329,3 @@ def engine_view(step: StepCost) -> EngineView:
     return EngineView(name=eng.name, rows=tuple(rows), time_s=_scalar(et.added_s), cuda_graph=pad,
                       verify_padded_tokens=padded, verify_graphed=graphed,
                       versions=eng.versions.label if eng.versions is not None else None)
-
-
-def deployment_view(model: ModelSpec, d) -> DeploymentView:
-    """The deployment as resolved for this model (checkpoint dtypes filled in)."""
-    return DeploymentView(tp=d.tp, ep=d.ep, dtype=d.weight_dtype(model).value,
-                          expert_dtype=d.routed_expert_dtype(model).value, kv_dtype=d.kv_dtype.value,
-                          cuda_graphs=d.cuda_graphs, expert_overlap=d.expert_overlap, dp_attention=d.dp_attention)

@@ -152,12 +152,21 @@ def is_catalog_name(kind: str, text: str) -> bool:
 
 
 def stamped(files: Iterable[Path]) -> tuple:
-    """((file, its stamp), ...): compare with ``unchanged`` to tell whether any was rewritten since."""
-    return tuple((f, _stamp(f)) for f in files)
+    """((file as text, its stamp), ...): compare with ``unchanged`` to tell whether any was rewritten since."""
+    return tuple((os.fspath(f), _stamp(f)) for f in files)
 
 
 def unchanged(stamps: tuple) -> bool:
-    return all(_stamp(f) == st for f, st in stamps)
+    for f, st in stamps:              # os.stat on the text: a remembered Setup is checked on every call
+        try:
+            now = os.stat(f)
+        except OSError:
+            if st != (0, 0):
+                return False
+            continue
+        if (now.st_mtime_ns, now.st_size) != st:
+            return False
+    return True
 
 
 def _is_name(kind: str, text: str, env_value: str) -> bool:

@@ -9,7 +9,8 @@ Every engine term names what it is in the engine (``component``), where it runs 
 with (``per``), which steps pay it (``applies``), the sourced range any fit stays inside, and its mechanism.
 Per step of B sequences verifying q tokens each (K draft tokens; q = K + 1, or a tree's tokens + 1):
 
-    units(per)  = 1 (step), B (sequence), B * q (token), draft passes (draft_pass), target layers (layer)
+    units(per)  = 1 (step), B (sequence), B * q (token), draft passes (draft_pass), the target's mixer layers
+                where piecewise graphs are cut (layer: ``ModelSpec.graph_split_ops``)
     host        = sum over host terms of value * units                      CPU time of the step
     gpu         = sum over GPU terms of value * units (seconds), or kernels * units * (kernel floor + the launch
                   gap: graph replay for ``kernels``, an eager launch for ``eager_kernels``)
@@ -29,6 +30,7 @@ the search's bounds, and a figure on its bound says so (``on_bound``).
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -103,7 +105,9 @@ class Per(str, Enum):
     sequence = "sequence"         # B sequences in the step
     token = "token"               # B * q tokens in the verify pass
     draft_pass = "draft_pass"     # sequential draft passes
-    layer = "layer"               # target decoder layers (e.g. one eager attention launch per layer)
+    layer = "layer"               # the target's piecewise-graph cut points (``ModelSpec.graph_split_ops``: its
+                                  # attention, Mamba-2 and linear-attention layers, sparse layers' indexers), e.g.
+                                  # one eager attention launch per layer
 
 
 class Applies(str, Enum):
@@ -403,7 +407,7 @@ class KindCoefficients:
     gpu_eager_kernels: tuple[float, ...]
     overlaps: bool
 
-    @property
+    @functools.cached_property
     def has_gpu(self) -> bool:
         return any(self.gpu_s) or any(self.gpu_kernels) or any(self.gpu_eager_kernels)
 

@@ -19,13 +19,25 @@ class FrozenSpec(BaseModel):
     __slots__ = ("_value_hash",)
     model_config = FROZEN
 
+    def __eq__(self, other) -> bool:
+        if self is other or (type(other) is type(self) and self.__dict__ == other.__dict__):
+            return True                  # the fields alike (a spec has no extra or private attributes)
+        return super().__eq__(other)
+
     def __hash__(self) -> int:
         try:
-            return self._value_hash
+            return _VALUE_HASH(self)         # the slot read directly: pydantic's __getattr__ would word a miss
         except AttributeError:
-            h = hash((type(self), tuple(_hashable(v) for v in self.__dict__.values())))
+            values = tuple(self.__dict__.values())
+            try:
+                h = hash((type(self), values))
+            except TypeError:               # a dict or list field: frozen first (``_hashable``)
+                h = hash((type(self), tuple(_hashable(v) for v in values)))
             object.__setattr__(self, "_value_hash", h)
             return h
+
+
+_VALUE_HASH = FrozenSpec._value_hash.__get__
 
 
 def _hashable(value):

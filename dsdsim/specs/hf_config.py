@@ -602,7 +602,7 @@ def _nemotron_attention(cfg: _Cfg) -> Attention:
         else _head_dim(cfg)
     bias = cfg.bool("attention_bias", False)
     return Attention(kind=AttentionKind.full, num_heads=heads, num_kv_heads=cfg.int("num_key_value_heads", heads),
-                     head_dim=head_dim, qkv_bias=bias, o_bias=bias)
+                     head_dim=head_dim, qkv_bias=bias, o_bias=bias, rotary_dim=0)
 
 
 def _nemotron_moe(cfg: _Cfg) -> FFN:

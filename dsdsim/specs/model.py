@@ -53,8 +53,9 @@ class Attention(FrozenSpec):
     qk_norm: bool = False
     sinks: bool = False                        # gpt-oss learned attention sinks: one scalar per head
     # elements of each q/k head that rotary embedding rotates (partial_rotary_factor x head_dim: Qwen3-Next 64 of
-    # 256, GLM-4.5 64 of 128; vLLM get_rope rotary_dim); None: the whole head
-    rotary_dim: Optional[int] = Field(default=None, gt=0)
+    # 256, GLM-4.5 64 of 128; vLLM get_rope rotary_dim); None: the whole head; 0: no rotary at all (Nemotron-H's
+    # attention has no positional encoding: vLLM NemotronHAttention passes q and k to attention unrotated)
+    rotary_dim: Optional[int] = Field(default=None, ge=0)
     # cached tensors per KV head: 2 (keys and values); 1 where the value reuses the key (Gemma-4's full-attention
     # layers, attention_k_eq_v: one k projection, no v projection, one cached tensor)
     kv_tensors: int = Field(default=2, ge=1, le=2)
@@ -504,6 +505,15 @@ class ModelSpec(FrozenSpec):
     @property
     def num_layers(self) -> int:
         return len(self.layers)
+
+    @property
+    def graph_split_ops(self) -> int:
+        """The operators a forward pass is cut at into piecewise CUDA graphs, each launched eagerly between them
+        (what the engine's per-``layer`` terms count): one per attention, Mamba-2 or linear-attention mixer, one more
+        for a sparse layer's own indexer; an FFN-only block has none (vLLM ``CompilationConfig._attention_ops``:
+        unified_attention / unified_mla_attention, mamba_mixer2, gdn_attention_core, sparse_attn_indexer)."""
+        return sum((layer.mixer is not None) + (layer.attention is not None and layer.attention.runs_indexer)
+                   for layer in self.layers)
 
     @property
     def is_moe(self) -> bool:

@@ -32,6 +32,11 @@ class Setup:
     engine_params: Optional[EngineParams] = None   # overrides the engine's figures (fitting); None: the spec's
     engine_source: Optional[str] = None       # the engine spec's file (engine_specs/NAME.yaml for shipped ones)
 
+    def __getstate__(self) -> dict:
+        """Its fields only: what the cost layer keeps on a Setup (its step program, under names starting with an
+        underscore) is rebuilt where it is unpickled (a worker process of a sweep)."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
     @property
     def draft_deployment(self) -> Deployment:
         """A draft model runs on the target's GPUs with the same tp and number formats."""

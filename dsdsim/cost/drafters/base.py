@@ -82,7 +82,9 @@ class DraftPlan:
         """(sizes, times it runs; None: once, not counted) for each pass at batch B, K draft tokens, context c.
         ``first_at_zero``: the first pass runs at K = 0 too (a dynamic-K server's K = 0 tier keeping the drafter's
         KV cache in step, vLLM ``llm_base_proposer.py``)."""
-        b, k, c = num(batch), num(k), num(context)
+        if type(batch) is not float or type(k) is not float or type(context) is not float:   # one point: floats
+            batch, k, context = num(batch), num(k), num(context)
+        b, c = batch, context
         kk = where(k > 0, float(self.tree_steps), 0.0) if self.tree_steps is not None else k
         q_first = kk + 1.0
         out = []
