@@ -18,7 +18,10 @@ class DType(str, Enum):
 
     ``bytes_per_element`` includes block-scale overhead for microscaled formats:
     MXFP4 = 4-bit elements + one 8-bit scale per 32 (4.25 bit), NVFP4 = 4-bit + one fp8 scale per 16 (4.5 bit)
-    (OCP Microscaling spec v1.0; NVIDIA Blackwell NVFP4 description).
+    (OCP Microscaling spec v1.0; NVIDIA Blackwell NVFP4 description), and for group-quantised int4:
+    ``int4_g32`` = 4-bit integers + one bf16 scale per group of 32 (4.5 bit; compressed-tensors pack-quantized,
+    group_size 32, symmetric: no zero point; Kimi-K2-Thinking / K2.5 / K2.6's routed experts). ``int4`` counts the
+    4 bits alone.
     """
 
     fp32 = "fp32"
@@ -28,6 +31,7 @@ class DType(str, Enum):
     fp8 = "fp8"
     int8 = "int8"
     int4 = "int4"
+    int4_g32 = "int4_g32"
     fp4 = "fp4"
     mxfp4 = "mxfp4"
     nvfp4 = "nvfp4"
@@ -39,12 +43,17 @@ class DType(str, Enum):
     @property
     def peak_key(self) -> "DType":
         """The hardware peak-FLOP/s key that GEMMs in this format run at (block-scaled fp4 -> fp4)."""
-        return {DType.mxfp4: DType.fp4, DType.nvfp4: DType.fp4}.get(self, self)
+        return {DType.mxfp4: DType.fp4, DType.nvfp4: DType.fp4, DType.int4_g32: DType.int4}.get(self, self)
+
+    @property
+    def kernel_format(self) -> "DType":
+        """The format kernels are chosen by (a fused-MoE family's ``weight_formats``): int4 whatever its groups."""
+        return DType.int4 if self is DType.int4_g32 else self
 
 
 _BYTES = {
     DType.fp32: 4.0, DType.tf32: 4.0, DType.bf16: 2.0, DType.fp16: 2.0, DType.fp8: 1.0, DType.int8: 1.0,
-    DType.int4: 0.5, DType.fp4: 0.5, DType.mxfp4: 4.25 / 8, DType.nvfp4: 4.5 / 8,
+    DType.int4: 0.5, DType.int4_g32: 4.5 / 8, DType.fp4: 0.5, DType.mxfp4: 4.25 / 8, DType.nvfp4: 4.5 / 8,
 }
 
 

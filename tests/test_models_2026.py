@@ -216,9 +216,15 @@ def test_kimi_k2_6_is_kimi_k2s_decoder_in_a_multimodal_wrapper():
 
 def test_kimi_k2_6_reads_int4_routed_experts_and_bf16_elsewhere():
     k26 = load_model("kimi-k2.6")
-    assert (k26.default_dtype, k26.default_expert_dtype) == (DType.bf16, DType.int4)
+    assert (k26.default_dtype, k26.default_expert_dtype) == (DType.bf16, DType.int4_g32)
     pc = PassContext.build(k26, load_hardware("h200-sxm"), Deployment(tp=8))
-    assert (pc.w_dtype, pc.expert_dtype) == (DType.bf16, DType.int4)
+    assert (pc.w_dtype, pc.expert_dtype) == (DType.bf16, DType.int4_g32)
+    # compressed-tensors pack-quantized, group_size 32, symmetric: 4 bits and one bf16 scale per 32 weights
+    assert DType.int4_g32.bytes_per_element == (4 + 16 / 32) / 8 == 0.5625
+    # the int4 kernels run it (Marlin W4A16 on Hopper), as int4 without its scales would
+    hw = load_hardware("h200-sxm")
+    assert hw.kernels.moe_family(None, DType.int4_g32) == hw.kernels.moe_family(None, DType.int4)
+    assert hw.peak(DType.int4_g32) == hw.peak(DType.int4)
     assert load_model("kimi-k2").default_dtype is DType.fp8           # K2-Instruct: FP8 everywhere
 
 
@@ -229,6 +235,9 @@ def test_kimi_k25_needs_its_text_config_and_other_quant_schemes_stay_in_the_torc
     eight = json.loads(json.dumps(raw))
     eight["text_config"]["quantization_config"]["config_groups"]["group_0"]["weights"]["num_bits"] = 8
     assert model_from_hf_config(eight, "k").default_expert_dtype is None
+    other = json.loads(json.dumps(raw))          # another group size: the 4 bits only (scales not counted)
+    other["text_config"]["quantization_config"]["config_groups"]["group_0"]["weights"]["group_size"] = 128
+    assert model_from_hf_config(other, "k").default_expert_dtype is DType.int4
 
 
 # --- GLM-5 -----------------------------------------------------------------------------------------------------------

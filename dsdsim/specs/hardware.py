@@ -159,7 +159,7 @@ class MoEFamilyFigures(FrozenSpec):
 
     def launches(self, weight: DType) -> float:
         """Kernel launches of one call with ``weight`` weights."""
-        quantised = self.quantised_kernels.value if weight in ACTIVATION_QUANTISED else 0.0
+        quantised = self.quantised_kernels.value if weight.kernel_format in ACTIVATION_QUANTISED else 0.0
         return self.kernels.value + quantised
 
     def figures(self) -> dict[str, Figure]:
@@ -256,6 +256,7 @@ class KernelFigures(FrozenSpec):
         runs the first listed family that takes it (int4 / mxfp4 weight-only on Hopper: Marlin)."""
         if not self.moe_families:
             return None
+        weight = weight.kernel_format
         chosen = name if name in self.moe_families else self.moe_default_family
         if weight not in self.moe_families[chosen].weight_formats:
             chosen = next((n for n, f in self.moe_families.items() if weight in f.weight_formats), chosen)

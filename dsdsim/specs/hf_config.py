@@ -433,14 +433,16 @@ def _build_gemma4(cfg: _Cfg):
         layers = []
         for i, ((kind, window), ffn) in enumerate(zip(kinds, ffns)):
             if kind is AttentionKind.full and cfg.has("global_head_dim"):
-                attn = Attention(kind=kind, num_heads=heads,
-                                 num_kv_heads=cfg.int("num_global_key_value_heads", cfg.int("num_key_value_heads")),
-                                 head_dim=cfg.int("global_head_dim"), qk_norm=True, kv_tensors=1 if k_eq_v else 2)
+                # num_global_key_value_heads only where V reuses K (transformers Gemma4TextAttention)
+                kv_heads = cfg.int("num_global_key_value_heads", cfg.int("num_key_value_heads")) if k_eq_v \
+                    else cfg.int("num_key_value_heads")
+                attn = Attention(kind=kind, num_heads=heads, num_kv_heads=kv_heads, head_dim=cfg.int("global_head_dim"),
+                                 qk_norm=True, kv_tensors=1 if k_eq_v else 2)
             else:
                 attn = _gqa(cfg, kind, window)
             if i >= first_shared:
                 attn = attn.model_copy(update={"kv_shared": True})
-            layers.append(Layer(attention=attn, ffn=ffn, **norm))
+            layers.append(Layer(attention=attn, ffn=ffn, scalars=1, **norm))     # layer_scalar
     except ValidationError as exc:
         raise SpecError(pydantic_one_line(exc, cfg.where)) from None
     return layers, 0, None
@@ -642,15 +644,27 @@ def _checkpoint_dtypes(outer: dict, cfg: _Cfg) -> tuple[DType, DType | None]:
     torch_dtype = str(outer.get("torch_dtype") or cfg.get("torch_dtype") or outer.get("dtype") or "bfloat16")
     dtype = DType.fp16 if "float16" == torch_dtype else DType.bf16
     if method == "compressed-tensors" and _int4_routed_experts(quant):
-        return dtype, DType.int4             # Kimi-K2.5 / K2.6: int4 routed experts, the rest in the torch dtype
+        # Kimi-K2.5 / K2.6: int4 routed experts (with their group-32 scales), the rest in the torch dtype
+        return dtype, DType.int4_g32 if _int4_group_size(quant) == 32 else DType.int4
     return dtype, None
+
+
+def _int4_group_size(quant: dict):
+    """The one group size of a compressed-tensors int4 scheme (its weights' ``group_size`` in every config group,
+    symmetric: no zero points stored), or None."""
+    sizes = {(g["weights"].get("group_size"), g["weights"].get("symmetric", True))
+             for g in quant["config_groups"].values()}
+    if len(sizes) != 1:
+        return None
+    size, symmetric = sizes.pop()
+    return size if symmetric else None
 
 
 def _int4_routed_experts(quant: dict) -> bool:
     """A compressed-tensors scheme whose every group packs weights as 4-bit integers and whose ignore list keeps
     attention and the shared experts out (Kimi-K2-Thinking / K2.5 / K2.6: int4, group 32, symmetric; ignored:
-    self_attn, shared_experts, the dense MLP, lm_head): the routed experts are int4. The per-group scales (one bf16
-    per 32 weights, 0.0625 B a weight) are not counted."""
+    self_attn, shared_experts, the dense MLP, lm_head): the routed experts are int4. With groups of 32 (Kimi) their
+    bf16 scales count too (``DType.int4_g32``: 0.0625 B a weight more); other group sizes count the 4 bits only."""
     groups = quant.get("config_groups")
     if not isinstance(groups, dict) or not groups:
         return False

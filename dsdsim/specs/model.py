@@ -426,6 +426,9 @@ class Layer(FrozenSpec):
     norms: int = Field(default=2, ge=0)         # norm vectors per layer (Gemma 3: 4; Cohere parallel block: 1)
     norm_bias: bool = False
     mamba: Optional[Mamba2] = None              # a Mamba-2 mixer in place of attention
+    # learned scalars the layer stores besides its matrices and norms (Gemma 4: ``layer_scalar``, one per decoder
+    # layer, a persistent buffer of transformers Gemma4TextDecoderLayer that checkpoints carry)
+    scalars: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> "Layer":
@@ -470,7 +473,7 @@ class Layer(FrozenSpec):
         return self.ffn.replicated_params(hidden) if self.ffn is not None else 0
 
     def _norm_params(self, hidden: int) -> int:
-        return self.norms * hidden * (2 if self.norm_bias else 1)
+        return self.norms * hidden * (2 if self.norm_bias else 1) + self.scalars
 
 
 class ModelSpec(FrozenSpec):
