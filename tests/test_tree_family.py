@@ -145,8 +145,10 @@ def test_json_has_the_documented_keys(cli):
     assert code == 0, err
     d = json.loads(out)
     assert {"family", "rows", "ranges", "best_single"} <= set(d)
+    ranged = {f"{x}_{end}" for x in ("step_ms", "itl_ms", "tokens_per_s") for end in ("low", "high")}
     assert set(d["rows"][0]) == {"batch", "choice", "tau", "step_ms", "itl_ms", "tokens_per_s", "vs_best_single",
-                                 "vs_plain", "fits"}
+                                 "vs_plain", "fits", *ranged}
+    assert d["intervals"]["coverage"] == 0.8 and d["intervals"]["strata"]
     assert len(d["rows"]) == 64 and d["ranges"][0][:2] == [1, d["ranges"][0][1]]
     assert all(len(r) == 3 and (r[2] == "plain" or r[2] in TREES) for r in d["ranges"])
     assert d["best_single"]["tree"] in TREES
@@ -157,7 +159,8 @@ def test_csv_has_one_row_per_batch_size(cli):
     code, out, err = cli("predict", *ARGV, "--tree-family", FAMILY, "-b", "1-16", "-f", "csv")
     assert code == 0, err
     lines = out.strip().splitlines()
-    assert lines[0] == "batch,choice,tau,step_ms,itl_ms,tokens_per_s,vs_best_single,vs_plain,fits"
+    assert lines[0] == ("batch,choice,tau,step_ms,itl_ms,tokens_per_s,vs_best_single,vs_plain,fits,step_ms_low,"
+                        "step_ms_high,itl_ms_low,itl_ms_high,tokens_per_s_low,tokens_per_s_high")
     assert len(lines) == 17
 
 
@@ -271,3 +274,34 @@ def test_a_bad_plot_path_is_one_line_and_leaves_no_file(cli, tmp_path, plot, ext
     assert len(lines) == 1 and lines[0].startswith("dsdsim: error: ") and fragment in lines[0], lines
     assert "Traceback" not in err and out == ""
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rows_carry_the_intervals_of_the_k_table_at_the_same_setup():
+    """A row's low-high are the K table's: the shipped interval factors of the setup's engine family, architecture
+    and batch regime (dsdsim.policy.intervals), on the chosen tree's step, ITL and tokens/s; a row that fits nothing
+    carries none."""
+    for shape, al in (("4,4,16", "2.542"), ("3,3,4", "3.2")):
+        fam = predict_tree_family(**SETUP, family=f"{shape}@{al}", batch_sizes="1-256")
+        p = predict(SETUP["model"], SETUP["hardware"], SETUP["deployment"],
+                    with_tree(parse_drafter("eagle3"), parse_draft_tree(shape)), engine=SETUP["engine"],
+                    acceptance=f"al={al}@tree", batch_sizes="1-256", tolerance=0)
+        for j, b in enumerate(fam.batch_sizes):
+            r, iv = fam.rows[j], p.interval(int(b))
+            assert iv is not None and fam.interval(int(b)) == iv
+            assert r.step_ms_low == pytest.approx(r.step_ms * iv.low, rel=1e-12)
+            assert r.step_ms_high == pytest.approx(r.step_ms * iv.high, rel=1e-12)
+            assert r.itl_ms_low == pytest.approx(r.itl_ms * iv.low, rel=1e-12)
+            assert r.tokens_per_s_low == pytest.approx(r.tokens_per_s / iv.high, rel=1e-12)
+            assert r.tokens_per_s_high == pytest.approx(r.tokens_per_s / iv.low, rel=1e-12)
+            assert r.step_ms_low < r.step_ms < r.step_ms_high
+    none_fits = predict_tree_family(**{**SETUP, "deployment": Deployment(tp=1)}, family="4,4,16@2.542",
+                                    context=40960, batch_sizes="64-128")
+    assert all(not r.fits and r.step_ms_low is None for r in none_fits.rows)
+
+
+def test_the_table_shows_the_intervals_and_says_where_they_come_from(cli):
+    code, out, err = cli("predict", *ARGV, "--tree-family", FAMILY, "-b", "1-16")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.strip().startswith("│     1 "))
+    assert row.count("(") == 3 and row.count("-") >= 3                 # step ms, ITL ms, tokens/s: x (lo-hi)
+    assert "intervals from the held-out errors of comparable corpus cases: " in out

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from dsdsim.errors import DsdsimError
-from dsdsim.export.prediction import EngineRef, PredictFormat, _num
+from dsdsim.export.prediction import EngineRef, IntervalsView, PredictFormat, _num, intervals_view
 
 if TYPE_CHECKING:
     from dsdsim.export.deployment import DeploymentView
@@ -133,6 +133,7 @@ class TreeFamilyView:
     best_single: BestSingleView
     sglang: tuple[SglangTreeView, ...] = field(default=())
     notes: tuple[str, ...] = field(default=())
+    intervals: Optional[IntervalsView] = field(default=None, metadata={"omit_none": True})   # how *_low/high came
 
     def to_dict(self) -> dict:
         from dsdsim.export.views import json_plain
@@ -169,7 +170,7 @@ def family_view(p: "TreeFamilyPrediction") -> TreeFamilyView:
                                    _num(gain_mean), _num(gain_max)),
         sglang=tuple(SglangTreeView(c, tuple(spans), sglang_args(p.member(c)))
                      for c, spans in by_choice.items() if c != "plain"),
-        notes=tuple(notes(p)))
+        notes=tuple(notes(p)), intervals=intervals_view(p))
 
 
 def notes(p: "TreeFamilyPrediction") -> list[str]:
@@ -247,12 +248,19 @@ def family_table(p: "TreeFamilyPrediction"):
     def f(x, spec, suffix=""):
         return "-" if x is None else format(x, spec) + suffix
 
+    def ranged(x, lo, hi, spec):        # as the K table shows them (dsdsim.export.render)
+        return f(x, spec) + (f" ({format(lo, spec)}-{format(hi, spec)})" if x is not None and lo is not None else "")
+
     for b in shown:
         r = view.rows[position[b]]
-        t.add_row(str(b), r.choice or "-", f(r.tau, ".2f"), f(r.step_ms, ".2f"), f(r.itl_ms, ".2f"),
-                  f(r.tokens_per_s, ",.0f"), f(r.vs_best_single, ".2f", "x"), f(r.vs_plain, ".2f", "x"),
-                  "yes" if r.fits else "[red]no[/red]")
+        t.add_row(str(b), r.choice or "-", f(r.tau, ".2f"), ranged(r.step_ms, r.step_ms_low, r.step_ms_high, ".2f"),
+                  ranged(r.itl_ms, r.itl_ms_low, r.itl_ms_high, ".2f"),
+                  ranged(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high, ",.0f"),
+                  f(r.vs_best_single, ".2f", "x"), f(r.vs_plain, ".2f", "x"), "yes" if r.fits else "[red]no[/red]")
     parts.append(t)
+    if view.intervals is not None:
+        parts.append(f"({100 * view.intervals.coverage:.0f}%: low-high) intervals from the held-out errors of "
+                     f"comparable corpus cases: {', '.join(view.intervals.strata)}")
     if view.ranges:
         parts.append("ranges (start, end, choice): " + json.dumps([list(r) for r in view.ranges]))
         bs = view.best_single

@@ -79,6 +79,19 @@ class IntervalTable:
                    source=d.get("source", ""), method=d.get("method", ""))
 
 
+def step_interval(table: Optional[IntervalTable], setup, batch: float, memo: dict) -> Optional[Interval]:
+    """The interval factors for a step of ``setup`` (a ``dsdsim.specs.setup.Setup``) at ``batch``: its engine's
+    family, dense or MoE, the batch regime (None without a table); ``memo`` keeps one lookup per batch regime."""
+    if table is None:
+        return None
+    regime = batch_regime(batch)
+    if regime not in memo:
+        eng = setup.engine
+        arch = "moe" if setup.model.moe_ffn is not None else "dense"
+        memo[regime] = table.interval(engine_family(eng.name if eng is not None else None), arch, batch)
+    return memo[regime]
+
+
 _SHIPPED: dict = {}
 
 

@@ -95,17 +95,9 @@ class Prediction:
 
     def interval(self, batch: int):
         """The interval factors for a step at ``batch`` (None without shipped intervals)."""
-        if self.intervals is None:
-            return None
-        from dsdsim.policy.intervals import batch_regime, engine_family
+        from dsdsim.policy.intervals import step_interval
 
-        memo = self.__dict__.setdefault("_interval_of_regime", {})      # one lookup per batch regime
-        regime = batch_regime(batch)
-        if regime not in memo:
-            eng = self.setup.engine
-            arch = "moe" if self.setup.model.moe_ffn is not None else "dense"
-            memo[regime] = self.intervals.interval(engine_family(eng.name if eng is not None else None), arch, batch)
-        return memo[regime]
+        return step_interval(self.intervals, self.setup, batch, self.__dict__.setdefault("_interval_of_regime", {}))
 
     @property
     def rows(self) -> list[Row]:

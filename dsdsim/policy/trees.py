@@ -31,7 +31,8 @@ from dsdsim.defaults import (DEFAULT_BATCH_SIZES, DEFAULT_CONTEXT, DEFAULT_DRAFT
 from dsdsim.errors import DsdsimError
 from dsdsim.policy.acceptance import TreeAcceptance
 from dsdsim.policy.goodput import goodput, inter_token_latency
-from dsdsim.policy.predict import (acceptance_for, check_context, check_grid_size, parse_batch_sizes,
+from dsdsim.policy.intervals import shipped_intervals, step_interval
+from dsdsim.policy.predict import (_times, acceptance_for, check_context, check_grid_size, parse_batch_sizes,
                                    plain_setup)
 from dsdsim.policy.table import ranges_from_k_per_batch
 from dsdsim.specs.deployment import Deployment
@@ -140,6 +141,13 @@ class TreeFamilyRow:
     vs_best_single: Optional[float]  # goodput / the best single tree's at this batch size (None where it does not fit)
     vs_plain: Optional[float]        # goodput / a server without speculation's
     fits: bool
+    # the interval of comparable held-out corpus errors (dsdsim.policy.intervals), as ``predict`` gives them
+    step_ms_low: Optional[float] = None
+    step_ms_high: Optional[float] = None
+    itl_ms_low: Optional[float] = None
+    itl_ms_high: Optional[float] = None
+    tokens_per_s_low: Optional[float] = None
+    tokens_per_s_high: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +169,11 @@ class TreeFamilyPrediction:
     choice: np.ndarray               # (B,) index into choices; -1 where nothing fits
     best_single: int                 # index into family of the best single tree
     mean_relative_goodput: np.ndarray    # (N,) each tree's mean of G_i / G_choice over batch sizes where any fits
+    intervals: Optional[object] = None   # dsdsim.policy.intervals.IntervalTable (None: none shipped)
+
+    def interval(self, batch: int):
+        """The interval factors for a step at ``batch``: those of the K table's at the same setup and batch."""
+        return step_interval(self.intervals, self.setup, batch, self.__dict__.setdefault("_interval_of_regime", {}))
 
     @property
     def choices(self) -> tuple[str, ...]:
@@ -183,11 +196,16 @@ class TreeFamilyPrediction:
         g_single = self.goodput[1 + self.best_single, j]
         g_plain = self.goodput[0, j]
         step = float(self.step_s[c, j])
+        step_ms, itl_ms = step * 1e3, float(inter_token_latency(self.tau[c], step)) * 1e3
+        iv = self.interval(b)
+        lo, hi = (iv.low, iv.high) if iv is not None else (None, None)
         return TreeFamilyRow(
-            batch=b, choice=self.choices[c], tau=float(self.tau[c]), step_ms=step * 1e3,
-            itl_ms=float(inter_token_latency(self.tau[c], step)) * 1e3, tokens_per_s=g,
+            batch=b, choice=self.choices[c], tau=float(self.tau[c]), step_ms=step_ms, itl_ms=itl_ms, tokens_per_s=g,
             vs_best_single=g / float(g_single) if np.isfinite(g_single) else None,
-            vs_plain=g / float(g_plain) if np.isfinite(g_plain) else None, fits=True)
+            vs_plain=g / float(g_plain) if np.isfinite(g_plain) else None, fits=True,
+            step_ms_low=_times(step_ms, lo), step_ms_high=_times(step_ms, hi), itl_ms_low=_times(itl_ms, lo),
+            itl_ms_high=_times(itl_ms, hi), tokens_per_s_low=_times(g, 1 / hi if hi else None),
+            tokens_per_s_high=_times(g, 1 / lo if lo else None))
 
     def ranges(self) -> list[tuple[int, int, str]]:
         """(first batch, last batch, choice) over consecutive batch sizes with the same choice, from batch 1 (sizes
@@ -246,7 +264,8 @@ def predict_tree_family(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployme
     tau = np.array([1.0, *(m.length for m in members)])
     g = goodput(b[None, :], tau[:, None], step, fits)                                   # (1 + N, B)
     choice, mean_rel, best = _choose(g)
-    return TreeFamilyPrediction(setup, members, ctx, b, step, fits, tau, g, choice, best, mean_rel)
+    return TreeFamilyPrediction(setup, members, ctx, b, step, fits, tau, g, choice, best, mean_rel,
+                                shipped_intervals())
 
 
 def _choose(g: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
