@@ -317,3 +317,17 @@ def test_per_layer_terms_count_where_vllm_cuts_its_piecewise_graphs():
     step = simulate_step("nemotron-h-8b", "h100-sxm", None, "eagle3", 8, 3, engine="vllm@0.24", dynamic=True)
     paid = dict((t.name, s) for t, s in term_seconds(step.engine, step))
     assert paid["piecewise_attention"] == pytest.approx(cuts * small_kernel_s(step.hardware)[1], rel=1e-12)
+
+
+def test_padding_of_one_point_is_floats_whatever_number_type_it_is_given():
+    """One point (ints, numpy scalars or floats) pads to (float, bool); arrays pad to arrays with the same values.
+    vLLM's capture sizes rounded to multiples of q = 4: 37 sequences x 4 tokens pad to 152 tokens, 38 x 4."""
+    from dsdsim.cost.engine import padded_tokens
+
+    g = load_engine("vllm").cuda_graphs
+    for b, q in ((37, 4), (37.0, 4.0), (np.float64(37), np.int64(4))):
+        tokens, graphed = padded_tokens(g, b, q)
+        assert type(tokens) is float and type(graphed) is bool
+        assert (tokens * 37, graphed) == pytest.approx((152.0, True))
+    arr, on = padded_tokens(g, np.array([37.0, 38.0]), 4.0)
+    assert arr.tolist() == pytest.approx([152 / 37, 4.0]) and on.tolist() == [True, True]

@@ -183,10 +183,10 @@ def padded_tokens(graphs: Optional[CudaGraphs], batch, tokens_per_sequence, grap
     size, or a size not captured when padding is off: eager, unpadded. With ``multiple_of_verify_tokens`` (vLLM
     under speculation) the capture sizes are rounded up to multiples of q first, so a uniform decode batch of B
     sequences pads to a whole number of sequences."""
-    if type(batch) is float and type(tokens_per_sequence) is float:      # one point: (float, bool)
-        return _padded_point(graphs, batch, tokens_per_sequence, graphs_on)
-    b = num(batch)
-    q = num(tokens_per_sequence)
+    b = batch if type(batch) is float else num(batch)
+    q = tokens_per_sequence if type(tokens_per_sequence) is float else num(tokens_per_sequence)
+    if type(b) is float and type(q) is float:      # one point: (float, bool)
+        return _padded_point(graphs, b, q, graphs_on)
     shape = np.broadcast_shapes(np.shape(b), np.shape(q))
 
     def out(tokens, graphed):

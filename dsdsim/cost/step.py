@@ -4,10 +4,13 @@ T(B, K, c) = engine(draft + verify kernels at the CUDA-graph padded size): the e
 machinery and the host time it does not hide (``dsdsim.cost.engine``). K = 0 is plain decoding: no draft, a
 q = 1 pass sampled once. Everything broadcasts over numpy arrays of batch, k and context.
 
-Everything the spec objects fix is worked out once into the step's program (``step_plan``): the passes as plans
-(``dsdsim.cost.plan``) with each operator's rates and float ``timer``, the memory figures, the launch gaps. One point
-is then float arithmetic over it (``_one_step``); a grid evaluates the same plan entries with numpy (``_grid_step``:
-each operator's ``demand`` and ``seconds``). The operator records are built only when ``PassCost.op_times`` is read.
+Everything the spec objects fix is worked out once into the step's program (``step_plan``, kept on the Setup:
+``setup_plan``): the passes as plans (``dsdsim.cost.plan``) with each operator's rates and float ``timer``, the
+memory figures, the launch gaps, and the row tables (``RowTables``: every operator sized by one row count, at every
+count). A grid gathers from those tables and evaluates the rest with numpy (``_grid_step``: each operator's
+``demand`` and ``seconds``); one point reads the same tables summed per size function and times the rest with their
+float timers (``_one_step``). Each operator's own seconds, the memory and the records are worked out only when read
+(``PassCost.op_times``, ``StepCost.memory``).
 
 Without an engine spec (``Setup.engine`` None, what ``dsdsim.bench`` measures: kernels replayed as a graph) a step
 is its kernels plus the drafter's hand-off, as before engine specs existed. A hardware spec that still carries
