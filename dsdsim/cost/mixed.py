@@ -38,7 +38,8 @@ import numpy as np
 from dsdsim.cost.engine import _next_size, engine_time, padded_tokens
 from dsdsim.cost.ops import OpKind
 from dsdsim.cost.plan import PassPoint, PlanOp
-from dsdsim.cost.step import Timed, _draft_passes, _engine_params, _handoff_s, _table_size, setup_plan
+from dsdsim.cost.step import (Timed, _draft_graphs_on, _draft_passes, _engine_params, _handoff_s, _table_size,
+                              setup_plan)
 from dsdsim.cost.timing import launch_overhead, seconds
 from dsdsim.errors import DsdsimError
 from dsdsim.specs.setup import Setup
@@ -298,8 +299,7 @@ class MixedPricer:
             return 0.0
         s = self._setup
         graphs = self._graphs
-        draft_on = s.deployment.cuda_graphs and (graphs is None or graphs.draft_graphs)
-        _, graphed = padded_tokens(graphs, float(n), 1.0, draft_on)
+        _, graphed = padded_tokens(graphs, float(n), 1.0, _draft_graphs_on(s))
         gap = self._gaps[0 if graphed else 1]
         total = 0.0
         if n == 1 or self._linear:     # every request of a draft pass runs the same q: one group at the mean context

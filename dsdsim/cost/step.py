@@ -230,6 +230,12 @@ def _handoff_s(s: Setup) -> float:
                                    and not s.drafter.info.host_only) else 0.0
 
 
+def _draft_graphs_on(s: Setup) -> bool:
+    """Whether the draft passes replay CUDA graphs: the deployment runs them and the engine graphs its drafter."""
+    graphs = s.engine.cuda_graphs if s.engine is not None else None
+    return bool(s.deployment.cuda_graphs and (graphs is None or graphs.draft_graphs))
+
+
 def _off_tier_drafts(s: Setup, dynamic: bool) -> bool:
     eng = s.engine
     return bool(dynamic and eng is not None and eng.off_tier_drafts is not None and eng.off_tier_drafts.value)
@@ -291,10 +297,8 @@ def _point_figures(s: Setup) -> _PointFigures:
         eng, dep = s.engine, s.deployment
         graphs = eng.cuda_graphs if eng is not None else None
         tree = s.drafter.tree if s.drafter is not None else None
-        f = _PointFigures(graphs, bool(dep.cuda_graphs),
-                          bool(dep.cuda_graphs and (graphs is None or graphs.draft_graphs)),
-                          float(tree.tokens + 1) if tree is not None else None,
-                          bool(eng is not None and eng.off_tier_drafts is not None and eng.off_tier_drafts.value),
+        f = _PointFigures(graphs, bool(dep.cuda_graphs), _draft_graphs_on(s),
+                          float(tree.tokens + 1) if tree is not None else None, _off_tier_drafts(s, True),
                           float(s.hardware.step_overhead_s.value), float(_handoff_s(s)),
                           (s.engine_params or _engine_params(eng, s.drafter)) if eng is not None else None,
                           s.model.graph_split_ops)
@@ -317,12 +321,10 @@ def _point_seconds(plan: StepPlan, hw: HardwareSpec, index: int, p: PassPoint, t
     for g in groups:
         rows = g.size(p)[0]
         i = int(rows)
-        if i == rows and i < g.rows:
-            summed = (g.graphed if graphed else g.eager)[i]
-            total += summed if times is None else summed * times
-        elif i == rows and i <= _POINT_TABLE_ROWS:
-            g.graphed, g.eager = plan.tables.point_sums(g.members, hw, i, g.key)
-            g.rows = len(g.graphed)
+        if i == rows and i <= _POINT_TABLE_ROWS:
+            if i >= g.rows:                  # the tables grow to hold this row count
+                g.graphed, g.eager = plan.tables.point_sums(g.members, hw, i, g.key)
+                g.rows = len(g.graphed)
             summed = (g.graphed if graphed else g.eager)[i]
             total += summed if times is None else summed * times
         else:
@@ -380,8 +382,7 @@ def _grid_step(s: Setup, plan: StepPlan, b, kk, c, dynamic: bool) -> StepCost:
     q = _verify_tokens(s.drafter, kk)
     graphs = eng.cuda_graphs if eng is not None else None
     q_verify, graphed = padded_tokens(graphs, b, q, dep.cuda_graphs)
-    draft_on = dep.cuda_graphs and (graphs is None or graphs.draft_graphs)
-    _, draft_graphed = padded_tokens(graphs, b, 1.0, draft_on)   # draft passes: graphed or not, not padded
+    _, draft_graphed = padded_tokens(graphs, b, 1.0, _draft_graphs_on(s))   # draft passes: graphed, not padded
     sampling_passes = where(kk > 0, 2.0, 1.0)   # rejection sampling reads target and draft probabilities
     verify_point = PassPoint(b, q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=sampling_passes)
     verify = _pass_cost([(plan.verify, verify_point, None)], [plan.verify_timed], hw, graphed, plan.tables)

@@ -92,6 +92,17 @@ def step_interval(table: Optional[IntervalTable], setup, batch: float, memo: dic
     return memo[regime]
 
 
+def ranged(interval: Optional[Interval], step_ms: float, itl_ms: float, tokens_per_s: float) -> dict:
+    """A row's low/high figures under ``interval`` (the step time's factors; tokens/s moves the other way), all
+    None without one: the ``*_low`` / ``*_high`` fields of ``predict``'s and the tree family's rows."""
+    if interval is None:
+        return {}
+    lo, hi = interval.low, interval.high
+    return {"step_ms_low": step_ms * lo, "step_ms_high": step_ms * hi, "itl_ms_low": itl_ms * lo,
+            "itl_ms_high": itl_ms * hi, "tokens_per_s_low": tokens_per_s * (1 / hi),
+            "tokens_per_s_high": tokens_per_s * (1 / lo)}
+
+
 _SHIPPED: dict = {}
 
 

@@ -29,6 +29,7 @@ from dsdsim.errors import DsdsimError, whole_number
 from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE, Acceptance, TreeAcceptance
 from dsdsim.policy.options import PredictOptions, parse_tolerance
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
+from dsdsim.policy.intervals import ranged, shipped_intervals, step_interval
 from dsdsim.policy.table import (CompressedTable, Ranges, RobustChoice, compress, count_ranges, fewest_ranges,
                                  ranges_from_k_per_batch, robust_k)
 from dsdsim.specs.deployment import Deployment
@@ -95,8 +96,6 @@ class Prediction:
 
     def interval(self, batch: int):
         """The interval factors for a step at ``batch`` (None without shipped intervals)."""
-        from dsdsim.policy.intervals import step_interval
-
         return step_interval(self.intervals, self.setup, batch, self.__dict__.setdefault("_interval_of_regime", {}))
 
     @property
@@ -116,16 +115,12 @@ class Prediction:
         gf = self.goodput[kv.index(self.fixed_k), j] if self.fixed_k in kv else np.nan
         step_ms = float(self.step_s[i, j] * 1e3)
         itl_ms = float(inter_token_latency(self.tau[i], self.step_s[i, j]) * 1e3)
-        iv = self.interval(b)
-        lo, hi = (iv.low, iv.high) if iv is not None else (None, None)
         return Row(
             batch_size=b, k=k, tau=float(self.tau[i]), step_ms=step_ms, itl_ms=itl_ms, tokens_per_s=float(g),
             speedup_vs_vanilla=float(g / g0) if np.isfinite(g0) else None,
             speedup_vs_fixed_k=float(g / gf) if np.isfinite(gf) else None, feasible=True,
-            draft=None if self.tree is None else ("tree" if k > 0 else "plain"),
-            step_ms_low=_times(step_ms, lo), step_ms_high=_times(step_ms, hi), itl_ms_low=_times(itl_ms, lo),
-            itl_ms_high=_times(itl_ms, hi), tokens_per_s_low=_times(float(g), 1 / hi if hi else None),
-            tokens_per_s_high=_times(float(g), 1 / lo if lo else None), k_best=int(self.k_best[j]))
+            draft=None if self.tree is None else ("tree" if k > 0 else "plain"), k_best=int(self.k_best[j]),
+            **ranged(self.interval(b), step_ms, itl_ms, float(g)))
 
     def static_step_s(self) -> np.ndarray:
         """(K, B) step times of servers each running one fixed K, K = 0 a server without speculation: what a
@@ -175,10 +170,6 @@ class Prediction:
         if last_end is not None and last_end > ranges[-1][1] and last == int(self.batch_sizes[-1]):
             ranges[-1] = (ranges[-1][0], int(last_end), ranges[-1][2])
         return ranges
-
-
-def _times(x: float, factor: Optional[float]) -> Optional[float]:
-    return None if factor is None else x * factor
 
 
 def parse_batch_sizes(text: str | Sequence[int] | None) -> np.ndarray:
@@ -282,7 +273,6 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
                      "(step rule, as vLLM reads its table)")
     if dynamic:
         notes += off_tier_notes(b, step_kb[0], plain_s, feas_kb[0], setup.engine)
-    from dsdsim.policy.intervals import shipped_intervals
 
     return Prediction(setup, acc, int(context), b, ks, step_kb, feas_kb, tau, g, k_best, int(fixed_k), table,
                       robust, notes, plain_s, dynamic, shipped_intervals())

@@ -31,8 +31,8 @@ from dsdsim.defaults import (DEFAULT_BATCH_SIZES, DEFAULT_CONTEXT, DEFAULT_DRAFT
 from dsdsim.errors import DsdsimError
 from dsdsim.policy.acceptance import TreeAcceptance
 from dsdsim.policy.goodput import goodput, inter_token_latency
-from dsdsim.policy.intervals import shipped_intervals, step_interval
-from dsdsim.policy.predict import (_times, acceptance_for, check_context, check_grid_size, parse_batch_sizes,
+from dsdsim.policy.intervals import ranged, shipped_intervals, step_interval
+from dsdsim.policy.predict import (acceptance_for, check_context, check_grid_size, parse_batch_sizes,
                                    plain_setup)
 from dsdsim.policy.table import ranges_from_k_per_batch
 from dsdsim.specs.deployment import Deployment
@@ -197,15 +197,11 @@ class TreeFamilyPrediction:
         g_plain = self.goodput[0, j]
         step = float(self.step_s[c, j])
         step_ms, itl_ms = step * 1e3, float(inter_token_latency(self.tau[c], step)) * 1e3
-        iv = self.interval(b)
-        lo, hi = (iv.low, iv.high) if iv is not None else (None, None)
         return TreeFamilyRow(
             batch=b, choice=self.choices[c], tau=float(self.tau[c]), step_ms=step_ms, itl_ms=itl_ms, tokens_per_s=g,
             vs_best_single=g / float(g_single) if np.isfinite(g_single) else None,
             vs_plain=g / float(g_plain) if np.isfinite(g_plain) else None, fits=True,
-            step_ms_low=_times(step_ms, lo), step_ms_high=_times(step_ms, hi), itl_ms_low=_times(itl_ms, lo),
-            itl_ms_high=_times(itl_ms, hi), tokens_per_s_low=_times(g, 1 / hi if hi else None),
-            tokens_per_s_high=_times(g, 1 / lo if lo else None))
+            **ranged(self.interval(b), step_ms, itl_ms, g))
 
     def ranges(self) -> list[tuple[int, int, str]]:
         """(first batch, last batch, choice) over consecutive batch sizes with the same choice, from batch 1 (sizes
