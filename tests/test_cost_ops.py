@@ -125,6 +125,35 @@ def test_gemma4_assistant_counts_its_backbone_projections_and_no_cache():
     assert all(f(x.kv_write_bytes) == 0 for x in o.values())
 
 
+def test_gemma4_value_from_key_projects_once_and_caches_keys_and_values():
+    """attention_k_eq_v (Gemma-4-31B's 10 full layers: 4 KV heads of 512): the value is the k projection's output,
+    so one projection of 4 x 512 runs, but K (k_norm, rotary) and V (v_norm) are cached apart (transformers
+    Gemma4TextAttention: ``past_key_values.update(key_states, value_states)``)."""
+    m = load_model("gemma-4-31b")
+    full = [layer.attention for layer in m.layers if layer.attention.kind is AttentionKind.full]
+    assert len(full) == 10 and all(a.value_from_key for a in full)
+    # 50 sliding layers of 16 x 256 and 10 full layers of 4 x 512, each caching keys and values
+    assert m.kv_bytes_per_token(DType.bf16) == 50 * 2 * 16 * 256 * BF16 + 10 * 2 * 4 * 512 * BF16
+    B, q, c = 2, 3, 100
+    o = by_name(attention_ops(full[0], 5376, B, q, c, ctx()))
+    assert f(o["qkv"].flops) == 2 * B * q * 5376 * (32 * 512 + 4 * 512)          # q and ONE k/v projection
+    assert f(o["qkv"].weight_bytes) == 5376 * (32 * 512 + 4 * 512) * BF16
+    assert f(o["attn"].kv_write_bytes) == B * q * 2 * 4 * 512 * BF16             # K and V written
+    assert f(o["attn"].kv_read_bytes) == B * c * 2 * 4 * 512 * BF16
+
+
+def test_gemma4_on_vllm_holds_and_runs_a_v_proj_of_its_own():
+    """vLLM loads the k_proj weights again as v_proj on k_eq_v layers (gemma4.py load_weights, cited in the engine
+    spec's ``value_projection``): 10 full layers x 5376 x (4 x 512) more weights; the cache is the same."""
+    from dsdsim.specs.setup import resolve
+
+    on_vllm = resolve("gemma-4-31b", "h200-sxm", Deployment(), None, "vllm@0.24").model
+    bare = resolve("gemma-4-31b", "h200-sxm", Deployment(), None, "ideal").model
+    assert on_vllm.params_total - bare.params_total == 10 * 5376 * 4 * 512
+    assert on_vllm.kv_bytes_per_token(DType.bf16) == bare.kv_bytes_per_token(DType.bf16)
+    assert load_model("llama-3.1-8b").with_value_projections() is load_model("llama-3.1-8b")
+
+
 # MLA, tiny: 4 heads, q_lora 24, kv_lora 32, nope 16, rope 8, v 16, hidden 64
 MLA = Attention(kind=AttentionKind.mla, num_heads=4, num_kv_heads=4, head_dim=24, q_lora_rank=24,
                 kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)

@@ -67,6 +67,8 @@ def test_unknown_drafter_names_the_close_ones():
     ("dflash", dict(layers=5, taps=5, max_k=15)),
     ("dflash:6,8", dict(layers=6, taps=8, max_k=15)),
     ("dflash:3,5,9", dict(layers=3, taps=5, max_k=8)),
+    ("dspark", dict(layers=5, taps=5, max_k=7, markov_rank=256)),
+    ("dspark:4,3,5,128", dict(layers=4, taps=3, max_k=5, markov_rank=128)),
     ("pard:llama-3.2-1b", dict(model="llama-3.2-1b", max_k=16)),
     ("suffix", dict(host_s_per_step=20e-6, host_s_per_sequence=2e-6, max_k=24)),
     ("suffix:30,3", dict(host_s_per_step=30e-6, host_s_per_sequence=3e-6)),
@@ -81,6 +83,7 @@ def test_parse_new_kinds(text, fields):
 @pytest.mark.parametrize("text,message", [
     ("dflash:x", "whole numbers"), ("dflash:5,5,1", "block size must be >= 2"), ("dflash:1,2,3,4", "whole numbers"),
     ("pard", "pard needs a model"), ("pard:", "pard needs a model"), ("suffix:-1", "whole numbers"),
+    ("dspark:5,5,7,256,1", "whole numbers"), ("dspark:5,5,0", "whole numbers"), ("dspark:5,5,65", "<= 64"),
 ])
 def test_bad_arguments_are_one_line(text, message):
     with pytest.raises(DsdsimError, match=message) as err:
@@ -138,6 +141,62 @@ def test_dflash_weights_and_cache():
     assert float(grow[1] - grow[0]) == B * C * 5 * KV * BF16       # 5 layers of K/V per cached token
 
 
+# --- DSpark: a DFlash-style pass over K block slots, then K sequential Markov steps --------------------------
+
+
+def test_dspark_passes_by_hand():
+    """The block holds K slots (the token sampled last step + K - 1 masks; vLLM DSparkProposer.set_inputs_first_pass),
+    the context the K + 1 tokens verified last step; each Markov step adds W2(W1[x]) to one position's logits."""
+    ops = _ops("dspark")
+    ctx, block = B * (K + 1), B * K              # 8 context rows, 6 block rows (= drafted positions)
+    r = 256
+    _check(ops["dspark.embed"], 0, block * H * BF16 * 2)
+    _check(ops["dspark.fc"], *_gemm(ctx, 5 * H, H))
+    _check(ops["dspark.hidden_norm"], ctx * H * 4, ctx * H * BF16 * 2)
+    _check(ops["dspark.ctx_kv"], *_gemm(ctx, H, KV), count=5)
+    _check(ops["dspark.attn.qkv"], *_gemm(block, H, 32 * 128 + KV), count=5)
+    _check(ops["dspark.ffn.mlp.down"], *_gemm(block, 14336, H), count=5)
+    # attention: the K block queries see the cache c, the K + 1 new context positions and the block's K slots
+    seen = C + (K + 1)
+    attn_flops = 2 * block * 32 * (128 + 128) * (seen + K)
+    attn_bytes = block * 32 * 128 * BF16 * 2 + B * seen * KV * BF16 + block * KV * BF16
+    _check(ops["dspark.attn.attn"], attn_flops, attn_bytes, count=5)
+    _check(ops["dspark.lm_head"], *_gemm(block, H, V))        # the base logits of all K slots, once
+    # K Markov steps over the B sequences: W1 row lookup, W2 (r -> V), logits + bias, sampling
+    _check(ops["dspark.markov_w1"], 0, B * r * BF16 * 2, count=K)
+    _check(ops["dspark.markov_w2"], *_gemm(B, r, V), count=K)
+    _check(ops["dspark.bias_add"], B * V, B * V * BF16 * 3, count=K)
+    _check(ops["dspark.sampling"], B * V * 5, B * V * 4 * 2, count=K)
+    assert not any(name.startswith(("pass1.", "passN.")) for name in ops)
+
+
+def test_dspark_k0_is_plain_decoding_and_only_the_markov_steps_scale_with_k():
+    ops = _ops("dspark", k=np.array([0.0, 1.0, 7.0]))
+    np.testing.assert_array_equal(np.asarray(ops["dspark.fc"].count), [0.0, 1.0, 1.0])
+    np.testing.assert_array_equal(np.asarray(ops["dspark.markov_w2"].count), [0.0, 1.0, 7.0])
+    dep = Deployment()
+    plain = simulate_step("llama-3.1-8b", "h100-sxm", dep, None, batch=8, k=0, context=C)
+    zero = simulate_step("llama-3.1-8b", "h100-sxm", dep, parse_drafter("dspark"), batch=8, k=0, context=C)
+    assert float(zero.step_time_s) == pytest.approx(float(plain.step_time_s), rel=1e-12)
+
+
+def test_dspark_weights_and_cache():
+    target = load_model("llama-3.1-8b")
+    layer = H * (32 * 128) + H * KV + (32 * 128) * H + 3 * H * 14336 + 2 * H     # q, k/v, o, SwiGLU, 2 norms
+    d = parse_drafter("dspark")
+    markov = 2 * V * 256 + (H + 256) + 1            # W1, W2 and the confidence head (h + r -> 1, bias)
+    assert drafter_weight_params(target, d, None) == 5 * H * H + 5 * layer + 2 * H + markov
+    assert drafter_whole_params(target, d) == 5 * layer
+    grow = [memory_use(target, load_hardware("h100-sxm"), Deployment(), d, B, K, c).draft_bytes for c in (C, 2 * C)]
+    assert float(grow[1] - grow[0]) == B * C * 5 * KV * BF16
+
+
+def test_dspark_is_refused_beyond_its_block():
+    with pytest.raises(DsdsimError, match="beyond the dspark drafter's limit of 7"):
+        from dsdsim.policy.predict import predict
+        predict("llama-3.1-8b", "h100-sxm", Deployment(), "dspark", max_k=8, acceptance=0.8)
+
+
 # --- PARD: the draft model once over 2K tokens per sequence ----------------------------------------------------
 
 
@@ -184,6 +243,7 @@ TABLE = [(1, 16, 5), (17, 64, 3), (65, 256, 0)]
 
 def test_vllm_names_from_the_registry():
     assert vllm_speculative_config(TABLE, parse_drafter("dflash"))["method"] == "dflash"
+    assert vllm_speculative_config([(1, 16, 5), (17, 64, 3)], parse_drafter("dspark"))["method"] == "dspark"
     pard = vllm_speculative_config(TABLE, parse_drafter("pard:llama-3.2-1b"))
     assert (pard["method"], pard["model"], pard["parallel_drafting"]) == ("draft_model", "llama-3.2-1b", True)
     with pytest.raises(DsdsimError, match="conflicts with dynamic speculative decoding"):
@@ -194,6 +254,8 @@ def test_vllm_names_from_the_registry():
 @pytest.mark.parametrize("drafter,fmt,message", [
     ("dflash", "sglang", "supports EAGLE and EAGLE3 only"),
     ("dflash", "trtllm", "no DFlash drafter"),
+    ("dspark", "sglang", "cannot run DSpark"),
+    ("dspark", "trtllm", "no DSpark drafter"),
     ("pard:llama-3.2-1b", "sglang", "cannot run PARD"),
     ("suffix", "vllm", "conflicts with dynamic speculative decoding"),
     ("suffix", "trtllm", "export csv or json"),
@@ -205,7 +267,8 @@ def test_engines_refuse_in_one_line(cli, drafter, fmt, message):
     assert len([line for line in err.splitlines() if "error" in line]) == 1
 
 
-@pytest.mark.parametrize("drafter,method", [("dflash", "dflash"), ("pard:llama-3.2-1b", "draft_model")])
+@pytest.mark.parametrize("drafter,method", [("dflash", "dflash"), ("dspark", "dspark"),
+                                            ("pard:llama-3.2-1b", "draft_model")])
 def test_predict_exports_for_vllm(cli, drafter, method):
     code, out, err = cli("predict", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-d", drafter, "-a", "0.8",
                          "-b", "1,8,64", "--format", "vllm")
@@ -213,7 +276,8 @@ def test_predict_exports_for_vllm(cli, drafter, method):
     assert json.loads(out)["method"] == method
 
 
-@pytest.mark.parametrize("drafter,op", [("dflash", "dflash.fc"), ("pard:llama-3.2-1b", "pard.lm_head"),
+@pytest.mark.parametrize("drafter,op", [("dflash", "dflash.fc"), ("dspark", "dspark.markov_w2"),
+                                        ("pard:llama-3.2-1b", "pard.lm_head"),
                                         ("suffix", "suffix_lookup")])
 def test_explain_shows_the_passes(cli, drafter, op):
     code, out, err = cli("explain", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-d", drafter, "-b", "2", "-k", "3")
@@ -229,6 +293,7 @@ def test_dflash_overlaps_its_host_work_where_vllm_runs_it_as_eagle():
 
     new, old = load_engine("vllm@0.24"), load_engine("vllm@0.20")
     assert new.overlap.speculative_overlaps("dflash") and new.overlap.speculative_overlaps("eagle3")
+    assert new.overlap.speculative_overlaps("dspark") and not old.overlap.speculative_overlaps("dspark")
     assert not old.overlap.speculative_overlaps("dflash") and old.overlap.speculative_overlaps("eagle3")
     s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), "dflash", engine="vllm@0.24")
     step = simulate_step(None, None, setup=s, batch=16, k=7, context=2048)

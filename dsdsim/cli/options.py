@@ -23,7 +23,8 @@ HARDWARE_HELP = "Accelerator: a name from `dsdsim list hardware`, or a hardware 
 # The registry's forms (dsdsim.specs.drafters.forms(); tests/test_cli_params.py holds the two equal), written out so
 # that `--help` does not load the spec models
 DRAFTER_HELP = ("eagle3[:DRAFT_VOCAB] | eagle | mtp | medusa | ngram | draft-model:MODEL | self-spec:KV_BUDGET | "
-                "dflash[:LAYERS[,TAPS[,BLOCK]]] | pard:MODEL | suffix[:US_PER_STEP[,US_PER_SEQUENCE]] (or none)")
+                "dflash[:LAYERS[,TAPS[,BLOCK]]] | dspark[:LAYERS[,TAPS[,BLOCK[,RANK]]]] | pard:MODEL | "
+                "suffix[:US_PER_STEP[,US_PER_SEQUENCE]] (or none)")
 ACCEPTANCE_HELP = ("Acceptance: a constant (0.8), conditional per-position alphas (0.8,0.7,0.6), a mean acceptance "
                    "length measured at K (al=2.79@3), beta:MEAN:CONCENTRATION for spread across requests, or a file "
                    "(vLLM Prometheus metrics text, or per-request metrics JSON). Default: the per-position rates in "

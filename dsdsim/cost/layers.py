@@ -89,7 +89,12 @@ def kv_elements_per_token_per_rank(attn: Attention, tp: int) -> int:
     attention caches none per token (its state per sequence: ``state_bytes_per_sequence_per_rank``)."""
     if attn.kind in (AttentionKind.mla, AttentionKind.linear) or attn.kv_shared:
         return attn.kv_elements_per_token
-    return attn.kv_tensors * kv_heads_per_rank(attn, tp) * attn.head_dim
+    return 2 * kv_heads_per_rank(attn, tp) * attn.head_dim
+
+
+def kv_projection_per_rank(attn: Attention, tp: int) -> int:
+    """k/v projection outputs per token on one rank: n_kv*d per projection (one where the value is the key's)."""
+    return attn.kv_projections * kv_heads_per_rank(attn, tp) * attn.head_dim
 
 
 def mamba_groups_per_rank(m: Mamba2, tp: int) -> int:
@@ -180,9 +185,10 @@ def attention_plan(attn: Attention, hidden: int, pc: PassContext, kv_budget: Opt
         return linear_attention_plan(attn, hidden, pc)
     kv_heads = kv_heads_per_rank(attn, pc.tp)
     d = attn.head_dim
-    kv = attn.kv_tensors * kv_heads * d           # k and v (or k alone where the value reuses it) per token
-    # a layer reading a shared cache projects, rotates and writes no keys or values of its own
-    new_kv_heads, new_kv = (0, 0) if attn.kv_shared else (kv_heads, kv)
+    kv = 2 * kv_heads * d                         # keys and values cached per token
+    # a layer reading a shared cache projects, rotates and writes no keys or values of its own; where the value is
+    # the key's output one projection serves both
+    new_kv_heads, new_kv = (0, 0) if attn.kv_shared else (kv_heads, kv_projection_per_rank(attn, pc.tp))
     gate = heads * d if attn.output_gate else 0   # gated attention: q_proj also emits the output gate
     out = [PlanOp("qkv", ops.Gemm(k_in, heads * d + gate + new_kv, bias=attn.qkv_bias, **g), rank_rows)]
     if attn.rotary_dim != 0:     # rotary_dim 0: no positional encoding (Nemotron-H), no rotary kernel

@@ -73,8 +73,9 @@ class DrafterSpec(FrozenSpec):
     draft_vocab_size: int = Field(default=32000, gt=0)   # eagle3 (SafeAILab EAGLE-3 heads use 32000)
     kv_budget: Optional[int] = Field(default=None, gt=0)  # self-spec: KV tokens the draft attends to
     intermediate_size: Optional[int] = Field(default=None, gt=0)  # eagle/eagle3/dflash layer FFN width override
-    layers: Optional[int] = Field(default=None, gt=0)     # dflash: draft decoder layers
-    taps: Optional[int] = Field(default=None, gt=0)       # dflash: target layers whose hidden states feed fc
+    layers: Optional[int] = Field(default=None, gt=0)     # dflash, dspark: draft decoder layers
+    taps: Optional[int] = Field(default=None, gt=0)       # dflash, dspark: target layers whose hidden states feed fc
+    markov_rank: Optional[int] = Field(default=None, gt=0)  # dspark: the Markov head's rank r (W1: V x r, W2: r x V)
     max_k: int = Field(default=MAX_K, ge=1, le=64)
     tree: Optional[DraftTree] = None          # None: a chain of K tokens; else any K >= 1 runs this tree
     # Fixed per-step cost of handing over between draft and verify (input preparation, the extra sync).
@@ -125,8 +126,8 @@ def with_tree(drafter: DrafterSpec, tree: Optional[DraftTree]) -> DrafterSpec:
 @functools.lru_cache(maxsize=256)
 def parse_drafter(text: str) -> DrafterSpec:
     """``KIND[:ARGS]``, a kind of the registry (``dsdsim.specs.drafters``: eagle3, eagle, mtp, medusa, ngram,
-    draft-model:MODEL, self-spec:KV_BUDGET, dflash[:LAYERS[,TAPS[,BLOCK]]], pard:MODEL, suffix[:...]). Remembered per
-    text (a DrafterSpec is frozen: callers share it)."""
+    draft-model:MODEL, self-spec:KV_BUDGET, dflash[:LAYERS[,TAPS[,BLOCK]]], dspark[:...], pard:MODEL,
+    suffix[:...]). Remembered per text (a DrafterSpec is frozen: callers share it)."""
     from dsdsim.specs.drafters import lookup
 
     raw = text.strip()

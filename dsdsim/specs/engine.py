@@ -277,6 +277,9 @@ class EngineSpec(FrozenSpec):
     overlap: Overlap
     dynamic_k_table: Optional[EngineFlag] = None  # the version reads a per-batch-size K table
     off_tier_drafts: Optional[EngineFlag] = None  # at the K = 0 tier the drafter's first pass still runs
+    # where a checkpoint's value reuses the key's projection (Gemma-4 attention_k_eq_v), the engine loads the k_proj
+    # weights again as a v_proj and runs it (vLLM: its fused QKV projection expects both); None / false: one projection
+    value_projection: Optional[EngineFlag] = None
     # whether a step runs prefill chunks and decodes together (vLLM V1's chunked prefill); false: a step is a prefill
     # batch or a decode batch, prefills first (SGLang without --enable-mixed-chunk). None: mixed. The serving
     # simulation (dsdsim.serve.scheduler) reads it.

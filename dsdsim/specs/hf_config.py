@@ -413,7 +413,7 @@ def _build_glm4_moe(cfg: _Cfg):
 def _build_gemma4(cfg: _Cfg):
     """Gemma-4 text decoder (transformers Gemma4TextConfig): sliding layers with num_key_value_heads x head_dim,
     full-attention layers with num_global_key_value_heads x global_head_dim whose value reuses the key where
-    attention_k_eq_v (one k projection, one cached tensor); GeGLU MLPs (three matrices, as SwiGLU); four norms per
+    attention_k_eq_v (one k projection; keys and values are still cached apart); GeGLU MLPs (three matrices, as SwiGLU); four norms per
     layer and q/k norms."""
     for key, why in (("enable_moe_block", "the Gemma-4 MoE block"),):
         if cfg.bool(key, False):
@@ -437,7 +437,7 @@ def _build_gemma4(cfg: _Cfg):
                 kv_heads = cfg.int("num_global_key_value_heads", cfg.int("num_key_value_heads")) if k_eq_v \
                     else cfg.int("num_key_value_heads")
                 attn = Attention(kind=kind, num_heads=heads, num_kv_heads=kv_heads, head_dim=cfg.int("global_head_dim"),
-                                 qk_norm=True, kv_tensors=1 if k_eq_v else 2)
+                                 qk_norm=True, value_from_key=k_eq_v)
             else:
                 attn = _gqa(cfg, kind, window)
             if i >= first_shared:

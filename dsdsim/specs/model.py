@@ -56,9 +56,11 @@ class Attention(FrozenSpec):
     # 256, GLM-4.5 64 of 128; vLLM get_rope rotary_dim); None: the whole head; 0: no rotary at all (Nemotron-H's
     # attention has no positional encoding: vLLM NemotronHAttention passes q and k to attention unrotated)
     rotary_dim: Optional[int] = Field(default=None, ge=0)
-    # cached tensors per KV head: 2 (keys and values); 1 where the value reuses the key (Gemma-4's full-attention
-    # layers, attention_k_eq_v: one k projection, no v projection, one cached tensor)
-    kv_tensors: int = Field(default=2, ge=1, le=2)
+    # the value is the key projection's output (Gemma-4's full-attention layers, attention_k_eq_v): one k projection
+    # of n_kv*d and no v_proj, but keys and values are still cached apart, the key after k_norm and rotary, the value
+    # after the unweighted v_norm (transformers Gemma4TextAttention: ``value_states = ... if self.v_proj is not None
+    # else key_states``, then ``past_key_values.update(key_states, value_states)``)
+    value_from_key: bool = False
     # reads the cache of an earlier layer instead of its own (Gemma-4 num_kv_shared_layers; the Gemma-4 assistant's
     # layers read the target's): no k/v projections or k norm, no cache of its own, no K/V written
     kv_shared: bool = False
@@ -126,13 +128,18 @@ class Attention(FrozenSpec):
 
     @property
     def kv_elements_per_token(self) -> int:
-        """Cached elements per token per layer: kv_tensors*n_kv*d (2 n_kv d: keys and values), or the MLA latent
-        kv_lora_rank + qk_rope_head_dim; none for linear attention (its state does not grow with the context)."""
+        """Cached elements per token per layer: 2 n_kv d (keys and values), or the MLA latent kv_lora_rank +
+        qk_rope_head_dim; none for linear attention (its state does not grow with the context)."""
         if self.kind is AttentionKind.mla:
             return self.kv_lora_rank + self.qk_rope_head_dim
         if self.kind is AttentionKind.linear:
             return 0
-        return 0 if self.kv_shared else self.kv_tensors * self.num_kv_heads * self.head_dim
+        return 0 if self.kv_shared else 2 * self.num_kv_heads * self.head_dim
+
+    @property
+    def kv_projections(self) -> int:
+        """k/v projections a new token runs: 2, 1 where the value is the key's output, 0 reading a shared cache."""
+        return 0 if self.kv_shared else 1 if self.value_from_key else 2
 
     @property
     def sparse(self) -> bool:
@@ -171,7 +178,7 @@ class Attention(FrozenSpec):
         """Cached elements per token one query reads: the layer's own, or the shared cache it reads."""
         if self.kind in (AttentionKind.mla, AttentionKind.linear):
             return self.kv_elements_per_token
-        return self.kv_tensors * self.num_kv_heads * self.head_dim
+        return 2 * self.num_kv_heads * self.head_dim
 
     # --- linear attention (gated DeltaNet; vLLM/transformers Qwen3NextGatedDeltaNet) ------------------------------
     @property
@@ -223,7 +230,7 @@ class Attention(FrozenSpec):
                 raise ValueError("linear attention reads the hidden state only (no qkv_in)")
             return self._linear_params(h)
         k_in = qkv_in or h
-        kv = self.kv_elements_per_token          # k and v projections' outputs (none where the cache is shared)
+        kv = self.kv_projections * self.num_kv_heads * self.head_dim   # k and v projections' outputs
         q = self.q_width * (2 if self.output_gate else 1)   # the gate doubles q_proj's outputs
         n = k_in * (q + kv) + self.o_width * h
         if self.qkv_bias:
@@ -632,6 +639,16 @@ class ModelSpec(FrozenSpec):
     def _params_outside_layers(self) -> int:
         projections = sum(p.params for p in self.backbone_projections)
         return self.params_embedding + self.params_final_norm + self.params_lm_head + projections
+
+    def with_value_projections(self) -> "ModelSpec":
+        """This model as an engine that loads a v_proj where the value reuses the key's projection holds it: the
+        layers' k/v projections counted twice, weights and FLOPs (the cache is the same); itself when none does."""
+        if not any(layer.attention is not None and layer.attention.value_from_key for layer in self.layers):
+            return self
+        layers = tuple(layer.model_copy(update={"attention": layer.attention.model_copy(update={"value_from_key": False})})
+                       if layer.attention is not None and layer.attention.value_from_key else layer
+                       for layer in self.layers)
+        return self.model_copy(update={"layers": layers})
 
     def kv_bytes_per_token(self, kv_dtype: DType = DType.bf16) -> float:
         """KV-cache bytes one token adds across all layers (ignoring window caps; see cost.memory for those), the

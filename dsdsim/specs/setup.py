@@ -103,6 +103,8 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
     if engine is not None:
         eng, path = (engine, None) if isinstance(engine, EngineSpec) else engine_and_file(engine)
         files.append(path)
+    if eng is not None and eng.value_projection is not None and eng.value_projection.value:
+        m = m.with_value_projections()      # e.g. vLLM's Gemma-4: the k_proj loaded again as a v_proj
     params = None
     if eng is not None and (async_scheduling is not None or engine_method is not None):
         params = EngineParams.of(eng, async_scheduling=async_scheduling,

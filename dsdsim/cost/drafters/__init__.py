@@ -4,6 +4,7 @@ from __future__ import annotations
 from dsdsim.cost.drafters.base import DrafterCost
 from dsdsim.cost.drafters.dflash import DFLASH
 from dsdsim.cost.drafters.draft_model import DRAFT_MODEL
+from dsdsim.cost.drafters.dspark import DSPARK
 from dsdsim.cost.drafters.eagle import EAGLE, EAGLE3
 from dsdsim.cost.drafters.host import HOST_LOOKUP
 from dsdsim.cost.drafters.medusa import MEDUSA
@@ -17,6 +18,7 @@ COSTS: dict[DrafterKind, DrafterCost] = {
     DrafterKind.eagle: EAGLE, DrafterKind.eagle3: EAGLE3, DrafterKind.mtp: MTP, DrafterKind.medusa: MEDUSA,
     DrafterKind.ngram: HOST_LOOKUP, DrafterKind.suffix: HOST_LOOKUP, DrafterKind.draft_model: DRAFT_MODEL,
     DrafterKind.self_spec: SELF_SPEC, DrafterKind.dflash: DFLASH, DrafterKind.pard: PARD,
+    DrafterKind.dspark: DSPARK,
 }
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dsdsim.cost import ops
 from dsdsim.cost.drafters.base import (DraftPass, DraftPlan, DraftRole, DraftSetup, DrafterCost, eagle_layer,
                                        gemm_dtypes)
-from dsdsim.cost.layers import head_plan, kv_heads_per_rank, layer_plan
+from dsdsim.cost.layers import head_plan, kv_projection_per_rank, layer_plan
 from dsdsim.cost.plan import PlanOp, rank_rows, tokens
 from dsdsim.specs.drafter import DrafterSpec
 from dsdsim.specs.model import Linear, ModelSpec
@@ -35,7 +35,7 @@ def _plan(ds: DraftSetup) -> DraftPlan:
     layer = eagle_layer(target, d)
     attn = layer.attention
     proj = fc(target, d)
-    kv_width = attn.kv_tensors * kv_heads_per_rank(attn, pc.tp) * attn.head_dim
+    kv_width = kv_projection_per_rank(attn, pc.tp)
     norm = ops.Elementwise(h, reads=1, writes=1, act_dtype=pc.act_dtype, flops_per_element=4)
     out = [PlanOp("dflash.embed", ops.Embedding(h, pc.w_dtype, pc.act_dtype), tokens),
            PlanOp("dflash.fc", ops.Gemm(proj.inputs, proj.outputs, **g), tokens),

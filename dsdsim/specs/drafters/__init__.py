@@ -8,14 +8,14 @@ from __future__ import annotations
 import difflib
 
 from dsdsim.errors import DsdsimError
-from dsdsim.specs.drafters import (dflash, draft_model, eagle, eagle3, medusa, mtp, ngram, pard, self_spec,
-                                   suffix)
+from dsdsim.specs.drafters import (dflash, draft_model, dspark, eagle, eagle3, medusa, mtp, ngram, pard,
+                                   self_spec, suffix)
 from dsdsim.specs.drafters.base import MAX_K, DraftPasses, DrafterInfo, EngineRun
 
 __all__ = ["MAX_K", "DraftPasses", "DrafterInfo", "EngineRun", "REGISTRY", "drafter_info", "lookup", "forms", "is_known"]
 
 REGISTRY: dict = {m.INFO.kind: m.INFO for m in (eagle3, eagle, mtp, medusa, ngram, draft_model, self_spec, dflash,
-                                                 pard, suffix)}
+                                                 dspark, pard, suffix)}
 _NAMES = {name: info for info in REGISTRY.values() for name in (info.name, *info.aliases)}
 
 

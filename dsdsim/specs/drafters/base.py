@@ -28,6 +28,7 @@ class DrafterKind(str, Enum):
     dflash = "dflash"             # block diffusion: a small layer stack over K + 1 positions in ONE pass
     pard = "pard"                 # parallel draft model: a draft model over q + K positions in ONE pass
     suffix = "suffix"             # suffix-tree lookup on the host, no device work
+    dspark = "dspark"             # DFlash-style block pass, then K sequential low-rank Markov steps
 
 
 ENGINES = ("vllm", "sglang", "trtllm")
