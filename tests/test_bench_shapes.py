@@ -84,3 +84,38 @@ def test_attention_bench_causal_against_reference():
     ref = torch.nn.functional.scaled_dot_product_attention(qt, k.repeat_interleave(h // kvh, 1),
                                                            v.repeat_interleave(h // kvh, 1), attn_mask=mask)
     torch.testing.assert_close(attend(qt, k, v, q, cuda=False), ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("model,names", [("qwen3-next-80b-a3b", {"L.attn.conv1d", "L.attn.delta_rule"}),
+                                         ("deepseek-v3.2-exp", {"L.attn.indexer", "L.attn.attn"})])
+def test_fused_kernel_operators_say_why_they_are_not_timed(model, names):
+    """The 2026 layers' recurrent scans, sparse attention and indexer run as fused kernels torch does not ship:
+    they get no bench and a reason, while their projections (GEMMs) are benched as any other."""
+    from dsdsim.bench.shapes import not_benched
+    from dsdsim.fit.validation import clean_name
+
+    m, _ = reduce_model(load_model(model), 16)
+    hw = load_hardware("h100-sxm")
+    pc = PassContext.build(m, hw, Deployment(dtype=DType.bf16, act_dtype=DType.bf16, cuda_graphs=False))
+    pool = TensorPool("cpu", cache_bytes=4e6)
+    skipped, benched = {}, set()
+    for op in pass_ops(m, pc, 2, 3, 64):
+        name = clean_name(op.name)
+        why = not_benched(op)
+        if why is not None:
+            assert build_bench(op, pool, DType.bf16, num_experts=m.moe_ffn.num_experts if m.moe_ffn else None,
+                               vocab=m.vocab_size, hidden=m.hidden_size) is None
+            skipped[name] = why
+        elif op.kind.value == "gemm":
+            benched.add(name)
+    assert names <= set(skipped), skipped
+    assert all("torch does not ship" in why for why in skipped.values())
+    assert benched                                         # q/k/v, out, indexer projections still timed
+
+
+def test_the_torch_decoder_refuses_linear_attention_rather_than_time_softmax_in_its_place():
+    from dsdsim.bench.model import TorchDecoder, UnsupportedSpec
+
+    m, _ = reduce_model(load_model("qwen3-next-80b-a3b"), 16)
+    with pytest.raises(UnsupportedSpec, match="linear attention"):
+        TorchDecoder(m, dtype=torch.bfloat16, device="cpu", seed=0)

@@ -37,7 +37,7 @@ def measure_ops(unique: dict[str, OpCost], model: ModelSpec, drafter, hw: Hardwa
                 device: str, grid: Grid, tick: Callable[[str], None], errors: list[dict]) -> dict[str, Point]:
     """Each distinct operator shape, timed alone: as a CUDA-graph replay over rotated inputs on a GPU (kernel
     time), eagerly on a CPU. A shape that fails records its error and the run moves on."""
-    from dsdsim.bench.shapes import TensorPool, build_bench, measured_experts_touched
+    from dsdsim.bench.shapes import TensorPool, build_bench, measured_experts_touched, not_benched
     from dsdsim.bench.timing import count_kernels, last_level_cache_bytes, rotation_sets, time_kernels
 
     llc = last_level_cache_bytes(device)
@@ -45,10 +45,17 @@ def measure_ops(unique: dict[str, OpCost], model: ModelSpec, drafter, hw: Hardwa
     moe = model.moe_ffn
     graphs = grid.graphs and device.startswith("cuda")
     out: dict[str, Point] = {}
+    unbenched: set[str] = set()
     # a stable shuffle (by a hash of the shape key): a run cut short by its time budget still covers every kind
     for key, op in sorted(unique.items(), key=lambda kv: zlib.crc32(kv[0].encode())):
         name = clean_name(op.name)
         if not tick(name):
+            continue
+        why = not_benched(op)
+        if why is not None:
+            if name not in unbenched:             # said once per operator, not per shape
+                unbenched.add(name)
+                errors.append({"what": f"operator {name}", "error": f"not timed alone: {why}"})
             continue
         try:
             bench = build_bench(op, pool, act_dtype, num_experts=moe.num_experts if moe else None,
@@ -96,7 +103,8 @@ def measure_passes(model: ModelSpec, drafter: Optional[DrafterSpec], pc: PassCon
     graphs = grid.graphs and device.startswith("cuda")
     try:
         decoder = TorchDecoder(sliced, dtype=dt, device=device, seed=1, timing=True)
-    except UnsupportedSpec:
+    except UnsupportedSpec as exc:
+        errors.append(error_record("whole passes", exc))
         return []
     head = None
     if drafter is not None and drafter.kind is DrafterKind.eagle3:

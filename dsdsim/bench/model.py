@@ -79,6 +79,8 @@ class Attention(nn.Module):
         a = layer.attention
         if a.kind is AttentionKind.mla:
             raise UnsupportedSpec("MLA attention has no torch step module here")
+        if a.kind is AttentionKind.linear:     # softmax attention in its place would time another model
+            raise UnsupportedSpec("linear attention (gated DeltaNet) has no torch step module here")
         self.heads, self.kv_heads, self.head_dim = a.num_heads, a.num_kv_heads, a.head_dim
         self.window = a.window if a.kind in (AttentionKind.sliding, AttentionKind.chunked) else None
         self.theta = theta

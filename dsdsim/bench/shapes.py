@@ -34,6 +34,25 @@ from dsdsim.units import DType
 
 _SKIPPED = (OpKind.all_reduce, OpKind.all_to_all, OpKind.gather, OpKind.host)
 
+# operators engines run as fused kernels this validation cannot load (an eager torch emulation would time another
+# kernel than the one predicted): why each is not timed alone
+_NO_BENCH = {
+    OpKind.recurrent: "engines run it as a fused kernel (fla's gated delta rule, mamba_ssm's selective_state_update, "
+                      "causal_conv1d_update) that torch does not ship",
+    OpKind.attention: "engines run it as a fused kernel (FlashMLA sparse decoding, DeepGEMM's fp8_mqa_logits) that "
+                      "torch does not ship",
+}
+
+
+def not_benched(op: OpCost) -> Optional[str]:
+    """Why ``op`` has no torch bench of its own (None: it has one, or it is communication / host work, which a
+    one-device run does not time)."""
+    if op.kind in _SKIPPED:
+        return None
+    if op.kind is OpKind.recurrent or (op.kind is OpKind.attention and op.shape is None):
+        return _NO_BENCH[op.kind]
+    return None
+
 
 @dataclass
 class OpBench:
@@ -121,7 +140,7 @@ def build_bench(op: OpCost, pool: TensorPool, act_dtype: DType, *, num_experts: 
                 vocab: Optional[int] = None, hidden: Optional[int] = None) -> Optional[OpBench]:
     """A torch bench of ``op`` (count ignored: one occurrence). Hints give what the OpCost does not carry:
     num_experts (moe_experts), vocab (logits), hidden (embedding). None for communication / host kinds."""
-    if op.kind in _SKIPPED:
+    if op.kind in _SKIPPED or not_benched(op) is not None:
         return None
     act = torch_dtype(act_dtype)
     if op.kind in (OpKind.gemm, OpKind.router):
