@@ -14,6 +14,8 @@ for the context tokens like EAGLE's.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from dsdsim.cost import ops
 from dsdsim.cost.drafters.base import (DraftPass, DraftPlan, DraftRole, DraftSetup, DrafterCost, eagle_layer,
                                        gemm_dtypes)
@@ -28,34 +30,45 @@ def fc(target: ModelSpec, drafter: DrafterSpec) -> Linear:
     return Linear(drafter.taps * target.hidden_size, target.hidden_size)
 
 
-def _plan(ds: DraftSetup) -> DraftPlan:
+def backbone_ops(ds: DraftSetup, prefix: str, context: Callable = tokens, rank_context: Callable = rank_rows
+                 ) -> list[PlanOp]:
+    """The block pass of a DFlash-style backbone (DFlash, DSpark): the block's tokens embedded, the context rows'
+    target features through fc and hidden_norm, each layer's k/v projections of them (cached), the layers over the
+    block, the final norm, lm_head and sampling. ``context`` / ``rank_context``: the context rows (all ranks', one
+    rank's), the block's own rows where they coincide (DFlash: K + 1 of each)."""
     target, d, pc = ds.target, ds.drafter, ds.pc
     h = target.hidden_size
     g = gemm_dtypes(pc)
     layer = eagle_layer(target, d)
-    attn = layer.attention
     proj = fc(target, d)
-    kv_width = kv_projection_per_rank(attn, pc.tp)
     norm = ops.Elementwise(h, reads=1, writes=1, act_dtype=pc.act_dtype, flops_per_element=4)
-    out = [PlanOp("dflash.embed", ops.Embedding(h, pc.w_dtype, pc.act_dtype), tokens),
-           PlanOp("dflash.fc", ops.Gemm(proj.inputs, proj.outputs, **g), tokens),
-           PlanOp("dflash.hidden_norm", norm, tokens),
-           PlanOp("dflash.ctx_kv", ops.Gemm(h, kv_width, **g), rank_rows, d.layers)]
-    out += [o.renamed("dflash.", d.layers) for o in layer_plan(layer, h, pc)]
-    out += head_plan(h, target.vocab_size, pc, prefix="dflash.")
-    return DraftPlan((DraftPass(DraftRole.block, out),), dp_ranks=ds.dp, block_q=(1.0, 1.0),
+    out = [PlanOp(f"{prefix}embed", ops.Embedding(h, pc.w_dtype, pc.act_dtype), tokens),
+           PlanOp(f"{prefix}fc", ops.Gemm(proj.inputs, proj.outputs, **g), context),
+           PlanOp(f"{prefix}hidden_norm", norm, context),
+           PlanOp(f"{prefix}ctx_kv", ops.Gemm(h, kv_projection_per_rank(layer.attention, pc.tp), **g), rank_context,
+                  d.layers)]
+    out += [o.renamed(prefix, d.layers) for o in layer_plan(layer, h, pc)]
+    return out + head_plan(h, target.vocab_size, pc, prefix=prefix)
+
+
+def _plan(ds: DraftSetup) -> DraftPlan:
+    return DraftPlan((DraftPass(DraftRole.block, backbone_ops(ds, "dflash.")),), dp_ranks=ds.dp, block_q=(1.0, 1.0),
                      block_context_grows=True)
 
 
-def _weights(target: ModelSpec, drafter: DrafterSpec, draft_model) -> int:
+def backbone_weights(target: ModelSpec, drafter: DrafterSpec, draft_model=None) -> int:
     """fc, LAYERS decoder layers, hidden_norm and the final norm (h each); embedding and lm_head are the target's."""
     h = target.hidden_size
     return fc(target, drafter).params + drafter.layers * eagle_layer(target, drafter).params(h) + 2 * h
 
 
-def _whole(target: ModelSpec, drafter: DrafterSpec) -> int:
+def backbone_whole(target: ModelSpec, drafter: DrafterSpec) -> int:
     return drafter.layers * eagle_layer(target, drafter).params(target.hidden_size)
 
 
-DFLASH = DrafterCost(plan=_plan, weights=_weights, whole=_whole,
-                     kv_layers=lambda t, d: ((eagle_layer(t, d).attention, d.layers),))
+def backbone_kv_layers(target: ModelSpec, drafter: DrafterSpec):
+    """The LAYERS draft layers cache K/V for the context tokens, as EAGLE's layer does."""
+    return ((eagle_layer(target, drafter).attention, drafter.layers),)
+
+
+DFLASH = DrafterCost(plan=_plan, weights=backbone_weights, whole=backbone_whole, kv_layers=backbone_kv_layers)

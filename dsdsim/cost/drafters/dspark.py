@@ -21,10 +21,8 @@ which vLLM leaves out, so it is not costed (its weights are counted).
 from __future__ import annotations
 
 from dsdsim.cost import ops
-from dsdsim.cost.drafters.base import (DraftPass, DraftPlan, DraftRole, DraftSetup, DrafterCost, eagle_layer,
-                                       gemm_dtypes)
-from dsdsim.cost.drafters.dflash import fc
-from dsdsim.cost.layers import head_plan, kv_projection_per_rank, layer_plan
+from dsdsim.cost.drafters.base import DraftPass, DraftPlan, DraftRole, DraftSetup, DrafterCost, gemm_dtypes
+from dsdsim.cost.drafters.dflash import backbone_kv_layers, backbone_ops, backbone_weights, backbone_whole
 from dsdsim.cost.plan import PassPoint, PlanOp, tokens
 from dsdsim.specs.drafter import DrafterSpec
 from dsdsim.specs.model import ModelSpec
@@ -45,20 +43,11 @@ def _sampled_once(p: PassPoint) -> tuple:
 
 
 def _plan(ds: DraftSetup) -> DraftPlan:
-    target, d, pc = ds.target, ds.drafter, ds.pc
-    h, vocab, rank = target.hidden_size, target.vocab_size, d.markov_rank
+    target, pc = ds.target, ds.pc
+    vocab, rank = target.vocab_size, ds.drafter.markov_rank
     g = gemm_dtypes(pc)
-    layer = eagle_layer(target, d)
-    attn = layer.attention
-    proj = fc(target, d)
-    kv_width = kv_projection_per_rank(attn, pc.tp)
-    norm = ops.Elementwise(h, reads=1, writes=1, act_dtype=pc.act_dtype, flops_per_element=4)
-    block = [PlanOp("dspark.embed", ops.Embedding(h, pc.w_dtype, pc.act_dtype), tokens),
-             PlanOp("dspark.fc", ops.Gemm(proj.inputs, proj.outputs, **g), context_rows),
-             PlanOp("dspark.hidden_norm", norm, context_rows),
-             PlanOp("dspark.ctx_kv", ops.Gemm(h, kv_width, **g), rank_context_rows, d.layers)]
-    block += [o.renamed("dspark.", d.layers) for o in layer_plan(layer, h, pc)]
-    block += [o for o in head_plan(h, vocab, pc, prefix="dspark.") if o.name != "dspark.sampling"]
+    block = [o for o in backbone_ops(ds, "dspark.", context=context_rows, rank_context=rank_context_rows)
+             if o.name != "dspark.sampling"]                   # the Markov steps sample, one position each
     shard = -(-vocab // pc.tp)
     markov = [PlanOp("dspark.markov_w1", ops.Embedding(rank, pc.w_dtype, pc.act_dtype), tokens),
               PlanOp("dspark.markov_w2", ops.Gemm(rank, shard, **g), tokens),
@@ -75,16 +64,9 @@ def markov_params(target: ModelSpec, drafter: DrafterSpec) -> int:
 
 
 def _weights(target: ModelSpec, drafter: DrafterSpec, draft_model) -> int:
-    """fc, LAYERS decoder layers, hidden_norm and the final norm (h each), the Markov and confidence heads; the
-    embedding and lm_head are the target's (vLLM shares them: ``_maybe_share_embeddings``, ``_maybe_share_lm_head``)."""
-    h = target.hidden_size
-    return (fc(target, drafter).params + drafter.layers * eagle_layer(target, drafter).params(h) + 2 * h
-            + markov_params(target, drafter))
+    """The backbone's (fc, layers, norms) and the Markov and confidence heads; the embedding and lm_head are the
+    target's (vLLM shares them: ``_maybe_share_embeddings``, ``_maybe_share_lm_head``)."""
+    return backbone_weights(target, drafter) + markov_params(target, drafter)
 
 
-def _whole(target: ModelSpec, drafter: DrafterSpec) -> int:
-    return drafter.layers * eagle_layer(target, drafter).params(target.hidden_size)
-
-
-DSPARK = DrafterCost(plan=_plan, weights=_weights, whole=_whole,
-                     kv_layers=lambda t, d: ((eagle_layer(t, d).attention, d.layers),))
+DSPARK = DrafterCost(plan=_plan, weights=_weights, whole=backbone_whole, kv_layers=backbone_kv_layers)
