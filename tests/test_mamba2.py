@@ -329,3 +329,17 @@ def test_the_step_times_the_scan_through_the_generic_path():
 def test_layer_needs_a_part():
     with pytest.raises(ValueError, match="needs a mixer"):
         Layer()
+
+
+def test_a_reduced_hybrid_keeps_its_mamba_groups_whole():
+    """validate reduces Nemotron-H as any model: Mamba-2 heads divided by the factor, the groups still dividing them,
+    and the record names the Mamba-2 widths (torch-free: ``dsdsim.bench.reduce``)."""
+    from dsdsim.bench.reduce import reduce_model
+
+    m = load_model("nemotron-h-8b")
+    small, record = reduce_model(m, 4)
+    mixers = [layer.mamba for layer in small.layers if layer.mamba is not None]
+    assert mixers and all(x.num_heads % x.n_groups == 0 for x in mixers)
+    assert record["mamba_num_heads"] == [128, 32] and record["mamba_n_groups"] == [8, 2]
+    assert [layer.mamba is None for layer in small.layers] == [layer.mamba is None for layer in m.layers]
+    assert record["num_heads"] == [32, 8]

@@ -28,8 +28,8 @@ KNOWN_GAPS = {
     "qwen2-57b-a14b": "no shared-expert gate (h -> 1 per layer)",
     "deepseek-v3.2-exp": "no MLA attention (UnsupportedSpec) and no DeepSeek Sparse Attention indexer (wq_b, wk, "
                          "k_norm, weights_proj per layer) in the torch decoder",
-    "qwen3-next-80b-a3b": "no gated DeltaNet layers (the torch decoder builds every layer as GQA attention) and no "
-                          "attention output gate (q_proj n_q*d wider), no shared-expert gate",
+    "qwen3-next-80b-a3b": "no gated DeltaNet layers: the torch decoder refuses linear attention (UnsupportedSpec) "
+                          "rather than build GQA attention in its place",
 }
 
 

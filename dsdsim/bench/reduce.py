@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 from dsdsim.specs.drafter import DrafterSpec
-from dsdsim.specs.model import FFN, Attention, Layer, ModelSpec
+from dsdsim.specs.model import FFN, Attention, Layer, Mamba2, ModelSpec
 
 
 def reduce_model(model: ModelSpec, factor: int) -> tuple[ModelSpec, dict]:
@@ -42,24 +42,37 @@ def reduce_model(model: ModelSpec, factor: int) -> tuple[ModelSpec, dict]:
             upd["shared_intermediate_size"] = div(f.shared_intermediate_size, 8)
         return f.model_copy(update=upd)
 
+    def mamba(m: Mamba2) -> Mamba2:
+        groups = max(1, min(m.n_groups, div(m.n_groups)))
+        heads = max(groups, div(m.num_heads) // groups * groups)      # groups still divide the heads
+        return m.model_copy(update={"num_heads": heads, "n_groups": groups})
+
     def layer(l: Layer) -> Layer:
-        return l.model_copy(update={"attention": attn(l.attention), "ffn": ffn(l.ffn)})
+        return l.model_copy(update={"attention": attn(l.attention) if l.attention is not None else None,
+                                    "ffn": ffn(l.ffn) if l.ffn is not None else None,
+                                    "mamba": mamba(l.mamba) if l.mamba is not None else None})
 
     layers = [layer(l) for l in model.layers]
     reduced = model.model_copy(update={
         "name": f"{model.name}/{factor}", "hidden_size": div(model.hidden_size, 64), "vocab_size": div(model.vocab_size, 256),
         "layers": tuple(layers), "mtp_layer": layer(model.mtp_layer) if model.mtp_layer else None})
-    first = reduced.layers[0]
     record = {"factor": factor, "hidden_size": [model.hidden_size, reduced.hidden_size],
-              "vocab_size": [model.vocab_size, reduced.vocab_size],
-              "num_heads": [model.layers[0].attention.num_heads, first.attention.num_heads],
-              "num_kv_heads": [model.layers[0].attention.num_kv_heads, first.attention.num_kv_heads],
-              "head_dim": first.attention.head_dim, "layers": model.num_layers,
+              "vocab_size": [model.vocab_size, reduced.vocab_size], "layers": model.num_layers,
               "note": "widths divided by the factor; head_dim, layer count, experts and top_k kept; predictions use "
                       "this reduced spec"}
-    f0 = model.layers[0].ffn
-    if f0.intermediate_size:
-        record["intermediate_size"] = [f0.intermediate_size, first.ffn.intermediate_size]
+    at = next((i for i, l in enumerate(model.layers) if l.attention is not None), None)
+    if at is not None:
+        a0, a1 = model.layers[at].attention, reduced.layers[at].attention
+        record.update(num_heads=[a0.num_heads, a1.num_heads], num_kv_heads=[a0.num_kv_heads, a1.num_kv_heads],
+                      head_dim=a1.head_dim)
+    mb = next((i for i, l in enumerate(model.layers) if l.mamba is not None), None)
+    if mb is not None:
+        m0, m1 = model.layers[mb].mamba, reduced.layers[mb].mamba
+        record.update(mamba_num_heads=[m0.num_heads, m1.num_heads], mamba_n_groups=[m0.n_groups, m1.n_groups])
+    dense = next((i for i, l in enumerate(model.layers) if l.ffn is not None and l.ffn.intermediate_size), None)
+    if dense is not None:
+        record["intermediate_size"] = [model.layers[dense].ffn.intermediate_size,
+                                       reduced.layers[dense].ffn.intermediate_size]
     moe = model.moe_ffn
     if moe is not None:
         rmoe = reduced.moe_ffn

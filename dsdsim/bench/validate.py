@@ -137,9 +137,6 @@ def _resolve(cfg: ValidateConfig) -> _Run:
 
     d = check_drafter(cfg.drafter)
     model_full = load_model(cfg.model)
-    if any(layer.attention is None or layer.ffn is None for layer in model_full.layers):
-        raise DsdsimError(f"{model_full.name} has blocks with one part (Mamba-2, attention-only or FFN-only); "
-                          "validate builds transformer layers (attention and an FFN) in torch and cannot time it")
     hw = load_hardware(cfg.hardware)
     dev = str(torch.device(cfg.device))
     factor = auto_reduction(dev, cfg.quick) if cfg.reduce is None else int(cfg.reduce)
