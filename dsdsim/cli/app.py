@@ -79,6 +79,7 @@ def _help_position(command) -> int:
 
 _COMPUTE_GC_THRESHOLD = 100_000    # allocations between young collections (Python's default: 700)
 _BLAS_THREADS = "OPENBLAS_NUM_THREADS"     # read by the OpenBLAS that numpy wheels ship, when numpy loads
+_PYDANTIC_PLUGINS = "PYDANTIC_DISABLE_PLUGINS"   # read by pydantic when it builds its first validator
 
 
 def _measures(argv: list[str]) -> bool:
@@ -129,15 +130,18 @@ def main(argv: Optional[list[str]] = None) -> None:
     (gc.freeze) so that the passes at exit skip it. Such a command also asks numpy's OpenBLAS for one thread
     (unless OPENBLAS_NUM_THREADS is set): the arrays here are small (the cost model calls no BLAS routine, a fit
     solves for a few parameters), while each idle OpenBLAS worker spins on a core for some 0.1 s after numpy
-    loads, time that a 2-core machine takes from the run. The commands that measure with torch keep the usual
-    collector and threads, since their loops may leave tensors in cycles. In-process callers (``argv`` given,
-    tests) find the collector and the environment as they left them.
+    loads, time that a 2-core machine takes from the run. Such a command loads no pydantic plugins either (unless
+    PYDANTIC_DISABLE_PLUGINS is set): looking for them walks the entry points of every installed distribution,
+    some 9 ms in a venv of 80 packages and more in a larger one, and dsdsim's specs want none. The commands that
+    measure with torch keep the usual collector, threads and plugins, since their loops may leave tensors in
+    cycles. In-process callers (``argv`` given, tests) find the collector and the environment as they left them.
     """
     own = argv is None
     thresholds = gc.get_threshold()
     if own and not _measures(sys.argv[1:]):
         gc.set_threshold(_COMPUTE_GC_THRESHOLD, *thresholds[1:])
         os.environ.setdefault(_BLAS_THREADS, "1")      # before numpy loads (commands import it lazily)
+        os.environ.setdefault(_PYDANTIC_PLUGINS, "__all__")
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("always", module=r"dsdsim\.")    # each one said, once per occurrence

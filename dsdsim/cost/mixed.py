@@ -150,7 +150,7 @@ class _TokenTable:
 
     def seconds(self, rows: int, graphed: bool) -> float:
         if rows > self._n:
-            self._build(_table_size(rows))          # the grids' row tables' sizes (RowTables)
+            self._build(_table_size(rows, self._n + 1))      # the grids' row tables' sizes (RowTables)
         return float((self._graphed if graphed else self._eager)[rows])
 
 

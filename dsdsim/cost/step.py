@@ -620,7 +620,7 @@ class RowTables:
     def table(self, t: Timed, hw: HardwareSpec, top: int) -> np.ndarray:
         hit = self._tables.get(id(t))
         if hit is None or hit[1].shape[1] <= top:
-            hit = self._tables[id(t)] = (t, _row_table(t, hw, _table_size(top)))
+            hit = self._tables[id(t)] = (t, _row_table(t, hw, _table_size(top, 0 if hit is None else hit[1].shape[1])))
         return hit[1]
 
     def point_sums(self, members: list[tuple[Timed, float]], hw: HardwareSpec, top: int, key: tuple
@@ -630,7 +630,7 @@ class RowTables:
         one operator's seconds from them)."""
         hit = self._point_sums.get(key)
         if hit is None or len(hit[0]) <= top:
-            n = _table_size(top)
+            n = _table_size(top, 0 if hit is None else len(hit[0]))
             summed = None
             for t, c in members:
                 own = self._tables.get(id(t))
@@ -665,14 +665,22 @@ class RowTables:
 
 
 def _row_table(t: Timed, hw: HardwareSpec, n: int) -> np.ndarray:
-    """(2, n): one occurrence of ``t`` at every row count 0..n-1, replayed from a graph and launched eagerly."""
+    """(2, n): one occurrence of ``t`` at every row count 0..n-1, replayed from a graph and launched eagerly. The
+    launch gap enters the seconds linearly, once per launch (the kernel's and its helpers', ``timing._terms``): the
+    eager row is the graphed one plus that many launches times the difference of the two gaps."""
     rows = np.arange(n, dtype=float)
     d = t.demand(rows)
-    return np.stack([np.broadcast_to(seconds(t.rates, d, launch_overhead(hw, on)), rows.shape) for on in (True, False)])
+    graphed_gap, eager_gap = launch_overhead(hw, True), launch_overhead(hw, False)
+    graphed = np.broadcast_to(seconds(t.rates, d, graphed_gap), rows.shape)
+    launches = d.launches + t.rates.helper_launches if t.rates.helper_launches else d.launches
+    return np.stack([graphed, graphed + launches * (eager_gap - graphed_gap)])
 
 
-def _table_size(top: int) -> int:
-    return max(1024, 1 << (top + 1).bit_length())
+def _table_size(top: int, held: int = 0) -> int:
+    """Rows a table is built over to hold row count ``top``: whole blocks of 1024 past it, and twice the rows it held
+    when it has to grow (a sweep of rising sizes rebuilds it a few times, not at every block)."""
+    need = max(1024, -(-(top + 1) // 1024) * 1024)
+    return max(need, 2 * held)
 
 
 def step_time_grid(model, hardware, deployment: Optional[Deployment] = None, drafter=None, batch_sizes=(1,),
