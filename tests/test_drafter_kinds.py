@@ -298,3 +298,17 @@ def test_dflash_overlaps_its_host_work_where_vllm_runs_it_as_eagle():
     s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), "dflash", engine="vllm@0.24")
     step = simulate_step(None, None, setup=s, batch=16, k=7, context=2048)
     assert bool(np.all(step.engine_time.overlapped))
+
+
+def test_validate_reads_the_registry_for_the_kinds_it_builds_in_torch():
+    """validate takes the kinds the registry marks ``validated`` (EAGLE-3, with any draft vocabulary) or none, and
+    refuses the others in one line naming what it does build, before torch is needed."""
+    from dsdsim.cli.bench import _check_validated
+
+    assert [info.name for info in REGISTRY.values() if info.validated] == ["eagle3"]
+    for ok in ("eagle3", "eagle3:32000", "none", "None", ""):
+        _check_validated(ok)
+    for bad in ("mtp", "dspark", "dflash:5,5,8"):
+        with pytest.raises(DsdsimError, match="times the drafter passes of eagle3, not") as err:
+            _check_validated(bad)
+        assert "\n" not in str(err.value)

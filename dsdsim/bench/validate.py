@@ -37,14 +37,13 @@ from dsdsim.bench.reduce import auto_reduction, reduce_drafter, reduce_model, sl
 from dsdsim.cost.layers import PassContext, pass_ops
 from dsdsim.cost.ops import OpCost, OpKind
 from dsdsim.cost.step import Setup
-from dsdsim.errors import DsdsimError
 from dsdsim.export.validation import write_report
 from dsdsim.fit import validation as analysis
 from dsdsim.fit.calibrate import Calibrator, Evaluator, Point, calibrate_points
 from dsdsim.fit.validation import ValidationReport, default_acceptance, op_key, step_ops
 from dsdsim.specs.catalog import load_hardware, load_model
 from dsdsim.specs.deployment import Deployment
-from dsdsim.specs.drafter import DrafterKind, DrafterSpec, parse_drafter
+from dsdsim.specs.drafter import DrafterSpec, parse_drafter
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import ModelSpec
 from dsdsim.units import DType
@@ -126,8 +125,12 @@ class _Run:
 def check_drafter(drafter: Optional[str | DrafterSpec]) -> Optional[DrafterSpec]:
     """The drafter a run measures: EAGLE-3 or none (the step shapes dsdsim.bench builds in torch)."""
     d = parse_drafter(drafter) if isinstance(drafter, str) else drafter
-    if d is not None and d.kind is not DrafterKind.eagle3:
-        raise ValueError("validate times the EAGLE-3 drafter's shapes; pass drafter='eagle3' or None")
+    if d is not None and not d.info.validated:
+        from dsdsim.specs.drafters import REGISTRY
+
+        kinds = [info.name for info in REGISTRY.values() if info.validated]
+        raise ValueError(f"validate builds the torch passes of {', '.join(kinds)}, not {d.label}; pass drafter="
+                         f"{kinds[0]!r} or None")
     return d
 
 

@@ -53,7 +53,22 @@ def probe(
         "eager_launch_overhead_s": spec.eager_launch_overhead_s.value}))
 
 
-VALIDATED_DRAFTERS = ("eagle3", "none", "")   # the drafters whose step shapes bench.validate builds
+def _no_drafter(drafter: str) -> bool:
+    return drafter.strip().lower() in ("none", "")
+
+
+def _check_validated(drafter: str) -> None:
+    """A drafter whose passes dsdsim.bench builds in torch (the registry's ``validated`` kinds), or none."""
+    from dsdsim.specs.drafter import parse_drafter
+    from dsdsim.specs.drafters import REGISTRY
+
+    if _no_drafter(drafter):
+        return
+    d = parse_drafter(drafter)
+    if not d.info.validated:
+        kinds = [info.name for info in REGISTRY.values() if info.validated]
+        raise DsdsimError(f"validate times the drafter passes of {' and '.join(kinds)}, not {d.label}; use "
+                          f"{' or '.join(f'-d {k}' for k in kinds)} or -d none")
 
 
 @app.command()
@@ -102,9 +117,7 @@ def validate(
     if reanalyse is not None:
         _reanalyse(reanalyse, hardware, output)
         return
-    if drafter not in VALIDATED_DRAFTERS:      # before torch: a wrong drafter is wrong on any machine
-        raise DsdsimError(f"validate measures the step shapes of an EAGLE-3 drafter; use -d eagle3 or -d none "
-                          f"(got {drafter!r})")
+    _check_validated(drafter)                 # before torch: a wrong drafter is wrong on any machine
     from dsdsim.specs.catalog import load_hardware, load_model
 
     load_model(model)          # resolve names before any measuring (unknown names fail in one line)
@@ -117,7 +130,7 @@ def validate(
     output.mkdir(parents=True, exist_ok=True)
     try:
         rep = run_validate(model, hardware, device, quick, output, show_progress=sys.stderr.isatty(),
-                           progress_lines=True, drafter=None if drafter in ("none", "") else drafter, reduce=reduce,
+                           progress_lines=True, drafter=None if _no_drafter(drafter) else drafter, reduce=reduce,
                            layers=layers, grid=GRIDS[grid] if grid else None, time_budget_s=time_budget)
     except (ValueError, KeyboardInterrupt) as exc:
         if created and output.is_dir() and not any(output.iterdir()):

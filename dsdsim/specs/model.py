@@ -641,8 +641,9 @@ class ModelSpec(FrozenSpec):
         return self.params_embedding + self.params_final_norm + self.params_lm_head + projections
 
     def with_value_projections(self) -> "ModelSpec":
-        """This model as an engine that loads a v_proj where the value reuses the key's projection holds it: the
-        layers' k/v projections counted twice, weights and FLOPs (the cache is the same); itself when none does."""
+        """The model as an engine holds it that loads a v_proj of its own where the value reuses the key's projection
+        (vLLM's Gemma-4): those layers run and keep two k/v projections, the cache unchanged; the model itself where
+        no layer reuses the key."""
         if not any(layer.attention is not None and layer.attention.value_from_key for layer in self.layers):
             return self
         layers = tuple(layer.model_copy(update={"attention": layer.attention.model_copy(update={"value_from_key": False})})

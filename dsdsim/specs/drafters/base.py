@@ -104,6 +104,7 @@ class DrafterInfo:
     trees: bool = False                              # runs as a draft tree (--draft-tree)
     loads_model: bool = False                        # the spec's ``model`` names a draft model to load
     host_only: bool = False                          # no device work (no draft/verify hand-off either)
+    validated: bool = False                          # dsdsim.bench builds its passes in torch: validate times them
 
     @property
     def name(self) -> str:

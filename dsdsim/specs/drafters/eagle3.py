@@ -20,7 +20,7 @@ def _parse(arg: str, raw: str) -> dict:
 INFO = DrafterInfo(
     kind=DrafterKind.eagle3, form="eagle3[:DRAFT_VOCAB]", aliases=("eagle-3",), parse=_parse,
     summary="EAGLE-3 head: fc(3h->h), one 2h-input layer, own lm_head over the draft vocabulary; K sequential passes",
-    passes=DraftPasses.chain, trees=True,
+    passes=DraftPasses.chain, trees=True, validated=True,
     acceptance=CHAIN_ACCEPTANCE,
     engines={"vllm": EngineRun(method="eagle3", source="vllm/config/speculative.py SpeculativeMethod"),
              "sglang": EngineRun(method="EAGLE3", source="SGLang --speculative-algorithm"),
