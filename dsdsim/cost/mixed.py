@@ -40,7 +40,7 @@ from dsdsim.cost.ops import OpKind
 from dsdsim.cost.plan import PassPoint, PlanOp
 from dsdsim.cost.step import (Timed, _draft_graphs_on, _draft_passes, _engine_params, _handoff_s, _table_size,
                               setup_plan)
-from dsdsim.cost.timing import launch_overhead, seconds
+from dsdsim.cost.timing import launch_overhead, seconds, seconds_at_two_gaps
 from dsdsim.errors import DsdsimError
 from dsdsim.specs.setup import Setup
 
@@ -137,15 +137,14 @@ class _TokenTable:
             p = PassPoint(np.ones_like(rows), 1.0, 0.0, head_rows=rows, sampling_passes=self._passes)
         else:
             p = PassPoint(rows, 1.0, 0.0, dp_ranks=self._dp)
-        tables = []
-        for graphed in (True, False):
-            gap = launch_overhead(self._hw, graphed)
-            total = np.zeros(n + 1)
-            for t in self._ops:
-                total = total + np.broadcast_to(seconds(t.rates, t.demand(*t.size(p)), gap), rows.shape) * t.count
-            total[0] = 0.0                      # no rows: the operator does not run
-            tables.append(total)
-        self._graphed, self._eager = tables
+        gaps = launch_overhead(self._hw, True), launch_overhead(self._hw, False)
+        graphed, eager = np.zeros(n + 1), np.zeros(n + 1)
+        for t in self._ops:
+            g, e = seconds_at_two_gaps(t.rates, t.demand(*t.size(p)), *gaps)
+            graphed = graphed + np.broadcast_to(g, rows.shape) * t.count
+            eager = eager + np.broadcast_to(e, rows.shape) * t.count
+        graphed[0] = eager[0] = 0.0                # no rows: the operators do not run
+        self._graphed, self._eager = graphed, eager
         self._n = n
 
     def seconds(self, rows: int, graphed: bool) -> float:

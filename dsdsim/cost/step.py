@@ -37,7 +37,8 @@ from dsdsim.cost.memory import PP_DRAFTER_ERROR, MemoryFigures, MemoryUse, memor
 from dsdsim.cost.num import as_float, num, where
 from dsdsim.cost.ops import OpKind
 from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, records, stage_layer_ranges, tokens
-from dsdsim.cost.timing import OpRates, OpTime, in_place, launch_overhead, rates_of, seconds, sum_by_shape, timer
+from dsdsim.cost.timing import (OpRates, OpTime, in_place, launch_overhead, rates_of, seconds, seconds_at_two_gaps,
+                                sum_by_shape, timer)
 from dsdsim.errors import DsdsimError
 from dsdsim.defaults import DEFAULT_ENGINE
 from dsdsim.specs.deployment import Deployment
@@ -665,15 +666,11 @@ class RowTables:
 
 
 def _row_table(t: Timed, hw: HardwareSpec, n: int) -> np.ndarray:
-    """(2, n): one occurrence of ``t`` at every row count 0..n-1, replayed from a graph and launched eagerly. The
-    launch gap enters the seconds linearly, once per launch (the kernel's and its helpers', ``timing._terms``): the
-    eager row is the graphed one plus that many launches times the difference of the two gaps."""
+    """(2, n): one occurrence of ``t`` at every row count 0..n-1, replayed from a graph and launched eagerly (one
+    evaluation for both: ``seconds_at_two_gaps``)."""
     rows = np.arange(n, dtype=float)
-    d = t.demand(rows)
-    graphed_gap, eager_gap = launch_overhead(hw, True), launch_overhead(hw, False)
-    graphed = np.broadcast_to(seconds(t.rates, d, graphed_gap), rows.shape)
-    launches = d.launches + t.rates.helper_launches if t.rates.helper_launches else d.launches
-    return np.stack([graphed, graphed + launches * (eager_gap - graphed_gap)])
+    both = seconds_at_two_gaps(t.rates, t.demand(rows), launch_overhead(hw, True), launch_overhead(hw, False))
+    return np.stack([np.broadcast_to(s, rows.shape) for s in both])
 
 
 def _table_size(top: int, held: int = 0) -> int:

@@ -428,6 +428,14 @@ def seconds(r: OpRates, d: Demand, gap):
     return in_place(work, overhead, np.add)
 
 
+def seconds_at_two_gaps(r: OpRates, d: Demand, gap, other_gap) -> tuple:
+    """(``seconds`` at launch gap ``gap``, the same at ``other_gap``): the gap enters linearly, once per launch (the
+    kernel's and its helpers', ``_terms``), so the second is the first plus that many launches times the difference."""
+    first = seconds(r, d, gap)
+    launches = d.launches + r.helper_launches if r.helper_launches else d.launches
+    return first, first + launches * (other_gap - gap)
+
+
 def _terms(r: OpRates, d: Demand, gap) -> tuple:
     """(compute, memory, communication, overhead, work) seconds: ``OpTerms`` without the record, for ``seconds``."""
     compute = d.flops_padded / r.flops_per_s

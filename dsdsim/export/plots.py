@@ -33,6 +33,15 @@ def _plt():
     return plt
 
 
+def _stacked_panels(plt, axes, figsize: tuple, ratios: tuple):
+    """(figure, top axes, bottom axes): two panels sharing the batch axis, or the caller's pair of axes."""
+    if axes is None:
+        fig, axes = plt.subplots(2, 1, figsize=figsize, sharex=True, gridspec_kw={"height_ratios": list(ratios)})
+    else:
+        fig = axes[0].figure
+    return fig, axes[0], axes[1]
+
+
 class _Display:
     """Shared by the displays: ``save(path)`` draws (if not yet drawn) and writes a PNG."""
 
@@ -73,11 +82,7 @@ class PredictionDisplay(_Display):
     def plot(self, axes=None) -> "PredictionDisplay":
         plt = _plt()
         p = self.prediction
-        if axes is None:
-            fig, axes = plt.subplots(2, 1, figsize=(10, 8), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
-        else:
-            fig = axes[0].figure
-        ax, ax_k = axes
+        fig, ax, ax_k = _stacked_panels(plt, axes, (10, 8), (3, 1.3))
         b = np.asarray(p.batch_sizes, dtype=float)
         kv = list(p.k_values)
         g0 = p.goodput[kv.index(0)] if 0 in kv else np.full(b.shape, np.nan)
@@ -190,11 +195,7 @@ class TreeFamilyDisplay(_Display):
     def plot(self, axes=None) -> "TreeFamilyDisplay":
         plt = _plt()
         p = self.prediction
-        if axes is None:
-            fig, axes = plt.subplots(2, 1, figsize=(10.5, 8), sharex=True, gridspec_kw={"height_ratios": [1.6, 1]})
-        else:
-            fig = axes[0].figure
-        ax, ax_rel = axes
+        fig, ax, ax_rel = _stacked_panels(plt, axes, (10.5, 8), (1.6, 1))
         b = np.asarray(p.batch_sizes, dtype=float)
         g = np.asarray(p.goodput, dtype=float)                           # (1 + N, B) tokens/s, NaN: no fit
         with np.errstate(invalid="ignore", divide="ignore"):
