@@ -10,7 +10,7 @@
                  malloc has raised its trim threshold and stops returning the grid's temporaries to the OS
   predict        `python -m dsdsim predict` (defaults), wall-clock median of 5 runs    target <= 0.3 s
                  beside it, without a target: the floor, starting Python and importing the libraries that path
-                 loads (numpy, pydantic, typer, rich, PyYAML), and what is left to dsdsim (predict - floor)
+                 loads (numpy, pydantic, typer, PyYAML), and what is left to dsdsim (predict - floor)
   --help         `python -m dsdsim --help`, wall-clock median of 5 runs                target <= 0.2 s
 
     python benchmarks/bench_speed.py
@@ -49,7 +49,7 @@ FIGURES = (
 
 
 # what `dsdsim predict` loads besides dsdsim itself (the CLI, the specs, the table)
-LIBRARIES = "import numpy, pydantic, typer, rich.console, rich.table, yaml"
+LIBRARIES = "import numpy, pydantic, typer, yaml"
 
 
 def _median_wall(argv: list[str], root: Path, runs: int = 5) -> float:

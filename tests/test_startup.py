@@ -1,5 +1,6 @@
 """What a run loads: `dsdsim predict` only the simulator, the policy and its own command group (never torch, the
-plots, the measurement corpus or the bench commands); `dsdsim --help` not even numpy. Checked on sys.modules in a
+plots, the measurement corpus, the bench commands or a rendering library: dsdsim draws its own tables);
+`dsdsim --help` not even numpy. Checked on sys.modules in a
 fresh interpreter, never by timing."""
 from __future__ import annotations
 
@@ -32,6 +33,13 @@ def _loaded(argv: list[str], watch: list[str]) -> list[str]:
 
 def test_predict_loads_neither_torch_nor_plots_nor_the_other_command_groups():
     assert _loaded(["predict"], HEAVY + OTHER_GROUPS) == []
+
+
+@pytest.mark.parametrize("argv", [["predict"], ["explain"], ["list", "engines"], ["show", "hardware", "h100-sxm"]],
+                         ids=" ".join)
+def test_tables_print_without_rich(argv):
+    """rich is for progress bars on a terminal only: the tables are drawn by dsdsim.export.text."""
+    assert _loaded(argv, ["rich"]) == []
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["predict", "--help"]], ids=" ".join)

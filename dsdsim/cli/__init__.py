@@ -10,7 +10,7 @@ imports only the group it names (``load_commands``: ``dsdsim predict`` loads mod
     plots.py     plot roofline|sensitivity
 
 Options shared by several commands are declared once in options.py; output files, progress and torch checks
-live in output.py; rich tables and JSON are rendered by dsdsim.export.render.
+live in output.py; tables (dsdsim.export.text) and JSON are built by dsdsim.export.render.
 """
 from dsdsim.cli.app import app, load_commands, main
 

@@ -9,7 +9,7 @@ import typer
 
 from dsdsim.cli.app import app
 from dsdsim.cli.options import Context, Device, Drafter, Engine, Hardware, Model, OptionalHardware, Tp
-from dsdsim.cli.output import (check_device, check_fixed_format, check_writable, console, need_torch, show,
+from dsdsim.cli.output import (check_device, check_fixed_format, check_writable, need_torch, show,
                                with_status, write_atomic)
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE,
                              DEFAULT_LOOP_BATCH, DEFAULT_LOOP_K, DEFAULT_LOOP_NEW_TOKENS, DEFAULT_MODEL)
@@ -47,10 +47,10 @@ def probe(
     spec = load_hardware(path)
     typer.echo(f"wrote {path}" + (f" and {sweeps_path(path)}" if sweeps else ""), err=True)
     show(kv_table(f"Probed {spec.name}", {
-        "memory_bandwidth_bytes_per_s": spec.bandwidth,
-        "peak_flops_per_s": {d.value: f.value for d, f in spec.peak_flops_per_s.items()},
-        "launch_overhead_s": spec.launch_overhead_s.value,
-        "eager_launch_overhead_s": spec.eager_launch_overhead_s.value}))
+   "memory_bandwidth_bytes_per_s": spec.bandwidth,
+   "peak_flops_per_s": {d.value: f.value for d, f in spec.peak_flops_per_s.items()},
+   "launch_overhead_s": spec.launch_overhead_s.value,
+   "eager_launch_overhead_s": spec.eager_launch_overhead_s.value}))
 
 
 def _no_drafter(drafter: str) -> bool:
@@ -147,29 +147,28 @@ def _pct(x) -> str:
 
 def _print_validation(rep) -> None:
     s = rep.summary
-    con = console()
     for e, label in ((s.uncalibrated, "uncalibrated (all points)"), (s.calibrated, "calibrated (held-out half)")):
-        con.print(f"{label}: n={e.n}, median |error| {_pct(e.median_abs_pct_error)}, MAPE {_pct(e.mape)}, "
-                  f"max {_pct(e.max_abs_pct_error)}")
+        show(f"{label}: n={e.n}, median |error| {_pct(e.median_abs_pct_error)}, MAPE {_pct(e.mape)}, "
+             f"max {_pct(e.max_abs_pct_error)}")
     whole = s.by_measurement.get("spec_step")
     if whole is not None:
         u, c = whole.uncalibrated, whole.calibrated_test
-        con.print(f"whole speculative steps: n={u.n}, median |error| {_pct(u.median_abs_pct_error)} uncalibrated, "
-                  f"{_pct(c.median_abs_pct_error)} calibrated held-out (max {_pct(c.max_abs_pct_error)})")
+        show(f"whole speculative steps: n={u.n}, median |error| {_pct(u.median_abs_pct_error)} uncalibrated, "
+             f"{_pct(c.median_abs_pct_error)} calibrated held-out (max {_pct(c.max_abs_pct_error)})")
     tc = rep.table_check
     if tc.per_batch or tc.contexts:
         cal = (f"; calibrated mean {tc.mean_regret_calibrated:.3f}, max {tc.max_regret_calibrated:.3f}"
                if tc.mean_regret_calibrated is not None else "")
-        con.print(f"K-table regret ({tc.measured_from.split(' (')[0]}): mean {tc.mean_regret:.3f}, "
-                  f"max {tc.max_regret:.3f}{cal}")
+        show(f"K-table regret ({tc.measured_from.split(' (')[0]}): mean {tc.mean_regret:.3f}, "
+             f"max {tc.max_regret:.3f}{cal}")
     if rep.errors:
-        con.print(f"{len(rep.errors)} item(s) failed or were skipped: see 'errors' in the report")
+        show(f"{len(rep.errors)} item(s) failed or were skipped: see 'errors' in the report")
     from dsdsim.fit.calibrate import implausible_figures
 
     for line in implausible_figures(rep.calibrated_hardware):     # the calibrated spec marks the same figures
         typer.echo(f"warning: {line}", err=True)
     for what, path in rep.paths.items():
-        con.print(f"{what}: {path}")
+        show(f"{what}: {path}")
 
 
 def _reanalyse(report: Path, hardware: str, output: Path) -> None:
@@ -220,9 +219,9 @@ def loop(
         write_atomic(output, to_json(data) + "\n")
         typer.echo(f"wrote {output}", err=True)
     show(kv_table(f"speculative loop K={k}, B={batch} on {device}", {
-        "alpha per position": ", ".join(f"{a:.3f}" for a in res.alpha), "tau measured": f"{res.tau_measured:.3f}",
-        "tau from alpha (model)": f"{res.tau_model:.3f}", "step ms (median)": f"{res.step_s_median * 1e3:.3f}",
-        "predicted step ms": "-" if res.predicted_step_s is None else f"{res.predicted_step_s * 1e3:.3f}"}))
+   "alpha per position": ", ".join(f"{a:.3f}" for a in res.alpha), "tau measured": f"{res.tau_measured:.3f}",
+   "tau from alpha (model)": f"{res.tau_model:.3f}", "step ms (median)": f"{res.step_s_median * 1e3:.3f}",
+   "predicted step ms": "-" if res.predicted_step_s is None else f"{res.predicted_step_s * 1e3:.3f}"}))
 
 
 @app.command("comm-check")
@@ -366,11 +365,10 @@ def calibrate(
     for line in implausible_figures(spec):     # one line each; the written figure says the same
         typer.echo(f"warning: {line}", err=True)
     typer.echo(f"wrote {output}", err=True)
-    con = console()
     for key, e in (("uncalibrated", summary.uncalibrated), ("calibrated", summary.calibrated)):
         if e.n:
-            con.print(f"{key}: n={e.n}, median |error| {_pct(e.median_abs_pct_error)}, MAPE {_pct(e.mape)}")
-    con.print("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in summary.fitted.items() if isinstance(v, (int, float))))
+            show(f"{key}: n={e.n}, median |error| {_pct(e.median_abs_pct_error)}, MAPE {_pct(e.mape)}")
+    show("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in summary.fitted.items() if isinstance(v, (int, float))))
 
 
 def _check_same_device(report: dict, hw, path: Path) -> None:

@@ -42,7 +42,7 @@ def list_hardware(fmt: ShowFmt = ShowFormat.table) -> None:
 
 
 def _render_rows(rows: list, fmt: ShowFormat, table) -> None:
-    """A catalog listing as JSON, or as the rich ``table`` of its rows."""
+    """A catalog listing as JSON, or as the ``table`` of its rows."""
     if fmt is ShowFormat.json:
         return emit(to_json(rows), None)
     show(table(rows))
@@ -90,7 +90,7 @@ def show_hardware(name: str = typer.Argument(..., help="A hardware name (dsdsim 
             "moe_default_family": hw.kernels.moe_default_family if hw.kernels is not None else None}
     if fmt is ShowFormat.json:
         return emit(to_json(data), None)
-    from rich.console import Group
+    from dsdsim.export.text import Group
 
     plain = {k: v for k, v in data.items() if k not in ("kernels", "kernel_figures")}
     tables = [kv_table(f"Hardware {hw.name}", plain)]
@@ -114,7 +114,7 @@ def _origin_json(o) -> dict:
 
 
 def _figures_table(name: str, origins: list):
-    from rich.table import Table
+    from dsdsim.export.text import Table
 
     from dsdsim.export.render import format_field
 
@@ -128,7 +128,7 @@ def _figures_table(name: str, origins: list):
 
 def _families_table(name: str, origins: list, default):
     """One row per fused-MoE family: its figures, and where they were measured."""
-    from rich.table import Table
+    from dsdsim.export.text import Table
 
     from dsdsim.export.render import format_field
 

@@ -9,7 +9,7 @@ import typer
 
 from dsdsim.cli.app import list_app, show_app
 from dsdsim.cli.options import ShowFmt, ShowFormat
-from dsdsim.cli.output import check_writable, console, emit, show, with_status, write_atomic
+from dsdsim.cli.output import check_writable, emit, show, with_status, write_atomic
 from dsdsim.errors import DsdsimError
 from dsdsim.export.render import kv_table, to_json
 
@@ -66,7 +66,7 @@ def engine_summary(spec, source: Optional[str]) -> dict:
 def list_engines(fmt: ShowFmt = ShowFormat.table) -> None:
     """Every known engine spec and the releases it covers (ENGINE@VERSION picks one): overlap of host work,
     CUDA-graph padding, its terms and how many are fitted. `dsdsim show engine vllm@0.10.1` shows one whole."""
-    from rich.table import Table
+    from dsdsim.export.text import Table
 
     from dsdsim.specs.catalog import engine_source, iter_engines
 
@@ -102,8 +102,8 @@ def show_engine(name: str = typer.Argument(..., help="An engine (vllm: its curre
                 fmt: ShowFmt = ShowFormat.table) -> None:
     """One engine spec: the releases it covers, every term (what it is in the engine, host or GPU, what it scales
     with, its value and sourced range, whether fitted and on a bound), overlap, CUDA graphs, the fit."""
-    from rich.console import Group
-    from rich.table import Table
+    from dsdsim.export.text import Group
+    from dsdsim.export.text import Table
 
     from dsdsim.specs.catalog import engine_source, load_engine
 
@@ -133,7 +133,7 @@ def show_engine(name: str = typer.Argument(..., help="An engine (vllm: its curre
     head["capture_sizes"] = "every shape" if not sizes else f"{len(sizes)} sizes, {sizes[0]}..{sizes[-1]}"
     t = Table(title=f"terms of {summary['source_file'] or spec.name}")
     for col in ("term", "component", "runs on", "per", "steps", "value", "range", "verified"):
-        t.add_column(col, justify="right" if col in ("value", "range") else "left")
+        t.add_column(col, justify="right" if col in ("value", "range") else "left", no_wrap=col == "term")
     for term in spec.terms:
         rng = term_range_text(term)
         verified = term.verified.value + (f" ({len(term.cases)} cases)" if term.cases else "")
@@ -152,7 +152,7 @@ def show_engine(name: str = typer.Argument(..., help="An engine (vllm: its curre
 def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: str, deployment, drafter: str,
                            engine: str, context: int, name: Optional[str], output: Path, date: Optional[str]) -> None:
     """The `calibrate --measurements` path: read, fit engine figures, print per point, write NAME.yaml."""
-    from rich.table import Table
+    from dsdsim.export.text import Table
 
     from dsdsim.fit.points import EngineCalibration, read_measurements
     from dsdsim.specs.catalog import is_shipped_engine
@@ -174,11 +174,10 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
     for p, f, loo in zip(points, cal.fitted_ms_, cal.loo_error_):
         t.add_row(str(p.batch), str(p.k), str(p.context), f"{p.acceptance_length:.2f}", f"{p.itl_ms:.3f}",
                   f"{f:.3f}", f"{100 * (f / p.itl_ms - 1):+.1f}%", f"{100 * loo:+.1f}%")
-    con = console()
-    con.print(t)
+    show(t)
     loo = [abs(x) for x in cal.loo_error_]
-    con.print(f"leave-one-out |error|: median {100 * sorted(loo)[len(loo) // 2]:.1f}%, max {100 * max(loo):.1f}%")
-    con.print("fitted: " + ", ".join(f"{k} {term_value_text(t)}" + (f" (on its {t.on_bound} bound)" if t.on_bound else "")
-                                     for k in cal.keys_ for t in [spec.term(k)]))
+    show(f"leave-one-out |error|: median {100 * sorted(loo)[len(loo) // 2]:.1f}%, max {100 * max(loo):.1f}%")
+    show("fitted: " + ", ".join(f"{k} {term_value_text(t)}" + (f" (on its {t.on_bound} bound)" if t.on_bound else "")
+                                for k in cal.keys_ for t in [spec.term(k)]))
     write_atomic(output, engine_yaml(spec))
     typer.echo(f"wrote {output} (use it with --engine {output})", err=True)

@@ -17,34 +17,25 @@ from dsdsim.export import files
 
 
 def _width() -> int:
+    """The page width: the terminal's COLUMNS where wider than 140 characters (a file or a pipe gets 140)."""
     return max(140, int(os.environ.get("COLUMNS", "0") or 0))
 
 
-def _fitting(renderable, width: int) -> int:
-    """The console width that shows ``renderable`` whole: ``width``, or the natural width of a table whose columns
-    do not wrap (figures), where it is wider: such a cell is never cut short with an ellipsis."""
-    from rich.console import Console
-    from rich.table import Table
-
-    tables = [r for r in getattr(renderable, "renderables", [renderable])
-              if isinstance(r, Table) and all(c.no_wrap for c in r.columns)]
-    if not tables:
-        return width
-    probe = Console(width=10_000, emoji=False)
-    need = max(probe.measure(t).maximum for t in tables)
-    return max(width, need)
+def _styled() -> bool:
+    """Bold and red on a terminal, unless NO_COLOR is set or TERM=dumb (https://no-color.org); FORCE_COLOR asks
+    for them in a pipe too."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
 
 
-def console(renderable=None):
-    from rich.console import Console
+def show(*parts) -> None:
+    """Print tables and lines (``dsdsim.export.text`` renderables or strings) to stdout."""
+    from dsdsim.export.text import Group, to_text
 
-    width = _width() if renderable is None else _fitting(renderable, _width())
-    return Console(width=width, highlight=False, emoji=False)    # ':name:' in a spec name stays text
-
-
-def show(renderable) -> None:
-    """Print a rich renderable (a table, a group of lines and tables) to stdout."""
-    console(renderable).print(renderable)
+    sys.stdout.write(to_text(parts[0] if len(parts) == 1 else Group(*parts), _width(), styled=_styled()))
 
 
 def warn(message: str) -> None:
@@ -136,15 +127,10 @@ def output_format(ctx, fmt, output: Optional[Path]):
 
 
 def plain_text(renderable) -> str:
-    """A rich renderable as plain text (what the table format writes to a file)."""
-    import io
+    """Tables and lines as plain text, no colour codes (what the table format writes to a file)."""
+    from dsdsim.export.text import to_text
 
-    from rich.console import Console
-
-    buf = io.StringIO()
-    Console(file=buf, width=_fitting(renderable, _width()), highlight=False, emoji=False,
-            color_system=None, force_terminal=False).print(renderable)
-    return buf.getvalue()
+    return to_text(renderable, _width())
 
 
 def show_or_write(renderable, output: Optional[Path]) -> None:

@@ -1,8 +1,8 @@
-"""Results as text for people: rich tables (returned as renderables, never printed here), JSON and TSV.
+"""Results as text for people: tables (``dsdsim.export.text`` renderables, never printed here), JSON and TSV.
 
 Each function takes a result the library computed (a step breakdown, a Prediction, plan rows, an accuracy
-report, a spec summary) and returns something to print; the command line prints it. rich is imported
-inside the functions so that importing this module stays cheap.
+report, a spec summary) and returns something to print; the command line turns it into text
+(``dsdsim.export.text.to_text``) and prints it.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _json_default(o):
 
 
 def models_table(rows: Sequence[dict]):
-    from rich.table import Table
+    from dsdsim.export.text import Table
 
     from dsdsim.units import format_count, format_si
 
@@ -62,7 +62,7 @@ def models_table(rows: Sequence[dict]):
 
 
 def hardware_table(rows: Sequence[dict]):
-    from rich.table import Table
+    from dsdsim.export.text import Table
 
     from dsdsim.units import format_si
 
@@ -83,7 +83,7 @@ def hardware_table(rows: Sequence[dict]):
 def kv_table(title: str, data: dict):
     """A two-column field/value table. Units follow the key: *_bytes -> B, *_flops* -> FLOP, *_s -> µs/ms/s,
     efficiencies and fractions as plain numbers; nested spec figures show their value (sources: --format json)."""
-    from rich.table import Table
+    from dsdsim.export.text import Table
 
     t = Table(title=title, show_header=False)
     t.add_column("field")
@@ -154,8 +154,8 @@ _UNIT_OF_PARENT = {
 
 def explain_view(data: "ExplainView"):
     """The per-operator breakdown of one step (a report.ExplainView) as header, tables and footer."""
-    from rich.console import Group
-    from rich.table import Table
+    from dsdsim.export.text import Group
+    from dsdsim.export.text import Table
 
     from dsdsim.units import format_si
 
@@ -220,8 +220,8 @@ def display_batches(p: "Prediction") -> list[int]:
 def prediction_view(p: "Prediction"):
     """Header, the exported table over the displayed batch sizes (its K and that K's figures; K* where the best K
     differs), the ranges, what the tolerance gave up, and the notes."""
-    from rich.console import Group
-    from rich.table import Table
+    from dsdsim.export.text import Group
+    from dsdsim.export.text import Table
 
     from dsdsim.export.prediction import (acceptance_view, engine_ref, robust_view, row_view, table_summary,
                                           tolerance_merged)
@@ -336,8 +336,8 @@ def context_grid_dict(contexts: Sequence[int], preds: Sequence["Prediction"]) ->
 def context_grid_table(contexts: Sequence[int], preds: Sequence["Prediction"]):
     """The exported table's K (with a tree: tree or plain) by batch size and context, and one line per context on
     what its tolerance gave up."""
-    from rich.console import Group
-    from rich.table import Table
+    from dsdsim.export.text import Group
+    from dsdsim.export.text import Table
 
     from dsdsim.export.prediction import table_summary
 
@@ -367,8 +367,8 @@ def context_grid_table(contexts: Sequence[int], preds: Sequence["Prediction"]):
 def plan_table(title: str, rows: Sequence) -> "object":
     """Plan rows (dsdsim.plan.PlanRow) as one table, one candidate per line; why a candidate is infeasible below
     it, one line each (a note column would squeeze the candidates' names)."""
-    from rich.console import Group
-    from rich.table import Table
+    from dsdsim.export.text import Group
+    from dsdsim.export.text import Table
 
     def f(x, spec=",.0f"):
         return "-" if x is None else format(x, spec)
@@ -407,8 +407,8 @@ def _pct(x: Optional[float]) -> str:
 
 def accuracy_view(report):
     """Per-case predicted vs measured, then |relative error| by split and group (an AccuracyReport)."""
-    from rich.console import Group
-    from rich.table import Table
+    from dsdsim.export.text import Group
+    from dsdsim.export.text import Table
 
     parts: list = []
     t = Table(title="Predicted vs measured (shipped defaults, no calibration)")
@@ -471,8 +471,8 @@ def checks_lines(chk) -> list[str]:
 
 def cv_table(cv):
     """Leave-one-source-out error per source (dsdsim.fit.cv.SourceCV), worst first, then the summary lines."""
-    from rich.console import Group
-    from rich.table import Table
+    from dsdsim.export.text import Group
+    from dsdsim.export.text import Table
 
     t = Table(title="Leave one source out: every fitted figure refitted without the source, the source predicted")
     for col in ("source", "split", "n", "median |err|", "max |err|"):

@@ -1,4 +1,5 @@
-"""Serving simulations as text: the table (rich renderables, never printed here), the JSON contract, CSV rows.
+"""Serving simulations as text: the table (``dsdsim.export.text`` renderables, never printed here), the JSON
+contract, CSV rows.
 
 Each function takes what ``dsdsim.serve`` computed (a SimulationResult, a sweep, load searches) through its
 ``to_dict()`` forms and the resolved Setup, and returns something to print. The JSON contract (docs/simulate.md):
@@ -159,7 +160,7 @@ def _cells(policy: Mapping[str, Any], with_goodput: bool) -> list[str]:
 
 
 def _table(title: str, cols: Sequence[str]):
-    from rich.table import Table
+    from dsdsim.export.text import Table
 
     t = Table(title=title)
     for c in cols:
@@ -169,7 +170,7 @@ def _table(title: str, cols: Sequence[str]):
 
 def simulation_view(setup, result, notes: Sequence[str] = ()):
     """A header line naming the setup and the workload, one row per policy, then ``notes`` (lengths, SLO)."""
-    from rich.console import Group
+    from dsdsim.export.text import Group
 
     d = result.to_dict()
     policies = d["policies"]
@@ -197,7 +198,7 @@ def _describe(result) -> str:
 
 def sweep_view(setup, sweep, notes: Sequence[str] = ()):
     """One row per (load, policy), loads ascending, a rule between loads."""
-    from rich.console import Group
+    from dsdsim.export.text import Group
 
     points = sweep.points
     first = points[0].result.to_dict()
@@ -256,8 +257,8 @@ def plan_with_loads(plan_group, candidates: Sequence[str], largest: Sequence, wh
     """plan_table's renderable as it is, then a table of the load searches: one row per candidate, one column per
     policy (plan's table already fills the width), and a line saying what they are (``what``: the load, the
     workload, the SLO and its attainment)."""
-    from rich.console import Group
-    from rich.table import Table
+    from dsdsim.export.text import Group
+    from dsdsim.export.text import Table
 
     by = {(x.candidate, x.policy): x for x in largest}
     policies = list(dict.fromkeys(x.policy for x in largest))
@@ -275,7 +276,7 @@ def plan_with_loads(plan_group, candidates: Sequence[str], largest: Sequence, wh
         t.add_row(cand, *[_load_cell(x) for x in found], str(sum(x.simulations for x in found if x is not None)))
     notes = [f"max {unit}: the largest {what}; '>= x': met up to the largest load tried, '< x': not met at the "
              "smallest; '-': not simulated (the candidate is not feasible)"]
-    return Group(*plan_group.renderables, t, *notes)
+    return Group(*plan_group.parts, t, *notes)
 
 
 def _load_cell(x) -> str:

@@ -225,8 +225,8 @@ def _pct(x: float) -> str:
 def family_table(p: "TreeFamilyPrediction"):
     """Header (setup, family), the best choice over the displayed batch sizes, the ranges, the gain over the best
     single tree, and which tree to launch SGLang with."""
-    from rich.console import Group
-    from rich.table import Table
+    from dsdsim.export.text import Group
+    from dsdsim.export.text import Table
 
     from dsdsim.export.render import _engine_text
 
