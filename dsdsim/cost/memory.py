@@ -34,6 +34,9 @@ from dsdsim.specs.model import FFNKind, ModelSpec, group_layers
 
 @dataclass(frozen=True)
 class MemoryUse:
+    """Bytes on the (busiest) GPU per batch size: weights, KV cache, activations, the drafter, recurrent states,
+    against the capacity the engine may use."""
+
     weights_bytes: float
     kv_bytes: np.ndarray
     activation_bytes: np.ndarray

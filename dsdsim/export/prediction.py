@@ -38,6 +38,8 @@ def _num(x):
 
 @dataclass(frozen=True)
 class EngineRef:
+    """The engine spec a prediction used: its name, the file it was read from and the releases it covers."""
+
     name: Optional[str]
     source: Optional[str]
     versions: Optional[str] = field(default=None, metadata=_OMIT_NONE)   # the release range of the spec
@@ -54,6 +56,9 @@ class IntervalsView:
 
 @dataclass(frozen=True)
 class AcceptanceView:
+    """The acceptance a prediction assumed: per-position alphas of a chain (or a tree's measured length), where
+    they came from, and how they were read (its one-line description)."""
+
     alpha: tuple[float, ...]                      # per-position acceptance of a chain; empty for a tree
     measured_positions: int
     mean_acceptance_length: Optional[float] = field(default=None, metadata=_OMIT_NONE)   # trees only
@@ -63,6 +68,9 @@ class AcceptanceView:
 
 @dataclass(frozen=True)
 class DraftTreeView:
+    """A draft tree in the JSON: its shape, the tokens it verifies per sequence, and the K that stands for it in
+    the rows."""
+
     steps: int
     topk: int
     tokens: int
@@ -87,6 +95,8 @@ class KTableView:
 
 @dataclass(frozen=True)
 class GridView:
+    """The whole (K, B) grid of step times behind a prediction, and each K's acceptance length tau."""
+
     k_values: tuple[int, ...]
     batch_sizes: tuple[int, ...]
     tau: tuple[float, ...]
@@ -95,6 +105,8 @@ class GridView:
 
 @dataclass(frozen=True)
 class RobustView:
+    """The K that holds up over an acceptance band, and its worst regret at each edge of the band."""
+
     k_per_batch: tuple[int, ...]
     band: tuple[float, float]
     regret_low_edge_max: Optional[float]
@@ -216,8 +228,10 @@ def prediction_dict(p: "Prediction") -> dict:
 
 
 def row_view(r: "Row") -> "Row":
-    """The row with non-finite numbers as None."""
-    return replace(r, **{f.name: _num(getattr(r, f.name)) for f in fields(r)})
+    """The row with non-finite numbers as None (the row itself where every number is finite)."""
+    values = {f.name: getattr(r, f.name) for f in fields(r)}
+    not_finite = {name: None for name, v in values.items() if v is not None and _num(v) is None}
+    return replace(r, **not_finite) if not_finite else r
 
 
 def engine_ref(p: "Prediction") -> EngineRef:

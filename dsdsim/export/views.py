@@ -82,21 +82,31 @@ def hardware_summary(hw: HardwareSpec) -> dict:
     }
 
 
+_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}     # a view class's (field name, omit while None)
+_AS_IS = frozenset((str, int, float, bool, type(None)))   # already JSON (an Enum subclassing str is not: its type differs)
+
+
 def json_plain(obj):
     """A typed view as plain JSON data: dataclass fields in declaration order (a field whose metadata says
     ``omit_none`` is left out while None), tuples as lists, enums as values, numpy scalars as Python numbers."""
-    if is_dataclass(obj) and not isinstance(obj, type):
+    kind = type(obj)
+    if kind in _AS_IS:
+        return obj
+    named = _FIELDS.get(kind)
+    if named is None and is_dataclass(obj) and not isinstance(obj, type):
+        named = _FIELDS[kind] = tuple((f.name, bool(f.metadata.get("omit_none"))) for f in fields(obj))
+    if named is not None:
         out = {}
-        for f in fields(obj):
-            v = getattr(obj, f.name)
-            if v is None and f.metadata.get("omit_none"):
+        for name, omit_none in named:
+            v = getattr(obj, name)
+            if v is None and omit_none:
                 continue
-            out[f.name] = json_plain(v)
+            out[name] = v if type(v) in _AS_IS else json_plain(v)
         return out
     if isinstance(obj, (list, tuple)):
-        return [json_plain(v) for v in obj]
+        return [v if type(v) in _AS_IS else json_plain(v) for v in obj]
     if isinstance(obj, dict):
-        return {k: json_plain(v) for k, v in obj.items()}
+        return {k: v if type(v) in _AS_IS else json_plain(v) for k, v in obj.items()}
     if isinstance(obj, Enum):
         return obj.value
     if isinstance(obj, np.generic):

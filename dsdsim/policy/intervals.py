@@ -39,6 +39,8 @@ def strata_keys(family: str, architecture: str, batch: float) -> tuple[str, ...]
 
 @dataclass(frozen=True)
 class Interval:
+    """Factors on a predicted step time from the held-out errors of comparable corpus cases (one stratum)."""
+
     low: float            # factor on the prediction (measured / predicted at the lower rank)
     high: float
     n: int                # residuals behind it

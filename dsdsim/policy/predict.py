@@ -17,6 +17,7 @@ interval of the held-out corpus errors of comparable cases (``dsdsim.policy.inte
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
@@ -74,8 +75,16 @@ class Row:
     k_best: Optional[int] = None     # the exact per-batch best K* (None where no K fits)
 
 
+def _ratio(a: float, b: float) -> Optional[float]:
+    """a / b, None where b is not a finite, non-zero figure (a server that does not fit)."""
+    return a / b if math.isfinite(b) and b != 0 else None
+
+
 @dataclass(frozen=True)
 class Prediction:
+    """What ``predict`` worked out: the (K, B) grid of step times, goodput and fit, the best K per batch size, the
+    exported table, and the rows people read (``row``, ``rows``)."""
+
     setup: Setup
     acceptance: Acceptance | TreeAcceptance
     context: int
@@ -104,23 +113,37 @@ class Prediction:
 
     def row(self, j: int) -> Row:
         """The row of the j-th evaluated batch size (a table shows a few of them)."""
-        b = int(self.batch_sizes[j])
-        k = int(self.table.k_per_batch[j])
+        c = self._row_columns()
+        b, k = c["batch"][j], c["k"][j]
         if k < 0:
             return Row(b, None, None, None, None, None, None, None, False)
-        kv = list(self.k_values)
-        i = kv.index(k)
-        g = self.goodput[i, j]
-        g0 = self.plain_goodput[j]
-        gf = self.goodput[kv.index(self.fixed_k), j] if self.fixed_k in kv else np.nan
-        step_ms = float(self.step_s[i, j] * 1e3)
-        itl_ms = float(inter_token_latency(self.tau[i], self.step_s[i, j]) * 1e3)
+        g, g0, gf = c["goodput"][j], c["plain"][j], c["fixed"][j]
+        step_ms, itl_ms = c["step_ms"][j], c["itl_ms"][j]
         return Row(
-            batch_size=b, k=k, tau=float(self.tau[i]), step_ms=step_ms, itl_ms=itl_ms, tokens_per_s=float(g),
-            speedup_vs_vanilla=float(g / g0) if np.isfinite(g0) else None,
-            speedup_vs_fixed_k=float(g / gf) if np.isfinite(gf) else None, feasible=True,
-            draft=None if self.tree is None else ("tree" if k > 0 else "plain"), k_best=int(self.k_best[j]),
-            **ranged(self.interval(b), step_ms, itl_ms, float(g)))
+            batch_size=b, k=k, tau=c["tau"][j], step_ms=step_ms, itl_ms=itl_ms, tokens_per_s=g,
+            speedup_vs_vanilla=_ratio(g, g0), speedup_vs_fixed_k=_ratio(g, gf), feasible=True,
+            draft=None if self.tree is None else ("tree" if k > 0 else "plain"), k_best=c["k_best"][j],
+            **ranged(self.interval(b), step_ms, itl_ms, g))
+
+    def _row_columns(self) -> dict[str, list]:
+        """The rows' figures per batch size under the table's K, as Python numbers, worked out once (a row reads
+        its column entries; building 1,024 rows one array lookup at a time cost more than the grid)."""
+        cached = self.__dict__.get("_columns")
+        if cached is not None:
+            return cached
+        kv = [int(k) for k in self.k_values]
+        k_table = np.asarray(self.table.k_per_batch, dtype=int)
+        at = np.array([kv.index(k) if k >= 0 else 0 for k in k_table.tolist()], dtype=int)
+        cols = np.arange(len(self.batch_sizes))
+        step_s = self.step_s[at, cols]
+        g = self.goodput[at, cols]
+        fixed = self.goodput[kv.index(self.fixed_k)] if self.fixed_k in kv else np.full(len(cols), np.nan)
+        c = {"batch": [int(b) for b in self.batch_sizes], "k": k_table.tolist(), "k_best": [int(k) for k in self.k_best],
+             "tau": self.tau[at].tolist(), "step_ms": (step_s * 1e3).tolist(),
+             "itl_ms": (inter_token_latency(self.tau[at], step_s) * 1e3).tolist(), "goodput": g.tolist(),
+             "plain": np.asarray(self.plain_goodput, dtype=float).tolist(), "fixed": fixed.tolist()}
+        self.__dict__["_columns"] = c
+        return c
 
     def static_step_s(self) -> np.ndarray:
         """(K, B) step times of servers each running one fixed K, K = 0 a server without speculation: what a

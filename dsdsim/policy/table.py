@@ -29,6 +29,8 @@ Ranges = list[tuple[int, int, int]]
 
 @dataclass(frozen=True)
 class CompressedTable:
+    """The exported K table: K per evaluated batch size, and the goodput it gives up against the exact best."""
+
     k_per_batch: np.ndarray          # K chosen for each evaluated batch size (-1 infeasible)
     k_set: tuple[int, ...]           # the distinct K values used
     mean_goodput_loss: float         # mean over feasible B of 1 - G(K_table)/G(K*), K* the exact per-batch best
@@ -160,6 +162,8 @@ def _fewest_runs(rel: np.ndarray, admissible: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RobustChoice:
+    """K per batch size chosen over an acceptance band, with its regret at the band's two edges."""
+
     k_per_batch: np.ndarray          # K maximising goodput averaged over the acceptance band
     regret_low: np.ndarray           # 1 - G_low(K_robust)/max_K G_low at the band's low edge, per B
     regret_high: np.ndarray
