@@ -17,10 +17,16 @@
 
     python benchmarks/bench_speed.py
     python benchmarks/bench_speed.py --against /path/to/other/checkout --rounds 3
+    python benchmarks/bench_speed.py --against /path/to/other/checkout --instructions
 
 ``--against`` measures another checkout of dsdsim in the same run (each in its own processes, the two alternating
 ``--rounds`` times), and prints both side by side with the best of the rounds: on a shared, noisy machine only
 figures taken in the same minute compare.
+
+``--instructions`` counts instead the machine instructions of the command-line figures (predict, its floor,
+predict --format json) under valgrind's callgrind, which a busy or throttled machine does not move: the same count
+run after run, on any load, where wall-clock figures here swing by 2x within minutes. It needs valgrind on the PATH
+and takes some 30 s a command (valgrind runs the interpreter some 50x slower).
 """
 from __future__ import annotations
 
@@ -135,15 +141,51 @@ def measure_in(root: Path) -> dict:
     out = json.loads(r.stdout.strip().splitlines()[-1])
     out["predict_s"] = _median_wall(["-m", "dsdsim", "predict"], root)
     out["floor_s"] = _median_wall(["-c", LIBRARIES], root)
-    out["own_s"] = out["predict_s"] - out["floor_s"]
     out["predict_json_s"] = _median_wall(["-m", "dsdsim", "predict", "--format", "json"], root)
     out["help_s"] = _median_wall(["-m", "dsdsim", "--help"], root)
     return out
 
 
+# the command-line figures --instructions counts: (label, argv after the interpreter)
+COUNTED = (("dsdsim predict", ["-m", "dsdsim", "predict"]),
+           ("  floor: python + its libraries", ["-c", LIBRARIES]),
+           ("  --format json", ["-m", "dsdsim", "predict", "--format", "json"]))
+
+
+def _instructions(argv: list[str], root: Path) -> int:
+    """Instructions one run executes, counted by valgrind's callgrind (one thread of OpenBLAS: as the CLI runs)."""
+    env = dict(os.environ, PYTHONPATH=str(root), OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
+    r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, *argv],
+                       env=env, cwd=root, capture_output=True, text=True, check=True)
+    counted = [line for line in r.stderr.splitlines() if "Collected :" in line]
+    if not counted:
+        raise SystemExit(f"valgrind printed no instruction count for {argv}: {r.stderr.strip()[-300:]}")
+    return int(counted[-1].split(":")[-1])
+
+
+def count_instructions(trees: list[Path]) -> int:
+    """Print the instructions of each command-line figure, one column per checkout."""
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (Debian/Ubuntu: apt install valgrind)")
+    for t in trees:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(t / "dsdsim")], check=True, capture_output=True)
+    print("instructions per run (valgrind callgrind; the same count whatever the machine's load)")
+    print(f"{'':<36} {'this checkout':>16}" + (f" {'--against':>16}" if len(trees) > 1 else ""))
+    for label, argv in COUNTED:
+        cols = " ".join(f"{_instructions(argv, t) / 1e6:>14,.0f} M" for t in trees)
+        print(f"{label:<36} {cols}", flush=True)
+    return 0
+
+
 def _best(runs: list[dict]) -> dict:
+    """The best of the rounds per figure; dsdsim's own share is the best predict less the best floor (a round's own
+    difference would take one slow floor for a fast dsdsim)."""
     better = {key: b for _, key, _, _, b in FIGURES}
-    return {key: (min if better[key] == "lower" else max)(r[key] for r in runs) for key in runs[0]}
+    best = {key: (min if better[key] == "lower" else max)(r[key] for r in runs) for key in runs[0]}
+    best["own_s"] = best["predict_s"] - best["floor_s"]
+    return best
 
 
 def _show(value: float, unit: str) -> str:
@@ -170,8 +212,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--against", type=Path, help="another checkout of dsdsim, measured in the same run")
     p.add_argument("--rounds", type=int, default=1, help="measurements of each checkout; the best is printed")
+    p.add_argument("--instructions", action="store_true",
+                   help="count the command-line figures' instructions under valgrind instead of timing everything")
     args = p.parse_args()
     trees = [ROOT] + ([args.against.resolve()] if args.against else [])
+    if args.instructions:
+        return count_instructions(trees)
     runs: dict[Path, list[dict]] = {t: [] for t in trees}
     for _ in range(args.rounds):
         for t in trees:                       # alternating: both see the same load on a shared machine

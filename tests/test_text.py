@@ -62,7 +62,7 @@ def test_min_and_max_width_bound_a_column():
 
 
 def test_a_table_without_box_or_header_aligns_its_columns():
-    t = Table(show_header=False, box=None)
+    t = Table(show_header=False, box=False)
     t.add_column("k", no_wrap=True)
     t.add_column("v")
     t.add_row("a", "1")

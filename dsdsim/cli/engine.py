@@ -77,7 +77,7 @@ def list_engines(fmt: ShowFmt = ShowFormat.table) -> None:
               caption="dsdsim show engine SPEC (or NAME@VERSION) for every term, its mechanism and source")
     for col, kw in (("spec", {"no_wrap": True}), ("releases", {"no_wrap": True}), ("host overlaps", {}),
                     ("K table", {}), ("CUDA graphs", {}), ("terms (fitted)", {}), ("train cases", {"justify": "right"}),
-                    ("what", {"max_width": 44, "overflow": "fold"})):
+                    ("what", {"max_width": 44})):
         t.add_column(col, **kw)
     for n, r in sorted(rows, key=lambda x: (x[1]["name"], x[1]["versions"] == "-", x[0])):
         g = r["cuda_graphs"]
@@ -141,7 +141,7 @@ def show_engine(name: str = typer.Argument(..., help="An engine (vllm: its curre
             verified += f", ON ITS {term.on_bound.upper()} BOUND"
         t.add_row(term.name, term.component.value, term.runs_on.value, term.per.value, term.applies.value,
                   term_value_text(term), rng, verified)
-    mechanisms = Table(title="what each term is (sources: --format json)", show_header=False, box=None)
+    mechanisms = Table(title="what each term is (sources: --format json)", show_header=False, box=False)
     mechanisms.add_column("term", no_wrap=True)
     mechanisms.add_column("mechanism")
     for term in spec.terms:

@@ -51,7 +51,8 @@ def models_table(rows: Sequence[dict]):
 
     t = Table(title="Models (dsdsim list models)")
     for col in ("name", "family", "params", "active", "layers", "attention", "MoE", "KV/token (bf16)"):
-        t.add_column(col, justify="right" if col in ("params", "active", "layers", "KV/token (bf16)") else "left")
+        t.add_column(col, justify="right" if col in ("params", "active", "layers", "KV/token (bf16)") else "left",
+                     no_wrap=col == "name")
     for r in rows:
         moe = f"{r['num_experts']}e top-{r['experts_per_token']}" if r["num_experts"] else "dense"
         if r["shared_experts"]:
@@ -68,7 +69,7 @@ def hardware_table(rows: Sequence[dict]):
 
     t = Table(title="Hardware (dense peaks; dsdsim list hardware)")
     for col in ("name", "memory", "bandwidth", "bf16 peak", "fp8 peak", "ridge bf16", "link (1 dir)", "description"):
-        t.add_column(col, justify="left" if col in ("name", "description") else "right")
+        t.add_column(col, justify="left" if col in ("name", "description") else "right", no_wrap=col == "name")
     for r in rows:
         peaks = r["peak_flops_per_s"]
         ridge = r["ridge_point_flop_per_byte"].get("bf16")
@@ -168,7 +169,7 @@ def explain_view(data: "ExplainView"):
             continue
         t = Table(title=f"{name} ({format_si(phase.totals.time_s, 's')})")
         for col in ("operator", "count", "FLOPs", "bytes", "FLOP/B", "time", "fixed", "BW %", "bound", "share"):
-            t.add_column(col, justify="left" if col in ("operator", "bound") else "right")
+            t.add_column(col, justify="left" if col in ("operator", "bound") else "right", no_wrap=col == "operator")
         for r in phase.ops:
             ai, bw = r.intensity_flop_per_byte, r.bandwidth_fraction
             t.add_row(r.name, f"{r.count:g}", format_si(r.flops), format_si(r.bytes + r.comm_bytes, "B"),
@@ -178,7 +179,7 @@ def explain_view(data: "ExplainView"):
     if eng.rows:
         t = Table(title=f"engine {_engine_text(eng)} ({format_si(eng.time_s, 's')})")
         for col in ("term", "time", "note"):
-            t.add_column(col, justify="right" if col == "time" else "left")
+            t.add_column(col, justify="right" if col == "time" else "left", no_wrap=col == "term")
         for r in eng.rows:
             t.add_row(r.term, format_si(r.time_s, "s"), r.note)
         t.add_row("CUDA graph", "-", eng.cuda_graph)
@@ -413,7 +414,8 @@ def accuracy_view(report):
     parts: list = []
     t = Table(title="Predicted vs measured (shipped defaults, no calibration)")
     for col in ("case", "split", "quantity", "measured", "predicted", "error", "acceptance"):
-        t.add_column(col, justify="right" if col in ("measured", "predicted", "error") else "left")
+        t.add_column(col, justify="right" if col in ("measured", "predicted", "error") else "left",
+                     no_wrap=col == "case")
     skipped = []
     for c in report.cases:
         if c.predicted is None:

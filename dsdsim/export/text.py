@@ -7,8 +7,8 @@ text in brackets (a JSON list, ``[1, 20, 3]``) is text.
 
 The layout is the usual one for figures in a terminal: a heavy-ruled header, each cell padded by one space, a
 title centred above the table. A table wider than the page narrows its wrapping columns, widest first; a
-``no_wrap`` column (a name, a figure) is never narrowed or cut, so such a table may run past
-the page rather than lose a character. A word longer than its column is folded, never cut short.
+``no_wrap`` column (a name, a figure) is never narrowed or cut, so such a table may run past the page rather than
+lose a character. A word longer than its column is folded onto the next line, never cut short.
 """
 from __future__ import annotations
 
@@ -40,19 +40,18 @@ class _Column:
 
 
 class Table:
-    """Columns and rows of marked-up strings, drawn in a box (``box=None``: aligned columns, no rules)."""
+    """Columns and rows of marked-up strings, drawn in a box (``box=False``: aligned columns, no rules)."""
 
     def __init__(self, title: Optional[str] = None, *, caption: Optional[str] = None, show_header: bool = True,
-                 box: Optional[bool] = True) -> None:
-        self.title, self.caption, self.show_header, self.box = title, caption, show_header, box is not None
+                 box: bool = True) -> None:
+        self.title, self.caption, self.show_header, self.box = title, caption, show_header, box
         self.columns: list[_Column] = []
         self.rows: list[list[str]] = []
         self._section_after: set[int] = set()          # row indices followed by a rule
 
     def add_column(self, header: str = "", *, justify: str = "left", no_wrap: bool = False,
-                   min_width: Optional[int] = None, max_width: Optional[int] = None, overflow: str = "fold") -> None:
-        """A column (content ``min_width``/``max_width`` in characters). ``overflow`` is taken for the callers'
-        sake and is always fold: a word longer than the column continues on the next line, never cut short."""
+                   min_width: Optional[int] = None, max_width: Optional[int] = None) -> None:
+        """A column; ``min_width`` and ``max_width`` bound its content, in characters."""
         self.columns.append(_Column(header, justify, no_wrap, min_width, max_width))
 
     def add_row(self, *cells: str, end_section: bool = False) -> None:
