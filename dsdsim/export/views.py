@@ -83,7 +83,7 @@ def hardware_summary(hw: HardwareSpec) -> dict:
 
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}     # a view class's (field name, omit while None)
-_AS_IS = frozenset((str, int, float, bool, type(None)))   # already JSON (an Enum subclassing str is not: its type differs)
+_AS_IS = frozenset((str, int, float, bool, type(None)))   # already JSON (an Enum on str is not: its type is the Enum)
 
 
 def json_plain(obj):

@@ -126,8 +126,8 @@ class Prediction:
             **ranged(self.interval(b), step_ms, itl_ms, g))
 
     def _row_columns(self) -> dict[str, list]:
-        """The rows' figures per batch size under the table's K, as Python numbers, worked out once (a row reads
-        its column entries; building 1,024 rows one array lookup at a time cost more than the grid)."""
+        """The rows' figures per batch size under the table's K, as Python numbers, worked out once: a row reads
+        its entries (each row had recomputed the plain server's goodput over every batch size)."""
         cached = self.__dict__.get("_columns")
         if cached is not None:
             return cached
@@ -138,10 +138,11 @@ class Prediction:
         step_s = self.step_s[at, cols]
         g = self.goodput[at, cols]
         fixed = self.goodput[kv.index(self.fixed_k)] if self.fixed_k in kv else np.full(len(cols), np.nan)
-        c = {"batch": [int(b) for b in self.batch_sizes], "k": k_table.tolist(), "k_best": [int(k) for k in self.k_best],
-             "tau": self.tau[at].tolist(), "step_ms": (step_s * 1e3).tolist(),
-             "itl_ms": (inter_token_latency(self.tau[at], step_s) * 1e3).tolist(), "goodput": g.tolist(),
-             "plain": np.asarray(self.plain_goodput, dtype=float).tolist(), "fixed": fixed.tolist()}
+        c = {"batch": [int(b) for b in self.batch_sizes], "k": k_table.tolist(),
+             "k_best": [int(k) for k in self.k_best], "tau": self.tau[at].tolist(),
+             "step_ms": (step_s * 1e3).tolist(), "itl_ms": (inter_token_latency(self.tau[at], step_s) * 1e3).tolist(),
+             "goodput": g.tolist(), "plain": np.asarray(self.plain_goodput, dtype=float).tolist(),
+             "fixed": fixed.tolist()}
         self.__dict__["_columns"] = c
         return c
 
