@@ -57,6 +57,10 @@ FIGURES = (
 )
 
 
+# the command lines timed (after the interpreter)
+PREDICT = ["-m", "dsdsim", "predict"]
+PREDICT_JSON = [*PREDICT, "--format", "json"]
+
 # what `dsdsim predict` loads besides dsdsim itself (the CLI, the specs, the table), and the first pydantic model
 LIBRARIES = "import numpy, typer, yaml\nfrom pydantic import BaseModel\nclass Spec(BaseModel):\n    x: int = 0"
 
@@ -128,28 +132,31 @@ def measure() -> dict:
     return out
 
 
+def _byte_compile(root: Path) -> None:
+    """As `pip install` leaves a package: with PYTHONDONTWRITEBYTECODE set, a module edited since its .pyc was
+    written would otherwise be compiled again in every timed start-up."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "dsdsim")], check=True, capture_output=True)
+
+
 def measure_in(root: Path) -> dict:
     """``measure`` in a fresh process importing dsdsim from checkout ``root`` (run there: ``-c`` and ``-m`` put the
     working folder first on the path), and its CLI timings."""
     env = dict(os.environ, PYTHONPATH=str(root))
-    # byte-compiled first, as `pip install` leaves a package: with PYTHONDONTWRITEBYTECODE set, a module edited since
-    # its .pyc was written would otherwise be compiled again in every timed start-up
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "dsdsim")], check=True, capture_output=True)
+    _byte_compile(root)
     code = f"import sys, json; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import bench_speed; " \
            "print(json.dumps(bench_speed.measure()))"
     r = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, check=True)
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    out["predict_s"] = _median_wall(["-m", "dsdsim", "predict"], root)
+    out["predict_s"] = _median_wall(PREDICT, root)
     out["floor_s"] = _median_wall(["-c", LIBRARIES], root)
-    out["predict_json_s"] = _median_wall(["-m", "dsdsim", "predict", "--format", "json"], root)
+    out["predict_json_s"] = _median_wall(PREDICT_JSON, root)
     out["help_s"] = _median_wall(["-m", "dsdsim", "--help"], root)
     return out
 
 
 # the command-line figures --instructions counts: (label, argv after the interpreter)
-COUNTED = (("dsdsim predict", ["-m", "dsdsim", "predict"]),
-           ("  floor: python + its libraries", ["-c", LIBRARIES]),
-           ("  --format json", ["-m", "dsdsim", "predict", "--format", "json"]))
+COUNTED = (("dsdsim predict", PREDICT), ("  floor: python + its libraries", ["-c", LIBRARIES]),
+           ("  --format json", PREDICT_JSON))
 
 
 def _instructions(argv: list[str], root: Path) -> int:
@@ -170,7 +177,7 @@ def count_instructions(trees: list[Path]) -> int:
     if shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind (Debian/Ubuntu: apt install valgrind)")
     for t in trees:
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(t / "dsdsim")], check=True, capture_output=True)
+        _byte_compile(t)
     print("instructions per run (valgrind callgrind; the same count whatever the machine's load)")
     print(f"{'':<36} {'this checkout':>16}" + (f" {'--against':>16}" if len(trees) > 1 else ""))
     for label, argv in COUNTED:

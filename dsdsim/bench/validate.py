@@ -126,9 +126,9 @@ def check_drafter(drafter: Optional[str | DrafterSpec]) -> Optional[DrafterSpec]
     """The drafter a run measures: EAGLE-3 or none (the step shapes dsdsim.bench builds in torch)."""
     d = parse_drafter(drafter) if isinstance(drafter, str) else drafter
     if d is not None and not d.info.validated:
-        from dsdsim.specs.drafters import REGISTRY
+        from dsdsim.specs.drafters import validated_kinds
 
-        kinds = [info.name for info in REGISTRY.values() if info.validated]
+        kinds = validated_kinds()
         raise ValueError(f"validate builds the torch passes of {', '.join(kinds)}, not {d.label}; pass drafter="
                          f"{kinds[0]!r} or None")
     return d

@@ -47,10 +47,10 @@ def probe(
     spec = load_hardware(path)
     typer.echo(f"wrote {path}" + (f" and {sweeps_path(path)}" if sweeps else ""), err=True)
     show(kv_table(f"Probed {spec.name}", {
-   "memory_bandwidth_bytes_per_s": spec.bandwidth,
-   "peak_flops_per_s": {d.value: f.value for d, f in spec.peak_flops_per_s.items()},
-   "launch_overhead_s": spec.launch_overhead_s.value,
-   "eager_launch_overhead_s": spec.eager_launch_overhead_s.value}))
+        "memory_bandwidth_bytes_per_s": spec.bandwidth,
+        "peak_flops_per_s": {d.value: f.value for d, f in spec.peak_flops_per_s.items()},
+        "launch_overhead_s": spec.launch_overhead_s.value,
+        "eager_launch_overhead_s": spec.eager_launch_overhead_s.value}))
 
 
 def _no_drafter(drafter: str) -> bool:
@@ -60,13 +60,13 @@ def _no_drafter(drafter: str) -> bool:
 def _check_validated(drafter: str) -> None:
     """A drafter whose passes dsdsim.bench builds in torch (the registry's ``validated`` kinds), or none."""
     from dsdsim.specs.drafter import parse_drafter
-    from dsdsim.specs.drafters import REGISTRY
+    from dsdsim.specs.drafters import validated_kinds
 
     if _no_drafter(drafter):
         return
     d = parse_drafter(drafter)
     if not d.info.validated:
-        kinds = [info.name for info in REGISTRY.values() if info.validated]
+        kinds = validated_kinds()
         raise DsdsimError(f"validate times the drafter passes of {' and '.join(kinds)}, not {d.label}; use "
                           f"{' or '.join(f'-d {k}' for k in kinds)} or -d none")
 
@@ -219,9 +219,9 @@ def loop(
         write_atomic(output, to_json(data) + "\n")
         typer.echo(f"wrote {output}", err=True)
     show(kv_table(f"speculative loop K={k}, B={batch} on {device}", {
-   "alpha per position": ", ".join(f"{a:.3f}" for a in res.alpha), "tau measured": f"{res.tau_measured:.3f}",
-   "tau from alpha (model)": f"{res.tau_model:.3f}", "step ms (median)": f"{res.step_s_median * 1e3:.3f}",
-   "predicted step ms": "-" if res.predicted_step_s is None else f"{res.predicted_step_s * 1e3:.3f}"}))
+        "alpha per position": ", ".join(f"{a:.3f}" for a in res.alpha), "tau measured": f"{res.tau_measured:.3f}",
+        "tau from alpha (model)": f"{res.tau_model:.3f}", "step ms (median)": f"{res.step_s_median * 1e3:.3f}",
+        "predicted step ms": "-" if res.predicted_step_s is None else f"{res.predicted_step_s * 1e3:.3f}"}))
 
 
 @app.command("comm-check")

@@ -102,8 +102,7 @@ def show_engine(name: str = typer.Argument(..., help="An engine (vllm: its curre
                 fmt: ShowFmt = ShowFormat.table) -> None:
     """One engine spec: the releases it covers, every term (what it is in the engine, host or GPU, what it scales
     with, its value and sourced range, whether fitted and on a bound), overlap, CUDA graphs, the fit."""
-    from dsdsim.export.text import Group
-    from dsdsim.export.text import Table
+    from dsdsim.export.text import Group, Table
 
     from dsdsim.specs.catalog import engine_source, load_engine
 

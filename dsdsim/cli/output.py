@@ -31,11 +31,11 @@ def _styled() -> bool:
     return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
 
 
-def show(*parts) -> None:
-    """Print tables and lines (``dsdsim.export.text`` renderables or strings) to stdout."""
-    from dsdsim.export.text import Group, to_text
+def show(renderable) -> None:
+    """Print a table, a line or a group of them (``dsdsim.export.text``) to stdout."""
+    from dsdsim.export.text import to_text
 
-    sys.stdout.write(to_text(parts[0] if len(parts) == 1 else Group(*parts), _width(), styled=_styled()))
+    sys.stdout.write(to_text(renderable, _width(), styled=_styled()))
 
 
 def warn(message: str) -> None:

@@ -155,8 +155,7 @@ _UNIT_OF_PARENT = {
 
 def explain_view(data: "ExplainView"):
     """The per-operator breakdown of one step (a report.ExplainView) as header, tables and footer."""
-    from dsdsim.export.text import Group
-    from dsdsim.export.text import Table
+    from dsdsim.export.text import Group, Table
 
     from dsdsim.units import format_si
 
@@ -221,8 +220,7 @@ def display_batches(p: "Prediction") -> list[int]:
 def prediction_view(p: "Prediction"):
     """Header, the exported table over the displayed batch sizes (its K and that K's figures; K* where the best K
     differs), the ranges, what the tolerance gave up, and the notes."""
-    from dsdsim.export.text import Group
-    from dsdsim.export.text import Table
+    from dsdsim.export.text import Group, Table
 
     from dsdsim.export.prediction import (acceptance_view, engine_ref, robust_view, row_view, table_summary,
                                           tolerance_merged)
@@ -337,8 +335,7 @@ def context_grid_dict(contexts: Sequence[int], preds: Sequence["Prediction"]) ->
 def context_grid_table(contexts: Sequence[int], preds: Sequence["Prediction"]):
     """The exported table's K (with a tree: tree or plain) by batch size and context, and one line per context on
     what its tolerance gave up."""
-    from dsdsim.export.text import Group
-    from dsdsim.export.text import Table
+    from dsdsim.export.text import Group, Table
 
     from dsdsim.export.prediction import table_summary
 
@@ -368,8 +365,7 @@ def context_grid_table(contexts: Sequence[int], preds: Sequence["Prediction"]):
 def plan_table(title: str, rows: Sequence) -> "object":
     """Plan rows (dsdsim.plan.PlanRow) as one table, one candidate per line; why a candidate is infeasible below
     it, one line each (a note column would squeeze the candidates' names)."""
-    from dsdsim.export.text import Group
-    from dsdsim.export.text import Table
+    from dsdsim.export.text import Group, Table
 
     def f(x, spec=",.0f"):
         return "-" if x is None else format(x, spec)
@@ -408,8 +404,7 @@ def _pct(x: Optional[float]) -> str:
 
 def accuracy_view(report):
     """Per-case predicted vs measured, then |relative error| by split and group (an AccuracyReport)."""
-    from dsdsim.export.text import Group
-    from dsdsim.export.text import Table
+    from dsdsim.export.text import Group, Table
 
     parts: list = []
     t = Table(title="Predicted vs measured (shipped defaults, no calibration)")
@@ -473,8 +468,7 @@ def checks_lines(chk) -> list[str]:
 
 def cv_table(cv):
     """Leave-one-source-out error per source (dsdsim.fit.cv.SourceCV), worst first, then the summary lines."""
-    from dsdsim.export.text import Group
-    from dsdsim.export.text import Table
+    from dsdsim.export.text import Group, Table
 
     t = Table(title="Leave one source out: every fitted figure refitted without the source, the source predicted")
     for col in ("source", "split", "n", "median |err|", "max |err|"):

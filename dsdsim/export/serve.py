@@ -257,8 +257,7 @@ def plan_with_loads(plan_group, candidates: Sequence[str], largest: Sequence, wh
     """plan_table's renderable as it is, then a table of the load searches: one row per candidate, one column per
     policy (plan's table already fills the width), and a line saying what they are (``what``: the load, the
     workload, the SLO and its attainment)."""
-    from dsdsim.export.text import Group
-    from dsdsim.export.text import Table
+    from dsdsim.export.text import Group, Table
 
     by = {(x.candidate, x.policy): x for x in largest}
     policies = list(dict.fromkeys(x.policy for x in largest))

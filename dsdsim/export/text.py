@@ -24,6 +24,7 @@ _MARK = re.compile(r"\[(/?)(bold|dim|italic|red)?\]")
 # the heavy-head box: (left, horizontal, cross, right) for each rule, and the vertical of head and body rows
 _TOP, _HEAD_RULE, _SECTION_RULE, _BOTTOM = ("┏", "━", "┳", "┓"), ("┡", "━", "╇", "┩"), ("├", "─", "┼", "┤"), \
     ("└", "─", "┴", "┘")
+_LIGHT_TOP = ("┌", "─", "┬", "┐")                # the top of a table without a header
 _HEAD_BAR, _BODY_BAR = "┃", "│"
 _PAD = 1                                  # spaces each side of a cell
 
@@ -231,7 +232,7 @@ def _table_lines(table: Table, width: int, styled: bool) -> list[str]:
     if table.title:
         lines += [_centred(line, total) for line in _styled_lines(table.title, total, styled, "italic")]
     if table.box:
-        lines.append(_rule(_TOP, widths) if table.show_header else _rule(("┌", "─", "┬", "┐"), widths))
+        lines.append(_rule(_TOP, widths) if table.show_header else _rule(_LIGHT_TOP, widths))
     if table.show_header:
         lines += _row_lines([c.header for c in table.columns], table, widths, _HEAD_BAR if table.box else "",
                             styled, "bold")

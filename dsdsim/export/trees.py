@@ -225,8 +225,7 @@ def _pct(x: float) -> str:
 def family_table(p: "TreeFamilyPrediction"):
     """Header (setup, family), the best choice over the displayed batch sizes, the ranges, the gain over the best
     single tree, and which tree to launch SGLang with."""
-    from dsdsim.export.text import Group
-    from dsdsim.export.text import Table
+    from dsdsim.export.text import Group, Table
 
     from dsdsim.export.render import _engine_text
 

@@ -413,8 +413,8 @@ def _build_glm4_moe(cfg: _Cfg):
 def _build_gemma4(cfg: _Cfg):
     """Gemma-4 text decoder (transformers Gemma4TextConfig): sliding layers with num_key_value_heads x head_dim,
     full-attention layers with num_global_key_value_heads x global_head_dim whose value reuses the key where
-    attention_k_eq_v (one k projection; keys and values are still cached apart); GeGLU MLPs (three matrices, as SwiGLU); four norms per
-    layer and q/k norms."""
+    attention_k_eq_v (one k projection; keys and values are still cached apart); GeGLU MLPs (three matrices, as
+    SwiGLU); four norms per layer and q/k norms."""
     for key, why in (("enable_moe_block", "the Gemma-4 MoE block"),):
         if cfg.bool(key, False):
             raise cfg.refuse(key, why)

@@ -646,9 +646,13 @@ class ModelSpec(FrozenSpec):
         no layer reuses the key."""
         if not any(layer.attention is not None and layer.attention.value_from_key for layer in self.layers):
             return self
-        layers = tuple(layer.model_copy(update={"attention": layer.attention.model_copy(update={"value_from_key": False})})
-                       if layer.attention is not None and layer.attention.value_from_key else layer
-                       for layer in self.layers)
+        def own_value(layer: Layer) -> Layer:
+            a = layer.attention
+            if a is None or not a.value_from_key:
+                return layer
+            return layer.model_copy(update={"attention": a.model_copy(update={"value_from_key": False})})
+
+        layers = tuple(own_value(layer) for layer in self.layers)
         return self.model_copy(update={"layers": layers})
 
     def kv_bytes_per_token(self, kv_dtype: DType = DType.bf16) -> float:

@@ -12,7 +12,8 @@ from dsdsim.specs.drafters import (dflash, draft_model, dspark, eagle, eagle3, m
                                    self_spec, suffix)
 from dsdsim.specs.drafters.base import MAX_K, DraftPasses, DrafterInfo, EngineRun
 
-__all__ = ["MAX_K", "DraftPasses", "DrafterInfo", "EngineRun", "REGISTRY", "drafter_info", "lookup", "forms", "is_known"]
+__all__ = ["MAX_K", "DraftPasses", "DrafterInfo", "EngineRun", "REGISTRY", "drafter_info", "lookup", "forms",
+           "is_known", "validated_kinds"]
 
 REGISTRY: dict = {m.INFO.kind: m.INFO for m in (eagle3, eagle, mtp, medusa, ngram, draft_model, self_spec, dflash,
                                                  dspark, pard, suffix)}
@@ -21,6 +22,11 @@ _NAMES = {name: info for info in REGISTRY.values() for name in (info.name, *info
 
 def drafter_info(kind) -> DrafterInfo:
     return REGISTRY[kind]
+
+
+def validated_kinds() -> list[str]:
+    """The names of the kinds whose passes dsdsim.bench builds in torch (``validate`` times them)."""
+    return [info.name for info in REGISTRY.values() if info.validated]
 
 
 def is_known(name: str) -> bool:
