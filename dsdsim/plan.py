@@ -8,7 +8,7 @@ Prices are inputs, never shipped as facts.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Optional, Sequence, Union
 
 import numpy as np
@@ -18,13 +18,14 @@ from dsdsim.defaults import DEFAULT_DRAFTER, DEFAULT_ENGINE
 from dsdsim.errors import DsdsimError
 from dsdsim.policy.options import PredictOptions
 from dsdsim.policy.predict import Prediction, predict
+from dsdsim.records import frozen
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.model import ModelSpec
 
 MAX_GPUS = 1024          # Deployment's own bound on tp and ep
 
 
-@dataclass(frozen=True)
+@frozen
 class Candidate:
     hardware: str
     tp: int = 1
@@ -61,7 +62,7 @@ class Candidate:
         return cls(parts[0], tp, ep, pp)
 
 
-@dataclass(frozen=True)
+@frozen
 class PlanRow:
     hardware: str
     tp: int
@@ -169,7 +170,7 @@ def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: fl
     return rows
 
 
-@dataclass(frozen=True)
+@frozen
 class _Query:
     """What every candidate of one plan is asked: the SLO, the drafter, engine, deployment and predict options."""
 

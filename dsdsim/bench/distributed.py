@@ -31,10 +31,12 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from dsdsim.records import frozen
+
 DEFAULT_SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
 
 
-@dataclass(frozen=True)
+@frozen
 class CollectiveTiming:
     """One all-reduce size: median seconds over repeats; bus bandwidth = 2(n-1)/n * bytes / seconds."""
 
@@ -43,7 +45,7 @@ class CollectiveTiming:
     busbw_bytes_per_s: float
 
 
-@dataclass(frozen=True)
+@frozen
 class TPCheck:
     """Tensor-parallel SwiGLU MLP: max abs difference from the unsplit MLP, and median seconds per call."""
 

@@ -2,10 +2,11 @@
 (``dsdsim validate --grid quick | full | gpu | tiny``)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dsdsim.records import frozen
 
 
-@dataclass(frozen=True)
+
+@frozen
 class Grid:
     """What to measure. ``contexts[0]`` is the operators' table context; later contexts vary attention only.
     ``spec_*``: the whole speculative steps (draft passes + verify pass + rejection sampling, the full layer

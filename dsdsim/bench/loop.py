@@ -22,6 +22,7 @@ from typing import Optional
 
 import numpy as np
 
+from dsdsim.records import frozen
 from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, ModelSpec
 
 
@@ -88,7 +89,7 @@ def _perturbed_draft(target, draft_spec: ModelSpec, noise: float, seed: int):
     return draft
 
 
-@dataclass(frozen=True)
+@frozen
 class LoopConfig:
     """One run of the loop. ``seed`` fixes the weights; ``sample_seed`` (default: derived from ``seed``) the
     prompts and every random draw of sampling and acceptance, so two runs can share models but not samples."""

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from dsdsim.bench.timing import (DEFAULT_CPU_THREADS, Timing, cpu_threads, device_name, last_level_cache_bytes,
                                  on_device, random_tensor, rotation_sets, sm_clock_mhz, time_fn, time_graph,
                                  time_kernels, torch_dtype)
+from dsdsim.records import frozen
 from dsdsim.specs.hardware_yaml import write_spec
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.units import DType
@@ -70,7 +71,7 @@ class Sweep:
         return _finite(asdict(self))
 
 
-@dataclass(frozen=True)
+@frozen
 class ProbeResult:
     """Raw measurements behind a probed spec."""
 
@@ -425,7 +426,7 @@ ATTENTION_CONTEXTS = (1024, 2048, 4096, 8192, 16384, 32768)
 _SDPA_FUSED = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")    # never MATH on a GPU
 
 
-@dataclass(frozen=True)
+@frozen
 class SweepPlan:
     """Sizes and budgets of the sweeps on one device class (``sweep_plan``)."""
 

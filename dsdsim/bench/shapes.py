@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from dsdsim.bench.timing import random_tensor, torch_dtype
 from dsdsim.cost.ops import OpCost, OpKind
+from dsdsim.records import frozen
 from dsdsim.specs.model import swiglu_matrix_params
 from dsdsim.units import DType
 
@@ -423,7 +424,7 @@ def _elementwise(op: OpCost, pool: TensorPool, act: torch.dtype) -> OpBench:
 # --- routed experts ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class Routing:
     """Token -> expert assignments of one batch, grouped by expert (host-side plan of the grouped GEMMs)."""
 

@@ -15,12 +15,12 @@ import contextlib
 import math
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
 
+from dsdsim.records import frozen
 from dsdsim.units import DType
 
 DEFAULT_CPU_THREADS = 1
@@ -30,7 +30,7 @@ TORCH_DTYPE = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class Timing:
     """Seconds per call of one timed function."""
 

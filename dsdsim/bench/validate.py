@@ -41,6 +41,7 @@ from dsdsim.export.validation import write_report
 from dsdsim.fit import validation as analysis
 from dsdsim.fit.calibrate import Calibrator, Evaluator, Point, calibrate_points
 from dsdsim.fit.validation import ValidationReport, default_acceptance, op_key, step_ops
+from dsdsim.records import frozen
 from dsdsim.specs.catalog import load_hardware, load_model
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterSpec, parse_drafter
@@ -51,7 +52,7 @@ from dsdsim.units import DType
 ProgressFn = Callable[[int, int, str], None]      # (done, total, what)
 
 
-@dataclass(frozen=True)
+@frozen
 class ValidateConfig:
     """What one validation run measures and against what. ``reduce`` None: 1 on a GPU, 2 (4 with ``quick``)
     on a CPU; ``grid`` None: GPU_GRID on a GPU, else QUICK_GRID or FULL_GRID; ``layers``: keep only the first

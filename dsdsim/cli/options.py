@@ -5,7 +5,6 @@ the same long name, short flag and help text as every other command. Defaults co
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -17,6 +16,7 @@ from dsdsim.defaults import (DEFAULT_BATCH_SIZES, DEFAULT_DP_ATTENTION, DEFAULT_
                              DEFAULT_MODEL, DEFAULT_TOLERANCE)
 from dsdsim.errors import DsdsimError
 from dsdsim.export.prediction import PredictFormat
+from dsdsim.records import frozen
 
 MODEL_HELP = "Target model: a name from `dsdsim list models`, or a config.json path"
 HARDWARE_HELP = "Accelerator: a name from `dsdsim list hardware`, or a hardware spec YAML/JSON path"
@@ -107,7 +107,7 @@ PREDICT_OPTIONS = {"acceptance": Acceptance, "context": Context, "batch_sizes": 
                    "tolerance": Tolerance}
 
 
-@dataclass(frozen=True)
+@frozen
 class SimulatedArgs:
     """What is simulated: the options explain, predict, plan and the plots share (declared here once)."""
 
@@ -122,7 +122,7 @@ class SimulatedArgs:
         return drafter_from_options(self.drafter, self.draft_tree)
 
 
-@dataclass(frozen=True)
+@frozen
 class DeploymentArgs:
     """How the model is served: the deployment options every simulating command takes."""
 

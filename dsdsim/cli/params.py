@@ -21,8 +21,10 @@ import inspect
 import typing
 from typing import Any, Callable, Mapping, Optional
 
+from dsdsim.records import frozen
 
-@dataclasses.dataclass(frozen=True)
+
+@frozen
 class Without:
     """An option class with some of its fields left off the command line."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -24,6 +24,7 @@ from dsdsim.cli.params import option_fields, takes, without
 from dsdsim.defaults import (DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_POLICIES, DEFAULT_REQUESTS, DEFAULT_SEED,
                              DEFAULT_WORKLOAD)
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
 
 # what simulate runs without options (the API's defaults: dsdsim.serve.simulate.simulate)
 
@@ -48,7 +49,7 @@ EXECUTOR_HELP = ("Where the simulations run (one per policy and load; plan --sim
                  "install 'dsdsim[cluster]')")
 
 
-@dataclass(frozen=True)
+@frozen
 class ServeArgs:
     """What is served and how the server schedules it: the options simulate and plan --simulate share."""
 

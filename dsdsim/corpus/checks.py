@@ -13,17 +13,18 @@ the host (async scheduling with speculation: vLLM from 0.14, SGLang spec v2), wh
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from statistics import mean, median
 from typing import Optional
 
 from dsdsim.corpus.results import CaseResult
 from dsdsim.corpus.schema import Case, CorpusFile, Quantity
+from dsdsim.records import frozen
 
 MODERN_BATCH = (8, 256)      # the batch range where dynamic K matters (issue targets)
 
 
-@dataclass(frozen=True)
+@frozen
 class StepRatio:
     source: str
     case: str                 # the K > 0 case
@@ -37,7 +38,7 @@ class StepRatio:
     modern: bool
 
 
-@dataclass(frozen=True)
+@frozen
 class KChoice:
     source: str
     cases: tuple[str, ...]
@@ -49,7 +50,7 @@ class KChoice:
     regret: float             # measured goodput given up by the predicted K
 
 
-@dataclass(frozen=True)
+@frozen
 class Checks:
     step_ratios: list[StepRatio]
     k_choices: list[KChoice]

@@ -14,7 +14,7 @@ kernels-only ``ideal`` spec.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from statistics import median
 from typing import Callable, Iterable, Optional
@@ -24,12 +24,13 @@ from dsdsim.corpus.cases import case_deployment, case_engine, source_text, tau_o
 from dsdsim.corpus.results import CaseResult, FittedAcceptance
 from dsdsim.corpus.schema import (AcceptanceHandling, Case, Conditions, CorpusFile, Quantity, Split, load_corpus)
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
 
 ALPHA_BOUNDS = (0.01, 0.99)     # a fitted constant alpha stays inside (0, 1)
 GROUP_AXES = ("architecture", "engine", "drafter")
 
 
-@dataclass(frozen=True)
+@frozen
 class CaseTimes:
     """Predicted physics of one case: its run, and for a ratio the run it divides by (``ref_*``)."""
 
@@ -42,14 +43,14 @@ class CaseTimes:
     ref_plain_step_s: Optional[float] = None
 
 
-@dataclass(frozen=True)
+@frozen
 class ErrorSummary:
     n: int
     median_abs_rel_error: Optional[float]
     max_abs_rel_error: Optional[float]
 
 
-@dataclass(frozen=True)
+@frozen
 class GroupSummary:
     split: str
     axis: str        # architecture | engine | drafter
@@ -57,7 +58,7 @@ class GroupSummary:
     summary: ErrorSummary
 
 
-@dataclass(frozen=True)
+@frozen
 class AccuracyReport:
     cases: list[CaseResult]                  # the selected cases (split / engine filters applied)
     summary: dict[str, ErrorSummary]         # "train", "test": over the selected cases; where end-to-end cases
@@ -84,7 +85,7 @@ class AccuracyReport:
 
 # --- physics of one case --------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@frozen
 class Run:
     """One simulated configuration of a case: the step it measured and plain decoding at the same batch."""
 
@@ -109,7 +110,7 @@ class Run:
         return step, plain
 
 
-@dataclass(frozen=True)
+@frozen
 class CaseSteps:
     """The run of a case and, for a ratio, its reference run."""
 
@@ -356,7 +357,7 @@ def accuracy(split: str = "all", measured_on: Optional[str] = None, corpus: Opti
     return evaluation(split, measured_on, corpus, progress, engine).report
 
 
-@dataclass(frozen=True)
+@frozen
 class Evaluation:
     """What one evaluation of the corpus computed: the cases, each case's steps, every result, and the report."""
 

@@ -5,11 +5,12 @@ Its own module so that both import it one way: ``evaluate`` scores cases into ``
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
+from dsdsim.records import frozen
 
-@dataclass(frozen=True)
+
+@frozen
 class CaseResult:
     id: str
     source: str            # URL or repository path, and where in it
@@ -31,7 +32,7 @@ class CaseResult:
     batch_size: Optional[int] = None
 
 
-@dataclass(frozen=True)
+@frozen
 class FittedAcceptance:
     group: str
     split: str

@@ -7,7 +7,7 @@ numpy arrays.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Optional
 
 import numpy as np
@@ -18,13 +18,14 @@ from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import minimum, num
 from dsdsim.cost.ops import KernelClass, OpCost
 from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, head_rows, rank_rows, records, tokens
+from dsdsim.records import frozen
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import Attention, AttentionKind, FFN, FFNKind, Layer, Mamba2, ModelSpec
 from dsdsim.units import DType
 
 
-@dataclass(frozen=True)
+@frozen
 class PassContext:
     """What every operator of a pass needs besides its own layer: formats, parallelism, tile, routing."""
 

@@ -14,7 +14,6 @@ Two layouts, as ``dsdsim.cost.layers`` runs them:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -26,13 +25,14 @@ from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import ceil, minimum, num, where
 from dsdsim.cost.plan import stage_layer_ranges
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterSpec
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import FFNKind, ModelSpec, group_layers
 
 
-@dataclass(frozen=True)
+@frozen
 class MemoryUse:
     """Bytes on the (busiest) GPU per batch size: weights, KV cache, activations, the drafter, recurrent states,
     against the capacity the engine may use."""
@@ -128,7 +128,7 @@ def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, tokens_per_seq, batch) -
     return kv_layout(model, dep).bytes(tokens_per_seq, batch)
 
 
-@dataclass(frozen=True)
+@frozen
 class MemoryFigures:
     """What the memory of a step on one GPU is made of, fixed per setup (``memory_figures``); ``use`` evaluates it at
     batch B, K draft tokens, context c (floats or arrays)."""
@@ -307,7 +307,7 @@ def stage_memory_figures(model: ModelSpec, hw: HardwareSpec, dep: Deployment) ->
     return tuple(out)
 
 
-@dataclass(frozen=True)
+@frozen
 class StagedMemoryFigures:
     """The memory figures of every pipeline stage; a point fits when every stage's GPU fits."""
 

@@ -31,7 +31,6 @@ does), MoE expert overlap among the tokens of one sequence (the T tokens route i
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -42,12 +41,13 @@ from dsdsim.cost.step import (Timed, _draft_graphs_on, _draft_passes, _engine_pa
                               setup_plan)
 from dsdsim.cost.timing import launch_overhead, seconds, seconds_at_two_gaps
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
 from dsdsim.specs.setup import Setup
 
 SEQUENCE_KINDS = (OpKind.attention, OpKind.recurrent)   # operators that read each sequence's own context or state
 
 
-@dataclass(frozen=True)
+@frozen
 class _PassOps:
     """One pass's operators split by what their size reads: all tokens, the logits rows, or each sequence."""
 

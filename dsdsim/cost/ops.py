@@ -10,13 +10,14 @@ what one rank sends over the scale-up link.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import ClassVar, NamedTuple, Optional, Union
 
 import numpy as np
 
 from dsdsim.cost.num import maximum, minimum, num, rint, where
+from dsdsim.records import frozen
 from dsdsim.specs.hardware import GROUPED_GEMM_LAUNCHES
 from dsdsim.specs.model import mlp_bias_params, mlp_matrix_params, swiglu_bias_params, swiglu_matrix_params
 from dsdsim.units import DType
@@ -107,7 +108,7 @@ class ExpertsTouched(NamedTuple):
     total: np.ndarray | float | None = None   # by all ranks together
 
 
-@dataclass(frozen=True, init=False)
+@frozen(init=False)
 class OpCost:
     """Cost of ONE occurrence of an operator (its ``demand``: FLOPs, bytes by kind, launches, what its time depends
     on); ``count`` occurrences per step (layers x passes). The figures read as attributes (``op.flops``,
@@ -302,7 +303,7 @@ class Operator:
         return None
 
 
-@dataclass(frozen=True)
+@frozen
 class Gemm(Operator):
     """Y[m, n] = X[m, k] @ W[k, n] (+ b). Weights are read once; X read, Y written. ``weight_sets`` distinct
     weight matrices serve the m rows (a batched GEMM with one matrix per head: MLA's absorbed projections)."""
@@ -340,7 +341,7 @@ class Gemm(Operator):
         return GemmShape(m, self.k, self.n)
 
 
-@dataclass(frozen=True)
+@frozen
 class Attention(Operator):
     """Scores and weighted values for q new tokens per sequence against context + q keys.
 
@@ -378,7 +379,7 @@ class Attention(Operator):
         return AttentionShape(b, q, c, self.heads, self.qk_dim, self.v_dim, self.kv_elements_per_token)
 
 
-@dataclass(frozen=True)
+@frozen
 class SparseAttention(Operator):
     """MLA decode over the keys an indexer selected (DeepSeek Sparse Attention): each of the q new tokens per
     sequence attends to s = min(c + q, topk) keys, gathered from the cache by its own indices (FlashMLA sparse
@@ -417,7 +418,7 @@ class SparseAttention(Operator):
                       kv_write_bytes=queries * self.kv_bytes_per_token, sequences=b)
 
 
-@dataclass(frozen=True)
+@frozen
 class IndexerScores(Operator):
     """The lightning indexer of DeepSeek Sparse Attention scoring every cached token for each of q new tokens per
     sequence (DeepSeek-V3.2-Exp inference/model.py ``Indexer.forward``, kernel.py ``fp8_index``): per query and
@@ -458,7 +459,7 @@ class IndexerScores(Operator):
                       kv_write_bytes=queries * self.kv_bytes_per_token, sequences=b)
 
 
-@dataclass(frozen=True)
+@frozen
 class CausalConv1d(Operator):
     """Causal depthwise convolution of ``taps`` taps over ``channels`` per token, with a rolling state: the short
     convolution of linear-attention layers (vLLM/SGLang ``causal_conv1d_update``, SiLU fused, its arithmetic not
@@ -493,7 +494,7 @@ class CausalConv1d(Operator):
                       kv_read_bytes=b * self._state_bytes, kv_write_bytes=tokens * self._state_bytes)
 
 
-@dataclass(frozen=True)
+@frozen
 class CausalConv1dWithBias(CausalConv1d):
     """``CausalConv1d`` with a bias per channel (the Mamba-2 mixer's conv1d, transformers ``use_conv_bias``): the
     channels' biases are read with the filters, and each output adds its bias, one more FLOP per channel a token."""
@@ -518,7 +519,7 @@ class StateScan(Operator):
                       kv_read_bytes=b * self._state_bytes, kv_write_bytes=tokens * self._state_bytes)
 
 
-@dataclass(frozen=True)
+@frozen
 class DeltaRuleScan(StateScan):
     """The gated delta rule over q new tokens per sequence (Yang et al., Gated Delta Networks, arXiv:2412.06464),
     as decode and verify run it: token by token on a state S of d_k x d_v per value head (vLLM and SGLang run
@@ -550,7 +551,7 @@ class DeltaRuleScan(StateScan):
 
 
 
-@dataclass(frozen=True)
+@frozen
 class Mamba2Scan(StateScan):
     """The Mamba-2 selective state update over q new tokens per sequence, token by token (Dao & Gu, Transformers are
     SSMs, arXiv:2405.21060, the SSM recurrence with a scalar decay per head: h_t = exp(dt A) h_{t-1} + dt B_t x_t,
@@ -590,7 +591,7 @@ class Mamba2Scan(StateScan):
 
 
 
-@dataclass(frozen=True)
+@frozen
 class MoEExperts(Operator):
     """Routed SwiGLU experts as one grouped GEMM (gate_up then down).
 
@@ -652,7 +653,7 @@ class MoEExperts(Operator):
         return ExpertsTouched(experts_touched, experts_touched_total)
 
 
-@dataclass(frozen=True)
+@frozen
 class PlainMoEExperts(MoEExperts):
     """Routed experts of a plain two-matrix MLP, up (h -> I_e), an elementwise activation, down (I_e -> h), no gate
     (Nemotron-H's ReLU^2 experts: transformers ``NemotronHExperts``, vLLM FusedMoE with ``is_act_and_mul=False``), as
@@ -673,7 +674,7 @@ class PlainMoEExperts(MoEExperts):
                      _weight_bytes_per_expert=per_expert_w, _act_per_row=(self.hidden + self.width) * a)
 
 
-@dataclass(frozen=True)
+@frozen
 class Elementwise(Operator):
     """Norms, residual adds, rotary, activations: ``reads``/``writes`` vectors of ``width`` per row."""
 
@@ -699,7 +700,7 @@ class Elementwise(Operator):
         return ElementwiseShape(rows, self.width, self.reads, self.writes)
 
 
-@dataclass(frozen=True)
+@frozen
 class Embedding(Operator):
     """Gather one row of the table per token."""
 
@@ -718,7 +719,7 @@ class Embedding(Operator):
                       act_out_bytes=tokens * self._out_per_token)
 
 
-@dataclass(frozen=True)
+@frozen
 class Sampling(Operator):
     """fp32 logits over the vocabulary read ``passes`` times and probabilities written once per row.
 
@@ -737,7 +738,7 @@ class Sampling(Operator):
         return Demand(f, f, act_in_bytes=sweep * passes, act_out_bytes=sweep, launches=maximum(1.0, rint(passes)))
 
 
-@dataclass(frozen=True)
+@frozen
 class AllReduce(Operator):
     """Ring all-reduce of rows x width activations across ``group`` ranks; a rank sends 2(n-1)/n of the buffer,
     and the all-reduce is timed on the buffer (its tiers, ``dsdsim.cost.timing``)."""
@@ -764,7 +765,7 @@ class _Exchange(Operator):
         return Demand(0.0, 0.0, comm_bytes=sent, collective_bytes=sent)
 
 
-@dataclass(frozen=True)
+@frozen
 class AllToAll(_Exchange):
     """Expert-parallel dispatch or combine of ``assignments`` token-expert rows: a rank sends the (n-1)/n of its rows
     that live elsewhere."""
@@ -780,7 +781,7 @@ class AllToAll(_Exchange):
         return assignments / g * self.hidden * self.act_dtype.bytes_per_element * (g - 1) / g
 
 
-@dataclass(frozen=True)
+@frozen
 class Gather(_Exchange):
     """All-gather of a vocab-parallel logits shard of ``rows``: a rank sends its rows x width/n slice to n-1 peers."""
 
@@ -795,7 +796,7 @@ class Gather(_Exchange):
         return rows * self.width * self.bytes_per_element * (self.group - 1) / self.group
 
 
-@dataclass(frozen=True)
+@frozen
 class SendRecv(_Exchange):
     """A pipeline stage's point-to-point send of ``rows`` x ``width`` activations to the next stage. Each of the
     stage's ``shards`` ranks sends its 1/shards slice to its peer rank of the next stage, which all-gathers the slices
@@ -813,7 +814,7 @@ class SendRecv(_Exchange):
         return rows * self.width * self.act_dtype.bytes_per_element / self.shards
 
 
-@dataclass(frozen=True)
+@frozen
 class Host(Operator):
     """CPU-side work with no device traffic (n-gram lookup, per-step bookkeeping)."""
 

@@ -41,6 +41,7 @@ from dsdsim.cost.timing import (OpRates, OpTime, in_place, launch_overhead, rate
                                 sum_by_shape, timer)
 from dsdsim.errors import DsdsimError
 from dsdsim.defaults import DEFAULT_ENGINE
+from dsdsim.records import frozen
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterSpec
 from dsdsim.specs.drafters import DraftPasses, drafter_info
@@ -421,7 +422,7 @@ class Timed(NamedTuple):
     timer: Callable
 
 
-@dataclass(frozen=True)
+@frozen
 class StepPlan:
     """A step's program: what the spec objects fix, worked out once (``step_plan``). The passes as plans with each
     operator's rates and timer on the hardware, the memory figures, the launch gaps and small-kernel times; a point

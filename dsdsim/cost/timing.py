@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
@@ -29,6 +29,7 @@ from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import is_scalar, isfinite, maximum, minimum, num, where
 from dsdsim.cost.ops import (AllReduce, AllToAll, Attention, Bound, Demand, Elementwise, Embedding, Gather, Gemm,
                              KernelClass, MoEExperts, OpCost, OpKind, Operator, Sampling)
+from dsdsim.records import frozen
 from dsdsim.specs.hardware import (GROUPED_GEMM_LAUNCHES, AllReduceAlgorithm, AllReduceTier, HardwareSpec,
                                    MoEFamilyFigures)
 from dsdsim.units import DType
@@ -47,7 +48,7 @@ class OpTerms(NamedTuple):
     transition_p: float | None           # the p-norm exponent where the smooth GEMM transition applies
 
 
-@dataclass(frozen=True, init=False)
+@frozen(init=False)
 class OpTime:
     """Seconds per step spent on one operator (all its occurrences), split by what bounds it.
 
@@ -199,7 +200,7 @@ def _attention_curve(hw: HardwareSpec, kernel: KernelClass) -> tuple[float, floa
     return eta_max, kf.decode_attention_ramp_tokens.value
 
 
-@dataclass(frozen=True)
+@frozen
 class _Rates:
     """The figures of one hardware spec that ``op_rates`` reads for every operator, looked up once per spec object
     (specs are frozen): FLOP/s and bytes/s an operator class reaches, kernel-shape figures."""

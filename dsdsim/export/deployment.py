@@ -5,14 +5,15 @@ classes (dsdsim.export.views, which uses both).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from dsdsim.records import frozen
 
 if TYPE_CHECKING:
     from dsdsim.specs.model import ModelSpec
 
 
-@dataclass(frozen=True)
+@frozen
 class DeploymentView:
     """The deployment as resolved for a model (checkpoint dtypes filled in)."""
 

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
 
 
 def _plt():
@@ -501,7 +502,7 @@ class SensitivityDisplay(_Display):
 BAND = 0.20     # the +/- band drawn around y = x
 
 
-@dataclass(frozen=True)
+@frozen
 class Series:
     """One set of (measured, predicted) pairs drawn with one colour and marker (hollow: ``filled`` False)."""
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Optional
 
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
 
 _OMIT_NONE = {"omit_none": True}
 
@@ -36,7 +37,7 @@ def _num(x):
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
 
-@dataclass(frozen=True)
+@frozen
 class EngineRef:
     """The engine spec a prediction used: its name, the file it was read from and the releases it covers."""
 
@@ -45,7 +46,7 @@ class EngineRef:
     versions: Optional[str] = field(default=None, metadata=_OMIT_NONE)   # the release range of the spec
 
 
-@dataclass(frozen=True)
+@frozen
 class IntervalsView:
     """How the rows' *_low / *_high were obtained (dsdsim.policy.intervals)."""
 
@@ -54,7 +55,7 @@ class IntervalsView:
     strata: tuple[str, ...]       # the groups of held-out corpus cases the rows' intervals came from, with n
 
 
-@dataclass(frozen=True)
+@frozen
 class AcceptanceView:
     """The acceptance a prediction assumed: per-position alphas of a chain (or a tree's measured length), where
     they came from, and how they were read (its one-line description)."""
@@ -66,7 +67,7 @@ class AcceptanceView:
     description: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class DraftTreeView:
     """A draft tree in the JSON: its shape, the tokens it verifies per sequence, and the K that stands for it in
     the rows."""
@@ -78,7 +79,7 @@ class DraftTreeView:
     k_in_rows: int
 
 
-@dataclass(frozen=True)
+@frozen
 class KTableView:
     """The exported table (the rows' ``k``): the fewest ranges within ``tolerance`` of the best K at every batch size
     (and within ``max distinct K`` when limited); losses are against the exact per-batch best (the rows' ``k_best``)."""
@@ -93,7 +94,7 @@ class KTableView:
     summary: str = ""                            # the same in one line, as the table format prints it
 
 
-@dataclass(frozen=True)
+@frozen
 class GridView:
     """The whole (K, B) grid of step times behind a prediction, and each K's acceptance length tau."""
 
@@ -103,7 +104,7 @@ class GridView:
     step_ms: tuple[tuple[Optional[float], ...], ...]   # (K, B), None where infeasible
 
 
-@dataclass(frozen=True)
+@frozen
 class RobustView:
     """The K that holds up over an acceptance band, and its worst regret at each edge of the band."""
 
@@ -113,7 +114,7 @@ class RobustView:
     regret_high_edge_max: Optional[float]
 
 
-@dataclass(frozen=True)
+@frozen
 class PredictionView:
     """A Prediction as the documented JSON contract (downstream tools and notebooks rely on these keys)."""
 

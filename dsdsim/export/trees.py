@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Optional
 
 from dsdsim.errors import DsdsimError
 from dsdsim.export.prediction import EngineRef, IntervalsView, PredictFormat, _num, intervals_view
+from dsdsim.records import frozen
 
 if TYPE_CHECKING:
     from dsdsim.export.deployment import DeploymentView
@@ -91,7 +92,7 @@ def engine_refusal(p: "TreeFamilyPrediction", fmt: PredictFormat) -> Optional[st
     return None
 
 
-@dataclass(frozen=True)
+@frozen
 class FamilyMemberView:
     tree: str                            # STEPS,TOPK,TOKENS
     steps: int
@@ -102,7 +103,7 @@ class FamilyMemberView:
     mean_relative_goodput: float         # mean over batch sizes of its goodput / the best choice's (0: no fit)
 
 
-@dataclass(frozen=True)
+@frozen
 class BestSingleView:
     tree: str
     mean_relative_goodput: float
@@ -110,14 +111,14 @@ class BestSingleView:
     gain_max: Optional[float]
 
 
-@dataclass(frozen=True)
+@frozen
 class SglangTreeView:
     tree: str
     batch_ranges: tuple[tuple[int, int], ...]
     server_args: dict
 
 
-@dataclass(frozen=True)
+@frozen
 class TreeFamilyView:
     """The JSON contract of ``dsdsim predict --tree-family ... --format json``."""
 

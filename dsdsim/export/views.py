@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import field, fields, is_dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from dsdsim.export.deployment import DeploymentView, deployment_view
+from dsdsim.records import frozen
 from dsdsim.units import DType
 
 if TYPE_CHECKING:       # the export layer imports the views at start-up; the cost model stays unloaded until used
@@ -117,7 +118,7 @@ def json_plain(obj):
 _OMIT_NONE = {"omit_none": True}
 
 
-@dataclass(frozen=True)
+@frozen
 class OpRow:
     """One operator of a scalar step, summed over its calls."""
 
@@ -139,14 +140,14 @@ class OpRow:
     kernel: str
 
 
-@dataclass(frozen=True)
+@frozen
 class PhaseTotals:
     flops: float
     bytes: float
     time_s: float
 
 
-@dataclass(frozen=True)
+@frozen
 class PhaseView:
     """The operators of one phase (draft or verify) and their totals."""
 
@@ -154,14 +155,14 @@ class PhaseView:
     totals: PhaseTotals
 
 
-@dataclass(frozen=True)
+@frozen
 class EngineRow:
     term: str
     time_s: float
     note: str
 
 
-@dataclass(frozen=True)
+@frozen
 class EngineView:
     """The engine's terms of one step; with no engine only name (None), no rows and zero time."""
 
@@ -174,7 +175,7 @@ class EngineView:
     versions: Optional[str] = field(default=None, metadata=_OMIT_NONE)      # the releases the engine spec covers
 
 
-@dataclass(frozen=True)
+@frozen
 class MemoryView:
     """Memory per GPU (bytes)."""
 
@@ -187,7 +188,7 @@ class MemoryView:
     feasible: bool
 
 
-@dataclass(frozen=True)
+@frozen
 class ExplainView:
     """The per-operator breakdown of one scalar step: what ``dsdsim explain`` shows and writes as JSON."""
 

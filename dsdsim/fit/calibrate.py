@@ -34,6 +34,7 @@ from scipy.optimize import least_squares
 from dsdsim.fit.summary import CalibrationSummary
 from dsdsim.cost.num import num
 from dsdsim.cost.ops import Demand, GemmShape, MoEShape, OpCost, OpKind, pad_rows
+from dsdsim.records import frozen
 from dsdsim.specs.hardware import HardwareSpec, Verified
 
 TILE_CANDIDATES = (1, 8, 16, 32, 64, 128)
@@ -42,7 +43,7 @@ TILE_CANDIDATES = (1, 8, 16, 32, 64, 128)
 # --- what a point is made of ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class OpFeatures:
     """One operator occurrence reduced to what the roofline needs; enough to re-predict it under new
     efficiencies, launch cost and GEMM tile. ``pad`` says how F_padded depends on the tile:
@@ -99,7 +100,7 @@ _RECORD_FIELDS = ("flops", "weight_bytes", "act_in_bytes", "act_out_bytes", "kv_
                   "host_s", "launches", "count", "sequences", "kv_bytes_per_token")
 
 
-@dataclass(frozen=True)
+@frozen
 class OpRecord:
     """One operator of a point as the cost model sees it (scalars), enough to rebuild its OpCost under new
     hardware figures. ``pad``/``rows``/``groups`` say how the padded FLOPs follow the GEMM tile (as OpFeatures)."""
@@ -204,7 +205,7 @@ def error_summary(measured: Sequence[float], predicted: Sequence[float]) -> dict
 # --- the estimator --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class Params:
     compute: float
     memory: float

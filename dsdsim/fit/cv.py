@@ -8,15 +8,16 @@ would measure their own drafter's acceptance; such cases are counted apart (``ac
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from statistics import median
 from typing import Callable, Optional
 
 from dsdsim.corpus.evaluate import CaseResult, CaseSteps, score
 from dsdsim.corpus.schema import AcceptanceHandling, Case, CorpusFile
+from dsdsim.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class SourceScore:
     """The held-out error of one source's cases."""
 
@@ -29,7 +30,7 @@ class SourceScore:
     cases: dict = field(default_factory=dict)    # case id -> held-out predicted / measured - 1
 
 
-@dataclass(frozen=True)
+@frozen
 class SourceCV:
     sources: dict[str, SourceScore]
     results: list[CaseResult]     # every evaluated case, predicted with its source held out

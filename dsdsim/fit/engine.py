@@ -25,6 +25,7 @@ import numpy as np
 from dsdsim.corpus.evaluate import CaseSteps, score
 from dsdsim.corpus.schema import AcceptanceHandling, Case, CorpusFile, Split
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
 from dsdsim.specs.engine import EngineParams, EngineSpec
 
 LOSS_SCALE = 0.1      # residuals (log ratio) well beyond ~10% weigh less and less (Cauchy loss)
@@ -32,7 +33,7 @@ PRIOR_WEIGHT = 2 * LOSS_SCALE   # per log-range: a term at the end of its range 
 LOG_FLOOR = 1e-3      # a range starting at 0 is taken from high x 1e-3 for the log prior
 
 
-@dataclass(frozen=True)
+@frozen
 class Parameter:
     """One fitted term: the spec file that defines it and its name there."""
 

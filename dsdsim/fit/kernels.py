@@ -26,6 +26,7 @@ import numpy as np
 from dsdsim.cost.experts import experts_touched
 from dsdsim.cost.ops import Demand, MoEExperts
 from dsdsim.cost.timing import MoECall, launch_overhead, moe_family_rates, seconds
+from dsdsim.records import frozen
 from dsdsim.specs.hardware import GROUPED_GEMM_LAUNCHES, Figure, HardwareSpec, MoEFamilyFigures, Verified
 from dsdsim.units import DType
 
@@ -160,7 +161,7 @@ TOPK_LAUNCHES = 1     # the routing top-k of a call is one kernel (vLLM topk_sof
 ACT_DTYPE = DType.bf16    # the activations the published benchmarks feed (quantised formats quantise inside the call)
 
 
-@dataclass(frozen=True)
+@frozen
 class MoERow:
     """One published fused-MoE timing (a row of measurements/kernels/fused_moe.csv)."""
 
@@ -319,7 +320,7 @@ def _with_values(family: MoEFamilyFigures, values: dict[str, float]) -> MoEFamil
     return family.model_copy(update=update)
 
 
-@dataclass(frozen=True)
+@frozen
 class HeldOut:
     """The rows of one shape predicted by a fit on the part's other shapes (or one row, by a fit on the rest)."""
 

@@ -20,13 +20,14 @@ from typing import Optional, Sequence
 import numpy as np
 
 from dsdsim.errors import DsdsimError, finite_number, whole_number
+from dsdsim.records import frozen
 
 CSV_HEADER = ("batch_size", "k", "context", "itl_ms", "acceptance_length")
 MIN_POINTS = 3
 AGREE = 0.2          # rows of one (batch, K) more than 20% apart contradict one another
 
 
-@dataclass(frozen=True)
+@frozen
 class MeasuredPoint:
     batch: int
     k: int

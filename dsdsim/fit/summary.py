@@ -7,11 +7,13 @@ measured best K, as a fraction.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Mapping, Optional
 
+from dsdsim.records import frozen
 
-@dataclass(frozen=True)
+
+@frozen
 class ErrorStats:
     """Prediction error over a set of points (percent); n = 0 leaves the figures None."""
 
@@ -28,7 +30,7 @@ class ErrorStats:
                    d.get("median_ratio_pred_over_meas"))
 
 
-@dataclass(frozen=True)
+@frozen
 class Comparison:
     """One subset of points (an operator kind, or how it was measured): spec as given vs calibrated, held out."""
 
@@ -40,7 +42,7 @@ class Comparison:
         return cls(ErrorStats.from_json(d.get("uncalibrated")), ErrorStats.from_json(d.get("calibrated_test")))
 
 
-@dataclass(frozen=True)
+@frozen
 class ValidationSummary:
     """Errors of a validation run: every point, its train/held-out halves, by operator kind and by how measured
     (``operator``, ``pass``, ``spec_step``: an operator alone, a whole forward pass, a whole speculative step)."""
@@ -62,7 +64,7 @@ class ValidationSummary:
                    blocks("by_kind"), blocks("by_measurement"))
 
 
-@dataclass(frozen=True)
+@frozen
 class BatchCheck:
     """The K the measurements make best at one batch size against the K the model predicts."""
 
@@ -79,7 +81,7 @@ class BatchCheck:
                    d.get("regret_uncalibrated"), d.get("k_predicted_calibrated"), d.get("regret_calibrated"))
 
 
-@dataclass(frozen=True)
+@frozen
 class Composition:
     """Sum of a pass's separately timed operators over the same pass timed at once (verify passes measured both
     ways); n = 0: none was."""
@@ -96,7 +98,7 @@ class Composition:
         return cls(int(d.get("n", 0)), d.get("median_sum_of_ops_over_step"), d.get("min"), d.get("max"))
 
 
-@dataclass(frozen=True)
+@frozen
 class TableCheck:
     """The K table checked against measured step times: per batch size, and per context when several were measured
     (``contexts``, each a TableCheck of one context). NaN regrets: nothing was measured to check against."""
@@ -128,7 +130,7 @@ class TableCheck:
         return self.contexts or (self,)
 
 
-@dataclass(frozen=True)
+@frozen
 class BatchStatsRow:
     batch: int
     k: int
@@ -137,7 +139,7 @@ class BatchStatsRow:
     calibrated_s: float
 
 
-@dataclass(frozen=True)
+@frozen
 class CalibrationSummary:
     """A calibration's fit: the figures fitted (spec field -> value) and the errors before and after.
 

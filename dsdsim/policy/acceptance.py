@@ -39,17 +39,18 @@ latency (the mean of T/τ_r) does not improve by the same amount.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from dsdsim.errors import DsdsimError, finite_number, whole_number
+from dsdsim.records import frozen
 
 EXTRAPOLATIONS = ("repeat-last", "zero", "constant")
 
 
-@dataclass(frozen=True)
+@frozen
 class Acceptance:
     """Conditional acceptance α_1..α_n, how positions beyond n are filled, and an optional spread.
 
@@ -152,7 +153,7 @@ class Acceptance:
         return max(self.alpha)
 
 
-@dataclass(frozen=True)
+@frozen
 class TreeAcceptance:
     """A draft tree's mean acceptance length: tokens one tree step emits on average, bonus token included, as
     measured with that tree (SGLang's ``spec_accept_length`` / ``avg_spec_accept_length``).

@@ -8,9 +8,11 @@ with too few cases falls back to F/A, then A, then every case, and the interval 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Optional
+
+from dsdsim.records import frozen
 
 BATCH_REGIMES = ((1, 8, "1-8"), (9, 64, "9-64"), (65, 10**9, "65+"))
 FAMILY_OF_ENGINE = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm"}   # corpus engine -> family
@@ -37,7 +39,7 @@ def strata_keys(family: str, architecture: str, batch: float) -> tuple[str, ...]
     return f"{family}/{architecture}/{batch_regime(batch)}", f"{family}/{architecture}", architecture, "all"
 
 
-@dataclass(frozen=True)
+@frozen
 class Interval:
     """Factors on a predicted step time from the held-out errors of comparable corpus cases (one stratum)."""
 
@@ -51,7 +53,7 @@ class Interval:
         return value * self.low, value * self.high
 
 
-@dataclass(frozen=True)
+@frozen
 class IntervalTable:
     """Fitted factors per stratum: stratum -> (low, high, n)."""
 

@@ -2,18 +2,19 @@
 the command line can declare its options from it without loading the cost model)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from numbers import Real
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from dsdsim.defaults import DEFAULT_CONTEXT, DEFAULT_TOLERANCE
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
 
 if TYPE_CHECKING:
     from dsdsim.policy.acceptance import Acceptance, TreeAcceptance
 
 
-@dataclass(frozen=True)
+@frozen
 class PredictOptions:
     """How the K table is chosen: everything ``predict`` takes besides what is simulated (model, hardware,
     deployment, drafter, engine). Frozen; ``replace(options, context=8192)`` derives another.

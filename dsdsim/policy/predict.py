@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Optional, Sequence
 
 import numpy as np
@@ -38,6 +38,7 @@ from dsdsim.specs.drafter import MAX_K, DraftTree
 
 from dsdsim.defaults import (DEFAULT_BATCH_SIZES, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_FIXED_K, DEFAULT_HARDWARE,
                              DEFAULT_MAX_K, DEFAULT_MODEL)
+from dsdsim.records import frozen
 
 MAX_BATCH = 65536
 # The most (batch, K, context) points one call evaluates: one table of MAX_BATCH batch sizes over every K a
@@ -48,7 +49,7 @@ MAX_GRID_POINTS = MAX_BATCH * (MAX_K + 1)
 MAX_CONTEXT = 2 ** 24
 
 
-@dataclass(frozen=True)
+@frozen
 class Row:
     """One evaluated batch size under the exported table: ``k`` is the table's K, and every figure (tau, step,
     ITL, tokens/s, speedups) is that K's; ``k_best`` is the exact per-batch best K*, which the table may differ
@@ -80,7 +81,7 @@ def _ratio(a: float, b: float) -> Optional[float]:
     return a / b if math.isfinite(b) and b != 0 else None
 
 
-@dataclass(frozen=True)
+@frozen
 class Prediction:
     """What ``predict`` worked out: the (K, B) grid of step times, goodput and fit, the best K per batch size, the
     exported table, and the rows people read (``row``, ``rows``)."""

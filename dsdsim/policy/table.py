@@ -11,7 +11,6 @@ within it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import combinations
 from math import comb
 from typing import Iterable, Mapping, Optional, Sequence
@@ -19,6 +18,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from dsdsim.errors import DsdsimError, whole_number
+from dsdsim.records import frozen
 
 _MAX_SUBSETS = 200_000
 
@@ -27,7 +27,7 @@ _MAX_SUBSETS = 200_000
 Ranges = list[tuple[int, int, int]]
 
 
-@dataclass(frozen=True)
+@frozen
 class CompressedTable:
     """The exported K table: K per evaluated batch size, and the goodput it gives up against the exact best."""
 
@@ -160,7 +160,7 @@ def _fewest_runs(rel: np.ndarray, admissible: np.ndarray) -> np.ndarray:
     return np.array(rows[::-1], dtype=int)
 
 
-@dataclass(frozen=True)
+@frozen
 class RobustChoice:
     """K per batch size chosen over an acceptance band, with its regret at the band's two edges."""
 

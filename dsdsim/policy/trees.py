@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Optional, Sequence
 
 import numpy as np
@@ -35,6 +35,7 @@ from dsdsim.policy.intervals import ranged, shipped_intervals, step_interval
 from dsdsim.policy.predict import (acceptance_for, check_context, check_grid_size, parse_batch_sizes,
                                    plain_setup)
 from dsdsim.policy.table import ranges_from_k_per_batch
+from dsdsim.records import frozen
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DraftTree, parse_draft_tree, with_tree
 from dsdsim.specs.setup import Setup, resolve
@@ -45,7 +46,7 @@ MAX_FAMILY = 32          # trees in one family: more is a typing mistake, not a 
 _ITEM = re.compile(r"([^@]*)@(.*)")
 
 
-@dataclass(frozen=True)
+@frozen
 class TreeMember:
     """One tree of a family and the mean acceptance length measured with it (bonus token included)."""
 
@@ -128,7 +129,7 @@ def tree_family(family) -> tuple[TreeMember, ...]:
     return tuple(members)
 
 
-@dataclass(frozen=True)
+@frozen
 class TreeFamilyRow:
     """One evaluated batch size: the best choice (a tree ``STEPS,TOPK,TOKENS`` or ``plain``) and its figures."""
 
@@ -150,7 +151,7 @@ class TreeFamilyRow:
     tokens_per_s_high: Optional[float] = None
 
 
-@dataclass(frozen=True)
+@frozen
 class TreeFamilyPrediction:
     """The best tree (or plain decoding) per batch size over a family.
 

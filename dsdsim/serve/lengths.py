@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
 
 MAX_LENGTH = 2 ** 24       # tokens; the same bound predict puts on a context (no released model holds more)
 LENGTH_FORMS = ("a number of tokens (512)", "uniform:A:B", "normal:MEAN:STD", "lognormal:MEAN:STD",
@@ -25,7 +25,7 @@ LENGTH_FORMS = ("a number of tokens (512)", "uniform:A:B", "normal:MEAN:STD", "l
 _NUMBER = r"[0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?"
 
 
-@dataclass(frozen=True)
+@frozen
 class LengthDist:
     """One distribution of lengths in tokens. kind: fixed, uniform, normal or lognormal; a, b: its two figures
     (fixed: the length, b unused; uniform: low, high; normal / lognormal: mean, std of the lengths); high: an upper
@@ -66,7 +66,7 @@ class LengthDist:
         return f"{self.kind} mean {self.a:g} std {self.b:g} tokens{cap}"
 
 
-@dataclass(frozen=True)
+@frozen
 class LengthPreset:
     """A named workload's input and output lengths, with the source of its figures."""
 

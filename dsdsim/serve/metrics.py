@@ -14,13 +14,15 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Optional
 
 import numpy as np
 
+from dsdsim.records import frozen
 
-@dataclass(frozen=True)
+
+@frozen
 class Slo:
     """Service-level objectives in milliseconds (None: not checked), vLLM bench's ``--goodput`` keys."""
 
@@ -29,7 +31,7 @@ class Slo:
     e2el_ms: Optional[float] = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Stats:
     """mean, p50, p90, p99 of one latency, milliseconds."""
 
@@ -50,7 +52,7 @@ class Stats:
         return {"mean": self.mean, "p50": self.p50, "p90": self.p90, "p99": self.p99}
 
 
-@dataclass(frozen=True)
+@frozen
 class Timeline:
     """One entry per simulated step: when it ended (s), requests scheduled, decoding requests, K, tokens emitted."""
 
@@ -61,7 +63,7 @@ class Timeline:
     tokens: np.ndarray
 
 
-@dataclass(frozen=True)
+@frozen
 class PolicyResult:
     """One policy's run. ``to_dict`` gives the documented JSON contract; the per-request arrays and the timeline are
     here for analysis and plots."""

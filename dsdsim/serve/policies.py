@@ -38,6 +38,7 @@ import numpy as np
 from dsdsim.defaults import DEFAULT_MAX_K
 from dsdsim.errors import DsdsimError
 from dsdsim.policy.table import Ranges
+from dsdsim.records import frozen
 from dsdsim.serve.step import ScheduledStep
 
 POLICY_FORMS = ("none", "fixed:K", "dsd", "table:FILE", "oracle", "oracle:MAXK", "adaptive")
@@ -45,7 +46,7 @@ ADAPTIVE_CANDIDATES = (1, 3, 7)        # SGLang AdaptiveSpeculativeParams defaul
 ADAPTIVE_INITIAL = 3                   # the docs' launch example: --speculative-num-steps 3
 
 
-@dataclass(frozen=True)
+@frozen
 class PolicyEnv:
     """What a policy may know about the run it is bound to."""
 
@@ -57,7 +58,7 @@ class PolicyEnv:
     max_k: int                         # the pricer's max_k
 
 
-@dataclass(frozen=True)
+@frozen
 class StepView:
     """The step being decided: its requests' contexts and chunks (ScheduledStep's arrays), the prefills that
     complete in it (each emits one token whatever K is) and the largest K the token budget and the free KV blocks

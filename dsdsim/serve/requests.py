@@ -19,16 +19,16 @@ emitted per step is L; how the length spreads around it is the chain's, which a 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from dsdsim.errors import DsdsimError
 from dsdsim.policy.acceptance import Acceptance, TreeAcceptance, from_mean_acceptance_length
+from dsdsim.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class RequestAcceptance:
     """Acceptance draws for n requests.
 

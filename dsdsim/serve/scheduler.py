@@ -35,9 +35,10 @@ from typing import Optional, Sequence
 import numpy as np
 
 from dsdsim.errors import DsdsimError, whole_number
+from dsdsim.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class SchedulerConfig:
     """The server's scheduling limits (vLLM engine arguments of the same names).
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Optional
 
 import numpy as np
 
 from dsdsim.defaults import DEFAULT_REQUESTS
 from dsdsim.errors import DsdsimError, whole_number
+from dsdsim.records import frozen
 from dsdsim.specs.drafter import MAX_K
 from dsdsim.serve.lengths import parse_lengths
 from dsdsim.serve.metrics import PolicyResult, Slo, Timeline, policy_result
@@ -41,7 +42,7 @@ MAX_REQUESTS = 1_000_000
 _EMPTY = np.zeros(0)
 
 
-@dataclass(frozen=True)
+@frozen
 class SimulationResult:
     """Every policy's result on the same requests."""
 

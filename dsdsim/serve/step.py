@@ -8,13 +8,14 @@ its own context, plus the draft passes and the engine's terms.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from dsdsim.records import frozen
 
-@dataclass(frozen=True)
+
+@frozen
 class ScheduledStep:
     """One step's work. Arrays are float64, one entry per request in the step.
 

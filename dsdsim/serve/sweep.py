@@ -23,10 +23,11 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import Executor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence
 
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
 
 LOCAL, PROCESSES, DASK = "local", "processes", "dask://"
 EXECUTORS_HELP = "local | processes | dask://HOST:PORT"
@@ -39,7 +40,7 @@ Progress = Optional[Callable[[float, int], None]]     # (jobs done, jobs in all)
 LOAD_KINDS = {"closed": "concurrency", "poisson": "QPS", "gamma": "QPS"}   # what each swept workload's number is
 
 
-@dataclass(frozen=True)
+@frozen
 class Loads:
     """The loads of a sweep: the workload kind, its numbers, and the workload text of each.
 
@@ -124,7 +125,7 @@ def load_of(workload: str) -> tuple[Loads, float]:
 # --- one simulation, as a job -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class Simulation:
     """One simulation's inputs, every one picklable: what a worker runs (``run_simulation``).
 
@@ -214,7 +215,7 @@ def merge_results(parts: Sequence):
 # --- sweeps -------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class LoadPoint:
     """One load of a sweep: its number, its workload text, and the simulation of every policy there."""
 
@@ -226,7 +227,7 @@ class LoadPoint:
         return {"load": self.load, **self.result.to_dict()}
 
 
-@dataclass(frozen=True)
+@frozen
 class SweepResult:
     """Every load of a sweep, in increasing load."""
 
@@ -263,7 +264,7 @@ def meets(policy_result, attainment: float = ATTAINMENT) -> bool:
     return good >= attainment * policy_result.requests_per_s
 
 
-@dataclass(frozen=True)
+@frozen
 class Bracket:
     """A load search's answer: the largest load found to meet the SLO (None: not even the smallest tried) and
     the smallest found to miss it (None: none missed up to the cap), after ``simulations`` runs."""
@@ -327,7 +328,7 @@ def bracket_load(ok: Callable[[float], bool], start: float, whole: bool, *, cap:
     return Bracket(lo, hi, runs)
 
 
-@dataclass(frozen=True)
+@frozen
 class LoadSearch:
     """One search job: a candidate's simulation (one policy) and where its load starts."""
 
@@ -338,7 +339,7 @@ class LoadSearch:
     rel_tol: float = REL_TOL
 
 
-@dataclass(frozen=True)
+@frozen
 class LargestLoad:
     """The largest load of one (candidate, policy) that meets the SLO (see Bracket), in the load kind's unit."""
 

@@ -22,13 +22,14 @@ import io
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from dsdsim.errors import DsdsimError, kind_of
+from dsdsim.records import frozen
 from dsdsim.serve.lengths import LengthDist
 from dsdsim.specs.io import read_text
 
@@ -44,7 +45,7 @@ OUTPUT_KEYS = ("output_len", "output_tokens", "completion_tokens", "generated_to
                "generatedtokens", "response_tokens")
 
 
-@dataclass(frozen=True)
+@frozen
 class Trace:
     """Requests read from a file: arrival seconds (from 0), input and output tokens, all shape (n,); ``concurrency``
     the client's limit the file records (a vLLM bench result's ``max_concurrency``), None when none."""
@@ -56,7 +57,7 @@ class Trace:
     concurrency: Optional[int] = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Workload:
     """kind: closed, poisson, gamma, rollout or trace; text: what was parsed. concurrency: the client's limit on
     requests in flight (closed; a trace that records one), None for none. qps, cv: the arrival process."""
@@ -81,7 +82,7 @@ class Workload:
         return f"trace {self.trace.source} ({self.trace.input_len.size} requests{limit})"
 
 
-@dataclass(frozen=True)
+@frozen
 class Request:
     """One request: when the client wants to send it (s), its prompt and output lengths (tokens), its index."""
 

@@ -22,7 +22,7 @@ from typing import Iterable, Optional
 from dsdsim.errors import DsdsimError, SpecError
 from dsdsim.specs.engine import EngineSpec, engine_from_dict
 from dsdsim.specs.hardware import HardwareSpec, hardware_from_dict
-from dsdsim.specs.io import read_structured
+from dsdsim.specs.io import parse_yaml, read_structured
 from dsdsim.specs.model import ModelSpec
 
 ENV_SPECS_DIRS = "DSDSIM_SPECS_DIRS"
@@ -358,8 +358,6 @@ def _engine_head(path: Path, stamp: tuple[int, int]) -> Optional[SimpleNamespace
     """``name`` and ``versions`` from the lines before the first other top-level field (parsing only those:
     resolving ``vllm`` must not parse every spec); None where the head does not settle them (a spec that
     extends another and inherits its range, a JSON file, an unreadable head)."""
-    import yaml
-
     from dsdsim.specs.engine import VersionRange
 
     if path.suffix.lower() not in (".yaml", ".yml"):
@@ -372,8 +370,8 @@ def _engine_head(path: Path, stamp: tuple[int, int]) -> Optional[SimpleNamespace
                 if line[:1].isalpha() and key not in _HEAD_KEYS:
                     break
                 lines.append(line)
-        data = yaml.load("".join(lines), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = parse_yaml("".join(lines), path.name)
+    except (OSError, UnicodeDecodeError, SpecError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return None

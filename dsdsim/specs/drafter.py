@@ -6,12 +6,12 @@ passes, acceptance convention and engine names), e.g. ``eagle3``, ``draft-model:
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Optional
 
 from pydantic import Field, model_validator
 
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
 from dsdsim.specs.frozen import FrozenSpec
 from dsdsim.specs.drafters.base import MAX_K, DrafterKind
 from dsdsim.specs.model import Layer, Linear
@@ -141,7 +141,7 @@ def parse_drafter(text: str) -> DrafterSpec:
 # --- draft heads: their weights, described once ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class DraftHead:
     """The weights an EAGLE, EAGLE-3 or Medusa head keeps beside the target, and the shapes its passes run.
 

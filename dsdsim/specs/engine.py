@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
 from pydantic import Field, model_validator
 
 from dsdsim.errors import SpecError
+from dsdsim.records import frozen
 from dsdsim.specs.frozen import FrozenSpec
 from dsdsim.specs.hardware import Verified
 
@@ -398,7 +398,7 @@ _PERS = tuple(p.value for p in Per)
 _SLOTS = {Unit.seconds: "gpu_s", Unit.kernels: "gpu_k", Unit.eager_kernels: "gpu_eager_k"}
 
 
-@dataclass(frozen=True)
+@frozen
 class KindCoefficients:
     """The summed terms of one kind of step, per unit of each ``Per`` (step, sequence, token, draft_pass, layer):
     host seconds (``host_pass_s``: the draft-pass host terms, hidden behind the passes' kernels), GPU seconds,
@@ -415,7 +415,7 @@ class KindCoefficients:
         return any(self.gpu_s) or any(self.gpu_kernels) or any(self.gpu_eager_kernels)
 
 
-@dataclass(frozen=True)
+@frozen
 class EngineParams:
     """An engine spec's terms as plain floats, summed per kind of step (``dsdsim.cost.engine`` evaluates them)."""
 

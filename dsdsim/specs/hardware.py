@@ -5,7 +5,6 @@ Peaks are DENSE (no 2:4 sparsity); a file whose peaks look sparse is refused.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -13,6 +12,7 @@ from typing import Optional
 from pydantic import Field, field_validator, model_validator
 
 from dsdsim.errors import SpecError
+from dsdsim.records import frozen
 from dsdsim.specs.frozen import FrozenSpec
 from dsdsim.units import DType
 
@@ -487,7 +487,7 @@ class HardwareSpec(FrozenSpec):
 _FAMILY_VIEWS = {"moe_call_latency_s": "latency_s", "moe_bandwidth_fraction": "bandwidth_fraction"}
 
 
-@dataclass(frozen=True)
+@frozen
 class KernelFigureOrigin:
     """Where one kernel figure of a spec was measured (``kernel_figure_origins``)."""
 

@@ -8,12 +8,12 @@ only once a dtype is chosen.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
 from pydantic import Field, model_validator
 
+from dsdsim.records import frozen
 from dsdsim.specs.frozen import FrozenSpec
 from dsdsim.units import DType
 
@@ -306,7 +306,7 @@ class Mamba2(FrozenSpec):
         return n
 
 
-@dataclass(frozen=True)
+@frozen
 class Linear:
     """A weight matrix ``inputs`` -> ``outputs`` (inputs*outputs elements) and, with ``bias``, outputs more."""
 

@@ -4,12 +4,12 @@ deployment checked against the model. The cost layer takes a Setup (specs), neve
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from dsdsim.defaults import DEFAULT_ENGINE
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
 from dsdsim.specs.catalog import (catalog_state, engine_and_file, engine_source, hardware_and_file, is_catalog_name,
                                    model_and_file, stamped, unchanged)
 from dsdsim.specs.deployment import Deployment
@@ -19,7 +19,7 @@ from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import ModelSpec
 
 
-@dataclass(frozen=True)
+@frozen
 class Setup:
     """Resolved inputs of a simulation (names looked up, deployment checked)."""
 

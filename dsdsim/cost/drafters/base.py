@@ -2,7 +2,6 @@
 types its passes are written in, and the EAGLE-style decoder layer several kinds share."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, NamedTuple, Optional
 
@@ -12,6 +11,7 @@ from dsdsim.cost.layers import PassContext
 from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import maximum, minimum, num, where
 from dsdsim.cost.plan import PassPoint, PlanOp
+from dsdsim.records import frozen
 from dsdsim.specs.drafter import DrafterSpec, DraftHead
 from dsdsim.specs.model import FFN, Attention, AttentionKind, FFNKind, Layer, ModelSpec
 
@@ -59,7 +59,7 @@ class DraftPass(NamedTuple):
     ops: list[PlanOp]
 
 
-@dataclass(frozen=True)
+@frozen
 class DraftPlan:
     """The draft phase of a step as plans (``dsdsim.cost.plan``), fixed per setup; ``points`` gives each pass's sizes
     and how often it runs at a point. With a draft tree (EAGLE, EAGLE-3, MTP, draft model), K >= 1 means the tree:
@@ -108,7 +108,7 @@ class DraftPlan:
         return out
 
 
-@dataclass(frozen=True)
+@frozen
 class DraftSetup:
     """What a kind's ``plan`` reads: the target, the drafter, the pass context, a draft model (and its context), a
     tree's sequential steps (None: a chain), the tokens per sequence of later passes, the data-parallel ranks."""
@@ -139,7 +139,7 @@ def no_cache(target: ModelSpec, drafter: DrafterSpec) -> tuple[tuple[Attention, 
     return ()
 
 
-@dataclass(frozen=True)
+@frozen
 class DrafterCost:
     """One kind's cost. ``plan``: its passes as a DraftPlan. ``head``: the weights it keeps beside the target when they
     are a head (``DraftHead``). ``weights`` / ``whole``: extra weight elements, and those every rank holds whole under

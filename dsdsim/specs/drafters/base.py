@@ -6,11 +6,12 @@ One module per kind in this package holds its ``INFO``; ``dsdsim.specs.drafters`
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import Callable, Mapping, Optional
 
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
 
 MAX_K = 16     # the largest K dsdsim considers for a drafter without a limit of its own
 
@@ -45,7 +46,7 @@ class DraftPasses(str, Enum):
     none = "none"       # no device pass: a host-side lookup
 
 
-@dataclass(frozen=True)
+@frozen
 class EngineRun:
     """How one engine runs a drafter kind: its name there (``method``, with ``extra`` config keys), or the engine's
     reason it cannot (``refusal``, one line). ``source``: where that is documented."""
@@ -84,7 +85,7 @@ def whole_numbers(text: str, raw: str, names: tuple[str, ...], form: str) -> lis
     return [int(p) for p in parts]
 
 
-@dataclass(frozen=True)
+@frozen
 class DrafterInfo:
     """One drafter kind. ``parse(arg, raw)`` turns the text after ``KIND:`` into DrafterSpec fields; ``label`` names a
     spec of this kind the way ``-d`` reads it back; ``check`` returns what a spec lacks (None: complete)."""

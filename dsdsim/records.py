@@ -1,0 +1,219 @@
+"""``@frozen``: dsdsim's frozen dataclass, built with one compile where ``@dataclass(frozen=True)`` takes six.
+
+The standard decorator writes each method it generates as source and compiles it: ``__init__``, ``__repr__``,
+``__eq__``, ``__hash__``, ``__setattr__`` and ``__delattr__``. On Python 3.11 that is about 5 M instructions a class
+(``benchmarks/bench_records.py``), and the 58 frozen results, operators and options that ``dsdsim predict`` imports
+made it some 280 M of the command's 1,630 M. ``frozen`` lets ``dataclasses`` read the fields (no method generated),
+compiles ``__init__`` alone, and gives the class the other five as closures over its field names, made without a
+compile. They behave as the standard ones do:
+
+- ``__init__``: the same parameters, defaults, default factories, ``init=False`` fields and ``__post_init__`` call,
+  fields set with ``object.__setattr__``; the same signature and annotations (``inspect.signature``, ``help``).
+- ``__repr__``: ``Name(a=1, b=2)`` over the ``repr=True`` fields, ``...`` for a repr that reaches itself again.
+- ``__eq__``: the tuples of ``compare=True`` fields, for an object of exactly the same class (else NotImplemented).
+- ``__hash__``: the hash of the tuple of fields that hash (``hash=None`` follows ``compare``).
+- ``__setattr__``/``__delattr__``: ``FrozenInstanceError`` with the standard words, for a field or on the class
+  itself; a plain subclass may set attributes that are not fields.
+
+Methods written in the class body are kept, as the standard decorator keeps them (a class ``__eq__`` without a
+``__hash__`` still gets the fields' hash). ``dataclasses.fields``, ``replace``, ``asdict``, ``is_dataclass``,
+``__match_args__``, pickling and copying work as before; ``__dataclass_params__`` records what the dataclasses
+machinery itself generated (``frozen=False``: the freezing is this module's). A class with a base that the standard
+decorator froze is handed to it whole, since it refuses to mix. ``tests/test_records.py`` holds each behaviour
+against ``@dataclass(frozen=True)``'s.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from _thread import get_ident
+from dataclasses import MISSING, FrozenInstanceError
+from operator import attrgetter
+
+__all__ = ["frozen"]
+
+_OWN = "__dsdsim_frozen__"        # set on classes this decorator built: their bases count as frozen
+_TAKES = frozenset(("init", "repr", "eq"))
+
+
+def frozen(cls=None, /, **options):
+    """A frozen dataclass: ``@frozen`` or ``@frozen(init=False)`` (also ``repr=`` and ``eq=``, as for dataclass)."""
+    unknown = set(options) - _TAKES
+    if unknown:
+        raise TypeError(f"frozen() takes init, repr and eq; for {', '.join(sorted(unknown))} use "
+                        f"@dataclasses.dataclass(frozen=True, ...)")
+
+    def wrap(cls):
+        return _frozen_class(cls, **options)
+
+    return wrap if cls is None else wrap(cls)
+
+
+def _frozen_class(cls, init: bool = True, repr: bool = True, eq: bool = True):
+    if any(_frozen_by_dataclass(b) for b in cls.__mro__[1:]):
+        return dataclasses.dataclass(cls, init=init, repr=repr, eq=eq, frozen=True)
+    for name in ("__setattr__", "__delattr__"):
+        if name in cls.__dict__:
+            raise TypeError(f"Cannot overwrite attribute {name} in class {cls.__name__}")
+    if any(hasattr(b, "__dataclass_fields__") and not getattr(b, _OWN, False) for b in cls.__mro__[1:]):
+        raise TypeError("cannot inherit frozen dataclass from a non-frozen one")
+    own = dict(cls.__dict__)
+    documented = bool(cls.__doc__)
+    cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False)
+    fields = dataclasses.fields(cls)
+    if any(f.kw_only is True for f in fields) or _has_init_vars(cls):
+        raise TypeError(f"{cls.__name__}: frozen() takes no kw_only fields or InitVars; use "
+                        f"@dataclasses.dataclass(frozen=True)")
+    setattr(cls, _OWN, True)
+    if init and "__init__" not in own:
+        _set(cls, "__init__", _init(cls, fields))
+    if repr and "__repr__" not in own:
+        _set(cls, "__repr__", _repr(tuple(f.name for f in fields if f.repr)))
+    if eq:
+        if "__eq__" not in own:
+            _set(cls, "__eq__", _eq(_values(tuple(f.name for f in fields if f.compare))))
+        class_hash = own.get("__hash__", MISSING)
+        if class_hash is MISSING or (class_hash is None and "__eq__" in own):   # no hash of the class's own
+            hashed = tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))
+            _set(cls, "__hash__", _hash(_values(hashed)))
+    names = frozenset(f.name for f in fields)
+    _set(cls, "__setattr__", _setattr(cls, names))
+    _set(cls, "__delattr__", _delattr(cls, names))
+    if not documented:          # as dataclass words a class without a docstring: its name and signature
+        import inspect
+
+        try:
+            cls.__doc__ = cls.__name__ + str(inspect.signature(cls)).replace(" -> None", "")
+        except (TypeError, ValueError):
+            cls.__doc__ = cls.__name__
+    return cls
+
+
+def _frozen_by_dataclass(base) -> bool:
+    params = getattr(base, "__dataclass_params__", None)
+    return params is not None and params.frozen
+
+
+def _has_init_vars(cls) -> bool:
+    return any(getattr(f, "_field_type", None) is getattr(dataclasses, "_FIELD_INITVAR", object())
+               for f in cls.__dataclass_fields__.values())
+
+
+def _set(cls, name: str, fn) -> None:
+    fn.__qualname__ = f"{cls.__qualname__}.{name}"
+    setattr(cls, name, fn)
+
+
+# --- the methods ---------------------------------------------------------------------------------------
+
+
+class _Factory:
+    """The default of a parameter whose field has a default factory (dataclasses' _HAS_DEFAULT_FACTORY)."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY = _Factory()
+
+
+def _init(cls, fields):
+    """``__init__`` compiled from source as dataclasses writes it for a frozen class."""
+    me = "__dataclass_self__" if any(f.name == "self" for f in fields) else "self"
+    params, lines, values = [me], [], {"__object_setattr": object.__setattr__, "__factory": _FACTORY}
+    annotations, defaulted = {}, False
+    for f in fields:
+        default = f"__default_{f.name}"
+        if f.init:
+            annotations[f.name] = f.type
+            if f.default is not MISSING:
+                values[default] = f.default
+                params.append(f"{f.name}={default}")
+                value = f.name
+            elif f.default_factory is not MISSING:
+                values[default] = f.default_factory
+                params.append(f"{f.name}=__factory")
+                value = f"{default}() if {f.name} is __factory else {f.name}"
+            elif defaulted:
+                raise TypeError(f"non-default argument {f.name!r} follows default argument")
+            else:
+                params.append(f.name)
+                value = f.name
+            defaulted = defaulted or f.default is not MISSING or f.default_factory is not MISSING
+        elif f.default_factory is not MISSING:
+            values[default] = f.default_factory
+            value = f"{default}()"
+        else:
+            continue            # read from the class attribute that holds the default
+        lines.append(f"  __object_setattr({me}, {f.name!r}, {value})")
+    if hasattr(cls, "__post_init__"):
+        lines.append(f"  {me}.__post_init__()")
+    source = (f"def __make__({', '.join(values)}):\n def __init__({', '.join(params)}):\n"
+              + "\n".join(" " + line for line in lines or ["  pass"]) + "\n return __init__")
+    module = sys.modules.get(cls.__module__)
+    namespace: dict = {}
+    exec(source, module.__dict__ if module is not None else {}, namespace)
+    fn = namespace["__make__"](**values)
+    fn.__annotations__ = {**annotations, "return": None}
+    return fn
+
+
+def _values(names: tuple):
+    """A function of an object giving the tuple of these attributes (attrgetter's, always a tuple)."""
+    if len(names) > 1:
+        return attrgetter(*names)
+    if names:
+        one = attrgetter(names[0])
+        return lambda self: (one(self),)
+    return lambda self: ()
+
+
+def _repr(names: tuple):
+    running = set()
+
+    def __repr__(self):
+        key = (id(self), get_ident())
+        if key in running:
+            return "..."
+        running.add(key)
+        try:
+            return (f"{self.__class__.__qualname__}("
+                    + ", ".join(f"{name}={getattr(self, name)!r}" for name in names) + ")")
+        finally:
+            running.discard(key)
+
+    return __repr__
+
+
+def _eq(values):
+    def __eq__(self, other):
+        if other.__class__ is self.__class__:
+            return values(self) == values(other)
+        return NotImplemented
+
+    return __eq__
+
+
+def _hash(values):
+    def __hash__(self):
+        return hash(values(self))
+
+    return __hash__
+
+
+def _setattr(cls, names: frozenset):
+    def __setattr__(self, name, value):
+        if type(self) is cls or name in names:
+            raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        super(cls, self).__setattr__(name, value)
+
+    return __setattr__
+
+
+def _delattr(cls, names: frozenset):
+    def __delattr__(self, name):
+        if type(self) is cls or name in names:
+            raise FrozenInstanceError(f"cannot delete field {name!r}")
+        super(cls, self).__delattr__(name)
+
+    return __delattr__
