@@ -4,11 +4,13 @@ The standard decorator writes each method it generates as source and compiles it
 ``__eq__``, ``__hash__``, ``__setattr__`` and ``__delattr__``. On Python 3.11 that is about 5 M instructions a class
 (``benchmarks/bench_records.py``), and the 58 frozen results, operators and options that ``dsdsim predict`` imports
 made it some 280 M of the command's 1,630 M. ``frozen`` lets ``dataclasses`` read the fields (no method generated),
-compiles ``__init__`` alone, and gives the class the other five as closures over its field names, made without a
-compile. They behave as the standard ones do:
+compiles ``__init__`` alone, at the class's first instance (24 of those 58 classes have none in a predict run), and
+gives the class the other five as closures over its field names, made without a compile. They behave as the
+standard ones do:
 
 - ``__init__``: the same parameters, defaults, default factories, ``init=False`` fields and ``__post_init__`` call,
-  fields set with ``object.__setattr__``; the same signature and annotations (``inspect.signature``, ``help``).
+  fields set with ``object.__setattr__``; the same signature and annotations (``inspect.signature``, ``help``)
+  before the first instance as after.
 - ``__repr__``: ``Name(a=1, b=2)`` over the ``repr=True`` fields, ``...`` for a repr that reaches itself again.
 - ``__eq__``: the tuples of ``compare=True`` fields, for an object of exactly the same class (else NotImplemented).
 - ``__hash__``: the hash of the tuple of fields that hash (``hash=None`` follows ``compare``).
@@ -28,6 +30,7 @@ import dataclasses
 import sys
 from _thread import get_ident
 from dataclasses import MISSING, FrozenInstanceError
+from inspect import Parameter, Signature
 from operator import attrgetter
 
 __all__ = ["frozen"]
@@ -66,7 +69,7 @@ def _frozen_class(cls, init: bool = True, repr: bool = True, eq: bool = True):
                         f"@dataclasses.dataclass(frozen=True)")
     setattr(cls, _OWN, True)
     if init and "__init__" not in own:
-        _set(cls, "__init__", _init(cls, fields))
+        _set(cls, "__init__", _lazy_init(cls, fields))
     if repr and "__repr__" not in own:
         _set(cls, "__repr__", _repr(tuple(f.name for f in fields if f.repr)))
     if eq:
@@ -80,10 +83,10 @@ def _frozen_class(cls, init: bool = True, repr: bool = True, eq: bool = True):
     _set(cls, "__setattr__", _setattr(cls, names))
     _set(cls, "__delattr__", _delattr(cls, names))
     if not documented:          # as dataclass words a class without a docstring: its name and signature
-        import inspect
+        from inspect import signature
 
         try:
-            cls.__doc__ = cls.__name__ + str(inspect.signature(cls)).replace(" -> None", "")
+            cls.__doc__ = cls.__name__ + str(signature(cls)).replace(" -> None", "")
         except (TypeError, ValueError):
             cls.__doc__ = cls.__name__
     return cls
@@ -117,11 +120,39 @@ class _Factory:
 _FACTORY = _Factory()
 
 
+def _lazy_init(cls, fields):
+    """An ``__init__`` that compiles the real one (``_init``) at its first call and puts it on the class in its
+    place: a class that a run never instantiates costs no compile (24 of the 58 that predict imports). It has the
+    real one's signature and annotations from the start, and a misordered default fails at the class statement."""
+    me = _self_name(fields)
+    parameters = [Parameter(me, Parameter.POSITIONAL_OR_KEYWORD)]
+    for f in fields:
+        if f.init:
+            default = f.default if f.default is not MISSING else (
+                _FACTORY if f.default_factory is not MISSING else Parameter.empty)
+            if default is Parameter.empty and parameters[-1].default is not Parameter.empty:
+                raise TypeError(f"non-default argument {f.name!r} follows default argument")
+            parameters.append(Parameter(f.name, Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=f.type))
+
+    def __init__(__dataclass_self__, /, *args, **kwargs):
+        real = _init(cls, fields)
+        _set(cls, "__init__", real)
+        real(__dataclass_self__, *args, **kwargs)
+
+    __init__.__signature__ = Signature(parameters, return_annotation=None)
+    __init__.__annotations__ = {**{f.name: f.type for f in fields if f.init}, "return": None}
+    return __init__
+
+
+def _self_name(fields) -> str:
+    return "__dataclass_self__" if any(f.name == "self" for f in fields) else "self"
+
+
 def _init(cls, fields):
     """``__init__`` compiled from source as dataclasses writes it for a frozen class."""
-    me = "__dataclass_self__" if any(f.name == "self" for f in fields) else "self"
+    me = _self_name(fields)
     params, lines, values = [me], [], {"__object_setattr": object.__setattr__, "__factory": _FACTORY}
-    annotations, defaulted = {}, False
+    annotations = {}
     for f in fields:
         default = f"__default_{f.name}"
         if f.init:
@@ -134,12 +165,9 @@ def _init(cls, fields):
                 values[default] = f.default_factory
                 params.append(f"{f.name}=__factory")
                 value = f"{default}() if {f.name} is __factory else {f.name}"
-            elif defaulted:
-                raise TypeError(f"non-default argument {f.name!r} follows default argument")
             else:
                 params.append(f.name)
                 value = f.name
-            defaulted = defaulted or f.default is not MISSING or f.default_factory is not MISSING
         elif f.default_factory is not MISSING:
             values[default] = f.default_factory
             value = f"{default}()"

@@ -213,3 +213,16 @@ def test_a_dsdsim_result_behaves_as_before():
         a.context = 1
     assert Deployment(tp=2) == Deployment(tp=2) and {Deployment(tp=2): 1}[Deployment(tp=2)] == 1
     assert sys.modules["dsdsim.records"].frozen is frozen
+
+
+def test_init_is_compiled_at_the_first_instance_with_the_same_signature():
+    std, ours = twins("L", *BODIES["hidden"])
+    before, stub = str(inspect.signature(ours)), ours.__init__
+    Plain = types.new_class("Plain", (ours,))             # a plain subclass instantiated first
+    assert Plain(1, note="a").note == "a"
+    assert ours.__init__ is not stub and str(inspect.signature(ours)) == before == str(inspect.signature(std))
+    assert ours(2).x == 2 and vars(ours(2)) == vars(std(2))
+    with pytest.raises(TypeError):
+        ours()                                            # x is required, as by the standard __init__
+    with pytest.raises(TypeError):
+        std()

@@ -1,5 +1,5 @@
 """How a model is served: parallelism, number formats, CUDA graphs, memory headroom, routing statistics."""
-from __future__ import annotations
+# Annotations stay objects here (no `from __future__ import annotations`): pydantic compiles a string one first.
 
 import math
 from typing import Optional

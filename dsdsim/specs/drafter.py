@@ -3,7 +3,7 @@
 Command-line forms: one per kind in ``dsdsim.specs.drafters`` (the registry: each kind's parameters, limits,
 passes, acceptance convention and engine names), e.g. ``eagle3``, ``draft-model:MODEL``, ``dflash:5,5,16``.
 """
-from __future__ import annotations
+# Annotations stay objects here (no `from __future__ import annotations`): pydantic compiles a string one first.
 
 import functools
 from typing import Optional

@@ -28,7 +28,7 @@ than a plain server, issue #49548; where ``off_tier_drafts`` says so, the drafte
 A figure fitted on the measurement corpus says ``verified: fitted`` and names its train cases; its ``range`` is
 the search's bounds, and a figure on its bound says so (``on_bound``).
 """
-from __future__ import annotations
+# Annotations stay objects here (no `from __future__ import annotations`): pydantic compiles a string one first.
 
 import functools
 import re

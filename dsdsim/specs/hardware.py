@@ -3,7 +3,7 @@
 Files live in ``hw_specs/`` (one YAML per accelerator). All figures are SI: bytes, bytes/s, FLOP/s, seconds.
 Peaks are DENSE (no 2:4 sparsity); a file whose peaks look sparse is refused.
 """
-from __future__ import annotations
+# Annotations stay objects here (no `from __future__ import annotations`): pydantic compiles a string one first.
 
 from enum import Enum
 from pathlib import Path

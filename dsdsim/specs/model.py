@@ -6,7 +6,7 @@ single part (a Mamba-2 mixer, an attention mixer, an MLP or a MoE, one norm each
 reads; ``dsdsim.specs.hf_config`` builds one from a Hugging Face config.json. Sizes are element counts; bytes appear
 only once a dtype is chosen.
 """
-from __future__ import annotations
+# Annotations stay objects here (no `from __future__ import annotations`): pydantic compiles a string one first.
 
 from enum import Enum
 from typing import Optional

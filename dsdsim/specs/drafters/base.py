@@ -4,7 +4,7 @@ what its acceptance figures mean, and which engines run it under what name (or w
 One module per kind in this package holds its ``INFO``; ``dsdsim.specs.drafters`` gathers them in one registry, and
 ``dsdsim.cost.drafters`` holds each kind's passes, weights and memory. Pure data: nothing here knows about costs.
 """
-from __future__ import annotations
+# Annotations stay objects here (no `from __future__ import annotations`): pydantic compiles a string one first.
 
 from dataclasses import field
 from enum import Enum
