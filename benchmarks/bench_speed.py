@@ -13,7 +13,8 @@
                  (dsdsim.specs.io; the bench keeps its own, warmed by one run that is not timed). Beside it,
                  without a target: the same predict with no cache (a first run: PyYAML parses every spec); the
                  floor, starting Python, importing the libraries that path loads (numpy, typer, pydantic) and
-                 defining one pydantic model (which loads pydantic's schema machinery, as the first spec does);
+                 defining one pydantic model (which loads pydantic's schema machinery, as the first spec does),
+                 with predict's settings (one OpenBLAS thread, no pydantic plugin search);
                  what is left to dsdsim (predict - floor); and predict writing JSON (--format json: every row of
                  1,024 batch sizes)
   --help         `python -m dsdsim --help`, wall-clock median of 5 runs                target <= 0.2 s
@@ -26,8 +27,8 @@
 ``--rounds`` times), and prints both side by side with the best of the rounds: on a shared, noisy machine only
 figures taken in the same minute compare.
 
-``--instructions`` counts instead the machine instructions of the command-line figures (predict, its floor,
-predict --format json) under valgrind's callgrind, which a busy or throttled machine does not move: the same count
+``--instructions`` counts instead the machine instructions of the command-line figures (predict, with and without
+the YAML cache, its floor, predict --format json) and of one point by names under valgrind's callgrind, which a busy or throttled machine does not move: the same count
 run after run, on any load, where wall-clock figures here swing by 2x within minutes. It needs valgrind on the PATH
 and takes some 30 s a command (valgrind runs the interpreter some 50x slower).
 """
@@ -68,8 +69,11 @@ FIGURES = (
 PREDICT = ["-m", "dsdsim", "predict"]
 PREDICT_JSON = [*PREDICT, "--format", "json"]
 
-# what `dsdsim predict` loads besides dsdsim itself (the CLI, the specs, the table), and the first pydantic model
-LIBRARIES = "import numpy, typer\nfrom pydantic import BaseModel\nclass Spec(BaseModel):\n    x: int = 0"
+# what `dsdsim predict` loads besides dsdsim itself (the CLI, the specs, the table), and the first pydantic model,
+# with the settings its command line makes before numpy loads (one OpenBLAS thread, no pydantic plugin search)
+LIBRARIES = ("import os\nos.environ.setdefault('OPENBLAS_NUM_THREADS', '1')\n"
+             "os.environ.setdefault('PYDANTIC_DISABLE_PLUGINS', '__all__')\n"
+             "import numpy, typer\nfrom pydantic import BaseModel\nclass Spec(BaseModel):\n    x: int = 0")
 
 
 def _env(root: Path, cache: str | None = None, **extra: str) -> dict:
@@ -199,7 +203,25 @@ def count_instructions(trees: list[Path]) -> int:
     for label, argv, cache in COUNTED:
         cols = " ".join(f"{_instructions(argv, t, cache) / 1e6:>14,.0f} M" for t in trees)
         print(f"{label:<36} {cols}", flush=True)
+    cols = " ".join(f"{_point_instructions(t) / 1e3:>14,.0f} K" for t in trees)
+    print(f"{'simulate_step by names, one point':<36} {cols}", flush=True)
     return 0
+
+
+# 300 of the random points measure() times, by names, after one call that resolves the names and plans the passes
+POINTS = ("import sys; sys.path.insert(0, {bench!r}); import bench_speed\n"
+          "from dsdsim import Deployment, simulate_step\n"
+          "simulate_step('llama-3.1-8b', 'h100-sxm', Deployment(tp=1), 'eagle3', batch=4, k=2, context=100)\n"
+          "for b, k, c in bench_speed._points()[:{n}]:\n"
+          "    simulate_step('llama-3.1-8b', 'h100-sxm', Deployment(tp=1), 'eagle3', batch=b, k=k, context=c)")
+
+
+def _point_instructions(root: Path, n: int = 300) -> float:
+    """Instructions of one point by names: a run of ``n`` points less a run of none, over ``n``."""
+    def run(count: int) -> int:
+        return _instructions(["-c", POINTS.format(bench=str(ROOT / "benchmarks"), n=count)], root)
+
+    return (run(n) - run(0)) / n
 
 
 def _best(runs: list[dict]) -> dict:

@@ -1,21 +1,23 @@
-"""``@frozen``: dsdsim's frozen dataclass, built with one compile where ``@dataclass(frozen=True)`` takes six.
+"""``@frozen``: dsdsim's frozen dataclass, its methods compiled only when first called.
 
-The standard decorator writes each method it generates as source and compiles it: ``__init__``, ``__repr__``,
-``__eq__``, ``__hash__``, ``__setattr__`` and ``__delattr__``. On Python 3.11 that is about 5 M instructions a class
-(``benchmarks/bench_records.py``), and the 58 frozen results, operators and options that ``dsdsim predict`` imports
-made it some 280 M of the command's 1,630 M. ``frozen`` lets ``dataclasses`` read the fields (no method generated),
-compiles ``__init__`` alone, at the class's first instance (24 of those 58 classes have none in a predict run), and
-gives the class the other five as closures over its field names, made without a compile. They behave as the
-standard ones do:
+The standard decorator writes each method it generates as source and compiles it as the class is built:
+``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__`` and ``__delattr__``. On Python 3.11 that is
+about 5 M instructions a class, and the 58 frozen results, operators and options that ``dsdsim predict`` imports
+made it some 280 M of the command's 1,630 M (``benchmarks/bench_records.py`` times one class). ``frozen`` lets
+``dataclasses`` read the fields (it generates no method) and gives the class:
 
-- ``__init__``: the same parameters, defaults, default factories, ``init=False`` fields and ``__post_init__`` call,
-  fields set with ``object.__setattr__``; the same signature and annotations (``inspect.signature``, ``help``)
-  before the first instance as after.
+- ``__init__``, ``__eq__`` and ``__hash__`` compiled from the source dataclasses writes, at their first call (24 of
+  those 58 classes have no instance in a predict run), each then put on the class in place of the one that compiled
+  it; until then ``__init__`` has the real one's signature and annotations (``inspect.signature``, ``help``), and a
+  misordered default fails at the class statement. ``__init__``: the same parameters, defaults, default factories,
+  ``init=False`` fields and ``__post_init__`` call, fields set with ``object.__setattr__``. ``__eq__``: the tuples
+  of ``compare=True`` fields, for an object of exactly the same class (else NotImplemented). ``__hash__``: the hash
+  of the tuple of fields that hash (``hash=None`` follows ``compare``).
 - ``__repr__``: ``Name(a=1, b=2)`` over the ``repr=True`` fields, ``...`` for a repr that reaches itself again.
-- ``__eq__``: the tuples of ``compare=True`` fields, for an object of exactly the same class (else NotImplemented).
-- ``__hash__``: the hash of the tuple of fields that hash (``hash=None`` follows ``compare``).
 - ``__setattr__``/``__delattr__``: ``FrozenInstanceError`` with the standard words, for a field or on the class
   itself; a plain subclass may set attributes that are not fields.
+
+The last three are closures over the field names (no compile): a repr and a refused assignment are not hot paths.
 
 Methods written in the class body are kept, as the standard decorator keeps them (a class ``__eq__`` without a
 ``__hash__`` still gets the fields' hash). ``dataclasses.fields``, ``replace``, ``asdict``, ``is_dataclass``,
@@ -30,8 +32,7 @@ import dataclasses
 import sys
 from _thread import get_ident
 from dataclasses import MISSING, FrozenInstanceError
-from inspect import Parameter, Signature
-from operator import attrgetter
+from inspect import Parameter, Signature, signature
 
 __all__ = ["frozen"]
 
@@ -74,17 +75,15 @@ def _frozen_class(cls, init: bool = True, repr: bool = True, eq: bool = True):
         _set(cls, "__repr__", _repr(tuple(f.name for f in fields if f.repr)))
     if eq:
         if "__eq__" not in own:
-            _set(cls, "__eq__", _eq(_values(tuple(f.name for f in fields if f.compare))))
+            _set(cls, "__eq__", _lazy_eq(cls, tuple(f.name for f in fields if f.compare)))
         class_hash = own.get("__hash__", MISSING)
         if class_hash is MISSING or (class_hash is None and "__eq__" in own):   # no hash of the class's own
             hashed = tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))
-            _set(cls, "__hash__", _hash(_values(hashed)))
+            _set(cls, "__hash__", _lazy_hash(cls, hashed))
     names = frozenset(f.name for f in fields)
     _set(cls, "__setattr__", _setattr(cls, names))
     _set(cls, "__delattr__", _delattr(cls, names))
     if not documented:          # as dataclass words a class without a docstring: its name and signature
-        from inspect import signature
-
         try:
             cls.__doc__ = cls.__name__ + str(signature(cls)).replace(" -> None", "")
         except (TypeError, ValueError):
@@ -152,11 +151,9 @@ def _init(cls, fields):
     """``__init__`` compiled from source as dataclasses writes it for a frozen class."""
     me = _self_name(fields)
     params, lines, values = [me], [], {"__object_setattr": object.__setattr__, "__factory": _FACTORY}
-    annotations = {}
     for f in fields:
         default = f"__default_{f.name}"
         if f.init:
-            annotations[f.name] = f.type
             if f.default is not MISSING:
                 values[default] = f.default
                 params.append(f"{f.name}={default}")
@@ -173,27 +170,54 @@ def _init(cls, fields):
             value = f"{default}()"
         else:
             continue            # read from the class attribute that holds the default
-        lines.append(f"  __object_setattr({me}, {f.name!r}, {value})")
+        lines.append(f"__object_setattr({me}, {f.name!r}, {value})")
     if hasattr(cls, "__post_init__"):
-        lines.append(f"  {me}.__post_init__()")
-    source = (f"def __make__({', '.join(values)}):\n def __init__({', '.join(params)}):\n"
-              + "\n".join(" " + line for line in lines or ["  pass"]) + "\n return __init__")
+        lines.append(f"{me}.__post_init__()")
+    fn = _compiled(cls, "__init__", params, lines, values)
+    fn.__annotations__ = {**{f.name: f.type for f in fields if f.init}, "return": None}
+    return fn
+
+
+def _compiled(cls, name: str, params: list, lines: list, values: dict):
+    """The function ``name(params)`` with body ``lines``, compiled in the class's module (as dataclasses does:
+    its globals are the module's) with ``values`` bound as closure variables."""
+    source = (f"def __make__({', '.join(values)}):\n def {name}({', '.join(params)}):\n"
+              + "\n".join(f"  {line}" for line in lines or ["pass"]) + f"\n return {name}")
     module = sys.modules.get(cls.__module__)
     namespace: dict = {}
     exec(source, module.__dict__ if module is not None else {}, namespace)
     fn = namespace["__make__"](**values)
-    fn.__annotations__ = {**annotations, "return": None}
+    fn.__qualname__ = f"{cls.__qualname__}.{name}"
     return fn
 
 
-def _values(names: tuple):
-    """A function of an object giving the tuple of these attributes (attrgetter's, always a tuple)."""
-    if len(names) > 1:
-        return attrgetter(*names)
-    if names:
-        one = attrgetter(names[0])
-        return lambda self: (one(self),)
-    return lambda self: ()
+def _fields_tuple(obj: str, names: tuple) -> str:
+    """``(obj.a,obj.b,)``, as dataclasses writes the tuples it compares and hashes."""
+    return f"({','.join(f'{obj}.{n}' for n in names)},)" if names else "()"
+
+
+def _lazy_eq(cls, names: tuple):
+    """``__eq__`` compiled at its first call (dataclasses' own code: the tuples of compared fields of two objects
+    of exactly the same class), then put on the class in place of this one."""
+    def __eq__(self, other):
+        real = _compiled(cls, "__eq__", ["self", "other"], [
+            "if other.__class__ is self.__class__:",
+            f" return {_fields_tuple('self', names)}=={_fields_tuple('other', names)}",
+            "return NotImplemented"], {})
+        _set(cls, "__eq__", real)
+        return real(self, other)
+
+    return __eq__
+
+
+def _lazy_hash(cls, names: tuple):
+    """``__hash__`` compiled at its first call (the hash of the tuple of hashed fields), then put on the class."""
+    def __hash__(self):
+        real = _compiled(cls, "__hash__", ["self"], [f"return hash({_fields_tuple('self', names)})"], {})
+        _set(cls, "__hash__", real)
+        return real(self)
+
+    return __hash__
 
 
 def _repr(names: tuple):
@@ -211,22 +235,6 @@ def _repr(names: tuple):
             running.discard(key)
 
     return __repr__
-
-
-def _eq(values):
-    def __eq__(self, other):
-        if other.__class__ is self.__class__:
-            return values(self) == values(other)
-        return NotImplemented
-
-    return __eq__
-
-
-def _hash(values):
-    def __hash__(self):
-        return hash(values(self))
-
-    return __hash__
 
 
 def _setattr(cls, names: frozenset):

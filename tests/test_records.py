@@ -226,3 +226,12 @@ def test_init_is_compiled_at_the_first_instance_with_the_same_signature():
         ours()                                            # x is required, as by the standard __init__
     with pytest.raises(TypeError):
         std()
+
+
+def test_eq_and_hash_are_compiled_at_their_first_call():
+    std, ours = twins("Q", *BODIES["plain"])
+    stubs = ours.__eq__, ours.__hash__
+    a, b = ours(1.0), ours(1.0)
+    assert a == b and hash(a) == hash(b) == hash(std(1.0))
+    assert ours.__eq__ is not stubs[0] and ours.__hash__ is not stubs[1]     # the compiled ones now
+    assert a == b and a != ours(2.0) and (a == std(1.0)) is False and hash(a) == hash((1.0, 2.0))
