@@ -28,9 +28,10 @@
 figures taken in the same minute compare.
 
 ``--instructions`` counts instead the machine instructions of the command-line figures (predict, with and without
-the YAML cache, its floor, predict --format json) and of one point by names under valgrind's callgrind, which a busy or throttled machine does not move: the same count
-run after run, on any load, where wall-clock figures here swing by 2x within minutes. It needs valgrind on the PATH
-and takes some 30 s a command (valgrind runs the interpreter some 50x slower).
+the YAML cache, its floor, predict --format json), of one point by names and of one grid, under valgrind's
+callgrind, which a busy or throttled machine does not move: the same count run after run, on any load, where
+wall-clock figures here swing by 2x within minutes. It needs valgrind on the PATH and takes some 30 s a command
+(valgrind runs the interpreter some 50x slower).
 """
 from __future__ import annotations
 
@@ -205,6 +206,8 @@ def count_instructions(trees: list[Path]) -> int:
         print(f"{label:<36} {cols}", flush=True)
     cols = " ".join(f"{_point_instructions(t) / 1e3:>14,.0f} K" for t in trees)
     print(f"{'simulate_step by names, one point':<36} {cols}", flush=True)
+    cols = " ".join(f"{_grid_instructions(t) / 1e6:>14,.1f} M" for t in trees)
+    print(f"{'step_time_grid, one 9,216-point grid':<36} {cols}", flush=True)
     return 0
 
 
@@ -214,6 +217,21 @@ POINTS = ("import sys; sys.path.insert(0, {bench!r}); import bench_speed\n"
           "simulate_step('llama-3.1-8b', 'h100-sxm', Deployment(tp=1), 'eagle3', batch=4, k=2, context=100)\n"
           "for b, k, c in bench_speed._points()[:{n}]:\n"
           "    simulate_step('llama-3.1-8b', 'h100-sxm', Deployment(tp=1), 'eagle3', batch=b, k=k, context=c)")
+
+
+# measure()'s grid on a resolved Setup, after one grid that plans the passes and builds the row tables
+GRID = ("from dsdsim import Deployment, resolve, step_time_grid\n"
+        "setup = resolve('llama-3.1-8b', 'h100-sxm', Deployment(tp=1), 'eagle3')\n"
+        "for _ in range(1 + {n}):\n"
+        "    step_time_grid(None, None, batch_sizes=range(1, 1025), k_values=range(9), contexts=[1024], setup=setup)")
+
+
+def _grid_instructions(root: Path, n: int = 10) -> float:
+    """Instructions of one grid: a run of 1 + ``n`` grids less a run of one, over ``n``."""
+    def run(count: int) -> int:
+        return _instructions(["-c", GRID.format(n=count)], root)
+
+    return (run(n) - run(0)) / n
 
 
 def _point_instructions(root: Path, n: int = 300) -> float:
