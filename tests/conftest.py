@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_HW = sorted(p.stem for p in (REPO_ROOT / "hw_specs").glob("*.yaml"))
+SHIPPED_MODELS = sorted(p.stem for p in (REPO_ROOT / "model_specs").glob("*.json"))
 
 # Parsed YAML is kept in a cache folder (dsdsim.specs.io): the suite, and the interpreters it starts, keep theirs
 # in a folder of its own, removed at the end, never in the user's ~/.cache.
@@ -20,8 +22,6 @@ os.environ["DSDSIM_CACHE_DIR"] = _CACHE_DIR
 
 def pytest_unconfigure(config):
     shutil.rmtree(_CACHE_DIR, ignore_errors=True)
-SHIPPED_HW = sorted(p.stem for p in (REPO_ROOT / "hw_specs").glob("*.yaml"))
-SHIPPED_MODELS = sorted(p.stem for p in (REPO_ROOT / "model_specs").glob("*.json"))
 
 
 @pytest.fixture
