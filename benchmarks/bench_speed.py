@@ -204,15 +204,15 @@ def count_instructions(trees: list[Path]) -> int:
     for label, argv, cache in COUNTED:
         cols = " ".join(f"{_instructions(argv, t, cache) / 1e6:>14,.0f} M" for t in trees)
         print(f"{label:<36} {cols}", flush=True)
-    cols = " ".join(f"{_point_instructions(t) / 1e3:>14,.0f} K" for t in trees)
+    cols = " ".join(f"{_instructions_each(POINTS, t, 300) / 1e3:>14,.0f} K" for t in trees)
     print(f"{'simulate_step by names, one point':<36} {cols}", flush=True)
-    cols = " ".join(f"{_grid_instructions(t) / 1e6:>14,.1f} M" for t in trees)
+    cols = " ".join(f"{_instructions_each(GRID, t, 10) / 1e6:>14,.1f} M" for t in trees)
     print(f"{'step_time_grid, one 9,216-point grid':<36} {cols}", flush=True)
     return 0
 
 
 # 300 of the random points measure() times, by names, after one call that resolves the names and plans the passes
-POINTS = ("import sys; sys.path.insert(0, {bench!r}); import bench_speed\n"
+POINTS = (f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import bench_speed\n"
           "from dsdsim import Deployment, simulate_step\n"
           "simulate_step('llama-3.1-8b', 'h100-sxm', Deployment(tp=1), 'eagle3', batch=4, k=2, context=100)\n"
           "for b, k, c in bench_speed._points()[:{n}]:\n"
@@ -226,20 +226,10 @@ GRID = ("from dsdsim import Deployment, resolve, step_time_grid\n"
         "    step_time_grid(None, None, batch_sizes=range(1, 1025), k_values=range(9), contexts=[1024], setup=setup)")
 
 
-def _grid_instructions(root: Path, n: int = 10) -> float:
-    """Instructions of one grid: a run of 1 + ``n`` grids less a run of one, over ``n``."""
-    def run(count: int) -> int:
-        return _instructions(["-c", GRID.format(n=count)], root)
-
-    return (run(n) - run(0)) / n
-
-
-def _point_instructions(root: Path, n: int = 300) -> float:
-    """Instructions of one point by names: a run of ``n`` points less a run of none, over ``n``."""
-    def run(count: int) -> int:
-        return _instructions(["-c", POINTS.format(bench=str(ROOT / "benchmarks"), n=count)], root)
-
-    return (run(n) - run(0)) / n
+def _instructions_each(program: str, root: Path, n: int) -> float:
+    """Instructions of one repetition in ``program`` (a format string over ``n``, the repetitions after its first
+    call): a run of ``n`` less a run of none, over ``n``."""
+    return (_instructions(["-c", program.format(n=n)], root) - _instructions(["-c", program.format(n=0)], root)) / n
 
 
 def _best(runs: list[dict]) -> dict:

@@ -133,14 +133,21 @@ def _lazy_init(cls, fields):
                 raise TypeError(f"non-default argument {f.name!r} follows default argument")
             parameters.append(Parameter(f.name, Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=f.type))
 
-    def __init__(__dataclass_self__, /, *args, **kwargs):
-        real = _init(cls, fields)
-        _set(cls, "__init__", real)
-        real(__dataclass_self__, *args, **kwargs)
+    stub = _on_first_call(cls, "__init__", lambda: _init(cls, fields))
+    stub.__signature__ = Signature(parameters, return_annotation=None)
+    stub.__annotations__ = {**{f.name: f.type for f in fields if f.init}, "return": None}
+    return stub
 
-    __init__.__signature__ = Signature(parameters, return_annotation=None)
-    __init__.__annotations__ = {**{f.name: f.type for f in fields if f.init}, "return": None}
-    return __init__
+
+def _on_first_call(cls, name: str, build):
+    """A stand-in for method ``name`` that builds the real one (``build()``, a compile) at its first call, puts it on
+    the class in its own place, and returns what the real one returns."""
+    def first_call(*args, **kwargs):
+        real = build()
+        _set(cls, name, real)
+        return real(*args, **kwargs)
+
+    return first_call
 
 
 def _self_name(fields) -> str:
@@ -180,15 +187,13 @@ def _init(cls, fields):
 
 def _compiled(cls, name: str, params: list, lines: list, values: dict):
     """The function ``name(params)`` with body ``lines``, compiled in the class's module (as dataclasses does:
-    its globals are the module's) with ``values`` bound as closure variables."""
+    its globals are the module's) with ``values`` bound as closure variables; ``_set`` names it."""
     source = (f"def __make__({', '.join(values)}):\n def {name}({', '.join(params)}):\n"
               + "\n".join(f"  {line}" for line in lines or ["pass"]) + f"\n return {name}")
     module = sys.modules.get(cls.__module__)
     namespace: dict = {}
     exec(source, module.__dict__ if module is not None else {}, namespace)
-    fn = namespace["__make__"](**values)
-    fn.__qualname__ = f"{cls.__qualname__}.{name}"
-    return fn
+    return namespace["__make__"](**values)
 
 
 def _fields_tuple(obj: str, names: tuple) -> str:
@@ -197,27 +202,18 @@ def _fields_tuple(obj: str, names: tuple) -> str:
 
 
 def _lazy_eq(cls, names: tuple):
-    """``__eq__`` compiled at its first call (dataclasses' own code: the tuples of compared fields of two objects
-    of exactly the same class), then put on the class in place of this one."""
-    def __eq__(self, other):
-        real = _compiled(cls, "__eq__", ["self", "other"], [
-            "if other.__class__ is self.__class__:",
-            f" return {_fields_tuple('self', names)}=={_fields_tuple('other', names)}",
-            "return NotImplemented"], {})
-        _set(cls, "__eq__", real)
-        return real(self, other)
-
-    return __eq__
+    """``__eq__`` as dataclasses writes it (the tuples of compared fields of two objects of exactly the same class),
+    compiled at its first call."""
+    return _on_first_call(cls, "__eq__", lambda: _compiled(cls, "__eq__", ["self", "other"], [
+        "if other.__class__ is self.__class__:",
+        f" return {_fields_tuple('self', names)}=={_fields_tuple('other', names)}",
+        "return NotImplemented"], {}))
 
 
 def _lazy_hash(cls, names: tuple):
-    """``__hash__`` compiled at its first call (the hash of the tuple of hashed fields), then put on the class."""
-    def __hash__(self):
-        real = _compiled(cls, "__hash__", ["self"], [f"return hash({_fields_tuple('self', names)})"], {})
-        _set(cls, "__hash__", real)
-        return real(self)
-
-    return __hash__
+    """``__hash__`` as dataclasses writes it (the hash of the tuple of hashed fields), compiled at its first call."""
+    return _on_first_call(cls, "__hash__", lambda: _compiled(
+        cls, "__hash__", ["self"], [f"return hash({_fields_tuple('self', names)})"], {}))
 
 
 def _repr(names: tuple):
