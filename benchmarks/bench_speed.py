@@ -12,7 +12,7 @@
                  as every run after a machine's first reads its specs: the YAML parsed before, from the cache
                  (dsdsim.specs.io; the bench keeps its own, warmed by one run that is not timed). Beside it,
                  without a target: the same predict with no cache (a first run: PyYAML parses every spec); the
-                 floor, starting Python, importing the libraries that path loads (numpy, typer, pydantic) and
+                 floor, starting Python, importing the libraries that path loads (numpy, pydantic) and
                  defining one pydantic model (which loads pydantic's schema machinery, as the first spec does),
                  with predict's settings (one OpenBLAS thread, no pydantic plugin search);
                  what is left to dsdsim (predict - floor); and predict writing JSON (--format json: every row of
@@ -74,7 +74,7 @@ PREDICT_JSON = [*PREDICT, "--format", "json"]
 # with the settings its command line makes before numpy loads (one OpenBLAS thread, no pydantic plugin search)
 LIBRARIES = ("import os\nos.environ.setdefault('OPENBLAS_NUM_THREADS', '1')\n"
              "os.environ.setdefault('PYDANTIC_DISABLE_PLUGINS', '__all__')\n"
-             "import numpy, typer\nfrom pydantic import BaseModel\nclass Spec(BaseModel):\n    x: int = 0")
+             "import numpy\nfrom pydantic import BaseModel\nclass Spec(BaseModel):\n    x: int = 0")
 
 
 def _env(root: Path, cache: str | None = None, **extra: str) -> dict:

@@ -36,17 +36,15 @@ def test_plan_help_keeps_its_line_continuation(cli):
 @pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
 def test_shared_options_have_the_same_flags_everywhere(argv):
     """An option named in several commands has one set of flags (e.g. -b is --batch-sizes or --batch-size)."""
-    import typer
-
     from dsdsim.cli import app, load_commands
 
     load_commands()                     # every group (a run registers only the one it names)
-    cmd = typer.main.get_command(app)
+    cmd = app
     for word in argv:
         cmd = cmd.commands[word]
     canonical = {"--model": "-m", "--hardware": "-g", "--drafter": "-d", "--acceptance": "-a", "--context": "-c",
                  "--batch-sizes": "-b", "--batch-size": "-b", "--format": "-f", "--output": "-o"}
-    for p in cmd.params:
+    for p in cmd.params():
         longs = [o for o in p.opts if o.startswith("--")]
         shorts = [o for o in p.opts if not o.startswith("--")]
         for long in longs:

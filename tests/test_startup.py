@@ -49,22 +49,20 @@ def test_help_loads_no_numpy(argv):
 
 def test_load_commands_knows_the_module_of_every_command():
     """The table that lets a run import one command group names, for each command, the module registering it."""
-    import typer
-
     from dsdsim.cli import app, load_commands
     from dsdsim.cli.app import COMMAND_MODULES, _MODULES_OF
 
     load_commands()
-    assert set(typer.main.get_command(app).commands) == set(_MODULES_OF)
+    assert set(app.commands) == set(_MODULES_OF)
 
     def module(callback) -> str:
         return callback.__module__.rsplit(".", 1)[-1]
 
-    for info in app.registered_commands:
-        assert module(info.callback) in _MODULES_OF[info.name or info.callback.__name__.replace("_", "-")]
-    for group in app.registered_groups:
-        registering = {module(c.callback) for c in group.typer_instance.registered_commands}
-        assert registering == set(_MODULES_OF[group.name])
+    for command in app.registered_commands:
+        assert module(command.callback) in _MODULES_OF[command.name]
+    for name, group in app.groups.items():
+        registering = {module(c.callback) for c in group.registered_commands}
+        assert registering == set(_MODULES_OF[name])
     assert {m for ms in _MODULES_OF.values() for m in ms} == set(COMMAND_MODULES)
 
 

@@ -13,7 +13,7 @@ from typing import Optional
 # (import name, what to install); pydantic 2 and the packages it imports at run time, then the rest
 REQUIRED = (("pydantic", "pydantic>=2"), ("pydantic_core", "pydantic-core"), ("annotated_types", "annotated-types"),
             ("typing_inspection", "typing-inspection"), ("typing_extensions", "typing-extensions"),
-            ("numpy", "numpy"), ("scipy", "scipy"), ("yaml", "pyyaml"), ("typer", "typer"), ("rich", "rich"),
+            ("numpy", "numpy"), ("scipy", "scipy"), ("yaml", "pyyaml"), ("rich", "rich"),
             ("matplotlib", "matplotlib"),
             ("torch", "torch (a CPU-only machine: pip install torch --index-url https://download.pytorch.org/whl/cpu)"))
 

@@ -1,7 +1,8 @@
 """The `dsdsim` command line: thin commands over the public API.
 
-One module per command group, each registering its commands on the one typer app when it is imported; a run
-imports only the group it names (``load_commands``: ``dsdsim predict`` loads model.py alone):
+One module per command group, each registering its commands on the one app (``dsdsim.cli.command``, the
+command-line framework) when it is imported; a run imports only the group it names (``load_commands``:
+``dsdsim predict`` loads model.py alone):
 
     model.py     explain, predict, plan, accuracy      (the simulator and the K policy)
     bench.py     probe, validate, loop, comm-check, calibrate   (measuring with torch)

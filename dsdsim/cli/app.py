@@ -1,4 +1,4 @@
-"""The typer application, its command groups and the entry point that turns errors into one line.
+"""The application, its command groups and the entry point that turns errors into one line.
 
 A run registers only the command group it names (``dsdsim predict`` imports model.py, not the bench, catalog or
 plot commands); help, --version and names that are not commands load every group.
@@ -13,37 +13,35 @@ import warnings
 from pathlib import Path
 from typing import List, Optional
 
-import typer
-
+from dsdsim.cli.command import App, Exit, Option, UsageError, echo
 from dsdsim.cli.options import SPECS_DIR_HELP
-from dsdsim.errors import DsdsimError, pydantic_message
+from dsdsim.errors import DsdsimError
 
-app = typer.Typer(
-    name="dsdsim", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+app = App(
+    name="dsdsim", no_args_is_help=True,
     help="How many draft tokens to speculate at each batch size: an analytical roofline simulator and K-policy "
          "designer for speculative decoding. Start with `dsdsim predict`.",
-    context_settings={"help_option_names": ["-h", "--help"]},
 )
-list_app = typer.Typer(help="List the shipped (and your own) hardware and model specs.", no_args_is_help=True)
-show_app = typer.Typer(help="Show one spec in detail (table, or --format json).", no_args_is_help=True)
-plot_app = typer.Typer(help="Draw pictures (needs matplotlib: pip install 'dsdsim[plot]').", no_args_is_help=True)
-app.add_typer(list_app, name="list")
-app.add_typer(show_app, name="show")
-app.add_typer(plot_app, name="plot")
+list_app = App(help="List the shipped (and your own) hardware and model specs.", no_args_is_help=True)
+show_app = App(help="Show one spec in detail (table, or --format json).", no_args_is_help=True)
+plot_app = App(help="Draw pictures (needs matplotlib: pip install 'dsdsim[plot]').", no_args_is_help=True)
+app.add_group(list_app, name="list")
+app.add_group(show_app, name="show")
+app.add_group(plot_app, name="plot")
 
 
 def _version(value: bool) -> None:
     if value:
         from dsdsim import __version__
 
-        typer.echo(f"dsdsim {__version__}")
-        raise typer.Exit()
+        echo(f"dsdsim {__version__}")
+        raise Exit()
 
 
 @app.callback()
-def _root(specs_dir: Optional[List[Path]] = typer.Option(None, "--specs-dir", metavar="DIR", help=SPECS_DIR_HELP),
-          version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
-                                       help="Print the version and exit")) -> None:
+def _root(specs_dir: Optional[List[Path]] = Option(None, "--specs-dir", metavar="DIR", help=SPECS_DIR_HELP),
+          version: bool = Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                 help="Print the version and exit")) -> None:
     if specs_dir:
         from dsdsim.specs.catalog import add_specs_dir
 
@@ -69,8 +67,8 @@ def load_commands(argv: Optional[list[str]] = None) -> None:
     or a name that is not a command (so the error can suggest one)."""
     for name in _MODULES_OF.get(_command_name(argv or []), COMMAND_MODULES):
         importlib.import_module(f"dsdsim.cli.{name}")
-    for typer_app in (app, list_app, show_app, plot_app):    # in help order, whichever group this process loaded first
-        typer_app.registered_commands.sort(key=_help_position)
+    for group in (app, list_app, show_app, plot_app):    # in help order, whichever group this process loaded first
+        group.registered_commands.sort(key=_help_position)
 
 
 def _help_position(command) -> int:
@@ -98,26 +96,6 @@ def _command_name(argv: list[str]) -> Optional[str]:
         elif not a.startswith("-"):
             return a
     return None
-
-
-def _click_exceptions():
-    """(ClickException, NoArgsIsHelpError, Abort) classes: typer >= 0.2x bundles its own click, older uses click."""
-    try:
-        from typer._click import exceptions as exc_mod
-    except ImportError:  # typer that depends on the click package
-        import click.exceptions as exc_mod
-    no_args = getattr(exc_mod, "NoArgsIsHelpError", None)
-    abort = getattr(exc_mod, "Abort", None)
-    classes = (exc_mod.ClickException,)
-    try:
-        import click.exceptions as click_exc  # both may be present; errors may come from either
-
-        classes = classes + (click_exc.ClickException,)
-        no_args = no_args or getattr(click_exc, "NoArgsIsHelpError", None)
-        abort = abort or click_exc.Abort
-    except ImportError:
-        pass
-    return classes, no_args, abort
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -157,39 +135,26 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     """dsdsim's own warnings (a user spec shadowing a shipped one, an unreadable file skipped) as one line on
     stderr; other libraries' as Python shows them."""
     if category.__module__.startswith("dsdsim."):
-        typer.echo(f"dsdsim: warning: {message}", err=True)
+        echo(f"dsdsim: warning: {message}", err=True)
     else:
         warnings._showwarning_orig(message, category, filename, lineno, file, line)
 
 
 def _run(argv: Optional[list[str]]) -> None:
-    load_commands(sys.argv[1:] if argv is None else argv)
-    command = typer.main.get_command(app)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    load_commands(argv)
     try:
-        rv = command.main(args=argv, prog_name="dsdsim", standalone_mode=False)
+        rv = app.run(argv, prog_name="dsdsim")
+    except Exit as exc:
+        rv = exc.code
     except DsdsimError as exc:
-        typer.echo(f"dsdsim: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", err=True)
+        echo(f"dsdsim: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", err=True)
+        sys.exit(2)
+    except UsageError as exc:
+        hint = f" (see `{exc.invocation.command_path} --help`)" if exc.invocation is not None else ""
+        echo(f"dsdsim: error: {' '.join(exc.message.split())}{hint}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
-    except Exception as exc:  # click/typer usage errors, from whichever click is in use
-        click_errors, no_args_error, abort_error = _click_exceptions()
-        if no_args_error is not None and isinstance(exc, no_args_error):
-            ctx = getattr(exc, "ctx", None)
-            typer.echo(ctx.get_help() if ctx is not None else "dsdsim --help")
-            sys.exit(0)
-        if abort_error is not None and isinstance(exc, abort_error):
-            typer.echo("dsdsim: aborted", err=True)
-            sys.exit(130)
-        if not isinstance(exc, click_errors):
-            raise
-        cause = getattr(exc, "__cause__", None)    # an option value typer checked with pydantic: say it in words
-        if hasattr(cause, "errors") and isinstance(getattr(exc, "message", None), str):
-            exc.message = pydantic_message(cause.errors()[0], typed=False)
-        msg = " ".join(exc.format_message().split())
-        ctx = getattr(exc, "ctx", None)
-        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        typer.echo(f"dsdsim: error: {msg}{hint}", err=True)
-        sys.exit(getattr(exc, "exit_code", 2) or 2)
     if isinstance(rv, int) and rv:
         sys.exit(rv)

@@ -5,9 +5,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-import typer
-
 from dsdsim.cli.app import app
+from dsdsim.cli.command import Option, echo
 from dsdsim.cli.options import Context, Device, Drafter, Engine, Hardware, Model, OptionalHardware, Tp
 from dsdsim.cli.output import (check_device, check_fixed_format, check_writable, need_torch, show,
                                with_status, write_atomic)
@@ -20,13 +19,13 @@ from dsdsim.export.render import kv_table, to_json
 @app.command()
 def probe(
     device: Device = "cpu",
-    output: Path = typer.Option(Path("probe.yaml"), "--output", "-o", help="Hardware spec YAML to write"),
-    name: Optional[str] = typer.Option(None, "--name", help="Spec name (default: from the device name)"),
-    threads: int = typer.Option(1, "--threads", help="torch threads on a CPU (validate uses the same)"),
-    quick: bool = typer.Option(False, "--quick", help="Smaller sweeps (a few seconds on a CPU)"),
-    sweeps: bool = typer.Option(True, "--sweeps/--no-sweeps",
-                                help="Also run the sweeps (GEMM over M, decode attention over context, kernel "
-                                     "floor, copy sizes) into SPEC.sweeps.json beside the spec"),
+    output: Path = Option(Path("probe.yaml"), "--output", "-o", help="Hardware spec YAML to write"),
+    name: Optional[str] = Option(None, "--name", help="Spec name (default: from the device name)"),
+    threads: int = Option(1, "--threads", help="torch threads on a CPU (validate uses the same)"),
+    quick: bool = Option(False, "--quick", help="Smaller sweeps (a few seconds on a CPU)"),
+    sweeps: bool = Option(True, "--sweeps/--no-sweeps",
+                          help="Also run the sweeps (GEMM over M, decode attention over context, kernel "
+                               "floor, copy sizes) into SPEC.sweeps.json beside the spec"),
 ) -> None:
     """Measure a device (streaming bandwidth, matmul peak per dtype, launch overhead eager and under CUDA
     graphs) into a hardware spec that every command accepts (`-g probe.yaml`); every figure is flagged
@@ -42,10 +41,10 @@ def probe(
     from dsdsim.bench.probe import run_probe, sweeps_path
     from dsdsim.specs.catalog import load_hardware
 
-    path = run_probe(device, output, name, lambda msg: typer.echo(f"  {msg}", err=True), threads, sweeps=sweeps,
+    path = run_probe(device, output, name, lambda msg: echo(f"  {msg}", err=True), threads, sweeps=sweeps,
                      quick=quick)
     spec = load_hardware(path)
-    typer.echo(f"wrote {path}" + (f" and {sweeps_path(path)}" if sweeps else ""), err=True)
+    echo(f"wrote {path}" + (f" and {sweeps_path(path)}" if sweeps else ""), err=True)
     show(kv_table(f"Probed {spec.name}", {
         "memory_bandwidth_bytes_per_s": spec.bandwidth,
         "peak_flops_per_s": {d.value: f.value for d, f in spec.peak_flops_per_s.items()},
@@ -76,24 +75,24 @@ def validate(
     model: Model = DEFAULT_MODEL,
     hardware: Hardware = ...,
     device: Device = "cpu",
-    quick: bool = typer.Option(False, "--quick", help="Small grid (well under 2 minutes on a laptop CPU)"),
-    output: Path = typer.Option(Path("validation"), "--output", "-o", help="Folder for report.json, summary.md, plot"),
+    quick: bool = Option(False, "--quick", help="Small grid (well under 2 minutes on a laptop CPU)"),
+    output: Path = Option(Path("validation"), "--output", "-o", help="Folder for report.json, summary.md, plot"),
     drafter: Drafter = DEFAULT_DRAFTER,
-    reduce: Optional[int] = typer.Option(None, "--reduce",
-                                         help="Divide widths by this factor where the real layer is too big "
-                                              "(default: 1 on GPU, 2 on CPU, 4 with --quick on CPU)"),
-    layers: Optional[int] = typer.Option(None, "--layers",
-                                         help="Keep only the first N layers (real widths; predictions use the "
-                                              "same truncated model), e.g. a large MoE on one GPU"),
-    grid: Optional[str] = typer.Option(None, "--grid",
-                                       help="Measurement grid: quick, full, gpu or tiny (default: gpu on CUDA, "
-                                            "quick with --quick, else full)"),
-    time_budget: Optional[float] = typer.Option(None, "--time-budget", min=1.0,
-                                                help="Seconds of measuring at most; items past it are skipped and "
-                                                     "listed, and the report is still complete"),
-    reanalyse: Optional[Path] = typer.Option(None, "--reanalyse",
-                                             help="Measure nothing: re-predict, re-calibrate and re-check the K "
-                                                  "table of this report.json with the current cost model"),
+    reduce: Optional[int] = Option(None, "--reduce",
+                                   help="Divide widths by this factor where the real layer is too big "
+                                        "(default: 1 on GPU, 2 on CPU, 4 with --quick on CPU)"),
+    layers: Optional[int] = Option(None, "--layers",
+                                   help="Keep only the first N layers (real widths; predictions use the "
+                                        "same truncated model), e.g. a large MoE on one GPU"),
+    grid: Optional[str] = Option(None, "--grid",
+                                 help="Measurement grid: quick, full, gpu or tiny (default: gpu on CUDA, "
+                                      "quick with --quick, else full)"),
+    time_budget: Optional[float] = Option(None, "--time-budget", min=1.0,
+                                          help="Seconds of measuring at most; items past it are skipped and "
+                                               "listed, and the report is still complete"),
+    reanalyse: Optional[Path] = Option(None, "--reanalyse",
+                                       help="Measure nothing: re-predict, re-calibrate and re-check the K "
+                                            "table of this report.json with the current cost model"),
 ) -> None:
     """Time the model's real operator shapes, whole passes and whole speculative steps (draft passes + verify
     pass + rejection sampling) with torch, compare with the prediction, calibrate on half the points and report
@@ -166,7 +165,7 @@ def _print_validation(rep) -> None:
     from dsdsim.fit.calibrate import implausible_figures
 
     for line in implausible_figures(rep.calibrated_hardware):     # the calibrated spec marks the same figures
-        typer.echo(f"warning: {line}", err=True)
+        echo(f"warning: {line}", err=True)
     for what, path in rep.paths.items():
         show(f"{what}: {path}")
 
@@ -188,12 +187,12 @@ def _reanalyse(report: Path, hardware: str, output: Path) -> None:
 @app.command()
 def loop(
     device: Device = "cpu",
-    k: int = typer.Option(DEFAULT_LOOP_K, "--k", "-k", help="Draft tokens per step (K >= 1)"),
-    batch: int = typer.Option(DEFAULT_LOOP_BATCH, "--batch-size", "--batch", "-b", help="Sequences decoded together"),
-    new_tokens: int = typer.Option(DEFAULT_LOOP_NEW_TOKENS, "--new-tokens", help="Tokens generated per sequence"),
+    k: int = Option(DEFAULT_LOOP_K, "--k", "-k", help="Draft tokens per step (K >= 1)"),
+    batch: int = Option(DEFAULT_LOOP_BATCH, "--batch-size", "--batch", "-b", help="Sequences decoded together"),
+    new_tokens: int = Option(DEFAULT_LOOP_NEW_TOKENS, "--new-tokens", help="Tokens generated per sequence"),
     hardware: OptionalHardware = None,
-    seed: int = typer.Option(0, "--seed", help="Seed of the random weights (prompts and samples follow it)"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the result as JSON to this file"),
+    seed: int = Option(0, "--seed", help="Seed of the random weights (prompts and samples follow it)"),
+    output: Optional[Path] = Option(None, "--output", "-o", help="Write the result as JSON to this file"),
 ) -> None:
     """Run a real speculative-decoding loop (draft -> verify -> rejection sampling, batched, KV caches) on small
     random-weight models; report per-position acceptance, the measured tau against the acceptance model's, and
@@ -217,7 +216,7 @@ def loop(
     data["device"] = device
     if output is not None:
         write_atomic(output, to_json(data) + "\n")
-        typer.echo(f"wrote {output}", err=True)
+        echo(f"wrote {output}", err=True)
     show(kv_table(f"speculative loop K={k}, B={batch} on {device}", {
         "alpha per position": ", ".join(f"{a:.3f}" for a in res.alpha), "tau measured": f"{res.tau_measured:.3f}",
         "tau from alpha (model)": f"{res.tau_model:.3f}", "step ms (median)": f"{res.step_s_median * 1e3:.3f}",
@@ -226,13 +225,13 @@ def loop(
 
 @app.command("comm-check")
 def comm_check(
-    backend: str = typer.Option("gloo", "--backend", help="nccl (GPU) or gloo (CPU)"),
-    device: str = typer.Option("cpu", "--device", help="torch device of this rank: cpu, cuda, cuda:1 "
-                                                      "(LOCAL_RANK picks the GPU under torchrun)"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the result as JSON to this file"),
-    world_size: int = typer.Option(1, "--world-size", "-n",
-                                   help="1: the one-process check; N > 1: N spawned ranks time all-reduce sizes "
-                                        "and a tensor-parallel MLP against the link model (N GPUs for nccl)"),
+    backend: str = Option("gloo", "--backend", help="nccl (GPU) or gloo (CPU)"),
+    device: str = Option("cpu", "--device", help="torch device of this rank: cpu, cuda, cuda:1 "
+                                                "(LOCAL_RANK picks the GPU under torchrun)"),
+    output: Optional[Path] = Option(None, "--output", "-o", help="Write the result as JSON to this file"),
+    world_size: int = Option(1, "--world-size", "-n",
+                             help="1: the one-process check; N > 1: N spawned ranks time all-reduce sizes "
+                                  "and a tensor-parallel MLP against the link model (N GPUs for nccl)"),
     hardware: OptionalHardware = None,
 ) -> None:
     """Prove the collective code path: with one process, init_process_group, all_reduce (small and 64 MiB,
@@ -256,7 +255,7 @@ def comm_check(
     res = nccl_smoke(device=device, backend=backend)
     if output is not None:
         write_atomic(output, to_json(res.to_json()) + "\n")
-        typer.echo(f"wrote {output}", err=True)
+        echo(f"wrote {output}", err=True)
     show(kv_table(f"{backend} world-size-1 check on {device}",
                   {k: v for k, v in res.to_json().items() if not isinstance(v, (dict, list))}))
     if not res.ok:
@@ -278,32 +277,32 @@ def _comm_sweep(backend: str, world_size: int, hardware: Optional[str], output: 
     rep = run_distributed(backend, world_size, hardware)
     if output is not None:
         write_atomic(output, to_json(rep.to_json()) + "\n")
-        typer.echo(f"wrote {output}", err=True)
-    typer.echo(to_json(rep.to_json()))
+        echo(f"wrote {output}", err=True)
+    echo(to_json(rep.to_json()))
 
 
 @app.command()
 def calibrate(
-    report: Optional[Path] = typer.Option(None, "--report", "-r",
-                                          help="A validation report.json, or a vLLM batch_stats JSON of measured step "
-                                               "times per (B, K): fits the HARDWARE spec"),
-    measurements: Optional[List[Path]] = typer.Option(
+    report: Optional[Path] = Option(None, "--report", "-r",
+                                    help="A validation report.json, or a vLLM batch_stats JSON of measured step "
+                                         "times per (B, K): fits the HARDWARE spec"),
+    measurements: Optional[List[Path]] = Option(
         None, "--measurements", help="Your measured points: a CSV batch_size,k,context,itl_ms,acceptance_length "
                                      "(itl_ms per output token), vllm bench serve --save-result JSON, or SGLang "
                                      "bench_serving JSON lines (repeatable): fits an ENGINE spec"),
     hardware: OptionalHardware = None,
-    output: Path = typer.Option(..., "--output", "-o", help="Calibrated spec YAML to write"),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model that was measured"),
+    output: Path = Option(..., "--output", "-o", help="Calibrated spec YAML to write"),
+    model: Optional[str] = Option(None, "--model", "-m", help="Model that was measured"),
     drafter: Drafter = DEFAULT_DRAFTER,
     context: Context = DEFAULT_CONTEXT,
     tp: Tp = 1,
     engine: Engine = DEFAULT_ENGINE,
-    name: Optional[str] = typer.Option(None, "--name", help="Name of the calibrated spec (default: "
-                                       "HARDWARE@calibrated-YYYY-MM-DD for a report)"),
-    date: Optional[str] = typer.Option(None, "--date", help="Date written into the fit's provenance (default today)"),
-    allow_other_device: bool = typer.Option(False, "--allow-other-device",
-                                            help="Calibrate even when the report was measured on another device "
-                                                 "than the spec describes"),
+    name: Optional[str] = Option(None, "--name", help="Name of the calibrated spec (default: "
+                                 "HARDWARE@calibrated-YYYY-MM-DD for a report)"),
+    date: Optional[str] = Option(None, "--date", help="Date written into the fit's provenance (default today)"),
+    allow_other_device: bool = Option(False, "--allow-other-device",
+                                      help="Calibrate even when the report was measured on another device "
+                                           "than the spec describes"),
 ) -> None:
     """Fit a spec to measurements and write it.
 
@@ -353,8 +352,8 @@ def calibrate(
 
         name = f"{hw.name}@calibrated-{datetime.date.today().isoformat()}"
     if data.get("partial"):
-        typer.echo(f"warning: --report {report} is partial (the run stopped after its {data.get('stage', 'first')} "
-                   "stage): calibrating on what it measured, and the spec's sources say so", err=True)
+        echo(f"warning: --report {report} is partial (the run stopped after its {data.get('stage', 'first')} "
+             "stage): calibrating on what it measured, and the spec's sources say so", err=True)
     try:
         spec, summary = with_status(f"fitting {name} to {report.name}", lambda: run_calibrate(
             report, hardware, output, model=model, drafter=drafter, context=context, name=name))
@@ -363,8 +362,8 @@ def calibrate(
             raise
         raise DsdsimError(f"--report {report}: cannot calibrate from it ({exc})") from None
     for line in implausible_figures(spec):     # one line each; the written figure says the same
-        typer.echo(f"warning: {line}", err=True)
-    typer.echo(f"wrote {output}", err=True)
+        echo(f"warning: {line}", err=True)
+    echo(f"wrote {output}", err=True)
     for key, e in (("uncalibrated", summary.uncalibrated), ("calibrated", summary.calibrated)):
         if e.n:
             show(f"{key}: n={e.n}, median |error| {_pct(e.median_abs_pct_error)}, MAPE {_pct(e.mape)}")

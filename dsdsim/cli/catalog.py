@@ -1,9 +1,8 @@
 """dsdsim list models|hardware and dsdsim show model|hardware: what the catalog knows."""
 from __future__ import annotations
 
-import typer
-
 from dsdsim.cli.app import list_app, show_app
+from dsdsim.cli.command import Argument
 from dsdsim.cli.options import ShowFmt, ShowFormat
 from dsdsim.cli.output import emit, show
 from dsdsim.export.render import to_json
@@ -49,7 +48,7 @@ def _render_rows(rows: list, fmt: ShowFormat, table) -> None:
 
 
 @show_app.command("model")
-def show_model(name: str = typer.Argument(..., help="A model name (dsdsim list models) or a path to a config.json"),
+def show_model(name: str = Argument(..., help="A model name (dsdsim list models) or a path to a config.json"),
                fmt: ShowFmt = ShowFormat.table) -> None:
     """One model: structure, parameter counts and KV-cache bytes per token, as dsdsim understood the config.
 
@@ -69,7 +68,7 @@ def show_model(name: str = typer.Argument(..., help="A model name (dsdsim list m
 
 
 @show_app.command("hardware")
-def show_hardware(name: str = typer.Argument(..., help="A hardware name (dsdsim list hardware) or a YAML/JSON path"),
+def show_hardware(name: str = Argument(..., help="A hardware name (dsdsim list hardware) or a YAML/JSON path"),
                   fmt: ShowFmt = ShowFormat.table) -> None:
     """One accelerator: capacities, dense peaks per dtype, ridge points, efficiencies and overheads, and each kernel
     figure with where it was measured (this part, or assumed from another), the fused-MoE kernel families included.

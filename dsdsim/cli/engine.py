@@ -5,9 +5,8 @@ import datetime as dt
 from pathlib import Path
 from typing import Optional, Sequence
 
-import typer
-
 from dsdsim.cli.app import list_app, show_app
+from dsdsim.cli.command import Argument, echo
 from dsdsim.cli.options import ShowFmt, ShowFormat
 from dsdsim.cli.output import check_writable, emit, show, with_status, write_atomic
 from dsdsim.errors import DsdsimError
@@ -97,8 +96,8 @@ def _yes(flag: bool) -> str:
 
 
 @show_app.command("engine")
-def show_engine(name: str = typer.Argument(..., help="An engine (vllm: its current release line), ENGINE@VERSION "
-                                           "(vllm@0.10.1), a spec name from `dsdsim list engines`, or a YAML path"),
+def show_engine(name: str = Argument(..., help="An engine (vllm: its current release line), ENGINE@VERSION "
+                                     "(vllm@0.10.1), a spec name from `dsdsim list engines`, or a YAML path"),
                 fmt: ShowFmt = ShowFormat.table) -> None:
     """One engine spec: the releases it covers, every term (what it is in the engine, host or GPU, what it scales
     with, its value and sourced range, whether fitted and on a bound), overlap, CUDA graphs, the fit."""
@@ -179,4 +178,4 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
     show("fitted: " + ", ".join(f"{k} {term_value_text(t)}" + (f" (on its {t.on_bound} bound)" if t.on_bound else "")
                                 for k in cal.keys_ for t in [spec.term(k)]))
     write_atomic(output, engine_yaml(spec))
-    typer.echo(f"wrote {output} (use it with --engine {output})", err=True)
+    echo(f"wrote {output} (use it with --engine {output})", err=True)

@@ -6,13 +6,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional
 
-import typer
-
 from dsdsim.cli.app import app
+from dsdsim.cli.command import Invocation, Option, echo
 from dsdsim.cli.options import (PREDICT_OPTIONS, BatchSize, Context, DeploymentArgs, K, Output, Plot, PredictFmt,
                                 ShowFmt, ShowFormat, SimulatedArgs, TableFmt, TableFormat, TreeFamilyOpt,
                                 step_from_options)
-from dsdsim.cli.output import (check_png, check_writable, emit, given, is_stdout, output_format, show_or_write,
+from dsdsim.cli.output import (check_png, check_writable, emit, is_stdout, output_format, show_or_write,
                                warn, with_progress)
 from dsdsim.cli.params import takes, without
 from dsdsim.defaults import DEFAULT_CONTEXT, DEFAULT_EXPLAIN_BATCH, DEFAULT_STEP_K
@@ -28,7 +27,7 @@ from dsdsim.policy.options import PredictOptions
 @app.command()
 @takes(sim=SimulatedArgs, deploy=DeploymentArgs)
 def explain(
-    ctx: typer.Context,
+    ctx: Invocation,
     sim: SimulatedArgs,
     deploy: DeploymentArgs,
     batch: BatchSize = DEFAULT_EXPLAIN_BATCH,
@@ -65,13 +64,13 @@ def explain(
 @app.command()
 @takes(PREDICT_OPTIONS, sim=SimulatedArgs, deploy=DeploymentArgs, options=PredictOptions)
 def predict(
-    ctx: typer.Context,
+    ctx: Invocation,
     sim: SimulatedArgs,
     deploy: DeploymentArgs,
     options: PredictOptions,
-    contexts: Optional[str] = typer.Option(None, "--contexts",
-                                           help="Context axis: a comma list (1024,8192,32768) gives the K table over "
-                                                "batch x context (table or json)"),
+    contexts: Optional[str] = Option(None, "--contexts",
+                                     help="Context axis: a comma list (1024,8192,32768) gives the K table over "
+                                          "batch x context (table or json)"),
     tree_family: TreeFamilyOpt = None,
     fmt: PredictFmt = PredictFormat.table,
     output: Output = None,
@@ -103,12 +102,12 @@ def predict(
     target = dict(model=sim.model, hardware=sim.hardware, deployment=deploy.deployment(), drafter=sim.drafter_spec(),
                   engine=sim.engine)
     if contexts is not None:
-        if given(ctx, "context"):
+        if ctx.given("context"):
             raise DsdsimError("give either --context (one length) or --contexts (a list), not both")
         for name, option, why in (("plot", "--plot", "draws one context"),
                                   ("acceptance_band", "--acceptance-band", "adds a robust K to one table"),
                                   ("fixed_k", "--fixed-k", "sets the comparison column of one table")):
-            if given(ctx, name):
+            if ctx.given(name):
                 raise DsdsimError(f"{option} {why}; the --contexts grid shows the table's K only: drop one of them")
         return _predict_contexts(contexts, fmt, output, options=options, **target)
     p = run_predict(**target, options=options)
@@ -119,7 +118,7 @@ def predict(
         from dsdsim.export.plots import PredictionDisplay, save_png
 
         save_png(PredictionDisplay.from_prediction(p).plot(), plot)
-        typer.echo(f"wrote {plot}", err=True)
+        echo(f"wrote {plot}", err=True)
     if text is not None:
         return emit(text, output)
     from dsdsim.export.render import prediction_view
@@ -152,8 +151,8 @@ def _warn_about_table(p, fmt: PredictFormat) -> None:
         for line in table_warnings(p, fmt):
             warn(line)
     if fmt is not PredictFormat.vllm_batch_stats:
-        typer.echo(f"dsdsim: {table_summary(p)}" + (" (--tolerance 0: the exact table)" if tolerance_merged(p) else ""),
-                   err=True)
+        echo(f"dsdsim: {table_summary(p)}" + (" (--tolerance 0: the exact table)" if tolerance_merged(p) else ""),
+             err=True)
 
 
 # what --tree-family cannot be given with, and why (each tree brings its own acceptance length)
@@ -174,7 +173,7 @@ def _predict_tree_family(ctx, sim: SimulatedArgs, deploy: DeploymentArgs, option
     from dsdsim.policy.trees import parse_tree_family, predict_tree_family
 
     for name, option, why in _NOT_WITH_TREE_FAMILY:
-        if given(ctx, name):
+        if ctx.given(name):
             raise DsdsimError(f"{option} {why}; --tree-family brings its trees, each with its measured acceptance "
                               f"length: drop {option}")
     early = views.early_refusal(fmt)
@@ -189,7 +188,7 @@ def _predict_tree_family(ctx, sim: SimulatedArgs, deploy: DeploymentArgs, option
         from dsdsim.export.plots import TreeFamilyDisplay, save_png
 
         save_png(TreeFamilyDisplay.from_prediction(p).plot(), plot)
-        typer.echo(f"wrote {plot}", err=True)
+        echo(f"wrote {plot}", err=True)
     if rendered is None:
         return show_or_write(views.family_table(p), output)
     emit(rendered, output)
@@ -221,18 +220,18 @@ def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **k
 @takes(PREDICT_OPTIONS, sim=without(SimulatedArgs, "model", "hardware"), deploy=without(DeploymentArgs, "tp", "ep", "pp"),
        options=without(PredictOptions, "fixed_k", "max_distinct_k", "acceptance_band", "tolerance"))
 def plan(
-    ctx: typer.Context,
-    model: str = typer.Option(..., "--model", "-m", help="Target model name or config.json path"),
-    candidates: str = typer.Option(..., "--candidates", "-g",
-                                   help="Comma list of HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8,h200-sxm:tp4"),
-    itl_slo_ms: float = typer.Option(..., "--itl-slo-ms", help="Per-sequence inter-token latency target (ms)"),
+    ctx: Invocation,
+    model: str = Option(..., "--model", "-m", help="Target model name or config.json path"),
+    candidates: str = Option(..., "--candidates", "-g",
+                             help="Comma list of HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8,h200-sxm:tp4"),
+    itl_slo_ms: float = Option(..., "--itl-slo-ms", help="Per-sequence inter-token latency target (ms)"),
     sim: SimulatedArgs = None,
     deploy: DeploymentArgs = None,
     options: PredictOptions = None,
-    target_tokens_per_s: Optional[float] = typer.Option(None, "--target-tokens-per-s",
-                                                        help="Aggregate output rate to size the fleet for"),
-    price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour",
-                                                       help="Your price per GPU-hour (no prices are shipped)"),
+    target_tokens_per_s: Optional[float] = Option(None, "--target-tokens-per-s",
+                                                  help="Aggregate output rate to size the fleet for"),
+    price_per_gpu_hour: Optional[float] = Option(None, "--price-per-gpu-hour",
+                                                 help="Your price per GPU-hour (no prices are shipped)"),
     fmt: TableFmt = TableFormat.table,
     output: Output = None,
 ) -> None:
@@ -287,23 +286,23 @@ class AccuracySplit(str, Enum):
 
 @app.command()
 def accuracy(
-    ctx: typer.Context,
-    split: AccuracySplit = typer.Option(AccuracySplit.all, "--split", help="train (may be fitted on), test (never "
-                                        "fitted on) or all"),
-    measured_on: Optional[str] = typer.Option(None, "--measured-on", help="Only cases measured on this engine (the "
-                                              "case's engine field: vllm, sglang, tensorrt-llm, gpt-fast, magicdec)"),
-    engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Predict every case with this engine spec "
-                                         "(name or YAML path; ideal = kernels only). Default: each case with the "
-                                         "engine it was measured on (vllm, sglang, trtllm; ideal for compiled loops)"),
+    ctx: Invocation,
+    split: AccuracySplit = Option(AccuracySplit.all, "--split", help="train (may be fitted on), test (never "
+                                  "fitted on) or all"),
+    measured_on: Optional[str] = Option(None, "--measured-on", help="Only cases measured on this engine (the "
+                                        "case's engine field: vllm, sglang, tensorrt-llm, gpt-fast, magicdec)"),
+    engine: Optional[str] = Option(None, "--engine", "-e", help="Predict every case with this engine spec "
+                                   "(name or YAML path; ideal = kernels only). Default: each case with the "
+                                   "engine it was measured on (vllm, sglang, trtllm; ideal for compiled loops)"),
     fmt: TableFmt = TableFormat.table,
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw predicted vs measured (PNG, log axes)"),
+    plot: Optional[Path] = Option(None, "--plot", help="Also draw predicted vs measured (PNG, log axes)"),
     output: Output = None,
-    corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR",
-                                          help="A folder of measurement YAML files (default: the shipped corpus)"),
-    cv: Optional[str] = typer.Option(None, "--cv", metavar="source",
-                                     help="source: the leave-one-source-out error (every fitted figure refitted "
-                                          "without each source in turn, that source predicted): the error to expect "
-                                          "on a setup no source measured"),
+    corpus: Optional[Path] = Option(None, "--corpus", metavar="DIR",
+                                    help="A folder of measurement YAML files (default: the shipped corpus)"),
+    cv: Optional[str] = Option(None, "--cv", metavar="source",
+                               help="source: the leave-one-source-out error (every fitted figure refitted "
+                                    "without each source in turn, that source predicted): the error to expect "
+                                    "on a setup no source measured"),
 ) -> None:
     """Predict every public measurement in the corpus with the shipped defaults (no calibration) and report the
     relative error per case, then the median and max |error| per split and per group.
@@ -341,7 +340,7 @@ def accuracy(
         from dsdsim.export.plots import save_png
 
         save_png(AccuracyDisplay.from_report(report).plot(), plot)
-        typer.echo(f"wrote {plot}", err=True)
+        echo(f"wrote {plot}", err=True)
     if fmt is TableFormat.json:
         return emit(to_json(report.to_dict()), output)
     if fmt is TableFormat.csv:

@@ -1,6 +1,6 @@
 """Every command-line option that more than one command takes, declared once.
 
-Each alias is ``Annotated[type, typer.Option(...)]``: a command writes ``model: Model = DEFAULT_MODEL`` and gets
+Each alias is ``Annotated[type, Option(...)]``: a command writes ``model: Model = DEFAULT_MODEL`` and gets
 the same long name, short flag and help text as every other command. Defaults come from dsdsim.defaults.
 """
 from __future__ import annotations
@@ -9,8 +9,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
-import typer
-
+from dsdsim.cli.command import Option
 from dsdsim.defaults import (DEFAULT_BATCH_SIZES, DEFAULT_DP_ATTENTION, DEFAULT_DRAFT_TREE, DEFAULT_DRAFTER,
                              DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MEMORY_UTILIZATION,
                              DEFAULT_MODEL, DEFAULT_TOLERANCE)
@@ -45,60 +44,60 @@ class TableFormat(str, Enum):
 
 # --- what is simulated --------------------------------------------------------------------------------
 
-Model = Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP)]
-Hardware = Annotated[str, typer.Option("--hardware", "-g", help=HARDWARE_HELP)]
-OptionalHardware = Annotated[Optional[str], typer.Option("--hardware", "-g", help=HARDWARE_HELP)]
-Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel GPUs (weights and heads split tp ways)")]
-Pp = Annotated[int, typer.Option("--pp", help="Pipeline stages, each on tp GPUs (tp x pp GPUs; consecutive layers "
-                                                "per stage, split as vLLM splits them); plain decoding only")]
-Ep = Annotated[int, typer.Option("--ep", help="Expert-parallel groups inside the tp GPUs (must divide tp)")]
-WeightDType = Annotated[Optional[str], typer.Option("--dtype", help="Weight format (default: the checkpoint's)")]
-KvDType = Annotated[str, typer.Option("--kv-dtype", help="KV-cache format")]
-ExpertOverlap = Annotated[float, typer.Option(
+Model = Annotated[str, Option("--model", "-m", help=MODEL_HELP)]
+Hardware = Annotated[str, Option("--hardware", "-g", help=HARDWARE_HELP)]
+OptionalHardware = Annotated[Optional[str], Option("--hardware", "-g", help=HARDWARE_HELP)]
+Tp = Annotated[int, Option("--tp", help="Tensor-parallel GPUs (weights and heads split tp ways)")]
+Pp = Annotated[int, Option("--pp", help="Pipeline stages, each on tp GPUs (tp x pp GPUs; consecutive layers "
+                                          "per stage, split as vLLM splits them); plain decoding only")]
+Ep = Annotated[int, Option("--ep", help="Expert-parallel groups inside the tp GPUs (must divide tp)")]
+WeightDType = Annotated[Optional[str], Option("--dtype", help="Weight format (default: the checkpoint's)")]
+KvDType = Annotated[str, Option("--kv-dtype", help="KV-cache format")]
+ExpertOverlap = Annotated[float, Option(
     "--expert-overlap", help="MoE: share of a token's experts reused by the next token of the same sequence "
                              "(0 = independent routing; e.g. 0.38 reported for a 128-expert top-8 model)")]
-Eager = Annotated[bool, typer.Option("--eager", help="No CUDA graphs: eager per-kernel launch cost")]
-MemoryUtilization = Annotated[float, typer.Option("--memory-utilization", help="Usable share of GPU memory")]
-Drafter = Annotated[str, typer.Option("--drafter", "-d", help=DRAFTER_HELP)]
-OptionalDrafter = Annotated[Optional[str], typer.Option("--drafter", "-d", help=DRAFTER_HELP)]
-Acceptance = Annotated[Optional[str], typer.Option("--acceptance", "-a", help=ACCEPTANCE_HELP)]
-Context = Annotated[int, typer.Option("--context", "-c", help="Tokens already in each sequence's KV cache")]
-BatchSizes = Annotated[Optional[str], typer.Option(
+Eager = Annotated[bool, Option("--eager", help="No CUDA graphs: eager per-kernel launch cost")]
+MemoryUtilization = Annotated[float, Option("--memory-utilization", help="Usable share of GPU memory")]
+Drafter = Annotated[str, Option("--drafter", "-d", help=DRAFTER_HELP)]
+OptionalDrafter = Annotated[Optional[str], Option("--drafter", "-d", help=DRAFTER_HELP)]
+Acceptance = Annotated[Optional[str], Option("--acceptance", "-a", help=ACCEPTANCE_HELP)]
+Context = Annotated[int, Option("--context", "-c", help="Tokens already in each sequence's KV cache")]
+BatchSizes = Annotated[Optional[str], Option(
     "--batch-sizes", "-b",
     help=f"Batch sizes: a list (1,2,4,8) or a range (1-1024, 1-256:8); default {DEFAULT_BATCH_SIZES}")]
-BatchSize = Annotated[int, typer.Option("--batch-size", "--batch", "-b", help="Sequences in the step (batch size B)")]
-K = Annotated[int, typer.Option("--k", "-k", help="Draft tokens K per sequence (0 = plain decoding)")]
-MaxK = Annotated[Optional[int], typer.Option(
+BatchSize = Annotated[int, Option("--batch-size", "--batch", "-b", help="Sequences in the step (batch size B)")]
+K = Annotated[int, Option("--k", "-k", help="Draft tokens K per sequence (0 = plain decoding)")]
+MaxK = Annotated[Optional[int], Option(
     "--max-k", help="Largest K considered (default: 8, or the drafter's limit when lower, e.g. medusa's heads)")]
 ENGINE_HELP = ("Serving engine whose costs are added to the kernels: a name from `dsdsim list engines` (vllm, sglang, "
                "trtllm, ideal = kernels only) or an engine spec YAML path (e.g. from `dsdsim calibrate --measurements`)")
-Engine = Annotated[str, typer.Option("--engine", "-e", help=ENGINE_HELP)]
+Engine = Annotated[str, Option("--engine", "-e", help=ENGINE_HELP)]
 DRAFT_TREE_HELP = ("Draft a tree instead of a chain: STEPS,TOPK,TOKENS (e.g. 4,4,16) = STEPS draft passes keeping "
                    "TOPK candidates per sequence, TOKENS draft tokens verified (+1 root: SGLang's "
                    "--speculative-num-draft-tokens is TOKENS+1). Replaces the K axis (tree or plain decoding); "
                    "acceptance is the AL measured with the tree: -a al=2.55@tree. eagle, eagle3, mtp, draft-model")
-DraftTreeOpt = Annotated[Optional[str], typer.Option("--draft-tree", metavar="STEPS,TOPK,TOKENS",
-                                                     help=DRAFT_TREE_HELP)]
+DraftTreeOpt = Annotated[Optional[str], Option("--draft-tree", metavar="STEPS,TOPK,TOKENS",
+                                               help=DRAFT_TREE_HELP)]
 TREE_FAMILY_HELP = ("A family of draft trees, each with the mean acceptance length measured with it: "
                     "STEPS,TOPK,TOKENS@AL items separated by ';', e.g. \"3,3,4@2.017;4,4,16@2.542;7,10,64@3.034\". "
                     "Prints the best tree (or plain decoding) per batch size, its ranges and the gain over the best "
                     "single tree (table, json, csv). Replaces --draft-tree and -a (each tree brings its AL)")
-TreeFamilyOpt = Annotated[Optional[str], typer.Option("--tree-family", metavar="STEPS,TOPK,TOKENS@AL;...",
-                                                      help=TREE_FAMILY_HELP)]
+TreeFamilyOpt = Annotated[Optional[str], Option("--tree-family", metavar="STEPS,TOPK,TOKENS@AL;...",
+                                                help=TREE_FAMILY_HELP)]
 TOLERANCE_HELP = (f"Goodput any batch size may give up against its best K so that the K table has fewer ranges: a "
                   f"fraction (0.005) or a percentage (0.5%); 0 = the exact best K per batch size. Default "
                   f"{100 * DEFAULT_TOLERANCE:g}%")
-Tolerance = Annotated[Optional[str], typer.Option("--tolerance", metavar="FRACTION|PERCENT%", help=TOLERANCE_HELP)]
-DpAttention = Annotated[bool, typer.Option(
+Tolerance = Annotated[Optional[str], Option("--tolerance", metavar="FRACTION|PERCENT%", help=TOLERANCE_HELP)]
+DpAttention = Annotated[bool, Option(
     "--dp-attention", help="MLA models on tp >= 2: data-parallel attention as SGLang runs it (each GPU attends for "
                            "its own B/tp sequences with all heads and holds attention weights whole; MoE tokens "
                            "move by all-to-all under --ep). Default: tensor-parallel attention, as vLLM runs it")]
 
-FixedK = Annotated[Optional[int], typer.Option(
+FixedK = Annotated[Optional[int], Option(
     "--fixed-k", help="The static K to compare against (default: 3, or --max-k if lower)")]
-MaxDistinctK = Annotated[Optional[int], typer.Option(
+MaxDistinctK = Annotated[Optional[int], Option(
     "--max-distinct-k", min=1, help="At most this many distinct K in the table (each is a CUDA-graph capture)")]
-AcceptanceBand = Annotated[Optional[float], typer.Option(
+AcceptanceBand = Annotated[Optional[float], Option(
     "--acceptance-band", help="+/- change of every alpha: adds a robust K choice and its regret")]
 
 # The K policy's options (dsdsim.policy.options.PredictOptions) by field: the API object carries the defaults.
@@ -145,17 +144,17 @@ class DeploymentArgs:
 
 # --- where results go ---------------------------------------------------------------------------------
 
-Output = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout")]
-PngOutput = Annotated[Path, typer.Option("--output", "-o", help="PNG file to write")]
-Plot = Annotated[Optional[Path], typer.Option("--plot", help="Also draw a figure into this PNG file")]
-ShowFmt = Annotated[ShowFormat, typer.Option("--format", "-f", help="table | json")]
-TableFmt = Annotated[TableFormat, typer.Option("--format", "-f", help="table | json | csv")]
-PredictFmt = Annotated[PredictFormat, typer.Option(
+Output = Annotated[Optional[Path], Option("--output", "-o", help="Write to this file instead of stdout")]
+PngOutput = Annotated[Path, Option("--output", "-o", help="PNG file to write")]
+Plot = Annotated[Optional[Path], Option("--plot", help="Also draw a figure into this PNG file")]
+ShowFmt = Annotated[ShowFormat, Option("--format", "-f", help="table | json")]
+TableFmt = Annotated[TableFormat, Option("--format", "-f", help="table | json | csv")]
+PredictFmt = Annotated[PredictFormat, Option(
     "--format", "-f", help="table | json | csv | vllm | vllm-batch-stats | sglang | trtllm")]
 
 # --- measuring (torch) --------------------------------------------------------------------------------
 
-Device = Annotated[str, typer.Option("--device", help="torch device: cpu, cuda, cuda:1")]
+Device = Annotated[str, Option("--device", help="torch device: cpu, cuda, cuda:1")]
 
 
 def drafter_from_options(drafter: Optional[str], draft_tree: Optional[str]):

@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import typer
-
+from dsdsim.cli.command import Invocation, echo
 from dsdsim.errors import DsdsimError
 from dsdsim.export import files
 
@@ -40,13 +39,7 @@ def show(renderable) -> None:
 
 def warn(message: str) -> None:
     """One line on stderr; the command goes on."""
-    typer.echo(f"dsdsim: warning: {message}", err=True)
-
-
-def given(ctx, name: str) -> bool:
-    """Whether the user typed option `name` (its value did not come from the default)."""
-    source = ctx.get_parameter_source(name)       # an enum of whichever click typer runs on: compare names
-    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+    echo(f"dsdsim: warning: {message}", err=True)
 
 
 is_stdout = files.is_stdout          # `-o -`: standard output, for every command that writes
@@ -91,7 +84,7 @@ def emit(text: str, output: Optional[Path]) -> None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:
         write_atomic(output, text if text.endswith("\n") else text + "\n")
-        typer.echo(f"wrote {output}", err=True)
+        echo(f"wrote {output}", err=True)
 
 
 # what each --format writes, by file suffix; a format missing here has no suffix of its own
@@ -100,7 +93,7 @@ FORMAT_SUFFIXES = {"table": ".txt", "json": ".json", "csv": ".csv", "vllm": ".js
 _SUFFIX_FORMATS = {".txt": "table", ".json": "json", ".csv": "csv"}
 
 
-def output_format(ctx, fmt, output: Optional[Path]):
+def output_format(ctx: Invocation, fmt, output: Optional[Path]):
     """The format to write: ``--format`` when given, else the one the ``-o`` file's suffix names (.json, .csv,
     .txt for the table as plain text). A ``--format`` whose suffix differs from a known suffix of ``-o`` is an
     error (nothing is written); a file with another suffix takes ``--format`` as given."""
@@ -109,7 +102,7 @@ def output_format(ctx, fmt, output: Optional[Path]):
     kind = type(fmt)
     suffix = Path(output).suffix.lower()
     named = _SUFFIX_FORMATS.get(suffix)
-    if not given(ctx, "fmt"):
+    if not ctx.given("fmt"):
         if named is None:
             known = ", ".join(f"{s} ({f})" for s, f in _SUFFIX_FORMATS.items())
             raise DsdsimError(f"cannot tell the format of -o {output} from its suffix: add --format or name the "

@@ -1,9 +1,9 @@
 """Command parameters derived from typed option objects, so a group of options is listed once.
 
 A command writes ``@takes(deployment=DeploymentArgs)`` and a parameter ``deployment: DeploymentArgs``; the
-decorator puts the dataclass's fields in that parameter's place in the command's signature (typer reads each as
-an option, with the field's ``Annotated`` declaration and default) and calls the command with the object built
-from them. explain, predict, plan and the plots then share one declaration of, say, the deployment options
+decorator puts the dataclass's fields in that parameter's place in the command's signature (``dsdsim.cli.command``
+reads each as an option, with the field's ``Annotated`` declaration and default) and calls the command with the
+object built from them. explain, predict, plan and the plots then share one declaration of, say, the deployment options
 instead of re-listing eight parameters each.
 
 ``without(OptionClass, "hardware")`` leaves fields out (the object gets their defaults): ``plan`` takes its
@@ -76,7 +76,7 @@ def takes(declarations: Optional[Mapping[str, Any]] = None, **groups: type | Wit
         command.__signature__ = sig.replace(parameters=params)
         command.__annotations__ = {p.name: p.annotation for p in params
                                    if p.annotation is not inspect.Parameter.empty}
-        del command.__wrapped__       # typer must read the expanded signature, not the original
+        del command.__wrapped__       # the expanded signature is read, not the original
         return command
 
     return decorate

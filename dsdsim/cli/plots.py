@@ -1,9 +1,8 @@
 """dsdsim plot roofline | sensitivity: figures (matplotlib is imported only when a command draws)."""
 from __future__ import annotations
 
-import typer
-
 from dsdsim.cli.app import plot_app
+from dsdsim.cli.command import Option, echo
 from dsdsim.cli.options import BatchSize, Context, DeploymentArgs, K, PngOutput, SimulatedArgs, step_from_options
 from dsdsim.cli.output import check_png
 from dsdsim.cli.params import takes, without
@@ -33,7 +32,7 @@ def plot_roofline(
     check_png(output, "--output")
     step = step_from_options(sim, deploy.deployment(), batch, k, context)
     save_png(RooflineDisplay.from_step(step).plot(), output)
-    typer.echo(f"wrote {output}", err=True)
+    echo(f"wrote {output}", err=True)
 
 
 @plot_app.command("sensitivity")
@@ -42,9 +41,9 @@ def plot_sensitivity(
     output: PngOutput,
     sim: SimulatedArgs,
     deploy: DeploymentArgs,
-    alphas: str = typer.Option(DEFAULT_SENSITIVITY_ALPHAS, "--alphas", help="Constant acceptance values to compare"),
-    contexts: str = typer.Option(DEFAULT_SENSITIVITY_CONTEXTS, "--contexts", help="Context lengths to compare"),
-    batch_sizes: str = typer.Option(DEFAULT_SENSITIVITY_BATCH_SIZES, "--batch-sizes", "-b", help="Batch sizes"),
+    alphas: str = Option(DEFAULT_SENSITIVITY_ALPHAS, "--alphas", help="Constant acceptance values to compare"),
+    contexts: str = Option(DEFAULT_SENSITIVITY_CONTEXTS, "--contexts", help="Context lengths to compare"),
+    batch_sizes: str = Option(DEFAULT_SENSITIVITY_BATCH_SIZES, "--batch-sizes", "-b", help="Batch sizes"),
 ) -> None:
     """How the K table and the speedup move when acceptance or context change (K* and speedup vs batch).
 
@@ -67,7 +66,7 @@ def plot_sensitivity(
     frame = sensitivity(sim.model, sim.hardware, a_list, c_list, deployment=dep, drafter=drafter,
                         batch_sizes=batch_sizes, engine=sim.engine)
     save_png(SensitivityDisplay.from_frame(frame, title=_setup_title(sim, dep, drafter)).plot(), output)
-    typer.echo(f"wrote {output}", err=True)
+    echo(f"wrote {output}", err=True)
 
 
 def _setup_title(sim: SimulatedArgs, dep, drafter) -> str:

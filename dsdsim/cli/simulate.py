@@ -13,12 +13,11 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Annotated, Optional
 
-import typer
-
 from dsdsim.cli import model as _model_commands     # plan is declared there; --simulate extends it below
 from dsdsim.cli.app import app
+from dsdsim.cli.command import Invocation, Option, echo
 from dsdsim.cli.options import (Acceptance, DeploymentArgs, Output, Plot, SimulatedArgs, TableFmt, TableFormat)
-from dsdsim.cli.output import (check_png, check_writable, emit, given, is_stdout, output_format, show_or_write,
+from dsdsim.cli.output import (check_png, check_writable, emit, is_stdout, output_format, show_or_write,
                                with_progress)
 from dsdsim.cli.params import option_fields, takes, without
 from dsdsim.defaults import (DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_POLICIES, DEFAULT_REQUESTS, DEFAULT_SEED,
@@ -53,23 +52,23 @@ EXECUTOR_HELP = ("Where the simulations run (one per policy and load; plan --sim
 class ServeArgs:
     """What is served and how the server schedules it: the options simulate and plan --simulate share."""
 
-    workload: Annotated[str, typer.Option("--workload", metavar="KIND[:ARGS]", help=WORKLOAD_HELP)] = DEFAULT_WORKLOAD
-    requests: Annotated[int, typer.Option("--requests", metavar="N",
-                                          help="Requests to simulate")] = DEFAULT_REQUESTS
-    input_len: Annotated[str, typer.Option("--input-len", metavar="LENGTHS",
-                                           help=f"Prompt tokens per request: {LENGTH_HELP}")] = DEFAULT_INPUT_LEN
-    output_len: Annotated[str, typer.Option("--output-len", metavar="LENGTHS",
-                                            help=f"Output tokens per request: {LENGTH_HELP}")] = DEFAULT_OUTPUT_LEN
-    policies: Annotated[str, typer.Option("--policies", metavar="LIST", help=POLICIES_HELP)] = DEFAULT_POLICIES
-    max_num_seqs: Annotated[Optional[int], typer.Option(
+    workload: Annotated[str, Option("--workload", metavar="KIND[:ARGS]", help=WORKLOAD_HELP)] = DEFAULT_WORKLOAD
+    requests: Annotated[int, Option("--requests", metavar="N",
+                                    help="Requests to simulate")] = DEFAULT_REQUESTS
+    input_len: Annotated[str, Option("--input-len", metavar="LENGTHS",
+                                     help=f"Prompt tokens per request: {LENGTH_HELP}")] = DEFAULT_INPUT_LEN
+    output_len: Annotated[str, Option("--output-len", metavar="LENGTHS",
+                                      help=f"Output tokens per request: {LENGTH_HELP}")] = DEFAULT_OUTPUT_LEN
+    policies: Annotated[str, Option("--policies", metavar="LIST", help=POLICIES_HELP)] = DEFAULT_POLICIES
+    max_num_seqs: Annotated[Optional[int], Option(
         "--max-num-seqs", help="Most requests in one step (vLLM's max_num_seqs; default 256)")] = None
-    max_num_batched_tokens: Annotated[Optional[int], typer.Option(
+    max_num_batched_tokens: Annotated[Optional[int], Option(
         "--max-num-batched-tokens", help="Most tokens in one step, prefill chunks and drafts included (vLLM's "
                                          "max_num_batched_tokens; default 8192)")] = None
-    slo: Annotated[Optional[str], typer.Option("--slo", metavar="ttft=MS,tpot=MS", help=SLO_HELP)] = None
-    seed: Annotated[int, typer.Option("--seed", help="Random seed of arrivals, lengths and acceptance")] = DEFAULT_SEED
-    executor: Annotated[Optional[str], typer.Option("--executor", metavar="local|processes|dask://HOST:PORT",
-                                                    help=EXECUTOR_HELP)] = None
+    slo: Annotated[Optional[str], Option("--slo", metavar="ttft=MS,tpot=MS", help=SLO_HELP)] = None
+    seed: Annotated[int, Option("--seed", help="Random seed of arrivals, lengths and acceptance")] = DEFAULT_SEED
+    executor: Annotated[Optional[str], Option("--executor", metavar="local|processes|dask://HOST:PORT",
+                                              help=EXECUTOR_HELP)] = None
 
     def simulation(self, setup, acceptance, memory_utilization: float, slo: Optional[str] = None):
         """The Simulation job these options describe on ``setup`` (texts checked here, before any work)."""
@@ -105,15 +104,15 @@ class ServeArgs:
 @app.command()
 @takes(sim=without(SimulatedArgs, "draft_tree"), deploy=DeploymentArgs, serve=ServeArgs)
 def simulate(
-    ctx: typer.Context,
+    ctx: Invocation,
     sim: SimulatedArgs,
     deploy: DeploymentArgs,
     serve: ServeArgs,
     acceptance: Acceptance = None,
-    sweep: Optional[str] = typer.Option(None, "--sweep", metavar="KIND:L1,L2,...",
-                                        help="Run at each load: poisson:1,2,4,8 (QPS), gamma:1,2,4:CV, "
-                                             "closed:1,8,32,64 (concurrency); one row per load and policy (replaces "
-                                             "--workload)"),
+    sweep: Optional[str] = Option(None, "--sweep", metavar="KIND:L1,L2,...",
+                                  help="Run at each load: poisson:1,2,4,8 (QPS), gamma:1,2,4:CV, "
+                                       "closed:1,8,32,64 (concurrency); one row per load and policy (replaces "
+                                       "--workload)"),
     fmt: TableFmt = TableFormat.table,
     output: Output = None,
     plot: Plot = None,
@@ -148,7 +147,7 @@ def simulate(
         check_png(plot, "--plot")
         if is_stdout(plot) and (output is None or is_stdout(output)):
             raise DsdsimError("--plot - and the simulate output would both go to standard output; write one to a file")
-    if sweep is not None and given(ctx, "workload"):
+    if sweep is not None and ctx.given("workload"):
         raise DsdsimError("--sweep sets the workload at each load: give either --workload or --sweep, not both")
     loads = None
     if sweep is not None:
@@ -156,7 +155,7 @@ def simulate(
 
         loads = parse_loads(sweep)
     setup = resolve(sim.model, sim.hardware, deploy.deployment(), sim.drafter_spec(), sim.engine)
-    if setup.drafter is None and not given(ctx, "policies"):
+    if setup.drafter is None and not ctx.given("policies"):
         serve = replace(serve, policies="none")       # -d none: the one policy that runs without a drafter
     job = serve.simulation(setup, acceptance, deploy.memory_utilization)
     quiet = fmt is TableFormat.json and (output is None or is_stdout(output))
@@ -198,7 +197,7 @@ def _save_plot(display, plot: Path) -> None:
 
     save_png(display.plot(), plot)
     display.close()
-    typer.echo(f"wrote {plot}", err=True)
+    echo(f"wrote {plot}", err=True)
 
 
 def _write(fmt, output: Optional[Path], as_dict, as_csv, as_view) -> None:
@@ -230,7 +229,7 @@ def _notes(job) -> list[str]:
 
 # --- plan --simulate ------------------------------------------------------------------------------------------------
 
-SIMULATE_FLAG = Annotated[bool, typer.Option(
+SIMULATE_FLAG = Annotated[bool, Option(
     "--simulate", help="Also simulate serving on each candidate: for each --policies policy, the largest load "
                        "(concurrency for --workload closed:C, QPS for poisson/gamma, starting there) at which 90% of "
                        "requests meet --slo (default tpot = --itl-slo-ms); a column per policy")]
@@ -267,7 +266,7 @@ def _extend_plan() -> None:
         simulate_ = kwargs.pop("simulate")
         serve = ServeArgs(**{n: kwargs.pop(n) for n in names})
         if not simulate_:
-            typed = [f"--{n.replace('_', '-')}" for n in names if given(kwargs["ctx"], n)]
+            typed = [f"--{n.replace('_', '-')}" for n in names if kwargs["ctx"].given(n)]
             if typed:
                 one = len(typed) == 1
                 raise DsdsimError(f"{', '.join(typed)} {'is' if one else 'are'} for plan --simulate; add --simulate "
@@ -306,7 +305,7 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
     drafter = "none" if spec is None else spec.label + (f" ({spec.tree.label})" if spec.tree is not None else "")
     dep = deploy.deployment()
     cands = [c for c in candidates.split(",") if c.strip()]
-    if spec is None and not given(ctx, "policies"):
+    if spec is None and not ctx.given("policies"):
         serve = replace(serve, policies="none")       # -d none: the one policy that runs without a drafter
     slo = serve.slo if serve.slo is not None else f"tpot={itl_slo_ms:g}"
     base = serve.simulation(None, options.acceptance, deploy.memory_utilization, slo=slo)
