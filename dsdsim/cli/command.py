@@ -315,7 +315,10 @@ def _parse(invocation: Invocation, params: list[Param], argv: list[str],
         token = argv[i]
         i += 1
         if token == "--":
-            free.extend(argv[i:])
+            if stop_at_positional:
+                rest = argv[i:]
+            else:
+                free.extend(argv[i:])
             break
         if not token.startswith("-") or token == "-":
             if stop_at_positional:
