@@ -223,3 +223,14 @@ def test_help_wraps_to_the_terminal(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "60")
     out = _help(capsys, "run", "--help")
     assert max(len(line) for line in out.splitlines()) <= 58
+
+
+def test_a_type_the_command_line_cannot_read_is_refused_when_the_command_is_read():
+    app = App(name="t")
+
+    @app.command()
+    def run(size: complex = Option(1j, "--size")) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="option 'size': the command line reads"):
+        app.run(["run"], prog_name="t")

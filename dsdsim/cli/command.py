@@ -102,6 +102,9 @@ class Param:
                 self.off.append(off.strip())
         if kind == "option" and not self.opts:
             self.opts.append("--" + name.replace("_", "-"))
+        if not (value_type in (str, Path, int, float, bool) or _is_enum(value_type)):
+            raise TypeError(f"option {name!r}: the command line reads str, Path, int, float, bool or an Enum, not "
+                            f"{value_type!r}")
 
     @property
     def label(self) -> str:
@@ -112,20 +115,8 @@ class Param:
 
     def convert(self, text: str, invocation: "Invocation") -> Any:
         """The value of one string the user typed."""
-        t = self.type
         try:
-            if t is str:
-                value: Any = text
-            elif t is Path:
-                value = Path(text)
-            elif t is int:
-                value = int(text)
-            elif t is float:
-                value = float(text)
-            elif isinstance(t, type) and issubclass(t, enum.Enum):
-                value = t(text)
-            else:
-                value = t(text)
+            value = self.type(text)       # str, Path, int, float, or an Enum by its value
         except ValueError:
             raise UsageError(f"Invalid value for {self.label}: {self._wanted(text)}", invocation) from None
         if self.min is not None and value < self.min:
@@ -138,18 +129,22 @@ class Param:
             return f"must be a whole number, got {text!r}"
         if t is float:
             return f"must be a number, got {text!r}"
-        if isinstance(t, type) and issubclass(t, enum.Enum):
+        if _is_enum(t):
             return f"{text!r} is not one of {', '.join(repr(m.value) for m in t)}."
-        return f"{text!r} is not a valid {getattr(t, '__name__', t)}"
+        return f"{text!r} is not a valid {t.__name__}"
 
     def type_metavar(self) -> str:
         if self.metavar:
             return self.metavar
         t = self.type
-        if isinstance(t, type) and issubclass(t, enum.Enum):
+        if _is_enum(t):
             return "[" + "|".join(str(m.value) for m in t) + "]"
         name = {str: "TEXT", int: "INTEGER", float: "FLOAT", Path: "PATH"}.get(t, "VALUE")
         return f"{name} RANGE" if self.min is not None else name
+
+
+def _is_enum(t: Any) -> bool:
+    return isinstance(t, type) and issubclass(t, enum.Enum)
 
 
 def _unwrap(annotation: Any) -> tuple[Any, Any, bool]:
