@@ -299,42 +299,43 @@ def _parse(invocation: Invocation, params: list[Param], argv: list[str],
            stop_at_positional: bool) -> tuple[dict, list[str]]:
     """(values by parameter name, what follows the first positional when ``stop_at_positional``: a group's
     command and its arguments)."""
+    typed, free, rest = _read_tokens(invocation, params, argv, stop_at_positional)
+    for p in typed:                      # --help and --version before any value is checked
+        if p.name == "help":
+            echo(invocation.get_help())
+            raise Exit(0)
+        if p.is_eager and p.callback is not None:
+            p.callback(typed[p][-1])
+    for p in [p for p in params if p.kind == "argument"]:
+        if free:
+            typed[p] = [free.pop(0)]
+    values = _values(invocation, params, typed)
+    if free:
+        raise UsageError(f"Got unexpected extra argument{'s' if len(free) > 1 else ''} ({' '.join(free)})",
+                         invocation)
+    return values, rest
+
+
+def _read_tokens(invocation: Invocation, params: list[Param], argv: list[str],
+                 stop_at_positional: bool) -> tuple[dict, list[str], list[str]]:
+    """(what was typed for each parameter, in the order first typed: strings, or a flag's bools; the positional
+    words; what follows the first positional when ``stop_at_positional``)."""
     by_flag = {f: p for p in params if p.kind == "option" for f in p.opts + p.off}
-    positional = [p for p in params if p.kind == "argument"]
-    raw: dict[str, list] = {}            # name -> the strings (or bools) given, in order
-    order: list[Param] = []              # the options as first given (eager callbacks run in this order)
+    typed: dict[Param, list] = {}
     free: list[str] = []
-    rest: list[str] = []
     i = 0
     while i < len(argv):
         token = argv[i]
         i += 1
-        if token == "--":
+        if token == "--" or not token.startswith("-") or token == "-":
             if stop_at_positional:
-                rest = argv[i:]
-            else:
+                return typed, free, argv[i:] if token == "--" else argv[i - 1:]
+            if token == "--":
                 free.extend(argv[i:])
-            break
-        if not token.startswith("-") or token == "-":
-            if stop_at_positional:
-                rest = argv[i - 1:]
                 break
             free.append(token)
             continue
-        if token.startswith("--"):
-            flag, eq, attached = token.partition("=")
-            pieces = [(flag, attached if eq else None)]
-        else:                            # -b8, -b 8, or a cluster of short flags
-            pieces, j = [], 1
-            while j < len(token):
-                flag = "-" + token[j]
-                p = by_flag.get(flag)
-                if p is not None and not p.flag and j + 1 < len(token):
-                    pieces.append((flag, token[j + 1:]))
-                    break
-                pieces.append((flag, None))
-                j += 1
-        for flag, attached in pieces:
+        for flag, attached in _pieces(token, by_flag):
             p = by_flag.get(flag)
             if p is None:
                 raise UsageError(f"No such option: {flag}{_did_you_mean(flag, by_flag)}", invocation)
@@ -349,23 +350,33 @@ def _parse(invocation: Invocation, params: list[Param], argv: list[str],
                 i += 1
             else:
                 raise UsageError(f"Option {flag!r} requires an argument.", invocation)
-            if p.name not in raw:
-                order.append(p)
-            raw.setdefault(p.name, []).append(value)
-    for p in order:                      # --help and --version before any value is checked
-        if p.name == "help":
-            echo(invocation.get_help())
-            raise Exit(0)
-        if p.is_eager and p.callback is not None:
-            p.callback(raw[p.name][-1])
-    for p in positional:
-        if free:
-            order.append(p)
-            raw[p.name] = [free.pop(0)]
+            typed.setdefault(p, []).append(value)
+    return typed, free, []
+
+
+def _pieces(token: str, by_flag: dict) -> list[tuple[str, Optional[str]]]:
+    """(flag, value written into the token or None) of each option one token holds: ``--tp=2``, ``--tp``,
+    ``-b8``, or a cluster of short flags whose last may take the rest as its value (``-es8``)."""
+    if token.startswith("--"):
+        flag, eq, attached = token.partition("=")
+        return [(flag, attached if eq else None)]
+    out = []
+    for j in range(1, len(token)):
+        flag = "-" + token[j]
+        p = by_flag.get(flag)
+        if p is not None and not p.flag and j + 1 < len(token):
+            out.append((flag, token[j + 1:]))
+            break
+        out.append((flag, None))
+    return out
+
+
+def _values(invocation: Invocation, params: list[Param], typed: dict) -> dict[str, Any]:
+    """Each parameter's value: what was typed, converted and checked in the order typed (as click does), then the
+    defaults of the rest (a required one missing is an error)."""
     values: dict[str, Any] = {}
-    for p in order:                      # what was typed is checked first, in the order typed (as click does)
+    for p, given in typed.items():
         invocation.typed.add(p.name)
-        given = raw[p.name]
         if p.flag:
             values[p.name] = given[-1]
         elif p.multiple:
@@ -375,14 +386,11 @@ def _parse(invocation: Invocation, params: list[Param], argv: list[str],
         if p.callback is not None and not p.is_eager:
             p.callback(values[p.name])
     for p in params:
-        if p.name not in raw and p.name != "help":
+        if p not in typed and p.name != "help":
             if p.required:
                 raise UsageError(f"Missing {'option' if p.kind == 'option' else 'argument'} {p.label}.", invocation)
             values[p.name] = p.default
-    if free:
-        raise UsageError(f"Got unexpected extra argument{'s' if len(free) > 1 else ''} ({' '.join(free)})",
-                         invocation)
-    return values, rest
+    return values
 
 
 def _did_you_mean(word: str, known) -> str:
