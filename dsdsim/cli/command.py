@@ -34,7 +34,8 @@ _OPTION_COLUMN = 30             # widest first column of an option row before it
 
 class Option:
     """An option's declaration: ``Option(default, "--long", "-s", help=...)`` as a parameter's default, or
-    ``Option("--long", "-s", help=...)`` inside ``Annotated`` (the parameter's own default applies). A bool
+    ``Option("--long", "-s", help=...)`` inside ``Annotated`` (the parameter's own default applies; a first
+    string that starts with "-" is therefore a flag, never a default). A bool
     declared ``"--x/--no-x"`` has an off switch; ``min`` bounds a number; ``callback(value)`` runs as soon as the
     option is parsed when ``is_eager`` (``--version``)."""
 
