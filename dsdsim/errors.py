@@ -82,13 +82,12 @@ _BOUNDS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="), "les
 _PREFIXES = ("Value error, ", "Assertion failed, ")       # pydantic's own prefixes on a validator's message
 
 
-def pydantic_message(err: dict, typed: bool = True) -> str:
+def pydantic_message(err: dict) -> str:
     """One entry of a pydantic ``ValidationError.errors()`` in plain words: what the field must be and what it
-    holds, without pydantic's wording ("Input should be ...", "Value error, ..."). ``typed``: the value was read
-    from a file, where its kind matters (text, a number, a list); else it is what was typed on a command line."""
+    holds (the kind of value, which matters in a file: text, a number, a list), without pydantic's wording
+    ("Input should be ...", "Value error, ...")."""
     kind, ctx, msg = err.get("type", ""), err.get("ctx") or {}, str(err.get("msg", "invalid"))
-    value = err.get("input")
-    got = "" if "input" not in err or kind == "missing" else f", got {kind_of(value) if typed else repr(value)}"
+    got = "" if "input" not in err or kind == "missing" else f", got {kind_of(err['input'])}"
     if kind in ("extra_forbidden", "missing"):
         return _PLAIN[kind]
     if kind in _PLAIN:

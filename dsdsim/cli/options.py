@@ -49,7 +49,7 @@ Hardware = Annotated[str, Option("--hardware", "-g", help=HARDWARE_HELP)]
 OptionalHardware = Annotated[Optional[str], Option("--hardware", "-g", help=HARDWARE_HELP)]
 Tp = Annotated[int, Option("--tp", help="Tensor-parallel GPUs (weights and heads split tp ways)")]
 Pp = Annotated[int, Option("--pp", help="Pipeline stages, each on tp GPUs (tp x pp GPUs; consecutive layers "
-                                          "per stage, split as vLLM splits them); plain decoding only")]
+                                        "per stage, split as vLLM splits them); plain decoding only")]
 Ep = Annotated[int, Option("--ep", help="Expert-parallel groups inside the tp GPUs (must divide tp)")]
 WeightDType = Annotated[Optional[str], Option("--dtype", help="Weight format (default: the checkpoint's)")]
 KvDType = Annotated[str, Option("--kv-dtype", help="KV-cache format")]
