@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import enum
 import inspect
-import os
 import sys
 import typing
 from pathlib import Path
@@ -200,8 +199,13 @@ class Command:
     def help(self) -> str:
         return inspect.cleandoc(self.callback.__doc__ or "")
 
+    def read(self) -> tuple[list[Param], Optional[str]]:
+        """Its parameters (``--help`` last) and the name of its ``Invocation`` parameter, read from its signature."""
+        params, invocation_name = read_params(self.callback)
+        return params + [_help_param()], invocation_name
+
     def params(self) -> list[Param]:
-        return read_params(self.callback)[0] + [_help_param()]
+        return self.read()[0]
 
 
 class App:
@@ -232,7 +236,6 @@ class App:
         return register
 
     def add_group(self, group: "App", name: str) -> None:
-        group.name = name
         self.groups[name] = group
 
     @property
@@ -243,9 +246,10 @@ class App:
     def params(self) -> list[Param]:
         return (read_params(self.root)[0] if self.root else []) + [_help_param()]
 
-    def run(self, argv: list[str], prog_name: str) -> Any:
-        """Parse ``argv`` down to one command and run it; its return value."""
-        return self._run(list(argv), Invocation(prog_name, self, None))
+    def run(self, argv: list[str], prog_name: Optional[str] = None) -> Any:
+        """Parse ``argv`` down to one command and run it; its return value. ``prog_name`` (default: the app's
+        name) begins the command path that help and errors show."""
+        return self._run(list(argv), Invocation(prog_name or self.name or "", self))
 
     def _run(self, argv: list[str], invocation: "Invocation") -> Any:
         if not argv and self.no_args_is_help:
@@ -263,11 +267,11 @@ class App:
         target = self.commands.get(name)
         if target is None:
             raise UsageError(f"No such command {name!r}.{_did_you_mean(name, self.commands)}", invocation)
-        sub = Invocation(f"{invocation.command_path} {name}", target, invocation)
+        sub = Invocation(f"{invocation.command_path} {name}", target)
         if isinstance(target, App):
             return target._run(rest, sub)
-        params, invocation_name = read_params(target.callback)
-        values, _ = _parse(sub, params + [_help_param()], rest, stop_at_positional=False)
+        params, invocation_name = target.read()
+        values, _ = _parse(sub, params, rest, stop_at_positional=False)
         if invocation_name is not None:
             values[invocation_name] = sub
         return target.callback(**values)
@@ -276,8 +280,8 @@ class App:
 class Invocation:
     """The command line a command runs under: its path (``dsdsim predict``) and the options the user typed."""
 
-    def __init__(self, command_path: str, target: "Command | App", parent: Optional["Invocation"]) -> None:
-        self.command_path, self.target, self.parent = command_path, target, parent
+    def __init__(self, command_path: str, target: "Command | App") -> None:
+        self.command_path, self.target = command_path, target
         self.typed: set[str] = set()          # parameter names the user gave (not their defaults)
 
     def given(self, name: str) -> bool:
@@ -408,13 +412,9 @@ def _did_you_mean(word: str, known) -> str:
 
 def _width() -> int:
     """The help's width: the terminal's (COLUMNS first), at most 80, less the margin click keeps."""
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        import shutil
+    import shutil
 
-        columns = shutil.get_terminal_size().columns
-    return max(min(columns, _MAX_WIDTH) - 2, 50)
+    return max(min(shutil.get_terminal_size().columns, _MAX_WIDTH) - 2, 50)
 
 
 def _help(invocation: Invocation) -> str:
@@ -457,7 +457,7 @@ def _param_help(p: Param) -> str:
         extra.append("required")
     elif p.flag and p.off:
         extra.append("default: " + (p.opts if p.default else p.off)[0].lstrip("-"))
-    elif p.default is not None and not (p.flag and not p.default) and p.name != "help":
+    elif p.default is not None and not (p.flag and not p.default):
         default = p.default.value if isinstance(p.default, enum.Enum) else p.default
         if isinstance(default, (list, tuple)):
             default = ", ".join(map(str, default))
