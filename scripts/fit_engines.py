@@ -96,9 +96,18 @@ def intervals_text(corpus, steps) -> str:
     from dsdsim.fit.cv import source_cv
     from dsdsim.fit.intervals import StepTimeIntervals
 
+    from dsdsim.corpus.checks import checks
+    from dsdsim.corpus.serving import serving_results
+
     cv = source_cv(corpus, steps)
+    e2e, _ = serving_results(corpus)        # end-to-end cases enter no engine fit: their predictions are held out
+    pairs = checks(corpus, list(cv.results) + list(e2e)).step_ratios
     iv = StepTimeIntervals().fit(cv.results, source=f"scripts/fit_engines.py: leave-one-source-out over "
-                                 f"{len(cv.sources)} sources, {sum(s.n for s in cv.sources.values())} evaluated cases")
+                                 f"{len(cv.sources)} sources, {sum(s.n for s in cv.sources.values())} evaluated cases",
+                                 pairs=pairs)
+    if iv.table_.extra_time is not None:
+        lo, hi, n = iv.table_.extra_time
+        print(f"extra time of a speculative step, held out: x{lo:.2f} - x{hi:.2f} over {n} T(K)/T(0) pairs")
     print(f"intervals: {len(iv.strata_)} strata; median of per-source held-out medians "
           f"{100 * (cv.median_of_source_medians or 0):.1f}%")
     return json.dumps(iv.table_.to_dict(), indent=1) + "\n"

@@ -443,13 +443,30 @@ def test_gemm_roofline_time_by_hand(m, graphs):
 
 
 @pytest.mark.parametrize("m", [1, 64, 100, 4096])
-def test_gemm_time_by_hand_with_the_smooth_transition(m):
-    """t = (t_c^p + t_m^p)^(1/p) + launch, never below the kernel floor (hw_specs kernels block)."""
+def test_gemm_time_by_hand_with_the_fitted_gemm_figures(m):
+    """A part with fitted GEMM figures (kernels.gemm, scripts/fit_gemm.py): t = (t_c^p + t_m^p)^(1/p) + launch +
+    the call's latency, no floor; t_c at the bf16 peak x the fitted compute fraction."""
     hw = load_hardware("h100-sxm")
+    fig = hw.kernels.gemm["bf16"]
     k = n = 4096
     t = op_time(ops.gemm("g", m, k, n, w_dtype=DType.bf16, act_dtype=DType.bf16, tile_m=64), hw)
-    compute = 2 * max(m, 64) * k * n / (989.4e12 * hw.efficiency.compute.value)
-    memory = (k * n + m * k + m * n) * BF16 / (3.35e12 * hw.efficiency.memory.value)
+    compute = 2 * max(m, 64) * k * n / (989.4e12 * fig.compute_fraction.value)
+    memory = (k * n + m * k + m * n) * BF16 / (3.35e12 * fig.bandwidth_fraction.value)
+    p = fig.transition_p.value
+    work = (compute ** p + memory ** p) ** (1 / p)
+    assert f(t.time_s) == pytest.approx(work + hw.launch_overhead_s.value + fig.latency_s.value, rel=1e-12)
+
+
+@pytest.mark.parametrize("m", [1, 64, 100, 4096])
+def test_gemm_time_by_hand_with_the_smooth_transition(m):
+    """A part without fitted GEMM figures: t = (t_c^p + t_m^p)^(1/p) + launch, never below the kernel floor (hw_specs
+    kernels block)."""
+    hw = load_hardware("a100-sxm-80gb")
+    k = n = 4096
+    t = op_time(ops.gemm("g", m, k, n, w_dtype=DType.bf16, act_dtype=DType.bf16, tile_m=64), hw)
+    peak, bw = hw.peak(DType.bf16), hw.bandwidth
+    compute = 2 * max(m, 64) * k * n / (peak * hw.efficiency.compute.value)
+    memory = (k * n + m * k + m * n) * BF16 / (bw * hw.efficiency.memory.value)
     p = hw.kernels.gemm_transition_p.value
     work = max((compute ** p + memory ** p) ** (1 / p), hw.kernels.kernel_floor_s.value)
     assert f(t.time_s) == pytest.approx(work + hw.launch_overhead_s.value, rel=1e-12)
@@ -460,15 +477,21 @@ def test_fp8_gemm_runs_at_the_fp8_peak_and_reads_one_byte_weights():
     g = ops.gemm("g", 8192, 8192, 8192, w_dtype=DType.fp8, act_dtype=DType.bf16)
     assert f(g.weight_bytes) == 8192 * 8192 * 1
     t = op_time(g, hw)
-    # fp8 GEMMs reach their own share of the fp8 peak (ml-engineering MAMF table: H100 SXM FP8 1402.6 / 1978.9)
-    assert hw.efficiency.compute_fp8.value == pytest.approx(1402.6 / 1978.9, abs=1e-3)
-    assert f(t.compute_s) == pytest.approx(2 * 8192 ** 3 / (1978.9e12 * hw.efficiency.compute_fp8.value), rel=1e-12)
+    # fp8 GEMMs reach their own fitted share of the fp8 peak (scripts/fit_gemm.py on measurements/kernels/gemm_m.csv),
+    # below the large-square MAMF (ml-engineering: H100 SXM FP8 1402.6 / 1978.9 = 0.709)
+    fig = hw.kernels.gemm["fp8"]
+    assert 0.5 < fig.compute_fraction.value < 1402.6 / 1978.9
+    assert f(t.compute_s) == pytest.approx(2 * 8192 ** 3 / (1978.9e12 * fig.compute_fraction.value), rel=1e-12)
 
 
 def test_fp8_weight_streaming_gemm_at_small_m_matches_the_published_bandwidth():
-    """NVIDIA/cutlass issue #1139 (docs/reference/measurements.md item 16): an fp8 16x14336x4096 GEMM on an H100
-    streams its weights at about 2.2 TB/s by Nsight: the memory term of the model's fp8 GEMM reads at that rate."""
+    """NVIDIA/cutlass issue #1139 (docs/reference/measurements.md item 16): an fp8 16x14336x4096 GEMM kernel on an
+    H100 streams its weights at about 2.2 TB/s by Nsight (the kernel alone). The model's fp8 call holds more than the
+    kernel (its activation quantisation and fixed latency, fitted on call times: scripts/fit_gemm.py): the
+    published kernel rate lies between the call's (weights over the whole call) and the memory term's."""
     hw = load_hardware("h100-sxm")
     g = ops.gemm("g", 16, 4096, 14336, w_dtype=DType.fp8, act_dtype=DType.bf16)
     t = op_time(g, hw)
-    assert f(g.weight_bytes) / f(t.memory_s) == pytest.approx(2.2e12, rel=0.05)
+    call_rate = f(g.weight_bytes) / f(t.time_s)
+    memory_rate = f(g.weight_bytes) / f(t.memory_s)
+    assert call_rate < 2.2e12 < memory_rate

@@ -97,13 +97,14 @@ def test_fits_somewhere_within_a_node(rows_by_model):
 
 
 def test_more_gpus_never_lower_a_replicas_rate(rows_by_model):
-    """More tensor-parallel GPUs hold more KV and run each step faster: one replica's best rate under the SLO
-    cannot drop."""
+    """More tensor-parallel GPUs hold more KV and split each GEMM: one replica's best rate under the SLO does not
+    drop by more than 1%. (For a 0.5B model the two all-reduces a layer cost about what halving its small GEMMs saves,
+    each GEMM keeping its fixed per-call latency: qwen2-0.5b at tp 2 plans 0.3% below tp 1.)"""
     for name, (_, rows) in rows_by_model.items():
         prev = 0.0
         for r in rows:
             g = r.tokens_per_s_dsd or 0.0
-            assert g >= prev * (1 - 1e-9), (name, r.tp, g, prev)
+            assert g >= prev * 0.99, (name, r.tp, g, prev)
             prev = g
 
 

@@ -48,7 +48,7 @@ def test_json_carries_the_documented_keys(cli):
     d = json.loads(out)
     assert set(d) == {"setup", "workload", "requests", "seed", "policies"}
     assert d["setup"] == {"model": "llama-3.1-8b", "hardware": "h100-sxm", "tp": 1, "drafter": "eagle3",
-                          "engine": "vllm >=0.24"}
+                          "engine": "vllm >=0.29 (model runner V2)"}
     assert (d["workload"], d["requests"], d["seed"]) == ("closed:8", 24, 0)
     assert [p["name"] for p in d["policies"]] == ["none", "fixed:3", "dsd"]
     for p in d["policies"]:

@@ -7,7 +7,8 @@ from typing import List, Optional
 
 from dsdsim.cli.app import app
 from dsdsim.cli.command import Option, echo
-from dsdsim.cli.options import Context, Device, Drafter, Engine, Hardware, Model, OptionalHardware, Tp
+from dsdsim.cli.options import (Context, Device, Drafter, Engine, Ep, Hardware, KvDType, Model, OptionalHardware, Tp,
+                                WeightDType)
 from dsdsim.cli.output import (check_device, check_fixed_format, check_writable, need_torch, show,
                                with_status, write_atomic)
 from dsdsim.defaults import (DEFAULT_CONTEXT, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE,
@@ -287,16 +288,27 @@ def calibrate(
                                     help="A validation report.json, or a vLLM batch_stats JSON of measured step "
                                          "times per (B, K): fits the HARDWARE spec"),
     measurements: Optional[List[Path]] = Option(
-        None, "--measurements", help="Your measured points: a CSV batch_size,k,context,itl_ms,acceptance_length "
-                                     "(itl_ms per output token), vllm bench serve --save-result JSON, or SGLang "
-                                     "bench_serving JSON lines (repeatable): fits an ENGINE spec"),
+        None, "--measurements", help="Your measured points: vllm bench serve --save-result JSON files, SGLang "
+                                     "bench_serving JSON lines (K in the file name: run-k3.jsonl), or a CSV "
+                                     "batch_size,k,context,itl_ms,acceptance_length (itl_ms per output token); "
+                                     "repeatable, mixed K and batch: fits the deployment's shape and writes an "
+                                     "engine spec"),
+    plan: Optional[int] = Option(None, "--plan", metavar="N",
+                                 help="Say which N (batch, K) points to measure to pin the figures "
+                                      "--measurements fits, with the command lines that measure them"),
     hardware: OptionalHardware = None,
-    output: Path = Option(..., "--output", "-o", help="Calibrated spec YAML to write"),
+    output: Optional[Path] = Option(None, "--output", "-o",
+                                    help="Calibrated spec YAML to write (--plan: a .json plan or a .sh script)"),
     model: Optional[str] = Option(None, "--model", "-m", help="Model that was measured"),
     drafter: Drafter = DEFAULT_DRAFTER,
     context: Context = DEFAULT_CONTEXT,
     tp: Tp = 1,
+    ep: Ep = 1,
+    dtype: WeightDType = None,
+    kv_dtype: KvDType = DEFAULT_KV_DTYPE,
     engine: Engine = DEFAULT_ENGINE,
+    max_batch: Optional[int] = Option(None, "--max-batch", help="--plan: the largest batch to measure (default "
+                                      "512, or the largest that fits)"),
     name: Optional[str] = Option(None, "--name", help="Name of the calibrated spec (default: "
                                  "HARDWARE@calibrated-YYYY-MM-DD for a report)"),
     date: Optional[str] = Option(None, "--date", help="Date written into the fit's provenance (default today)"),
@@ -304,29 +316,46 @@ def calibrate(
                                       help="Calibrate even when the report was measured on another device "
                                            "than the spec describes"),
 ) -> None:
-    """Fit a spec to measurements and write it.
+    """Fit a spec to measurements and write it; or say what to measure.
 
     \b
+    --measurements: five figures of the deployment, fitted to a few (batch, K) points, each starting at its
+      shipped value (the prior) and bounded: the HBM bandwidth fraction, the compute fraction of large GEMMs, the
+      launch gap per kernel, and factors on the engine release's per-step and per-token terms (maximum a
+      posteriori, soft-L1 loss). Prints each figure beside its prior and bounds (and which sit on a bound), every
+      point measured vs fitted with its leave-one-out error, and writes one engine spec --name that predict,
+      explain, simulate and plan take (--engine FILE).
+    --plan N: the N points that pin those figures best (greedy D-optimal design over the feasible batch x K grid)
+      and the vllm bench serve (or SGLang bench_serving, with --engine sglang) command lines that measure them.
     --report: efficiencies (compute; memory for GEMMs, attention and vector kernels), launch and step overhead and
       the GEMM tile of the hardware spec -g; a report is fitted on its train half and scored on the held-out half.
       A warning names each fitted figure past its bound (an efficiency above 1 is written as 1; a step overhead
       above 5 ms or a launch above 100 us is kept): the spec marks it verified: unverified with the reason.
-    --measurements: the engine figures only (the kernel model and hardware held fixed), from a few (batch, K)
-      points; prints measured vs fitted ITL and the leave-one-out error per point, writes engine spec --name.
     \b
     Examples:
-      dsdsim calibrate -r out/report.json -g my-cpu.yaml -o my-cpu-calibrated.yaml
-      dsdsim calibrate --measurements points.csv -m llama-3.1-8b -g h100-sxm --name my-vllm -o my-vllm.yaml"""
+      dsdsim calibrate --plan 6 -m llama-3.1-70b -g h100-sxm --tp 8
+      dsdsim calibrate --measurements dsdsim-b*-k*.json -m llama-3.1-70b -g h100-sxm --tp 8 --name my-vllm -o my-vllm.yaml
+      dsdsim calibrate -r out/report.json -g my-cpu.yaml -o my-cpu-calibrated.yaml"""
     import json as _json
 
-    if (report is None) == (not measurements):
-        raise DsdsimError("give exactly one of --report (fit a hardware spec) or --measurements (fit an engine spec)")
+    if sum(x is not None and x != [] for x in (report, measurements, plan)) != 1:
+        raise DsdsimError("give exactly one of --plan N (which points to measure), --measurements (fit your points) "
+                          "or --report (fit a hardware spec to a validation report)")
+    from dsdsim.cli.options import deployment_from_options
+
+    if plan is not None:
+        from dsdsim.cli.engine import calibrate_plan
+
+        dep = deployment_from_options(tp, ep, dtype, kv_dtype, 0.0)
+        return calibrate_plan(plan, model or DEFAULT_MODEL, hardware or DEFAULT_HARDWARE, dep, drafter, engine,
+                              context, max_batch, 256, output)
+    if output is None:
+        raise DsdsimError("calibrate needs --output FILE.yaml (the calibrated spec it writes)")
     check_fixed_format(output, "a spec (YAML)", (".yaml", ".yml"))
     if measurements:
         from dsdsim.cli.engine import calibrate_measurements
-        from dsdsim.cli.options import deployment_from_options
 
-        dep = deployment_from_options(tp, 1, None, DEFAULT_KV_DTYPE, 0.0)
+        dep = deployment_from_options(tp, ep, dtype, kv_dtype, 0.0)
         return calibrate_measurements(measurements, model or DEFAULT_MODEL, hardware or DEFAULT_HARDWARE, dep,
                                       drafter, engine, context, name, output, date)
     if hardware is None:

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 from typing import Optional, Sequence
 
 from dsdsim.cli.app import list_app, show_app
 from dsdsim.cli.command import Argument, echo
 from dsdsim.cli.options import ShowFmt, ShowFormat
-from dsdsim.cli.output import check_writable, emit, show, with_status, write_atomic
+from dsdsim.cli.output import check_fixed_format, check_writable, emit, show, with_status, write_atomic
 from dsdsim.errors import DsdsimError
 from dsdsim.export.render import kv_table, to_json
 
@@ -147,12 +148,35 @@ def show_engine(name: str = Argument(..., help="An engine (vllm: its current rel
     show(Group(kv_table(f"Engine {spec.name} {spec.version_label}", head), t, mechanisms))
 
 
+def figure_text(unit: str, value: float) -> str:
+    """A calibrated figure in its unit: a fraction, seconds, or a factor on the release's terms."""
+    from dsdsim.export.render import format_seconds
+
+    if unit == "s":
+        return format_seconds(value)
+    if unit == "x":
+        return f"x{value:.2f}"
+    return f"{value:.3f}"
+
+
+def _spread(sigma: float) -> str:
+    return f"+-{100 * (math.exp(sigma) - 1):.0f}%"
+
+
+def _resolved(model: str, hardware: str, deployment, drafter: str, engine: str):
+    from dsdsim.specs.setup import resolve
+
+    return resolve(model, hardware, deployment, None if drafter in ("", "none") else drafter, engine)
+
+
 def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: str, deployment, drafter: str,
                            engine: str, context: int, name: Optional[str], output: Path, date: Optional[str]) -> None:
-    """The `calibrate --measurements` path: read, fit engine figures, print per point, write NAME.yaml."""
-    from dsdsim.export.text import Table
+    """The `calibrate --measurements` path: read, fit the figures (dsdsim.fit.shape), print them beside their priors
+    and bounds and every point measured vs fitted with its leave-one-out error, write NAME.yaml."""
+    from dsdsim.export.text import Group
 
-    from dsdsim.fit.points import EngineCalibration, read_measurements
+    from dsdsim.fit.points import read_measurements
+    from dsdsim.fit.shape import ShapeCalibration
     from dsdsim.specs.catalog import is_shipped_engine
     from dsdsim.specs.engine import engine_yaml
 
@@ -162,20 +186,136 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
         raise DsdsimError(f"--name {name!r} is a shipped engine spec; choose another name (e.g. {name}-mine)")
     check_writable(output)
     points = read_measurements(measurements, context)
-    cal = with_status(f"fitting engine {name} to {len(points)} points",
-                      lambda: EngineCalibration(model, hardware, engine, deployment, drafter).fit(points))
+    setup = _resolved(model, hardware, deployment, drafter, engine)
+    if setup.engine is not None and setup.engine.calibration is not None:
+        raise DsdsimError(f"--engine {engine} is itself a calibrated spec; calibrate from the release it was "
+                          f"based on (--engine {setup.engine.calibration.base_engine})")
+    if any(p.k > 0 for p in points) and setup.drafter is None:
+        raise DsdsimError("the points include K > 0 but --drafter is none: name the drafter they were measured with")
+    cal = with_status(f"fitting 5 figures to {len(points)} points (and {len(points)} leave-one-out fits)",
+                      lambda: ShapeCalibration(setup).fit(points))
     spec = cal.engine_spec(name, [Path(m).name for m in measurements], date or dt.date.today().isoformat())
-    t = Table(title=f"engine {name}: fitted on {len(points)} points (base {cal._setup.engine.name}, "
-                    f"{cal._setup.model.name} on {cal._setup.hardware.name})")
-    for col in ("batch", "K", "context", "AL", "measured ITL ms", "fitted ITL ms", "error", "leave-one-out error"):
-        t.add_column(col, justify="right")
-    for p, f, loo in zip(points, cal.fitted_ms_, cal.loo_error_):
-        t.add_row(str(p.batch), str(p.k), str(p.context), f"{p.acceptance_length:.2f}", f"{p.itl_ms:.3f}",
-                  f"{f:.3f}", f"{100 * (f / p.itl_ms - 1):+.1f}%", f"{100 * loo:+.1f}%")
-    show(t)
+    show(Group(_figures_table(cal, len(points)), _points_table(cal, name, setup)))
     loo = [abs(x) for x in cal.loo_error_]
-    show(f"leave-one-out |error|: median {100 * sorted(loo)[len(loo) // 2]:.1f}%, max {100 * max(loo):.1f}%")
-    show("fitted: " + ", ".join(f"{k} {term_value_text(t)}" + (f" (on its {t.on_bound} bound)" if t.on_bound else "")
-                                for k in cal.keys_ for t in [spec.term(k)]))
+    prior = [abs(f / p.itl_ms - 1) for f, p in zip(cal.prior_ms_, points)]
+    show(f"leave-one-out |error|: median {100 * _median(loo):.1f}%, max {100 * max(loo):.1f}% (the shipped "
+         f"figures: median {100 * _median(prior):.1f}%, max {100 * max(prior):.1f}%): expect the leave-one-out "
+         "error at the (batch, K) points you did not measure")
+    for f in cal.figures_:
+        if f.on_bound:
+            echo(f"warning: {f.kind.label} sits on its {f.on_bound} bound ({figure_text(f.kind.unit, f.value)}): "
+                 "the points ask for more than its physical range; check the hardware (dsdsim probe) or the "
+                 "points' batch sizes and acceptance lengths", err=True)
     write_atomic(output, engine_yaml(spec))
-    echo(f"wrote {output} (use it with --engine {output})", err=True)
+    echo(f"wrote {output} (use it with --engine {output}: predict, explain, simulate and plan take it)", err=True)
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return 0.5 * (v[(n - 1) // 2] + v[n // 2]) if n else float("nan")
+
+
+def _figures_table(cal, n: int):
+    from dsdsim.export.text import Table
+
+    t = Table(title=f"calibrated figures: maximum a posteriori on {n} points (prior: the shipped figure; soft-L1 "
+                    "loss on log step time)")
+    for col, kw in (("figure", {"no_wrap": True}), ("prior", {"justify": "right"}), ("fitted", {"justify": "right"}),
+                    ("bounds", {"justify": "right"}), ("change", {"justify": "right"}), ("pinned by the points", {})):
+        t.add_column(col, **kw)
+    for f in cal.figures_:
+        u = f.kind.unit
+        change = f"{100 * (f.factor - 1):+.1f}%" + (f", ON ITS {f.on_bound.upper()} BOUND" if f.on_bound else "")
+        pinned = (f"{_spread(f.posterior_sigma)} (prior {_spread(f.kind.sigma)})" if f.seen else
+                  "not seen by these points: stays at its prior")
+        t.add_row(f.kind.label, figure_text(u, f.prior), figure_text(u, f.value),
+                  f"{figure_text(u, f.low)} - {figure_text(u, f.high)}", change, pinned)
+    return t
+
+
+def _points_table(cal, name: str, setup):
+    from dsdsim.export.text import Table
+
+    t = Table(title=f"engine {name}: {len(cal.points_)} points (base {setup.engine.name if setup.engine else 'none'}"
+                    f", {setup.model.name} on {setup.hardware.name}, tp {setup.deployment.tp})")
+    for col in ("batch", "K", "context", "AL", "measured ITL ms", "shipped ITL ms", "fitted ITL ms", "error",
+                "leave-one-out error"):
+        t.add_column(col, justify="right")
+    for p, f0, f, loo in zip(cal.points_, cal.prior_ms_, cal.fitted_ms_, cal.loo_error_):
+        t.add_row(str(p.batch), str(p.k), str(p.context), f"{p.acceptance_length:.2f}", f"{p.itl_ms:.3f}",
+                  f"{f0:.3f}", f"{f:.3f}", f"{100 * (f / p.itl_ms - 1):+.1f}%", f"{100 * loo:+.1f}%")
+    return t
+
+
+def calibrate_plan(n: int, model: str, hardware: str, deployment, drafter: str, engine: str, context: int,
+                   max_batch: Optional[int], output_len: int, output: Optional[Path]) -> None:
+    """The `calibrate --plan N` path: which N (batch, K) points to measure (dsdsim.fit.shape.plan_points) and the
+    command lines that measure them (dsdsim.export.bench_plan)."""
+    from dsdsim.export.bench_plan import bench_runs
+    from dsdsim.export.text import Group, Table
+    from dsdsim.fit.shape import FIGURES, StepModel, candidate_grid, plan_points
+    from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE
+
+    if output is not None:
+        check_fixed_format(output, "a plan (JSON, or a shell script)", (".json", ".sh"))
+        check_writable(output)
+    setup = _resolved(model, hardware, deployment, drafter, engine)
+    family = setup.engine.name if setup.engine is not None else "vllm"
+    family = setup.engine.calibration.base_engine if setup.engine is not None and setup.engine.calibration else family
+    target = "sglang" if family.startswith("sglang") else "vllm"
+    max_k = min(8, setup.drafter.max_k) if setup.drafter is not None else 0
+    import numpy as np
+
+    from dsdsim.export.bench_plan import input_length
+
+    sm = StepModel(setup)
+    b, k, c = candidate_grid(sm, max_k, context, max_batch)
+    tau = (lambda kk: float(DEFAULT_ACCEPTANCE.tau(kk))) if setup.drafter is not None else (lambda kk: 1.0)
+    # the runs are serving benchmarks at these lengths: their steps also run the prefills of new requests
+    lengths = (np.array([tau(int(x)) for x in k]), np.full(b.shape, float(input_length(context, output_len))),
+               np.full(b.shape, float(output_len)))
+    plan = plan_points(sm, n, b, k, c, tau=lengths[0], input_len=lengths[1], output_len=lengths[2])
+    servers = bench_runs(setup, plan.points, tau, target)
+    runs = {(r.batch, r.k): r for s in servers for r in s.runs}
+    t = Table(title=f"measure these {len(plan.points)} points: {setup.model.name} on {setup.hardware.name}, tp "
+                    f"{setup.deployment.tp}, {setup.drafter.label if setup.drafter else 'no drafter'}, context "
+                    f"{context} ({plan.candidates} feasible candidates)")
+    for col in ("#", "batch", "K", "mean step ms (shipped)", "pins most", "prompts", "about"):
+        t.add_column(col, justify="left" if col == "pins most" else "right")
+    label = {f.name: f.label for f in FIGURES}
+    for i, p in enumerate(plan.points, start=1):
+        r = runs[(p.batch, p.k)]
+        t.add_row(str(i), str(p.batch), str(p.k), f"{p.step_ms:.2f}", label[p.informs], str(r.num_prompts),
+                  f"{r.seconds / 60:.1f} min")
+    lines = [f"rule: {plan.rule}",
+             "how well they pin each figure (log-space spread, before -> after): " + "; ".join(
+                 f"{f.name} {_spread(plan.prior_sigma[f.name])} -> {_spread(plan.posterior_sigma[f.name])}"
+                 for f in FIGURES)]
+    script = []
+    for srv in servers:
+        script.append(f"# server {'without speculation' if srv.k == 0 else f'with K = {srv.k}'}")
+        script.append(srv.server)
+        script += [r.command for r in srv.runs]
+    calib = (f"dsdsim calibrate --measurements {' '.join(r.result_file for s in servers for r in s.runs)} "
+             f"-m {setup.model.name} -g {setup.hardware.name}"
+             + (f" --tp {setup.deployment.tp}" if setup.deployment.tp > 1 else "")
+             + (f" -d {setup.drafter.label}" if setup.drafter is not None else " -d none")
+             + f" -e {engine} --name my-{family} -o my-{family}.yaml")
+    if output is not None:
+        if output.suffix.lower() == ".json":
+            data = {"rule": plan.rule, "model": setup.model.name, "hardware": setup.hardware.name,
+                    "tp": setup.deployment.tp, "context": context, "engine": target,
+                    "points": [{"batch": p.batch, "k": p.k, "context": p.context, "step_ms": p.step_ms,
+                                "pins": p.informs, "num_prompts": runs[(p.batch, p.k)].num_prompts,
+                                "result_file": runs[(p.batch, p.k)].result_file} for p in plan.points],
+                    "servers": [{"k": s.k, "server": s.server, "runs": [r.command for r in s.runs]} for s in servers],
+                    "prior_sigma": plan.prior_sigma, "posterior_sigma": plan.posterior_sigma, "then": calib}
+            write_atomic(output, to_json(data) + "\n")
+        else:
+            write_atomic(output, "#!/usr/bin/env bash\n# dsdsim calibrate --plan: start each server, wait until it "
+                                 "serves, run its benchmarks, stop it\n" + "\n".join(script) + f"\n# then\n# {calib}\n")
+        echo(f"wrote {output}", err=True)
+    show(Group(t, "\n".join(lines)))
+    show("run them (one server per K; start it, wait until it serves, run its benchmarks, stop it):\n"
+         + "\n".join(script) + f"\nthen:\n{calib}")

@@ -299,10 +299,13 @@ def accuracy(
     output: Output = None,
     corpus: Optional[Path] = Option(None, "--corpus", metavar="DIR",
                                     help="A folder of measurement YAML files (default: the shipped corpus)"),
-    cv: Optional[str] = Option(None, "--cv", metavar="source",
+    cv: Optional[str] = Option(None, "--cv", metavar="source|points[:N]",
                                help="source: the leave-one-source-out error (every fitted figure refitted "
                                     "without each source in turn, that source predicted): the error to expect "
-                                    "on a setup no source measured"),
+                                    "on a setup no source measured. points[:N]: for every source grid of >= 8 "
+                                    "(batch, K) points, calibrate on the N points `calibrate --plan N` picks "
+                                    "(default 6) and score the rest and the K choice: the error to expect after "
+                                    "measuring N points of your own"),
 ) -> None:
     """Predict every public measurement in the corpus with the shipped defaults (no calibration) and report the
     relative error per case, then the median and max |error| per split and per group.
@@ -314,6 +317,7 @@ def accuracy(
       dsdsim accuracy --measured-on vllm --plot accuracy.png
       dsdsim accuracy --engine ideal          # kernels only: the gap the engine specs close
       dsdsim accuracy --cv source             # leave one source out, per source (seconds: one refit a source)
+      dsdsim accuracy --cv points:6           # calibrated on 6 points of each source grid, the rest scored
     """
     from dsdsim.corpus.evaluate import accuracy as run_accuracy
 
@@ -321,14 +325,27 @@ def accuracy(
     fmt = output_format(ctx, fmt, output)
     if plot is not None:
         check_png(plot, "--plot")
-    if cv not in (None, "source"):
-        raise DsdsimError(f"unknown cross-validation {cv!r}; use --cv source")
+    points_n = None
+    if cv is not None and (cv == "points" or cv.startswith("points:")):
+        from dsdsim.errors import whole_number
+
+        points_n = whole_number(cv.partition(":")[2] or "6", "--cv points:N")
+        if points_n < 1:
+            raise DsdsimError(f"--cv points:N needs N >= 1 points to calibrate on, got {points_n}")
+    elif cv not in (None, "source"):
+        raise DsdsimError(f"unknown cross-validation {cv!r}; use --cv source or --cv points[:N] (e.g. points:6)")
     if cv is not None and engine is not None:
         raise DsdsimError("--cv refits the shipped engine specs: it cannot be combined with one forced --engine")
     if cv is None:
         report = with_progress("predicting measurement cases",
                                lambda progress: run_accuracy(split.value, measured_on, corpus, progress=progress,
                                                              engine=engine))
+    elif points_n is not None:
+        from dsdsim.fit.cv import accuracy_with_points_cv
+
+        report = with_progress(f"calibrating each source grid on {points_n} points",
+                               lambda progress: accuracy_with_points_cv(split.value, measured_on, corpus, points_n,
+                                                                        progress=progress))
     else:
         from dsdsim.fit.cv import accuracy_with_source_cv
 

@@ -100,10 +100,15 @@ MaxDistinctK = Annotated[Optional[int], Option(
 AcceptanceBand = Annotated[Optional[float], Option(
     "--acceptance-band", help="+/- change of every alpha: adds a robust K choice and its regret")]
 
+Robust = Annotated[bool, Option(
+    "--robust", help="Choose each batch size's K by the low end of its gain interval (the K that still pays most "
+                     "if the step-time ratio sits at the high end of its 80% interval from held-out corpus pairs) "
+                     "instead of the point estimate; the margins table says which rule chose each range")]
+
 # The K policy's options (dsdsim.policy.options.PredictOptions) by field: the API object carries the defaults.
 PREDICT_OPTIONS = {"acceptance": Acceptance, "context": Context, "batch_sizes": BatchSizes, "max_k": MaxK,
                    "fixed_k": FixedK, "max_distinct_k": MaxDistinctK, "acceptance_band": AcceptanceBand,
-                   "tolerance": Tolerance}
+                   "tolerance": Tolerance, "robust": Robust}
 
 
 @frozen

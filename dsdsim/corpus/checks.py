@@ -2,8 +2,9 @@
 
 Both read pairs or groups of cases that one source measured under the same conditions except K:
 
-    step-time ratio   T(K) / T(0) at one batch and context, from ITL x AL (or step time) of the K case over the
-                      ITL of the K = 0 case; measured and predicted, so the ratio of the two is its error
+    step-time ratio   T(K) / T(0) at one batch and context, from ITL x AL (a benchmark's TPOT p50 x AL, B x AL /
+                      tokens/s, or the step time) of the K case over the K = 0 case's; measured and predicted, so
+                      the ratio of the two is its error; pairs of one quantity only
     K choice          among the K one source measured at one batch and context, the K dsdsim predicts best and
                       the goodput it gives up against the measured best: regret = 1 - G(K_predicted) / G(K_best),
                       G the goodput per sequence (1 / ITL, tokens/s / B or the speedup, which are proportional)
@@ -22,6 +23,7 @@ from dsdsim.corpus.schema import Case, CorpusFile, Quantity
 from dsdsim.records import frozen
 
 MODERN_BATCH = (8, 256)      # the batch range where dynamic K matters (issue targets)
+LARGE_BATCH = 32             # from here the verify step is compute-bound on most setups: the large-batch targets
 
 
 @frozen
@@ -63,6 +65,19 @@ class Checks:
         return {"n": len(rows), "median_abs_rel_error": median(errs) if errs else None,
                 "max_abs_rel_error": max(errs) if errs else None}
 
+    def large_batch_summary(self) -> dict:
+        """T(K)/T(0) over every pair at batch >= LARGE_BATCH (any engine)."""
+        errs = [abs(r.rel_error) for r in self.step_ratios if r.batch >= LARGE_BATCH]
+        return {"n": len(errs), "median_abs_rel_error": median(errs) if errs else None,
+                "max_abs_rel_error": max(errs) if errs else None}
+
+    def regret_by_source(self) -> dict[str, dict]:
+        """Mean and max goodput given up per source (the K choice where it measured several K)."""
+        out: dict[str, list] = {}
+        for c in self.k_choices:
+            out.setdefault(c.source, []).append(c.regret)
+        return {s: {"n": len(r), "mean_regret": mean(r), "max_regret": max(r)} for s, r in sorted(out.items())}
+
     def regret_summary(self, split: Optional[str] = None) -> dict:
         rows = [c for c in self.k_choices if split is None or c.split == split]
         reg = [c.regret for c in rows]
@@ -71,32 +86,39 @@ class Checks:
 
     def to_dict(self) -> dict:
         return {"step_time_ratio": {"modern_b8_256": self.step_ratio_summary(), "all": self.step_ratio_summary(False),
+                                    "large_batch": self.large_batch_summary(),
                                     "pairs": [asdict(r) for r in self.step_ratios]},
                 "k_choice": {"all": self.regret_summary(), "train": self.regret_summary("train"),
-                             "test": self.regret_summary("test"), "groups": [asdict(c) for c in self.k_choices]}}
+                             "test": self.regret_summary("test"), "by_source": self.regret_by_source(),
+                             "groups": [asdict(c) for c in self.k_choices]}}
 
 
 def _key(cf: CorpusFile, case: Case) -> tuple:
     """The conditions that must agree between cases compared within a source (everything but the drafter and K)."""
     c = case.conditions
     return (cf.source.url, c.model, c.hardware, c.tp, c.ep, c.dtype, c.kv_dtype, c.batch_size, c.context_tokens,
-            c.engine, c.engine_version, c.dataset, c.dp_attention, c.async_scheduling)
+            c.engine, c.engine_version, c.dataset, c.dp_attention, c.async_scheduling, c.model_runner)
 
 
 def _step_time(case: Case, value: float, tau: Optional[float]) -> Optional[float]:
-    """A step's time from one case's quantity (ms): ITL x tau, or the step time itself."""
+    """A step's time from one case's quantity (ms): ITL (or a benchmark's TPOT p50) x tau, B x tau / tokens/s, or
+    the step time itself."""
     q = case.measured.quantity
     if q is Quantity.step_ms:
         return value
-    if q is Quantity.itl_ms and tau is not None:
+    if tau is None:
+        return None
+    if q in (Quantity.itl_ms, Quantity.tpot_p50_ms):
         return value * tau
+    if q is Quantity.tokens_per_s and case.conditions.batch_size:
+        return 1e3 * case.conditions.batch_size * tau / value
     return None
 
 
 def _goodput(case: Case, value: float) -> Optional[float]:
     """Goodput per sequence up to a factor common to one group (one batch, one source)."""
     q = case.measured.quantity
-    if q is Quantity.itl_ms:
+    if q in (Quantity.itl_ms, Quantity.tpot_p50_ms):
         return 1.0 / value
     if q in (Quantity.tokens_per_s, Quantity.speedup_vs_no_sd):
         return value
@@ -120,11 +142,20 @@ def checks(corpus: list[tuple[CorpusFile, Case]], results: list[CaseResult], mod
         for cf0, c0, r0 in plain:
             t0m, t0p = _step_time(c0, r0.measured, 1.0), _step_time(c0, r0.predicted, 1.0)
             for cf, c, r in spec:
+                if c.measured.quantity is not c0.measured.quantity:
+                    continue
                 tm, tp = _step_time(c, r.measured, r.tau), _step_time(c, r.predicted, r.tau)
                 if None in (t0m, t0p, tm, tp):
                     continue
                 ratios.append(StepRatio(key[0], c.id, c0.id, c.split.value, c.conditions.batch_size, c.conditions.k,
                                         tm / t0m, tp / t0p, (tp / t0p) / (tm / t0m) - 1.0,
+                                        r.engine_spec in modern_engines))
+        for cf, c, r in spec:           # a speedup at reported acceptance is tau / (T(K) / T(0)) by itself
+            if (c.measured.quantity is Quantity.speedup_vs_no_sd and r.tau is not None
+                    and c.acceptance.handling.value == "reported"):
+                ratios.append(StepRatio(key[0], c.id, "(the source's plain decoding at the same batch)",
+                                        c.split.value, c.conditions.batch_size, c.conditions.k, r.tau / r.measured,
+                                        r.tau / r.predicted, r.measured / r.predicted - 1.0,
                                         r.engine_spec in modern_engines))
         by_drafter: dict = {}
         for cf, c, r in members:

@@ -145,9 +145,10 @@ def _run(c: Conditions, engine=None) -> Run:
         k = c.tree.steps
     eng = case_engine(c, engine)
     setup = resolve(c.model, c.hardware, dep, drafter, engine=eng, async_scheduling=c.async_scheduling,
-                    engine_method=c.engine_method)
+                    engine_method=c.engine_method, model_runner=c.model_runner)
     plain_setup = setup if drafter is None else resolve(c.model, c.hardware, dep, None, engine=eng,
-                                                         async_scheduling=c.async_scheduling)
+                                                         async_scheduling=c.async_scheduling,
+                                                         model_runner=c.model_runner)
     plain = simulate_step(None, None, batch=c.batch_size, k=0, context=c.context_tokens, setup=plain_setup)
     if drafter is None:
         step = plain
@@ -394,8 +395,8 @@ def evaluation(split: str = "all", measured_on: Optional[str] = None, corpus: Op
             summary[f"{s}_step"] = summarize(r for r in keep if r.split == s and r.id not in e2e)
             summary[f"{s}_e2e"] = summarize(r for r in keep if r.split == s and r.id in e2e)
     kept = {r.id for r in keep}
-    found = checks([(cf, c) for cf, c in cases if c.id in kept and c.conditions.serving is None],
-                   [r for r in keep if r.id in steps], modern_engine_files(steps))
+    found = checks([(cf, c) for cf, c in cases if c.id in kept], [r for r in keep if r.id in steps or r.id in e2e],
+                   modern_engine_files(steps))
     report = AccuracyReport(keep, summary, group_summaries(keep), fitted, None, found)
     return Evaluation(cases, steps, results, report)
 

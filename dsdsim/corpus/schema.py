@@ -147,6 +147,8 @@ class Conditions(_Frozen):
     kv_dtype: Optional[str] = None                  # the KV cache format (None: bf16)
     dp_attention: bool = False                      # data-parallel attention (SGLang --enable-dp-attention)
     async_scheduling: Optional[bool] = None         # None: the engine version's default
+    model_runner: Optional[str] = None              # vLLM's model runner as the source states it (v1 | v2); None:
+                                                    # the release's default for the model (dsdsim.specs.runners)
     serving: Optional[Serving] = None               # an end-to-end case: how its benchmark drove the server
 
     @model_validator(mode="after")
@@ -159,6 +161,8 @@ class Conditions(_Frozen):
                 raise ValueError("engine_version_stated: write 'stated' or 'inferred from date YYYY-MM'")
         elif self.engine_version_stated is not None and not _VERSION_STATED.match(self.engine_version_stated):
             raise ValueError("engine_version_stated: write 'stated' or 'inferred from date YYYY-MM'")
+        if self.model_runner not in (None, "v1", "v2"):
+            raise ValueError("model_runner: write v1 or v2 (vLLM's model runner, as the source states it)")
         if self.dynamic_k and self.drafter is None:
             raise ValueError("dynamic_k is a speculative server running a K table: give its drafter (k: 0 for its "
                              "off tier)")

@@ -37,7 +37,7 @@ def serving_setup(case: Case, engine=None):
     c = case.conditions
     drafter = parse_drafter(c.drafter) if c.drafter else None
     return resolve(c.model, c.hardware, case_deployment(c), drafter, engine=case_engine(c, engine),
-                   async_scheduling=c.async_scheduling, engine_method=c.engine_method)
+                   async_scheduling=c.async_scheduling, engine_method=c.engine_method, model_runner=c.model_runner)
 
 
 @functools.lru_cache(maxsize=4096)

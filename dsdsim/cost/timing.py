@@ -30,8 +30,8 @@ from dsdsim.cost.num import is_scalar, isfinite, maximum, minimum, num, where
 from dsdsim.cost.ops import (AllReduce, AllToAll, Attention, Bound, Demand, Elementwise, Embedding, Gather, Gemm,
                              KernelClass, MoEExperts, OpCost, OpKind, Operator, Sampling)
 from dsdsim.records import frozen
-from dsdsim.specs.hardware import (GROUPED_GEMM_LAUNCHES, AllReduceAlgorithm, AllReduceTier, HardwareSpec,
-                                   MoEFamilyFigures)
+from dsdsim.specs.hardware import (GROUPED_GEMM_LAUNCHES, AllReduceAlgorithm, AllReduceTier, GemmFigures,
+                                   HardwareSpec, MoEFamilyFigures)
 from dsdsim.units import DType
 
 _BOUNDS = (Bound.compute, Bound.memory, Bound.communication, Bound.overhead)
@@ -277,6 +277,10 @@ def op_rates(hw: HardwareSpec, kind: OpKind, kernel: KernelClass, dtype: DType, 
         family = hw.kernels.moe_family(moe_family, dtype)
         if family is not None:
             return moe_family_rates(hw, family[1], dtype, moe_call or MoECall())
+    if kind is OpKind.gemm and hw.kernels is not None and hw.kernels.gemm:
+        figures = hw.kernels.gemm_figures(dtype)
+        if figures is not None:
+            return gemm_rates(hw, figures, dtype)
     rates = _rates(hw)
     flops = rates.compute_flops_per_s[dtype, kernel is KernelClass.fused_moe]
     ramp = None
@@ -297,6 +301,14 @@ def op_rates(hw: HardwareSpec, kind: OpKind, kernel: KernelClass, dtype: DType, 
     fixed = rates.moe_call_latency_s if floor is not None and kernel is KernelClass.fused_moe else 0.0
     return OpRates(flops, memory, ramp, rates.transition_p if kind in _GEMM_KINDS else None, floor, fixed,
                    collective)
+
+
+def gemm_rates(hw: HardwareSpec, fig: GemmFigures, weight: DType) -> OpRates:
+    """The rates of a dense GEMM with ``weight`` weights timed by the part's fitted GEMM figures (``GemmFigures``):
+    t_c at peak(weight) * compute_fraction, t_m at BW * bandwidth_fraction, their p-norm at transition_p, plus the
+    call's fixed latency_s (no kernel floor)."""
+    return OpRates(hw.peak(weight) * fig.compute_fraction.value, hw.bandwidth * fig.bandwidth_fraction.value, None,
+                   fig.transition_p.value, None, fig.latency_s.value, None)
 
 
 def _collective(time: Callable, hw: HardwareSpec, group: int, comm_bytes):
@@ -452,6 +464,8 @@ def _terms(r: OpRates, d: Demand, gap) -> tuple:
     overhead = d.launches * gap + d.host_s
     if r.helper_launches:
         overhead = overhead + r.helper_launches * gap
+    if r.fixed_s and r.floor_s is None:          # a call's fixed latency without a floor (fitted GEMM figures)
+        overhead = overhead + r.fixed_s
     if r.floor_s is not None:
         if r.fixed_s:
             overhead = overhead + r.fixed_s
@@ -556,6 +570,9 @@ def timer(op: Operator, r: OpRates, hw: Optional[HardwareSpec] = None) -> Callab
         if link_time is not None:
             return link_time
     plain = r.collective is None and not r.fixed_s and not r.helper_launches and r.ramp_bytes_per_sequence is None
+    if (isinstance(op, Gemm) and r.collective is None and r.fixed_s and r.floor_s is None and not r.helper_launches
+            and r.ramp_bytes_per_sequence is None and r.transition_p is not None):
+        return _fitted_gemm_timer(r, op.tile_m, op._flops_per_row, op._weight_bytes, op._in_per_row, op._out_per_row)
     if isinstance(op, (Gemm, Elementwise)) and plain:
         return _rows_timer(r, op.tile_m if isinstance(op, Gemm) else 1, op._flops_per_row, op._weight_bytes,
                            op._in_per_row, op._out_per_row)
@@ -635,6 +652,23 @@ def _rows_timer(r: OpRates, tile: int, flops_per_row: float, weight_bytes: float
         return finish(padded * flops_per_row / peak, (weight_bytes + m * in_per_row + m * out_per_row) / bandwidth,
                       1, gap)
     return rows
+
+
+def _fitted_gemm_timer(r: OpRates, tile: int, flops_per_row: float, weight_bytes: float, in_per_row: float,
+                       out_per_row: float) -> Callable:
+    """A GEMM timed by fitted GEMM figures (``gemm_rates``), written out: the p-norm of compute and memory, then one
+    launch gap and the call's fixed latency (``_terms``: gap first, then the latency; no floor)."""
+    peak, bandwidth, p, fixed = r.flops_per_s, r.bytes_per_s, r.transition_p, r.fixed_s
+    inv, tile_f = 1.0 / p, float(tile)
+
+    def fitted_gemm_rows(gap, m):
+        padded = m if tile <= 1 else (m if m >= tile else tile_f) if m > 0 else 0.0     # pad_rows
+        compute = padded * flops_per_row / peak
+        memory = (weight_bytes + m * in_per_row + m * out_per_row) / bandwidth
+        hi, lo = (compute, memory) if compute >= memory else (memory, compute)
+        work = hi * (1.0 + (lo / hi if hi > 0 else 0.0) ** p) ** inv                   # p_norm_time
+        return work + ((gap + 0.0) + fixed)
+    return fitted_gemm_rows
 
 
 def _attention_timer(op: "Attention", r: OpRates) -> Callable:

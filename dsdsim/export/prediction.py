@@ -44,6 +44,7 @@ class EngineRef:
     name: Optional[str]
     source: Optional[str]
     versions: Optional[str] = field(default=None, metadata=_OMIT_NONE)   # the release range of the spec
+    runner: Optional[str] = field(default=None, metadata=_OMIT_NONE)     # vLLM's model runner it prices (v1 | v2)
 
 
 @frozen
@@ -92,6 +93,9 @@ class KTableView:
     ranges_at_zero_tolerance: int                # ranges of the table the tolerance started from
     max_distinct_k: Optional[int] = field(default=None, metadata=_OMIT_NONE)
     summary: str = ""                            # the same in one line, as the table format prints it
+    # per range: its K's gain over no speculation with its interval, the runner-up, whether the choice is sure, and
+    # the rule that chose it (dsdsim.policy.margin.RangeMargin); empty without shipped extra-time intervals
+    margin: tuple = ()
 
 
 @frozen
@@ -171,7 +175,8 @@ def _prediction_view(p: "Prediction") -> PredictionView:
         table=KTableView(ranges=tuple(tuple(r) for r in p.ranges()), distinct_k=tuple(p.table.k_set),
                          mean_goodput_loss=p.table.mean_goodput_loss, max_goodput_loss=p.table.max_goodput_loss,
                          tolerance=p.table.tolerance, ranges_at_zero_tolerance=p.table.ranges_at_zero_tolerance,
-                         max_distinct_k=p.table.max_distinct_k, summary=table_summary(p)),
+                         max_distinct_k=p.table.max_distinct_k, summary=table_summary(p),
+                         margin=tuple(p.margins())),
         grid=GridView(k_values=tuple(int(k) for k in p.k_values), batch_sizes=tuple(int(b) for b in p.batch_sizes),
                       tau=tuple(float(t) for t in p.tau), step_ms=step_ms),
         notes=tuple(p.notes), robust=robust_view(p), intervals=intervals_view(p),
@@ -239,7 +244,8 @@ def engine_ref(p: "Prediction") -> EngineRef:
     s = p.setup
     e = s.engine
     return EngineRef(name=e.name if e is not None else None, source=s.engine_source,
-                     versions=e.versions.label if e is not None and e.versions is not None else None)
+                     versions=e.versions.label if e is not None and e.versions is not None else None,
+                     runner=e.runner if e is not None else None)
 
 
 def acceptance_view(p: "Prediction") -> AcceptanceView:

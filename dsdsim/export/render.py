@@ -19,10 +19,12 @@ if TYPE_CHECKING:
 
 
 
-def _engine_text(eng) -> str:
-    """An engine and the releases its spec covers: 'vllm 0.8.5-0.13', 'vllm >=0.24', 'ideal'."""
+def engine_text(eng) -> str:
+    """An engine and the releases its spec covers: 'vllm 0.8.5-0.13', 'vllm >=0.29 (model runner V2)', 'ideal'."""
     versions = getattr(eng, "versions", None)
-    return f"{eng.name} {versions}" if versions and versions != "-" else str(eng.name)
+    text = f"{eng.name} {versions}" if versions and versions != "-" else str(eng.name)
+    runner = getattr(eng, "runner", None)
+    return text + (f" (model runner {runner.upper()})" if runner else "")
 
 def to_json(data) -> str:
     """Indented JSON; numpy scalars and arrays and enums become plain values."""
@@ -162,7 +164,7 @@ def explain_view(data: "ExplainView"):
     dep, eng = data.deployment, data.engine
     parts: list = [f"[bold]{data.model}[/bold] on {data.hardware} (tp {dep.tp}, ep {dep.ep}, " + (f"pp {dep.pp}, " if getattr(dep, "pp", 1) > 1 else "") +
                    f"{dep.weights_label}, {dep.kv_dtype} KV) — drafter {data.drafter}, "
-                   f"B={data.batch_size}, K={data.k}, context {data.context}, engine {_engine_text(eng)}"]
+                   f"B={data.batch_size}, K={data.k}, context {data.context}, engine {engine_text(eng)}"]
     for name, phase in (("draft", data.draft), ("verify", data.verify)):
         if not phase.ops:
             continue
@@ -176,7 +178,7 @@ def explain_view(data: "ExplainView"):
                       "-" if not bw or r.comm_bytes else f"{100 * bw:.0f}", r.bound, f"{100 * r.share:.1f}%")
         parts.append(t)
     if eng.rows:
-        t = Table(title=f"engine {_engine_text(eng)} ({format_si(eng.time_s, 's')})")
+        t = Table(title=f"engine {engine_text(eng)} ({format_si(eng.time_s, 's')})")
         for col in ("term", "time", "note"):
             t.add_column(col, justify="right" if col == "time" else "left", no_wrap=col == "term")
         for r in eng.rows:
@@ -230,7 +232,7 @@ def prediction_view(p: "Prediction"):
     dep = deployment_view(setup.model, setup.deployment)
     parts: list = [f"[bold]{setup.model.name}[/bold] on [bold]{setup.hardware.name}[/bold] (tp {dep.tp}, ep {dep.ep}, " + (f"pp {dep.pp}, " if getattr(dep, "pp", 1) > 1 else "") +
                    f"{dep.weights_label}, {dep.kv_dtype} KV), drafter [bold]{setup.drafter.label}[/bold], context "
-                   f"{p.context}, engine [bold]{_engine_text(engine_ref(p))}[/bold]",
+                   f"{p.context}, engine [bold]{engine_text(engine_ref(p))}[/bold]",
                    f"acceptance: {acceptance_view(p).description}"]
     shown = display_batches(p)
     position = {int(b): j for j, b in enumerate(p.batch_sizes)}
@@ -292,6 +294,9 @@ def prediction_view(p: "Prediction"):
                      + f"; K = {tree.steps} stands for the tree in json/csv (with a 'draft' column)")
     if ranges:
         parts.append(table_summary(p) + ("; --tolerance 0 for the exact table" if tolerance_merged(p) else ""))
+    margins = p.margins()
+    if margins:
+        parts.append(margin_table(p, margins))
     r = robust_view(p)
     if r is not None:
         parts.append(f"robust K over acceptance band {r.band[0]} .. {r.band[1]}: worst regret at the low edge "
@@ -310,6 +315,29 @@ def prediction_view(p: "Prediction"):
         parts.append("For SGLang: dsdsim predict ... --format sglang   (also json, csv; vLLM and TensorRT-LLM tables "
                      "are chains only)")
     return Group(*parts)
+
+
+def margin_table(p: "Prediction", margins) -> "Table":
+    """The exported ranges with their margins: each K's gain over no speculation (its interval from the held-out
+    errors of T(K)/T(0)), the runner-up K and whether the choice is sure; the rule that chose each range."""
+    from dsdsim.export.text import Table
+
+    extra = p.intervals.extra_time
+    robust = any(m.point_k is not None for m in margins)
+    t = Table(title=f"K table ranges and their margins ({100 * p.intervals.coverage:.0f}% intervals: the extra time "
+                    f"of a speculative step x{extra[0]:.2f}-x{extra[1]:.2f}, held-out T(K)/T(0) pairs, n {extra[2]})")
+    cols = ["range", "K", "gain vs none at start", "runner-up", "margin"] + (["chosen by"] if robust else [])
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("margin", "chosen by") else "right",
+                     no_wrap=col in ("range", "gain vs none at start"))
+    for m in margins:
+        gain = "-" if m.gain is None else f"{m.gain:.2f}x ({m.gain_low:.2f}-{m.gain_high:.2f})"
+        ru = "-" if m.runner_up_k is None else f"K={m.runner_up_k} {m.runner_up_gain:.2f}x"
+        row = [f"{m.start}-{m.end}", str(m.k), gain, ru, m.text]
+        if robust:
+            row.append("robust low end" + (f" (point estimate K={m.point_k})" if m.point_k != m.k else ""))
+        t.add_row(*row)
+    return t
 
 
 def context_grid_dict(contexts: Sequence[int], preds: Sequence["Prediction"]) -> dict:
@@ -443,7 +471,7 @@ def accuracy_view(report):
     if report.checks is not None:
         parts += checks_lines(report.checks)
     if report.cv is not None:
-        parts.append(cv_table(report.cv))
+        parts.append(points_cv_table(report.cv) if hasattr(report.cv, "grids") else cv_table(report.cv))
     return Group(*parts)
 
 
@@ -458,12 +486,43 @@ def checks_lines(chk) -> list[str]:
     if a["n"]:
         out.append(f"T(K)/T(0), every measured pair: n {a['n']}, median |error| {100 * a['median_abs_rel_error']:.1f}%, "
                    f"max {100 * a['max_abs_rel_error']:.1f}%")
+    lb = chk.large_batch_summary()
+    if lb["n"]:
+        out.append(f"T(K)/T(0) at batch >= 32 (target median <= 8%): n {lb['n']}, median |error| "
+                   f"{100 * lb['median_abs_rel_error']:.1f}%, max {100 * lb['max_abs_rel_error']:.1f}%")
+    by_source = chk.regret_by_source()
+    if by_source:
+        worst = max(by_source.items(), key=lambda kv: kv[1]["max_regret"])
+        out.append(f"K choice per source (target: no source above 5%): worst {worst[0]} max "
+                   f"{100 * worst[1]['max_regret']:.1f}% (mean {100 * worst[1]['mean_regret']:.1f}%, n {worst[1]['n']})")
     for split in ("train", "test"):
         r = chk.regret_summary(split)
         if r["n"]:
             out.append(f"K choice where a source measured several K ({split}): {r['best_k_matches']} of {r['n']} best K "
                        f"matched; goodput given up mean {100 * r['mean_regret']:.1f}%, max {100 * r['max_regret']:.1f}%")
     return out
+
+
+def points_cv_table(cv):
+    """Each source grid calibrated on the points the plan rule picks (dsdsim.fit.cv.PointsCV): the held-out error and
+    the K choice, calibrated and with the shipped figures."""
+    from dsdsim.export.text import Group, Table
+
+    t = Table(title=f"Calibrated on {cv.n} points of each source grid (the points `dsdsim calibrate --plan {cv.n}` "
+                    "picks), the other points scored")
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.1f}%"
+    for col in ("source grid", "split", "points", "median |err|", "max |err|", "shipped median", "regret mean / max",
+                "shipped regret mean / max"):
+        t.add_column(col, justify="left" if col in ("source grid", "split") else "right")
+    for name, g in cv.grids.items():
+        t.add_row(name, g.split, f"{g.n_points - len(g.calibrated_on)} of {g.n_points}", pct(g.median_abs_rel_error),
+                  pct(g.max_abs_rel_error), pct(g.uncalibrated_median_abs_rel_error),
+                  f"{pct(g.regret_mean)} / {pct(g.regret_max)}",
+                  f"{pct(g.uncalibrated_regret_mean)} / {pct(g.uncalibrated_regret_max)}")
+    lines = [t] if cv.grids else ["no source grid holds 8 or more (batch, K) points"]
+    return Group(*lines, "targets: held-out median <= 5%, regret <= 1% mean / <= 3% max on every source grid")
 
 
 def cv_table(cv):

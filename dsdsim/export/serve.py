@@ -12,6 +12,8 @@ CSV has one row per policy (and per load for a sweep), the percentiles flattened
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from typing import Any, Mapping, Optional, Sequence
 
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")          # each {mean, p50, p90, p99} in PolicyResult.to_dict
@@ -23,18 +25,21 @@ LATENCY_LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms
 
 
 def setup_dict(setup) -> dict:
-    """What was simulated, by name: model, hardware, tp, drafter ('none' without one), engine ('vllm >=0.24')."""
+    """What was simulated, by name: model, hardware, tp, drafter ('none' without one), engine ('vllm >=0.29 (model
+    runner V2)')."""
+    from dsdsim.export.render import engine_text
+
     eng = setup.engine
     engine = None
     if eng is not None:
         versions = eng.versions.label if getattr(eng, "versions", None) is not None else None
-        engine = f"{eng.name} {versions}" if versions and versions != "-" else str(eng.name)
+        engine = engine_text(SimpleNamespace(name=eng.name, versions=versions, runner=eng.runner))
     return {"model": setup.model.name, "hardware": setup.hardware.name, "tp": setup.deployment.tp,
             "drafter": setup.drafter.label if setup.drafter is not None else "none", "engine": engine or "ideal"}
 
 
 def setup_line(setup) -> str:
-    """'llama-3.1-8b on h100-sxm (tp 1), drafter eagle3, engine vllm >=0.24'."""
+    """'llama-3.1-8b on h100-sxm (tp 1), drafter eagle3, engine vllm >=0.29 (model runner V2)'."""
     s = setup_dict(setup)
     ep, pp = setup.deployment.ep, setup.deployment.pp
     par = f"tp {s['tp']}" + (f", ep {ep}" if ep > 1 else "") + (f", pp {pp}" if pp > 1 else "")

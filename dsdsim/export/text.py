@@ -64,10 +64,10 @@ class Table:
 
 
 class Group:
-    """Lines and tables shown one below the other."""
+    """Lines and tables shown one below the other; a group inside a group is shown as its parts."""
 
-    def __init__(self, *parts: Union[str, Table]) -> None:
-        self.parts = parts
+    def __init__(self, *parts: Union[str, Table, "Group"]) -> None:
+        self.parts = tuple(q for p in parts for q in (p.parts if isinstance(p, Group) else (p,)))
 
 
 Renderable = Union[str, Table, Group]

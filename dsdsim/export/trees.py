@@ -228,14 +228,14 @@ def family_table(p: "TreeFamilyPrediction"):
     single tree, and which tree to launch SGLang with."""
     from dsdsim.export.text import Group, Table
 
-    from dsdsim.export.render import _engine_text
+    from dsdsim.export.render import engine_text
 
     view = family_view(p)
     dep = view.deployment
     family = ", ".join(f"{m.tree} (AL {m.tau:g})" for m in view.family)
     parts: list = [f"[bold]{view.model}[/bold] on [bold]{view.hardware}[/bold] (tp {dep.tp}, ep {dep.ep}, "
                    f"{dep.weights_label}, {dep.kv_dtype} KV), drafter [bold]{view.drafter}[/bold], context "
-                   f"{view.context}, engine [bold]{_engine_text(view.engine)}[/bold]",
+                   f"{view.context}, engine [bold]{engine_text(view.engine)}[/bold]",
                    f"tree family (STEPS,TOPK,TOKENS, AL measured with each): {family}"]
     shown = display_batches(p)
     position = {int(b): j for j, b in enumerate(p.batch_sizes)}

@@ -2,7 +2,10 @@
 values end in ``_``. Every fitted figure names what it was fitted on and is reproducible by a script in the repo.
 
     engine       EngineFit: engine-spec terms on the train split of the measurement corpus (scripts/fit_engines.py)
-    points       EngineCalibration: an engine spec from a user's few measured points (dsdsim calibrate --measurements)
+    points       a user's measured (batch, K) points: CSV, vllm bench serve JSON, SGLang bench_serving JSON lines
+    shape        ShapeCalibration: bandwidth, compute, launch gap and engine factors from those points, MAP with the
+                 shipped figures as priors (dsdsim calibrate --measurements); plan_points: which points to measure
+                 (dsdsim calibrate --plan N); the points cross-validation (dsdsim accuracy --cv points)
     calibrate    Calibrator: hardware efficiencies from a validation report (dsdsim calibrate --report)
     kernels      KernelFigureFit: kernel-shape figures from a probe's sweeps (dsdsim probe); MoEFamilyFit: fused-MoE
                  family figures from published kernel timings (scripts/fit_kernels.py)

@@ -38,8 +38,9 @@ class StepTimeIntervals:
     min_cases: int = 8
     table_: Optional[IntervalTable] = field(default=None, init=False)
 
-    def fit(self, results, source: str = "") -> "StepTimeIntervals":
-        """``results``: held-out CaseResults (``SourceCV.results``); ``source``: what they are, for the file."""
+    def fit(self, results, source: str = "", pairs=()) -> "StepTimeIntervals":
+        """``results``: held-out CaseResults (``SourceCV.results``); ``source``: what they are, for the file;
+        ``pairs``: the held-out T(K)/T(0) pairs, for the extra time's quantiles (``extra_time_quantiles``)."""
         pools: dict[str, list[float]] = {}
         for r in results:
             sign = ABSOLUTE.get(r.quantity)
@@ -51,7 +52,8 @@ class StepTimeIntervals:
         strata = {k: (*_quantiles(v, self.coverage), len(v)) for k, v in sorted(pools.items())
                   if len(v) >= min(self.min_cases, 2)}
         self.table_ = IntervalTable(self.coverage, self.min_cases, strata, source,
-                                    method=__doc__.split("\n\n")[0].replace("\n", " "))
+                                    method=__doc__.split("\n\n")[0].replace("\n", " "),
+                                    extra_time=extra_time_quantiles(pairs, self.coverage) if pairs else None)
         return self
 
     @property
@@ -60,3 +62,18 @@ class StepTimeIntervals:
 
     def interval(self, family: str, architecture: str, batch: float) -> Optional[Interval]:
         return self.table_.interval(family, architecture, batch)
+
+
+MIN_EXTRA = 0.05       # pairs whose predicted extra time R - 1 is below this say little about its error
+
+
+def extra_time_quantiles(pairs, coverage: float = 0.8) -> Optional[tuple[float, float, int]]:
+    """(low, high, n): split-conformal quantiles of f = (R_measured - 1) / (R_predicted - 1) over T(K)/T(0) pairs
+    (``dsdsim.corpus.checks.StepRatio``) whose predicted extra time is at least ``MIN_EXTRA``; f is kept positive
+    (a measured ratio below 1 counts as no extra time). None with fewer than 5 pairs. ``dsdsim.policy.margin``
+    reads them: the interval of a step-time ratio is 1 + (R_predicted - 1) [low, high]."""
+    f = [max(r.measured - 1.0, 0.0) / (r.predicted - 1.0) for r in pairs if r.predicted - 1.0 >= MIN_EXTRA]
+    if len(f) < 5:
+        return None
+    lo, hi = _quantiles([math.log(max(v, 1e-3)) for v in f], coverage)
+    return lo, hi, len(f)

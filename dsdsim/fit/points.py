@@ -1,19 +1,15 @@
-"""A full (batch, K) table from a few measured points: fit an engine spec to your deployment.
+"""A user's measured (batch, K) points, read and checked: what ``dsdsim calibrate --measurements`` fits.
 
 Input points come from a CSV ``batch_size,k,context,itl_ms,acceptance_length``, from result JSON files of
 ``vllm bench serve --save-result``, or from SGLang ``bench_serving`` JSON lines. ``itl_ms`` is the time per
-output token of one sequence (vLLM's and SGLang's mean TPOT), so a step takes itl_ms x acceptance_length.
-
-The hardware, the kernel model and the base engine version's own terms stay fixed: the fit adds device-time
-terms for what the points show beyond them (``CALIBRATION_TERMS``, bounded least squares on log step time), as
-many as the points can tell apart: a speculative per-step time and a per-sequence time always, a per-draft-pass time
-with two or more K > 0; never more figures than points - 1.
+output token of one sequence (vLLM's and SGLang's mean TPOT), so a step takes itl_ms x acceptance_length; a
+benchmark result's context is its mean prompt plus half its mean output. The fit is ``dsdsim.fit.shape``.
 """
 from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass, field
+import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -23,17 +19,24 @@ from dsdsim.errors import DsdsimError, finite_number, whole_number
 from dsdsim.records import frozen
 
 CSV_HEADER = ("batch_size", "k", "context", "itl_ms", "acceptance_length")
+CSV_OPTIONAL = ("input_len", "output_len")   # a serving benchmark's mean prompt and output (its prefills priced)
 MIN_POINTS = 3
 AGREE = 0.2          # rows of one (batch, K) more than 20% apart contradict one another
 
 
 @frozen
 class MeasuredPoint:
+    """One measured (batch, K) point. ``input_len`` / ``output_len``: the mean prompt and output of a benchmark run's
+    requests (a serving benchmark's TPOT includes the steps that also ran other requests' prefills:
+    ``dsdsim.fit.shape`` prices them); None: decode steps alone (a profiler's step time)."""
+
     batch: int
     k: int
     context: int
     itl_ms: float              # per output token of one sequence
     acceptance_length: float   # tokens per step (1 for k = 0)
+    input_len: Optional[float] = None
+    output_len: Optional[float] = None
 
     @property
     def step_ms(self) -> float:
@@ -62,21 +65,27 @@ def _read_csv(path: Path, context: int) -> list[tuple[MeasuredPoint, str]]:
         if len(row) != len(head):
             raise DsdsimError(f"{where}: {len(row)} fields, the header has {len(head)}")
         rec = dict(zip(head, (c.strip() for c in row)))
-        key = tuple(rec.get(h, "") for h in CSV_HEADER)
+        key = tuple(rec.get(h, "") for h in CSV_HEADER + CSV_OPTIONAL)
         if key in seen:
             raise DsdsimError(f"{where}: duplicate row (the same line appears twice); remove one")
         seen.add(key)
         ctx = whole_number(rec["context"], f"{where}: context") if rec.get("context") else context
+        lengths = [finite_number(rec[h], f"{where}: {h}") if rec.get(h) else None for h in CSV_OPTIONAL]
+        if (lengths[0] is None) != (lengths[1] is None):
+            raise DsdsimError(f"{where}: give both input_len and output_len (a benchmark's mean prompt and output), "
+                              "or neither (decode steps alone)")
         out.append((MeasuredPoint(whole_number(rec["batch_size"], f"{where}: batch_size"),
                                   whole_number(rec["k"], f"{where}: k"), ctx,
                                   finite_number(rec["itl_ms"], f"{where}: itl_ms"),
-                                  finite_number(rec["acceptance_length"], f"{where}: acceptance_length")), where))
+                                  finite_number(rec["acceptance_length"], f"{where}: acceptance_length"),
+                                  *lengths), where))
     return out
 
 
-def _k_of(rec: dict, where: str, has_acceptance: bool) -> int:
+def _k_of(rec: dict, where: str, has_acceptance: bool, name_k: Optional[int] = None) -> int:
     """K of a benchmark result: num_speculative_tokens (vllm bench serve --metadata num_speculative_tokens=K),
-    speculative_num_steps (SGLang), or a speculative_config; none and no acceptance reported: plain decoding."""
+    speculative_num_steps (SGLang), or a speculative_config; else the file name's ``-kK`` (SGLang bench_serving
+    records no K: ``dsdsim calibrate --plan`` names its files so); none and no acceptance reported: plain decoding."""
     for key in ("num_speculative_tokens", "speculative_num_steps"):
         if key in rec:
             return whole_number(rec[key], f"{where}: {key}")
@@ -88,13 +97,15 @@ def _k_of(rec: dict, where: str, has_acceptance: bool) -> int:
             cfg = None
     if isinstance(cfg, dict) and "num_speculative_tokens" in cfg:
         return whole_number(cfg["num_speculative_tokens"], f"{where}: speculative_config.num_speculative_tokens")
+    if name_k is not None:
+        return name_k
     if has_acceptance:
         raise DsdsimError(f"{where}: reports speculative acceptance but not K; add it to the result (vllm bench "
-                          "serve --metadata num_speculative_tokens=K)")
+                          "serve --metadata num_speculative_tokens=K) or to the file name (run-k3.jsonl)")
     return 0
 
 
-def _from_result(rec: dict, where: str, context: int) -> MeasuredPoint:
+def _from_result(rec: dict, where: str, context: int, name_k: Optional[int] = None) -> MeasuredPoint:
     """One benchmark result: vLLM (mean_tpot_ms, spec_decode_acceptance_length, max_concurrency) or SGLang
     bench_serving (mean_tpot_ms, accept_length, max_concurrency)."""
     if "mean_tpot_ms" not in rec:
@@ -105,10 +116,23 @@ def _from_result(rec: dict, where: str, context: int) -> MeasuredPoint:
         raise DsdsimError(f"{where}: no max_concurrency; run the benchmark with --max-concurrency B (the batch)")
     al = rec.get("spec_decode_acceptance_length", rec.get("accept_length"))
     has_al = al is not None and finite_number(al, f"{where}: acceptance length") > 1.0
-    k = _k_of(rec, where, has_al)
+    k = _k_of(rec, where, has_al, name_k)
     acceptance = finite_number(al, f"{where}: acceptance length") if (al is not None and k > 0) else 1.0
-    return MeasuredPoint(whole_number(batch, f"{where}: max_concurrency"), k, context,
-                         finite_number(rec["mean_tpot_ms"], f"{where}: mean_tpot_ms"), acceptance)
+    lengths = _run_lengths(rec, where)
+    ctx = context if lengths is None else int(round(lengths[0] + lengths[1] / 2))
+    return MeasuredPoint(whole_number(batch, f"{where}: max_concurrency"), k, ctx,
+                         finite_number(rec["mean_tpot_ms"], f"{where}: mean_tpot_ms"), acceptance,
+                         *(lengths or (None, None)))
+
+
+def _run_lengths(rec: dict, where: str) -> Optional[tuple[float, float]]:
+    """(mean prompt, mean output) of a run's requests (``completed``, ``total_input_tokens``, ``total_output_tokens``
+    of a vllm bench serve / SGLang bench_serving result), None where the result does not say: its requests decode at
+    a mean context of prompt + output / 2, and its prefills run inside the steps its TPOT measures."""
+    n, i, o = rec.get("completed"), rec.get("total_input_tokens"), rec.get("total_output_tokens")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (n, i, o)) or n <= 0 or o <= 0:
+        return None
+    return (finite_number(i, f"{where}: total_input_tokens") / n, finite_number(o, f"{where}: total_output_tokens") / n)
 
 
 def _read_json(path: Path, context: int) -> list[tuple[MeasuredPoint, str]]:
@@ -128,12 +152,17 @@ def _read_json(path: Path, context: int) -> list[tuple[MeasuredPoint, str]]:
                 except ValueError:
                     raise DsdsimError(f"{path.name} line {n}: not JSON") from None
                 wheres.append(f"{path.name} line {n}")
+    m = _NAME_K.search(path.stem)
+    name_k = int(m.group(1)) if m else None
     out = []
     for rec, where in zip(records, wheres):
         if not isinstance(rec, dict):
             raise DsdsimError(f"{where}: expected a JSON object (one benchmark result)")
-        out.append((_from_result(rec, where, context), where))
+        out.append((_from_result(rec, where, context, name_k), where))
     return out
+
+
+_NAME_K = re.compile(r"(?:^|[-_.])k(\d+)(?:[-_.]|$)")      # dsdsim-b64-k3.jsonl: K = 3
 
 
 def read_measurements(paths: Sequence[str | Path], context: int) -> list[MeasuredPoint]:
@@ -171,7 +200,10 @@ def merge_points(rows: list[tuple[MeasuredPoint, str]]) -> list[MeasuredPoint]:
                               f"{100 * AGREE:.0f}%)")
         itl = float(np.mean([m.itl_ms for m, _ in members]))
         al = float(np.mean([m.acceptance_length for m, _ in members]))
-        out.append(MeasuredPoint(b, k, c, itl, al))
+        ins = [m.input_len for m, _ in members if m.input_len is not None]
+        outs = [m.output_len for m, _ in members if m.output_len is not None]
+        lengths = (float(np.mean(ins)), float(np.mean(outs))) if len(ins) == len(members) else (None, None)
+        out.append(MeasuredPoint(b, k, c, itl, al, *lengths))
     if len(out) < MIN_POINTS:
         raise DsdsimError(f"{len(out)} distinct (batch, K) point(s); calibrate needs at least {MIN_POINTS} "
                           "(e.g. batch 1, 16, 64 x K 0, 3)")
@@ -181,131 +213,3 @@ def merge_points(rows: list[tuple[MeasuredPoint, str]]) -> list[MeasuredPoint]:
     if not any(p.k > 0 for p in out):
         raise DsdsimError("no K > 0 point: measure at least one speculative configuration")
     return out
-
-
-# --- fitting ---------------------------------------------------------------------------------------------------
-
-
-# The terms a calibration adds to the base engine: device time the measured points show beyond the modelled terms.
-# On the device timeline (never hidden by async scheduling), so they are identifiable whether the base engine
-# overlaps host work or not; each bounded like the largest engine terms the shipped specs source.
-CALIBRATION_TERMS = (
-    # name, per, applies, range (seconds), used when
-    ("measured_speculative_step", "step", "speculative", (0.0, 5e-3)),
-    ("measured_per_sequence", "sequence", "all", (0.0, 1e-4)),
-    ("measured_draft_pass", "draft_pass", "speculative", (0.0, 2e-3)),
-)
-
-
-def calibration_terms(names: Sequence[str], source: str) -> list:
-    """The calibration terms ``names`` at zero, fittable (``dsdsim.specs.engine.EngineTerm``)."""
-    from dsdsim.specs.engine import EngineTerm
-    from dsdsim.specs.hardware import Verified
-
-    out = []
-    for name, per, applies, rng in CALIBRATION_TERMS:
-        if name in names:
-            out.append(EngineTerm(name=name, component="synchronisation", runs_on="gpu", per=per, applies=applies,
-                                  value=0.0, range=rng, fit=True, prior=0.0, source=source, verified=Verified.derived,
-                                  mechanism="step time your measured points show beyond the modelled engine terms "
-                                            f"(per {per}; fitted by dsdsim calibrate --measurements)"))
-    return out
-
-
-@dataclass
-class EngineCalibration:
-    """Fitted engine figures for one deployment; estimator conventions (fit -> self, learned values end in _).
-
-    The base engine spec (its version's terms) is kept whole; the fit adds calibration terms on the device timeline
-    (``CALIBRATION_TERMS``): a speculative per-step time and a per-sequence time always, a per-draft-pass time with
-    two or more K > 0 among the points; never more figures than points - 1."""
-
-    model: object
-    hardware: object
-    base_engine: object = "vllm"
-    deployment: object = None
-    drafter: object = "eagle3"
-    keys_: tuple[str, ...] = field(default=(), init=False)
-    values_: dict[str, float] = field(default_factory=dict, init=False)
-    fitted_ms_: list[float] = field(default_factory=list, init=False)
-    loo_error_: list[Optional[float]] = field(default_factory=list, init=False)
-    points_: list[MeasuredPoint] = field(default_factory=list, init=False)
-
-    def _steps(self, points: Sequence[MeasuredPoint]):
-        from dsdsim.cost.step import simulate_step
-        from dsdsim.specs.setup import resolve
-
-        setup = resolve(self.model, self.hardware, self.deployment, self.drafter, self.base_engine)
-        self._setup = setup
-        return [simulate_step(None, None, batch=p.batch, k=p.k, context=p.context, setup=setup) for p in points]
-
-    def _keys(self, points: Sequence[MeasuredPoint]) -> tuple[str, ...]:
-        keys = ["measured_speculative_step", "measured_per_sequence"]
-        if len({p.k for p in points if p.k > 0}) >= 2:
-            keys.append("measured_draft_pass")
-        return tuple(keys[:max(1, len(points) - 1)])
-
-    def _spec(self, keys: Sequence[str], source: str = "dsdsim calibrate --measurements"):
-        base = self._setup.engine
-        return base.model_copy(update={"terms": tuple(base.terms) + tuple(calibration_terms(keys, source))})
-
-    def _params(self, keys: Sequence[str], values: dict[str, float], drafter):
-        from dsdsim.specs.engine import EngineParams
-
-        kind = drafter.kind.value if drafter is not None else None
-        return EngineParams.of(self._spec(keys), values, drafter_kind=kind,
-                               tree=drafter is not None and drafter.tree is not None)
-
-    def _predict(self, steps, values: dict[str, float]) -> np.ndarray:
-        keys = tuple(values)
-        p = self._params(keys, values, self._setup.drafter)
-        return np.array([float(s.step_time_with(p)) for s in steps])
-
-    def _solve(self, steps, measured_s: np.ndarray, keys: tuple[str, ...]) -> dict[str, float]:
-        from scipy.optimize import least_squares
-
-        ranges = {name: rng for name, _, _, rng in CALIBRATION_TERMS}
-        lo = np.array([ranges[k][0] for k in keys])
-        hi = np.array([ranges[k][1] for k in keys])
-
-        def resid(x):
-            return np.log(self._predict(steps, dict(zip(keys, map(float, x)))) / measured_s)
-
-        res = least_squares(resid, lo + 0.01 * (hi - lo), bounds=(lo, hi), x_scale=hi - lo, diff_step=1e-3,
-                            method="trf")
-        return {k: float(v) for k, v in zip(keys, res.x)}
-
-    def fit(self, points: Sequence[MeasuredPoint]) -> "EngineCalibration":
-        self.points_ = list(points)
-        steps = self._steps(self.points_)
-        measured = np.array([p.step_ms * 1e-3 for p in self.points_])
-        self.keys_ = self._keys(self.points_)
-        self.values_ = self._solve(steps, measured, self.keys_)
-        self.fitted_ms_ = [1e3 * t / p.acceptance_length for t, p in zip(self._predict(steps, self.values_),
-                                                                          self.points_)]
-        self.loo_error_ = []
-        for i, p in enumerate(self.points_):      # leave one out: refit without point i, predict it
-            rest = [j for j in range(len(self.points_)) if j != i]
-            keys = self.keys_[:max(1, len(rest) - 1)]
-            vals = self._solve([steps[j] for j in rest], measured[rest], keys)
-            t = float(self._predict([steps[i]], vals)[0])
-            self.loo_error_.append(t / measured[i] - 1.0)
-        return self
-
-    def engine_spec(self, name: str, source_files: Sequence[str], date: str):
-        """The base engine with the fitted calibration terms, named ``name``, provenance naming the points."""
-        from dsdsim.fit.engine import round_value
-        from dsdsim.specs.engine import FitProvenance
-
-        ids = tuple(f"b{p.batch}-k{p.k}-c{p.context}" for p in self.points_)
-        res = {i: round(f / p.itl_ms - 1.0, 4) for i, f, p in zip(ids, self.fitted_ms_, self.points_)}
-        fit = FitProvenance(method="dsdsim calibrate --measurements: bounded least squares on log step time, "
-                                   "kernel model, hardware and the base engine's terms fixed", date=date, cases=ids,
-                            residuals=res,
-                            median_abs_residual=round(float(np.median(np.abs(list(res.values())))), 4),
-                            max_abs_residual=round(float(np.max(np.abs(list(res.values())))), 4),
-                            note="measured points: " + ", ".join(source_files))
-        source = f"dsdsim calibrate --measurements ({', '.join(source_files)})"
-        spec = self._spec(self.keys_, source)
-        values = {k: round_value(v) for k, v in self.values_.items()}
-        return spec.with_values(values, source, cases=ids, fit=fit, name=name)

@@ -62,6 +62,9 @@ class IntervalTable:
     strata: dict = field(default_factory=dict)
     source: str = ""
     method: str = ""
+    # quantiles of (R_measured - 1) / (R_predicted - 1) over held-out T(K)/T(0) pairs: (low, high, n), None where
+    # none is shipped (``dsdsim.policy.margin``)
+    extra_time: Optional[tuple] = None
 
     def interval(self, family: str, architecture: str, batch: float) -> Optional[Interval]:
         for key in strata_keys(family, architecture, batch):
@@ -72,15 +75,24 @@ class IntervalTable:
         return Interval(hit[0], hit[1], hit[2], "all", self.coverage) if hit else None
 
     def to_dict(self) -> dict:
-        return {"method": self.method, "coverage": self.coverage, "min_cases": self.min_cases, "source": self.source,
-                "strata": {k: {"low": round(lo, 4), "high": round(hi, 4), "n": n}
-                           for k, (lo, hi, n) in self.strata.items()}}
+        out = {"method": self.method, "coverage": self.coverage, "min_cases": self.min_cases, "source": self.source,
+               "strata": {k: {"low": round(lo, 4), "high": round(hi, 4), "n": n}
+                          for k, (lo, hi, n) in self.strata.items()}}
+        if self.extra_time is not None:
+            lo, hi, n = self.extra_time
+            out["extra_time"] = {"low": round(lo, 4), "high": round(hi, 4), "n": n,
+                                 "method": "split-conformal quantiles of (R_measured - 1) / (R_predicted - 1), R = "
+                                           "T(K) / T(0), over the corpus's pairs predicted with their source held "
+                                           "out (pairs whose predicted extra time is at least 5%)"}
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> "IntervalTable":
         return cls(coverage=float(d["coverage"]), min_cases=int(d["min_cases"]),
                    strata={k: (float(v["low"]), float(v["high"]), int(v["n"])) for k, v in d["strata"].items()},
-                   source=d.get("source", ""), method=d.get("method", ""))
+                   source=d.get("source", ""), method=d.get("method", ""),
+                   extra_time=(float(d["extra_time"]["low"]), float(d["extra_time"]["high"]),
+                               int(d["extra_time"]["n"])) if "extra_time" in d else None)
 
 
 def step_interval(table: Optional[IntervalTable], setup, batch: float, memo: dict) -> Optional[Interval]:

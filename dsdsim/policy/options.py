@@ -30,6 +30,8 @@ class PredictOptions:
     acceptance_band: +/- absolute change of every alpha; adds a robust K choice and the regret at the edges.
     tolerance: goodput share (0.005 = 0.5%, or the text '0.5%') each batch size may give up against its best K so
         that the table has fewer ranges; 0 exports the exact per-batch best (``Prediction.k_best`` either way).
+    robust: choose each batch size's K by the low end of its gain interval (``dsdsim.policy.margin.ROBUST_RULE``)
+        instead of the point estimate; the margins say which rule chose each range.
     """
 
     acceptance: Acceptance | TreeAcceptance | str | float | None = None
@@ -40,6 +42,7 @@ class PredictOptions:
     max_distinct_k: Optional[int] = None
     acceptance_band: Optional[float] = None
     tolerance: float | str = DEFAULT_TOLERANCE
+    robust: bool = False
 
     def with_values(self, values: dict) -> "PredictOptions":
         """These options with some fields replaced; an unknown name is a one-line error listing the known ones."""

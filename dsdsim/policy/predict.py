@@ -31,8 +31,9 @@ from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE, Acceptance, TreeAccepta
 from dsdsim.policy.options import PredictOptions, parse_tolerance
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
 from dsdsim.policy.intervals import ranged, shipped_intervals, step_interval
+from dsdsim.policy.margin import ROBUST_RULE, RangeMargin, range_margins, ratio_bounds
 from dsdsim.policy.table import (CompressedTable, Ranges, RobustChoice, compress, count_ranges, fewest_ranges,
-                                 ranges_from_k_per_batch, robust_k)
+                                 ranges_from_k_per_batch, robust_k, table_losses)
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import MAX_K, DraftTree
 
@@ -103,6 +104,18 @@ class Prediction:
     plain_step_s: Optional[np.ndarray] = None    # (B,) a server without speculation (None: the K = 0 row's)
     dynamic: bool = False                        # the steps are those of a server running the K table
     intervals: Optional[object] = None           # dsdsim.policy.intervals.IntervalTable
+    robust_table: bool = False                   # the table was chosen by the gain interval's low end (--robust)
+
+    def margins(self) -> list[RangeMargin]:
+        """Each range's margin (``dsdsim.policy.margin``): its K's gain over no speculation with the interval, the
+        runner-up, and whether the choice is sure; [] without shipped extra-time intervals or with a draft tree."""
+        extra = self.intervals.extra_time if self.intervals is not None else None
+        if extra is None or self.tree is not None:
+            return []
+        cached = self.__dict__.get("_margins")
+        if cached is None:
+            cached = self.__dict__["_margins"] = range_margins(self, extra[0], extra[1], self.robust_table)
+        return cached
 
     def interval(self, batch: int):
         """The interval factors for a step at ``batch`` (None without shipped intervals)."""
@@ -273,7 +286,20 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     tau = np.asarray(acc.tau(ks), dtype=float)
     g = goodput(b[None, :], tau[:, None], step_kb, feas_kb)
     k_best = best_k(g, ks)
-    table = export_table(g, ks, k_best, tolerance, max_distinct_k)
+    intervals = shipped_intervals()
+    if o.robust:
+        extra = intervals.extra_time if intervals is not None else None
+        if extra is None:
+            raise DsdsimError("--robust needs the shipped intervals of T(K)/T(0) (measurements/intervals.json "
+                              "extra_time); none are shipped")
+        plain = plain_s if plain_s is not None else step_kb[list(ks).index(0)]
+        _, high_s = ratio_bounds(step_kb, plain, extra[0], extra[1])
+        g_sel = goodput(b[None, :], tau[:, None], high_s, feas_kb)
+        table = export_table(g_sel, ks, best_k(g_sel, ks), tolerance, max_distinct_k)
+        mean_loss, max_loss = table_losses(g, ks, table.k_per_batch)
+        table = replace(table, mean_goodput_loss=mean_loss, max_goodput_loss=max_loss)
+    else:
+        table = export_table(g, ks, k_best, tolerance, max_distinct_k)
     robust = None
     if acceptance_band:
         scenarios = [acc.shifted(-acceptance_band), acc, acc.shifted(+acceptance_band)]
@@ -299,8 +325,10 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     if dynamic:
         notes += off_tier_notes(b, step_kb[0], plain_s, feas_kb[0], setup.engine)
 
+    if o.robust:
+        notes.append(f"K table chosen by the {ROBUST_RULE}; its losses are against the point estimate's best K")
     return Prediction(setup, acc, int(context), b, ks, step_kb, feas_kb, tau, g, k_best, int(fixed_k), table,
-                      robust, notes, plain_s, dynamic, shipped_intervals())
+                      robust, notes, plain_s, dynamic, intervals, bool(o.robust))
 
 
 def _k_axis(setup: Setup, acceptance, max_k: Optional[int], fixed_k: Optional[int],

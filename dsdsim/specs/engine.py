@@ -265,12 +265,72 @@ class FitProvenance(FrozenSpec):
     note: Optional[str] = None
 
 
+# The engine terms one calibration factor multiplies (``EngineCalibration``): those paid once per step (per step,
+# draft pass or layer) and those that grow with the batch (per sequence or token).
+STEP_PERS = ("step", "draft_pass", "layer")
+TOKEN_PERS = ("sequence", "token")
+
+
+class CalibratedFigure(FrozenSpec):
+    """One figure ``dsdsim calibrate --measurements`` fitted: its value beside the shipped prior it started from,
+    the bounds the fit stayed inside, and how well the points pinned it (the posterior's relative spread)."""
+
+    name: str = Field(min_length=1)
+    label: str = Field(min_length=1)
+    unit: str = Field(min_length=1)          # fraction | s | x
+    value: float = Field(ge=0)
+    prior: float = Field(ge=0)
+    range: tuple[float, float]
+    prior_sigma: float = Field(gt=0)         # the prior's width, log space
+    posterior_sigma: Optional[float] = None  # the fit's, log space (None: not worked out)
+    on_bound: Optional[str] = None           # low | high where the fit ended on a bound
+
+    @model_validator(mode="after")
+    def _check(self) -> "CalibratedFigure":
+        lo, hi = self.range
+        tol = 1e-9 * max(abs(hi), 1.0)
+        if not (0 <= lo <= hi and lo - tol <= self.value <= hi + tol and lo - tol <= self.prior <= hi + tol):
+            raise ValueError(f"calibrated figure {self.name}: value {self.value:g} and prior {self.prior:g} must lie "
+                             f"in its range {self.range}")
+        return self
+
+
+class EngineCalibration(FrozenSpec):
+    """What a calibration to one deployment's measured points changed (``dsdsim calibrate --measurements``): factors
+    on the hardware's bandwidth fractions, compute fractions and launch gaps (applied to the hardware spec when this
+    engine spec is used: ``dsdsim.specs.setup.resolve``), factors on the release's engine terms paid per step and
+    per sequence or token, the deployment it was fitted for, and each fitted figure with its prior and bounds."""
+
+    model: str = Field(min_length=1)
+    hardware: str = Field(min_length=1)
+    tp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    drafter: Optional[str] = None
+    base_engine: str = Field(min_length=1)
+    bandwidth_scale: float = Field(default=1.0, gt=0, le=10)
+    compute_scale: float = Field(default=1.0, gt=0, le=10)
+    launch_scale: float = Field(default=1.0, gt=0, le=100)
+    engine_step_scale: float = Field(default=1.0, ge=0, le=100)
+    engine_token_scale: float = Field(default=1.0, ge=0, le=100)
+    figures: tuple[CalibratedFigure, ...] = ()
+    points: tuple[str, ...] = ()             # the measured points, b{B}-k{K}-c{context}
+    loo_median_abs_error: Optional[float] = None
+    loo_max_abs_error: Optional[float] = None
+    source: str = Field(min_length=1)
+    date: str = Field(min_length=1)
+
+    def term_scale(self, per: str) -> float:
+        """The factor on an engine term paid ``per`` (step, sequence, token, draft_pass, layer)."""
+        return self.engine_token_scale if per in TOKEN_PERS else self.engine_step_scale
+
+
 class EngineSpec(FrozenSpec):
     """One serving engine's costs beyond kernels over a range of its releases (module docstring)."""
 
     name: str = Field(min_length=1)              # the engine: vllm, sglang, trtllm, ideal
     versions: Optional[VersionRange] = None      # None: not a versioned engine (ideal, a user's own spec)
     label: str = ""                              # what this range is ("V1 with async scheduling for speculation")
+    runner: Optional[str] = None                 # vLLM's model runner the spec prices: v1 or v2 (None: not vLLM V1)
     description: str = ""
     release_notes: Optional[str] = None          # the releases and changes that bound the range, with sources
     terms: tuple[EngineTerm, ...] = ()
@@ -289,9 +349,14 @@ class EngineSpec(FrozenSpec):
     draft_shape: DraftShape = DraftShape.chain
     draft_shape_source: Optional[str] = None
     fit: Optional[FitProvenance] = None
+    # a spec calibrated to one deployment's measured points (dsdsim calibrate --measurements): hardware and engine
+    # factors applied where the spec is used
+    calibration: Optional[EngineCalibration] = None
 
     @model_validator(mode="after")
     def _unique(self) -> "EngineSpec":
+        if self.runner not in (None, "v1", "v2"):
+            raise ValueError(f"runner {self.runner!r}: write v1 or v2 (vLLM's model runner)")
         names = [t.name for t in self.terms]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -434,8 +499,11 @@ class EngineParams:
         values = values or {}
         n = len(_PERS)
         sums = {k: {slot: [0.0] * n for slot in ("host", "gpu_s", "gpu_k", "gpu_eager_k")} for k in STEP_KINDS}
+        cal = spec.calibration
         for t in spec.terms:
             v = float(values.get(t.name, t.value))
+            if cal is not None:
+                v *= cal.term_scale(t.per.value)
             slot = "host" if t.runs_on is RunsOn.host else _SLOTS[t.unit]
             i = _PERS.index(t.per.value)
             for kind in STEP_KINDS_OF[t.applies]:

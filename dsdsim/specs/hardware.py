@@ -177,6 +177,40 @@ GROUPED_GEMM_LAUNCHES = 2
 ACTIVATION_QUANTISED = frozenset({DType.fp8, DType.int8, DType.fp4, DType.nvfp4})
 
 
+class GemmFigures(FrozenSpec):
+    """Dense GEMMs of one weight format on this part, fitted on published M sweeps (``scripts/fit_gemm.py``;
+    measurements/kernels/gemm_m.csv): one call of an m x k by k x n GEMM costs
+
+        (t_c^p + t_m^p)^(1/p) + latency_s + the launch gap,
+        t_c = padded FLOPs / (peak * compute_fraction),  t_m = bytes / (BW * bandwidth_fraction)
+
+    (no kernel floor: ``latency_s`` is the call's fixed time, for fp8 with its activation-quantisation kernel).
+    Production libraries reach a lower plateau than a large square MAMF on most parts and a sharper transition
+    than p = 1.1 (docs/kernel_shapes.md); where this block is absent, GEMMs take ``efficiency`` and
+    ``gemm_transition_p``."""
+
+    source: str = Field(min_length=1)
+    compute_fraction: Figure
+    bandwidth_fraction: Figure
+    transition_p: Figure
+    latency_s: Figure
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "GemmFigures":
+        for name in ("compute_fraction", "bandwidth_fraction"):
+            v = getattr(self, name).value
+            if not 0.01 <= v <= 1.2:
+                raise ValueError(f"gemm {name} = {v} is not a fraction of peak; use a value in (0, 1.2]")
+        if not 1.0 <= self.transition_p.value <= 64.0:
+            raise ValueError(f"gemm transition_p = {self.transition_p.value} must be in [1, 64]")
+        if self.latency_s.value > 1e-4:
+            raise ValueError(f"gemm latency_s = {self.latency_s.value:g} s is implausible; write seconds (2 us -> 2.0e-6)")
+        return self
+
+
+GEMM_FORMATS = ("bf16", "fp8")     # the weight formats a GemmFigures block may describe (kernel_format values)
+
+
 class KernelFigures(FrozenSpec):
     """How kernels depart from the flat roofline ``max(F/P, bytes/BW)``; each figure sourced.
 
@@ -207,6 +241,9 @@ class KernelFigures(FrozenSpec):
     moe_default_family: Optional[str] = None
     moe_families: dict[str, MoEFamilyFigures] = Field(default_factory=dict)
     all_reduce: tuple[AllReduceTier, ...] = ()
+    # dense GEMMs by weight format (bf16, fp8), fitted on published M sweeps; absent: ``efficiency`` and
+    # ``gemm_transition_p`` time them
+    gemm: dict[str, GemmFigures] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _ranges(self) -> "KernelFigures":
@@ -222,7 +259,17 @@ class KernelFigures(FrozenSpec):
             if fig is not None and fig.value > 1e-3:
                 raise ValueError(f"kernels.{name} = {fig.value:g} s is implausible; write seconds (3 us -> 3.0e-6)")
         self._check_moe_figures()
+        unknown = sorted(set(self.gemm) - set(GEMM_FORMATS))
+        if unknown:
+            raise ValueError(f"kernels.gemm describes weight formats {', '.join(GEMM_FORMATS)}, not {', '.join(unknown)}")
         return self._with_views() if self.moe_families else self
+
+    def gemm_figures(self, weight: DType) -> Optional[GemmFigures]:
+        """The dense-GEMM figures for weights in ``weight`` (its kernel format: bf16 and fp16 run bf16 GEMMs); None
+        where the part has none for that format."""
+        fmt = weight.kernel_format
+        key = "bf16" if fmt in (DType.bf16, DType.fp16) else fmt.value
+        return self.gemm.get(key)
 
     def _check_moe_figures(self) -> None:
         if self.moe_families:
@@ -481,6 +528,50 @@ class HardwareSpec(FrozenSpec):
                     family[name] = update.pop(legacy)
         kernels = KernelFigures.model_validate({**data, **update})
         return self.model_copy(update={"kernels": kernels})
+
+    def scaled(self, bandwidth: float = 1.0, compute: float = 1.0, launch: float = 1.0,
+               source: Optional[str] = None) -> "HardwareSpec":
+        """A copy with every bandwidth fraction times ``bandwidth`` (GEMM weights, attention, vector kernels, fp8,
+        fitted GEMM figures, fused-MoE families), every compute fraction times ``compute`` (dense, fp8, fitted GEMM
+        figures, grouped MoE GEMMs) and both
+        launch gaps times ``launch``; a scaled fraction stops at 1 (a kernel does not beat the part's peak). What
+        ``dsdsim calibrate --measurements`` fits: three figures that move a whole class of kernels together.
+        ``source`` (when given) is written on every changed figure."""
+        def fig(f: Optional[Figure], factor: float, cap: Optional[float] = 1.0) -> Optional[Figure]:
+            if f is None or factor == 1.0:
+                return f
+            v = f.value * factor
+            update = {"value": min(v, cap) if cap is not None else v}
+            if source is not None:
+                update.update(source=source, verified=Verified.measured,
+                              note=f"x{factor:.4g} of the spec's {f.value:.4g} ({f.source})"[:400])
+            return f.model_copy(update=update)
+
+        eff = self.efficiency
+        eff = eff.model_copy(update={
+            "compute": fig(eff.compute, compute), "compute_fp8": fig(eff.compute_fp8, compute),
+            "memory": fig(eff.memory, bandwidth), "memory_fp8": fig(eff.memory_fp8, bandwidth),
+            "attention_memory": fig(eff.attention_memory, bandwidth),
+            "vector_memory": fig(eff.vector_memory, bandwidth)})
+        update = {"efficiency": eff, "launch_overhead_s": fig(self.launch_overhead_s, launch, None),
+                  "eager_launch_overhead_s": fig(self.eager_launch_overhead_s, launch, None)}
+        kf = self.kernels
+        if kf is not None:
+            families = {name: fam.model_copy(update={
+                "bandwidth_fraction": fig(fam.bandwidth_fraction, bandwidth),
+                "lead_expert_bandwidth_fraction": fig(fam.lead_expert_bandwidth_fraction, bandwidth)})
+                for name, fam in kf.moe_families.items()}
+            gemm = {fmt: g.model_copy(update={"compute_fraction": fig(g.compute_fraction, compute),
+                                              "bandwidth_fraction": fig(g.bandwidth_fraction, bandwidth)})
+                    for fmt, g in kf.gemm.items()}
+            update["kernels"] = kf.model_copy(update={
+                "gemm": gemm,
+                "decode_attention_bandwidth_fraction": fig(kf.decode_attention_bandwidth_fraction, bandwidth),
+                "mla_attention_bandwidth_fraction": fig(kf.mla_attention_bandwidth_fraction, bandwidth),
+                "moe_bandwidth_fraction": fig(kf.moe_bandwidth_fraction, bandwidth),
+                "moe_compute_fraction": fig(kf.moe_compute_fraction, compute),
+                "moe_families": families})
+        return self.model_copy(update=update)
 
 
 # the single MoE figures -> the default family's figures they are views of

@@ -128,6 +128,7 @@ def model_from_hf_config(config: object, name: str, source: str = "") -> ModelSp
             mtp_layer=mtp_layer, max_position_embeddings=cfg.get("max_position_embeddings"),
             default_dtype=dtype, default_expert_dtype=expert_dtype, source=source,
             backbone_hidden_size=_Cfg(outer, family, where).int("backbone_hidden_size", None),
+            architecture=_architecture(outer),
         )
     except ValidationError as exc:
         raise SpecError(pydantic_one_line(exc, where)) from None
@@ -674,3 +675,11 @@ def _int4_routed_experts(quant: dict) -> bool:
             return False
     ignored = " ".join(str(x) for x in quant.get("ignore") or ()) if isinstance(quant.get("ignore"), list) else ""
     return "self_attn" in ignored and "shared_expert" in ignored
+
+
+def _architecture(config: dict):
+    """The first of a config's ``architectures`` (what an engine picks its model class and runner by), or None."""
+    arch = config.get("architectures")
+    if isinstance(arch, list) and arch and isinstance(arch[0], str):
+        return arch[0]
+    return None

@@ -502,6 +502,7 @@ class ModelSpec(FrozenSpec):
     # projects [target embedding ++ target hidden] (2 x backbone) to h and its output h back to backbone
     backbone_hidden_size: Optional[int] = Field(default=None, gt=0)
     source: str = ""
+    architecture: Optional[str] = None          # the config's first ``architectures`` entry (LlamaForCausalLM)
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
@@ -528,6 +529,13 @@ class ModelSpec(FrozenSpec):
     @property
     def is_moe(self) -> bool:
         return any(_is_moe(layer) for layer in self.layers)
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether some layer mixes with a recurrent state (Mamba-2, linear attention) instead of attention."""
+        return any(layer.mamba is not None or (layer.attention is not None
+                                                and layer.attention.kind is AttentionKind.linear)
+                   for layer in self.layers)
 
     def layer_groups(self) -> list[tuple[Layer, int]]:
         """Identical layers grouped with their counts, in first-appearance order (cost is per group)."""

@@ -44,7 +44,8 @@ class Setup:
 
 
 def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=None, engine=DEFAULT_ENGINE,
-            async_scheduling: Optional[bool] = None, engine_method: Optional[str] = None) -> Setup:
+            async_scheduling: Optional[bool] = None, engine_method: Optional[str] = None,
+            model_runner: Optional[str] = None) -> Setup:
     """Accept names, paths or spec objects; check the deployment against the model. ``engine``: an engine name
     (``vllm``: its current release line; ``vllm@0.10.1``: the spec covering that version), path or spec (default
     vLLM); None for kernels only. ``async_scheduling``: force the engine's async scheduling on or off (None: the
@@ -54,7 +55,7 @@ def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=No
     Remembered: inputs that are catalog names or specs (equal by value: a ``Deployment(tp=1)`` built anew finds
     the Setup an equal one resolved) give the same Setup while the catalog (``catalog_state``) and the files it read
     are unchanged; paths are resolved each time."""
-    args = (model, hardware, deployment, drafter, engine, async_scheduling, engine_method)
+    args = (model, hardware, deployment, drafter, engine, async_scheduling, engine_method, model_runner)
     key = (*args, catalog_state())
     try:
         hit = _resolved.get(key)
@@ -86,7 +87,8 @@ def _by_name_only(model, hardware, drafter, engine) -> bool:
             and (not isinstance(engine, (str, Path)) or is_catalog_name("engine_specs", str(engine).strip())))
 
 
-def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, engine_method) -> tuple[Setup, list]:
+def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, engine_method, model_runner=None
+             ) -> tuple[Setup, list]:
     """The Setup, and the spec files it read."""
     files = []
     m, path = (model, None) if isinstance(model, ModelSpec) else model_and_file(model)
@@ -102,7 +104,17 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
     eng = None
     if engine is not None:
         eng, path = (engine, None) if isinstance(engine, EngineSpec) else engine_and_file(engine)
+        if not isinstance(engine, EngineSpec):
+            from dsdsim.specs.runners import runner_engine
+
+            alt = runner_engine(str(engine), eng, m, engine_method or (d.kind.value if d is not None else None),
+                                model_runner)
+            if alt is not None:          # the release runs this model on its other model runner by default
+                engine = alt
+                eng, path = engine_and_file(alt)
         files.append(path)
+    if eng is not None and eng.calibration is not None:
+        hw = calibrated_hardware(hw, eng)
     if eng is not None and eng.value_projection is not None and eng.value_projection.value:
         m = m.with_value_projections()      # e.g. vLLM's Gemma-4: the k_proj loaded again as a v_proj
     params = None
@@ -121,6 +133,15 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
         raise DsdsimError(f"{m.name} has no MTP module (num_nextn_predict_layers = 0); "
                           "choose eagle3, eagle or draft-model:MODEL")
     return setup, [f for f in files if f is not None]
+
+
+@functools.lru_cache(maxsize=64)
+def calibrated_hardware(hw: HardwareSpec, engine: EngineSpec) -> HardwareSpec:
+    """``hw`` with the factors of ``engine``'s calibration (``dsdsim calibrate --measurements``) applied to its
+    bandwidth fractions, compute fractions and launch gaps, each changed figure naming the calibrated spec."""
+    cal = engine.calibration
+    return hw.scaled(cal.bandwidth_scale, cal.compute_scale, cal.launch_scale,
+                     source=f"calibrated engine spec {engine.name} ({cal.source})")
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,0 +1,79 @@
+"""Which vLLM model runner a release runs a model on by default, and so which engine spec prices it.
+
+vLLM's model runner V2 (``engine_specs/vllm-mrv2.yaml``) became the default by steps (docs/engine_graphs.md §1.4, read
+in vllm/config/vllm.py of each tag):
+
+    0.24        the architectures of ``DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`` (Qwen3ForCausalLM, LlamaForCausalLM,
+                MistralForCausalLM, DeepseekV2ForCausalLM, Qwen2MoeForCausalLM, GraniteMoeForCausalLM), never with a
+                dynamic K table (``_get_v2_model_runner_unsupported_features@v0.24.0``: "dynamic speculative decoding")
+    0.25-0.28   every generate model that is not MoE, not hybrid and not attention-free (PR #44443, first in v0.25.0:
+                ``VllmConfig._is_default_v2_model_runner_model``), plus listed MoE architectures (0.25: DeepseekV2,
+                Qwen2Moe, GraniteMoe; 0.26 + Inkling, LongcatFlashNgram; 0.27 + KimiK3; 0.28 + DeepseekV4)
+    0.29 on     every model (PR #53183, first in v0.29.0: ``VllmConfig.use_v2_model_runner``; engine_specs/vllm-0.29.yaml)
+
+A drafter V2 does not run sends the server to V1 in every release that has both (``_get_v2_model_runner_unsupported_
+features``: n-gram and methods other than eagle / eagle3 / mtp / dflash / dspark through v0.29.0). Releases before
+0.24 run V1 here: no shipped spec covers V2 before the first release with a K table (0.22-0.23 ran it for Qwen3 and
+Llama / Mistral dense models; docs/engine_graphs.md rule 4).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from dsdsim.specs.engine import parse_version
+
+V2_SPEC = "vllm-mrv2"       # model runner V2 for 0.24-0.28 (its own costs: full CUDA graphs, the drafter graphed)
+V1_SPEC = "vllm-0.24"       # model runner V1 with a K table, 0.24-0.28
+
+# DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES by release (vllm/config/vllm.py@v0.24.0 ... @v0.28.0)
+_LISTED = {
+    (0, 24): frozenset({"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "DeepseekV2ForCausalLM",
+                        "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"}),
+    (0, 25): frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"}),
+}
+_LISTED[(0, 26)] = _LISTED[(0, 25)] | {"InklingForCausalLM", "InklingForConditionalGeneration",
+                                       "LongcatFlashNgramForCausalLM"}
+_LISTED[(0, 27)] = _LISTED[(0, 26)] | {"KimiK3ForConditionalGeneration"}
+_LISTED[(0, 28)] = _LISTED[(0, 27)] | {"DeepseekV4ForCausalLM"}
+# the drafter kinds model runner V2 runs (vllm/config/vllm.py@v0.25.0 _get_v2_model_runner_unsupported_features)
+V2_DRAFTERS = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
+
+
+def default_runner(version: str, model, drafter_kind: Optional[str] = None, dynamic_k: bool = True) -> str:
+    """'v1' or 'v2': the model runner vLLM ``version`` runs ``model`` (a ModelSpec) on by default, with a drafter of
+    ``drafter_kind`` (None: no speculation) on a server that may run a K table (``dynamic_k``)."""
+    v = parse_version(version)[:2]
+    if v < (0, 24):
+        return "v1"
+    if drafter_kind is not None and drafter_kind not in V2_DRAFTERS:
+        return "v1"
+    if v >= (0, 29):
+        return "v2"
+    listed = model.architecture in _LISTED.get(v, frozenset())
+    if v == (0, 24):
+        return "v2" if listed and not (dynamic_k and drafter_kind is not None) else "v1"
+    return "v2" if listed or not (model.is_moe or model.is_hybrid) else "v1"
+
+
+def runner_engine(name: str, spec, model, drafter_kind: Optional[str], runner: Optional[str] = None
+                  ) -> Optional[str]:
+    """The engine spec name pricing the runner vLLM's default picks (or ``runner``, v1 / v2, as
+    VLLM_USE_V2_MODEL_RUNNER=0 / 1 forces it), where it differs from ``spec`` (the spec ``name`` resolved to, ``vllm``
+    or ``vllm@VERSION``); None where ``spec`` already prices it (or the name is not a vLLM release)."""
+    family, at, version = str(name).strip().partition("@")
+    if family != "vllm" or spec.name != "vllm" or spec.versions is None or spec.runner is None:
+        return None
+    if runner not in (None, "v1", "v2"):
+        from dsdsim.errors import DsdsimError
+
+        raise DsdsimError(f"model runner {runner!r}: write v1 or v2 (vLLM's VLLM_USE_V2_MODEL_RUNNER=0 / 1)")
+    version = version if at else spec.versions.first
+    want = runner or default_runner(version, model, drafter_kind)
+    if want == spec.runner:
+        return None
+    v = parse_version(version)[:2]
+    if want == "v2" and (0, 24) <= v <= (0, 28):
+        return V2_SPEC
+    if want == "v1" and v >= (0, 24):
+        return V1_SPEC
+    return None
