@@ -108,9 +108,10 @@ class Prediction:
 
     def margins(self) -> list[RangeMargin]:
         """Each range's margin (``dsdsim.policy.margin``): its K's gain over no speculation with the interval, the
-        runner-up, and whether the choice is sure; [] without shipped extra-time intervals or with a draft tree."""
+        runner-up, and whether the choice is sure (a draft tree's K is its steps); [] without shipped extra-time
+        intervals."""
         extra = self.intervals.extra_time if self.intervals is not None else None
-        if extra is None or self.tree is not None:
+        if extra is None:
             return []
         cached = self.__dict__.get("_margins")
         if cached is None:
