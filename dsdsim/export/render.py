@@ -317,7 +317,7 @@ def prediction_view(p: "Prediction"):
     return Group(*parts)
 
 
-def margin_table(p: "Prediction", margins) -> "Table":
+def margin_table(p: "Prediction", margins):
     """The exported ranges with their margins: each K's gain over no speculation (its interval from the held-out
     errors of T(K)/T(0)), the runner-up K and whether the choice is sure; the rule that chose each range."""
     from dsdsim.export.text import Table

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from itertools import combinations
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -465,5 +465,3 @@ def choose_points(model: StepModel, points: Sequence[MeasuredPoint], n: int) -> 
     picked = {(p.batch, p.k, p.context) for p in plan.points}
     return [i for i, p in enumerate(points) if (p.batch, p.k, p.context) in picked]
 
-
-ProgressFn = Optional[Callable[[int, int], None]]
