@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 
 
 def engine_text(eng) -> str:
-    """An engine and the releases its spec covers: 'vllm 0.8.5-0.13', 'vllm >=0.29 (model runner V2)', 'ideal'."""
+    """An engine and the releases its spec covers: 'vllm 0.8.5-0.13', 'vllm >=0.29 (model runner V2)', 'ideal'
+    (``eng``: an EngineSpec, or a view with the range as text)."""
     versions = getattr(eng, "versions", None)
+    versions = getattr(versions, "label", versions)
     text = f"{eng.name} {versions}" if versions and versions != "-" else str(eng.name)
     runner = getattr(eng, "runner", None)
     return text + (f" (model runner {runner.upper()})" if runner else "")

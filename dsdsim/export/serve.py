@@ -12,8 +12,6 @@ CSV has one row per policy (and per load for a sweep), the percentiles flattened
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from typing import Any, Mapping, Optional, Sequence
 
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")          # each {mean, p50, p90, p99} in PolicyResult.to_dict
@@ -29,11 +27,7 @@ def setup_dict(setup) -> dict:
     runner V2)')."""
     from dsdsim.export.render import engine_text
 
-    eng = setup.engine
-    engine = None
-    if eng is not None:
-        versions = eng.versions.label if getattr(eng, "versions", None) is not None else None
-        engine = engine_text(SimpleNamespace(name=eng.name, versions=versions, runner=eng.runner))
+    engine = engine_text(setup.engine) if setup.engine is not None else None
     return {"model": setup.model.name, "hardware": setup.hardware.name, "tp": setup.deployment.tp,
             "drafter": setup.drafter.label if setup.drafter is not None else "none", "engine": engine or "ideal"}
 

@@ -319,6 +319,18 @@ class EngineCalibration(FrozenSpec):
     source: str = Field(min_length=1)
     date: str = Field(min_length=1)
 
+    @model_validator(mode="after")
+    def _factors_agree(self) -> "EngineCalibration":
+        """The factors applied are the figures' value / prior, where the figures are written (one truth)."""
+        factors = {"bandwidth": self.bandwidth_scale, "compute": self.compute_scale, "launch": self.launch_scale,
+                   "engine_step": self.engine_step_scale, "engine_token": self.engine_token_scale}
+        for f in self.figures:
+            if f.name in factors and f.prior > 0 and abs(f.value / f.prior - factors[f.name]) > 1e-3 * max(
+                    1.0, factors[f.name]):
+                raise ValueError(f"calibration figure {f.name}: value / prior = {f.value / f.prior:.4g} but the "
+                                 f"factor applied is {factors[f.name]:.4g}; edit both or neither")
+        return self
+
     def term_scale(self, per: str) -> float:
         """The factor on an engine term paid ``per`` (step, sequence, token, draft_pass, layer)."""
         return self.engine_token_scale if per in TOKEN_PERS else self.engine_step_scale
