@@ -123,6 +123,42 @@ def test_async_scheduling_hides_speculative_host_time_from_014_only():
     assert float(ngram.engine_time.host_exposed_s) > 0
 
 
+def test_a_workers_own_host_term_is_paid_by_its_drafters_only():
+    """SGLang's spec-v1 DFlashWorker (PR #16818) is its own class beside EAGLEWorker: a DFlash step pays
+    dflash_step, not eagle_step / eagle_per_request; an EAGLE-3 step the other way round. The host time exposed
+    (no overlap on 0.4-0.5.11) differs by exactly the terms each worker pays."""
+    from dsdsim.specs.engine import EngineParams
+
+    spec = load_engine("sglang@0.5.10")
+    terms = {t.name: t for t in spec.terms}
+    assert terms["dflash_step"].paid_by("dflash") and not terms["dflash_step"].paid_by("eagle3")
+    assert terms["eagle_step"].paid_by("eagle3") and not terms["eagle_step"].paid_by("dflash")
+    b = 8
+    host = {}
+    for kind in ("dflash", "eagle3"):
+        p = EngineParams.of(spec, drafter_kind=kind)
+        step_host, seq_host = p.speculative.host_s[0], p.speculative.host_s[1]
+        host[kind] = step_host + b * seq_host
+    shared = terms["schedule_and_prepare"].value + b * terms["per_request"].value
+    assert host["dflash"] == pytest.approx(shared + terms["dflash_step"].value, rel=1e-9)
+    assert host["eagle3"] == pytest.approx(shared + terms["eagle_step"].value + b * terms["eagle_per_request"].value,
+                                           rel=1e-9)
+
+
+def test_a_term_names_real_drafter_kinds_and_speculative_steps():
+    from pydantic import ValidationError
+
+    from dsdsim.specs.engine import EngineTerm
+
+    base = dict(name="x", component="drafter", runs_on="host", per="step", applies="speculative", value=1e-3,
+                range=(0, 2e-3), source="s", verified="secondary", mechanism="m")
+    assert EngineTerm(**base, drafters=("dflash",)).paid_by(None)        # a step of unknown kind pays it
+    with pytest.raises(ValidationError, match="drafter kinds"):
+        EngineTerm(**base, drafters=("dflsh",))
+    with pytest.raises(ValidationError, match="speculative steps"):
+        EngineTerm(**{**base, "applies": "plain"}, drafters=("dflash",))
+
+
 def test_the_off_tier_of_a_dynamic_table_is_not_a_plain_server():
     """vllm-project/vllm issue #49548: the K = 0 tier still runs the drafter's first pass and the speculative
     bookkeeping; a version without dynamic tables (0.14-0.23) has no off tier."""

@@ -49,7 +49,8 @@ def engine_summary(spec, source: Optional[str]) -> dict:
                            "multiple_of_verify_tokens": g.multiple_of_verify_tokens, "draft_graphs": g.draft_graphs},
            "draft_shape": spec.draft_shape.value,
            "terms": [{"name": t.name, "component": t.component.value, "runs_on": t.runs_on.value, "per": t.per.value,
-                      "applies": t.applies.value, "unit": t.unit.value, "value": t.value, "range": list(t.range),
+                      "applies": t.applies.value, "drafters": list(t.drafters) if t.drafters else None,
+                      "unit": t.unit.value, "value": t.value, "range": list(t.range),
                       "verified": t.verified.value, "fitted_cases": len(t.cases or ()), "on_bound": t.on_bound,
                       "mechanism": t.mechanism, "source": t.source} for t in spec.terms]}
     if spec.moe_kernels is not None:
@@ -90,6 +91,16 @@ def list_engines(fmt: ShowFmt = ShowFormat.table) -> None:
         t.add_row(n if n == r["name"] or n.startswith(r["name"] + "-") else f"{n} ({r['name']})", r["versions"], overlap, _yes(r["dynamic_k_table"]), pad, terms,
                   str(r["fit"]["cases"]) if "fit" in r else "0", r["label"])
     show(t)
+
+
+def _drafters_text(drafters) -> str:
+    """' (dflash, dspark)' for the drafter kinds paying a term, ' (not dflash)' where that is shorter."""
+    from dsdsim.specs.drafters.base import DrafterKind
+
+    if not drafters:
+        return ""
+    others = [k.value for k in DrafterKind if k.value not in drafters]
+    return f" (not {', '.join(others)})" if len(others) < len(drafters) else f" ({', '.join(drafters)})"
 
 
 def _yes(flag: bool) -> str:
@@ -138,7 +149,8 @@ def show_engine(name: str = Argument(..., help="An engine (vllm: its current rel
         verified = term.verified.value + (f" ({len(term.cases)} cases)" if term.cases else "")
         if term.on_bound:
             verified += f", ON ITS {term.on_bound.upper()} BOUND"
-        t.add_row(term.name, term.component.value, term.runs_on.value, term.per.value, term.applies.value,
+        steps = term.applies.value + _drafters_text(term.drafters)
+        t.add_row(term.name, term.component.value, term.runs_on.value, term.per.value, steps,
                   term_value_text(term), rng, verified)
     mechanisms = Table(title="what each term is (sources: --format json)", show_header=False, box=False)
     mechanisms.add_column("term", no_wrap=True)

@@ -121,6 +121,12 @@ class CaseSteps:
     def engines(self) -> tuple:
         return tuple(r.engine for r in (self.run, self.ref) if r is not None and r.engine is not None)
 
+    @property
+    def drafter_kinds(self) -> tuple:
+        """The drafter kind (or the engine's method) of each run; None for plain decoding."""
+        return tuple(r.engine_method or (None if r.drafter_kind == "none" else r.drafter_kind)
+                     for r in (self.run, self.ref) if r is not None)
+
     def times(self, params=None) -> CaseTimes:
         """CaseTimes with the steps' own engine figures, or with ``params`` giving each engine spec's EngineParams
         (fitting; ``Run.times``)."""

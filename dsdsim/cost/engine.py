@@ -122,9 +122,11 @@ def term_seconds(spec, step) -> list[tuple[object, float]]:
              "draft_pass": float(np.asarray(step.draft_passes).reshape(-1)[0]),
              "layer": float(step.model.graph_split_ops)}
     graphed_s, eager_s = small_kernel_s(step.hardware)
+    drafter = getattr(step, "drafter", None)
+    drafter_kind = drafter.kind.value if drafter is not None else None
     out = []
     for t in spec.terms:
-        if kind not in STEP_KINDS_OF[t.applies]:
+        if kind not in STEP_KINDS_OF[t.applies] or not t.paid_by(drafter_kind):
             continue
         per_unit = t.value if t.unit is Unit.seconds or t.runs_on is RunsOn.host else t.value * (
             graphed_s if t.unit is Unit.kernels else eager_s)

@@ -113,13 +113,14 @@ class EngineFit:
         used: dict[Parameter, list[str]] = {}
         self.spec_cases_ = {}
         for _, c in cases:
+            kinds = steps[c.id].drafter_kinds
             for spec in steps[c.id].engines:
                 stem, origins = self._spec_info(spec)
                 self.spec_cases_.setdefault(stem, ())
                 if c.id not in self.spec_cases_[stem]:
                     self.spec_cases_[stem] += (c.id,)
                 for t in spec.terms:
-                    if t.fit:
+                    if t.fit and any(t.paid_by(k) for k in kinds):
                         p = Parameter(origins.get(t.name, stem), t.name)
                         if c.id not in used.setdefault(p, []):
                             used[p].append(c.id)

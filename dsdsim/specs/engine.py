@@ -39,6 +39,7 @@ from pydantic import Field, model_validator
 
 from dsdsim.errors import SpecError
 from dsdsim.records import frozen
+from dsdsim.specs.drafters.base import DrafterKind
 from dsdsim.specs.frozen import FrozenSpec
 from dsdsim.specs.hardware import Verified
 
@@ -133,6 +134,8 @@ class EngineTerm(FrozenSpec):
     runs_on: RunsOn
     per: Per
     applies: Applies = Applies.all
+    # the drafter kinds whose speculative worker pays it (SGLang: EAGLEWorker and DFlashWorker differ); None: all
+    drafters: Optional[tuple[str, ...]] = None
     unit: Unit = Unit.seconds
     value: float = Field(ge=0)
     range: tuple[float, float]          # from sources: a fit stays inside it
@@ -159,7 +162,20 @@ class EngineTerm(FrozenSpec):
             raise ValueError(f"term {self.name}: a fitted figure names the cases it was fitted on (cases: [...])")
         if self.fit and (self.prior is None or not lo <= self.prior <= hi):
             raise ValueError(f"term {self.name}: a fitted term gives its sourced prior inside its range")
+        if self.drafters is not None:
+            known = {k.value for k in DrafterKind}
+            bad = [d for d in self.drafters if d not in known]
+            if bad or not self.drafters:
+                raise ValueError(f"term {self.name}: drafters {list(self.drafters)} must be drafter kinds "
+                                 f"({', '.join(sorted(known))})")
+            if self.applies is Applies.plain:
+                raise ValueError(f"term {self.name}: a term paid by some drafters' workers applies to speculative "
+                                 f"steps, not to plain ones")
         return self
+
+    def paid_by(self, drafter_kind: Optional[str]) -> bool:
+        """Whether a step drafting with ``drafter_kind`` pays this term (None: a plain step, or not known)."""
+        return self.drafters is None or drafter_kind is None or drafter_kind in self.drafters
 
     @property
     def on_bound(self) -> Optional[str]:
@@ -513,6 +529,8 @@ class EngineParams:
         sums = {k: {slot: [0.0] * n for slot in ("host", "gpu_s", "gpu_k", "gpu_eager_k")} for k in STEP_KINDS}
         cal = spec.calibration
         for t in spec.terms:
+            if not t.paid_by(drafter_kind):
+                continue
             v = float(values.get(t.name, t.value))
             if cal is not None:
                 v *= cal.term_scale(t.per.value)
