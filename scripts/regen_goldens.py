@@ -1,7 +1,8 @@
 """Rewrite the golden outputs the tests hold the package to, and say what changed.
 
-    python scripts/regen_goldens.py            rewrite tests/golden/cli_json.json, tests/golden/weights.json and
-                                              tests/data/step_reference.json; print a summary per file
+    python scripts/regen_goldens.py            rewrite tests/golden/cli_json.json, tests/golden/weights.json,
+                                              tests/data/step_reference.json and the README's table of fitted
+                                              engine terms; print a summary per file
     python scripts/regen_goldens.py --check    rewrite nothing; exit 1 if a golden would change
 
 Run it after a change that is meant to move numbers (a refit, a new figure, a model fix), read the summary (which
@@ -73,6 +74,14 @@ def step_reference() -> dict:
     return json.loads(json.dumps(compute(), sort_keys=True))
 
 
+def fitted_terms_readme(text: str) -> str:
+    """The README with its fitted-terms table (between the markers) rebuilt from the shipped engine specs."""
+    from dsdsim.cli.engine import FITTED_TERMS_BEGIN, FITTED_TERMS_END, fitted_terms_markdown
+
+    start, end = text.index(FITTED_TERMS_BEGIN), text.index(FITTED_TERMS_END)
+    return text[:start] + FITTED_TERMS_BEGIN + "\n" + fitted_terms_markdown() + "\n" + text[end:]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="rewrite nothing; exit 1 if a golden would change")
@@ -100,6 +109,16 @@ def main(argv=None) -> int:
             print(f"  {k}: {n} numbers, largest relative change {'(a key or text changed)' if r == math.inf else f'{100 * r:.2f}%'}")
         if not args.check:
             path.write_text(dump(new))
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    new_text = fitted_terms_readme(text)
+    if new_text != text:
+        changed.append(readme.relative_to(ROOT))
+        print("README.md: the fitted engine terms table changes")
+        if not args.check:
+            readme.write_text(new_text)
+    else:
+        print("README.md: the fitted engine terms table is unchanged")
     if args.check and changed:
         print("would change: " + ", ".join(map(str, changed)), file=sys.stderr)
         return 1

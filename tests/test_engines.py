@@ -368,3 +368,17 @@ def test_padding_of_one_point_is_floats_whatever_number_type_it_is_given():
         assert (tokens * 37, graphed) == pytest.approx((152.0, True))
     arr, on = padded_tokens(g, np.array([37.0, 38.0]), 4.0)
     assert arr.tolist() == pytest.approx([152 / 37, 4.0]) and on.tolist() == [True, True]
+
+
+def test_the_readmes_fitted_terms_are_the_shipped_specs():
+    """The README's table of fitted terms is generated (scripts/regen_goldens.py): a refit that leaves it stale
+    fails here."""
+    from dsdsim.cli.engine import FITTED_TERMS_BEGIN, FITTED_TERMS_END, fitted_terms_markdown
+
+    text = (REPO_ROOT / "README.md").read_text()
+    block = text[text.index(FITTED_TERMS_BEGIN) + len(FITTED_TERMS_BEGIN):text.index(FITTED_TERMS_END)].strip()
+    assert block == fitted_terms_markdown()
+    for stem in engine_names():
+        for t in load_engine(stem).terms:
+            if t.verified is Verified.fitted:
+                assert f"| {t.name} |" in block

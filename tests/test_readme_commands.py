@@ -41,12 +41,16 @@ def skip_reason(command: str) -> str | None:
 
 @pytest.fixture
 def scratch(tmp_path, monkeypatch, clean_catalog):
-    """A working folder with the files README commands name: a model config folder and vLLM /metrics text."""
+    """A working folder with the files README commands name: a model config folder, vLLM /metrics text and a
+    simulate result."""
     from test_acceptance import PROMETHEUS_SAMPLE
 
     (tmp_path / "my-model").mkdir()
     shutil.copy(REPO_ROOT / "model_specs" / "llama-3.2-1b.json", tmp_path / "my-model" / "config.json")
     (tmp_path / "vllm_metrics.txt").write_text(PROMETHEUS_SAMPLE)
+    # what `dsdsim simulate --format json -o sim.json` writes, as far as `predict --batch-weights` reads it
+    (tmp_path / "sim.json").write_text('{"policies": [{"name": "dsd", "batch_seconds": {"1": 0.5, "32": 2.0, '
+                                       '"64": 6.0}}]}')
     (tmp_path / "docs").mkdir()
     monkeypatch.chdir(tmp_path)
     return tmp_path

@@ -25,6 +25,37 @@ def term_value_text(t, value=None) -> str:
     return f"{v:g} {'eager ' if t.unit is Unit.eager_kernels else ''}kernels"
 
 
+FITTED_TERMS_BEGIN = "<!-- fitted terms: written by scripts/regen_goldens.py from the shipped engine specs -->"
+FITTED_TERMS_END = "<!-- end of fitted terms -->"
+
+
+def fitted_terms_markdown() -> str:
+    """The README's table of fitted engine terms, from the shipped specs: one row per fitted term (the file that
+    defines it), the specs that use it, what it is, its value, sourced range and the train cases it was fitted on."""
+    from dsdsim.fit.engine import term_origins
+    from dsdsim.specs.catalog import engine_names, load_engine
+
+    rows: dict[tuple[str, str], dict] = {}
+    for stem in engine_names():
+        spec = load_engine(stem)
+        origins = term_origins(stem)
+        for t in spec.terms:
+            if t.verified.value != "fitted":
+                continue
+            row = rows.setdefault((origins.get(t.name, stem), t.name), {"term": t, "specs": []})
+            row["specs"].append(stem)
+    lines = ["| engine specs | term | what, where, per | value | range | cases |",
+             "| --- | --- | --- | ---: | --- | ---: |"]
+    for (_, name), row in sorted(rows.items()):
+        t = row["term"]
+        value = term_value_text(t) + (f" (**on its {t.on_bound} bound**)" if t.on_bound else "")
+        who = t.component.value.replace("_", " ") + (f" ({', '.join(t.drafters)})" if t.drafters and len(
+            t.drafters) <= 3 else "")
+        lines.append(f"| {', '.join(row['specs'])} | {name} | {who}, {t.runs_on.value}, per {t.per.value.replace('_', ' ')} "
+                     f"| {value} | {term_range_text(t)} | {len(t.cases or ())} |")
+    return "\n".join(lines)
+
+
 def term_range_text(t) -> str:
     from dsdsim.export.render import format_seconds
     from dsdsim.specs.engine import Unit

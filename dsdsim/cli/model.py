@@ -77,12 +77,14 @@ def predict(
     plot: Plot = None,
 ) -> None:
     """Best number of draft tokens K at every batch size, as a table an engine accepts: the fewest batch ranges
-    within --tolerance (0.5%) of the best K's goodput at every batch size (--tolerance 0: the exact best).
+    within --tolerance (0.5%) of the best K's goodput at every batch size; where that is more than --max-ranges
+    (5), the table of that many ranges with the most goodput, and what it gives up (--max-ranges 0: the exact best).
 
     \b
     Examples:
       dsdsim predict
       dsdsim predict -m llama-3.1-70b -g h100-sxm --tp 8 -a 0.8,0.7,0.6 --format vllm
+      dsdsim predict --max-ranges 3 --batch-weights sim.json     # 3 ranges where simulate's server runs
       dsdsim predict -m qwen3-30b-a3b -g h200-sxm --expert-overlap 0.38 --max-distinct-k 3 --plot k.png
       dsdsim predict --draft-tree 4,4,16 -a al=3.2@tree --format sglang
       dsdsim predict -m deepseek-v3 -g h200-sxm --tp 8 --ep 8 --dp-attention -d mtp -a al=2.4@2
@@ -151,7 +153,7 @@ def _warn_about_table(p, fmt: PredictFormat) -> None:
         for line in table_warnings(p, fmt):
             warn(line)
     if fmt is not PredictFormat.vllm_batch_stats:
-        echo(f"dsdsim: {table_summary(p)}" + (" (--tolerance 0: the exact table)" if tolerance_merged(p) else ""),
+        echo(f"dsdsim: {table_summary(p)}" + (" (--max-ranges 0: the exact table)" if tolerance_merged(p) else ""),
              err=True)
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 from dsdsim.cli.command import Option
 from dsdsim.defaults import (DEFAULT_BATCH_SIZES, DEFAULT_DP_ATTENTION, DEFAULT_DRAFT_TREE, DEFAULT_DRAFTER,
                              DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_KV_DTYPE, DEFAULT_MEMORY_UTILIZATION,
-                             DEFAULT_MODEL, DEFAULT_TOLERANCE)
+                             DEFAULT_MODEL, DEFAULT_TOLERANCE, DEFAULT_MAX_RANGES)
 from dsdsim.errors import DsdsimError
 from dsdsim.export.prediction import PredictFormat
 from dsdsim.records import frozen
@@ -88,6 +88,17 @@ TOLERANCE_HELP = (f"Goodput any batch size may give up against its best K so tha
                   f"fraction (0.005) or a percentage (0.5%); 0 = the exact best K per batch size. Default "
                   f"{100 * DEFAULT_TOLERANCE:g}%")
 Tolerance = Annotated[Optional[str], Option("--tolerance", metavar="FRACTION|PERCENT%", help=TOLERANCE_HELP)]
+MaxRanges = Annotated[Optional[int], Option(
+    "--max-ranges", metavar="N", help=f"Range budget: where the tolerance still leaves more than N ranges, export the "
+                                      f"table of at most N ranges with the most goodput over the batch sizes (the "
+                                      f"output says what it gives up, mean and worst, against the exact table); 0 = "
+                                      f"the exact table. Default {DEFAULT_MAX_RANGES}")]
+BatchWeights = Annotated[Optional[Path], Option(
+    "--batch-weights", metavar="FILE", help="Weigh the range budget's goodput by the share of serving time at each "
+                                            "batch size: a CSV batch_size,weight; a JSON {batch: weight}; the JSON "
+                                            "of dsdsim simulate (its batch_seconds); or scrapes of vLLM's "
+                                            "/metrics (vllm:num_requests_running samples). Default: every batch "
+                                            "size alike")]
 DpAttention = Annotated[bool, Option(
     "--dp-attention", help="MLA models on tp >= 2: data-parallel attention as SGLang runs it (each GPU attends for "
                            "its own B/tp sequences with all heads and holds attention weights whole; MoE tokens "
@@ -108,7 +119,8 @@ Robust = Annotated[bool, Option(
 # The K policy's options (dsdsim.policy.options.PredictOptions) by field: the API object carries the defaults.
 PREDICT_OPTIONS = {"acceptance": Acceptance, "context": Context, "batch_sizes": BatchSizes, "max_k": MaxK,
                    "fixed_k": FixedK, "max_distinct_k": MaxDistinctK, "acceptance_band": AcceptanceBand,
-                   "tolerance": Tolerance, "robust": Robust}
+                   "tolerance": Tolerance, "robust": Robust, "max_ranges": MaxRanges,
+                   "batch_weights": BatchWeights}
 
 
 @frozen

@@ -44,8 +44,9 @@ SLO_HELP = ("Latency targets in ms (keys ttft, tpot, e2el), e.g. ttft=200,tpot=5
             "every target); plan --simulate searches the largest load at which 90% of requests meet them")
 EXECUTOR_HELP = ("Where the simulations run (one per policy and load; plan --simulate: one load search per candidate "
                  "and policy): local (this process), processes (this machine's cores; the default for more than one "
-                 "job), dask://HOST:PORT (a dask.distributed scheduler whose workers have dsdsim installed: pip "
-                 "install 'dsdsim[cluster]')")
+                 "job), dask://HOST:PORT or tcp://HOST:PORT (a dask.distributed scheduler whose workers have dsdsim "
+                 "installed: pip install 'dsdsim[cluster]'; a job whose worker dies is rerun elsewhere, up to dask's "
+                 "retries)")
 
 
 @frozen

@@ -13,6 +13,7 @@ from dataclasses import field, fields, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Optional
 
+from dsdsim.defaults import RANGE_LOSS_CAP
 from dsdsim.errors import DsdsimError
 from dsdsim.records import frozen
 
@@ -93,6 +94,8 @@ class KTableView:
     ranges_at_zero_tolerance: int                # ranges of the table the tolerance started from
     max_distinct_k: Optional[int] = field(default=None, metadata=_OMIT_NONE)
     summary: str = ""                            # the same in one line, as the table format prints it
+    # under a range budget (--max-ranges): what it gave up, per range and in all (BudgetView); None otherwise
+    budget: Optional["BudgetView"] = field(default=None, metadata=_OMIT_NONE)
     # per range: its K's gain over no speculation with its interval, the runner-up, whether the choice is sure, and
     # the rule that chose it (dsdsim.policy.margin.RangeMargin); empty without shipped extra-time intervals
     margin: tuple = ()
@@ -176,7 +179,7 @@ def _prediction_view(p: "Prediction") -> PredictionView:
                          mean_goodput_loss=p.table.mean_goodput_loss, max_goodput_loss=p.table.max_goodput_loss,
                          tolerance=p.table.tolerance, ranges_at_zero_tolerance=p.table.ranges_at_zero_tolerance,
                          max_distinct_k=p.table.max_distinct_k, summary=table_summary(p),
-                         margin=tuple(p.margins())),
+                         budget=budget_view(p), margin=tuple(p.margins())),
         grid=GridView(k_values=tuple(int(k) for k in p.k_values), batch_sizes=tuple(int(b) for b in p.batch_sizes),
                       tau=tuple(float(t) for t in p.tau), step_ms=step_ms),
         notes=tuple(p.notes), robust=robust_view(p), intervals=intervals_view(p),
@@ -192,6 +195,18 @@ def table_summary(p: "Prediction") -> str:
     within = f", at most {t.max_distinct_k} distinct K" if t.max_distinct_k is not None else ""
     lost = (f"goodput given up against the best K per batch size: max {_percent(t.max_goodput_loss)}, mean "
             f"{_percent(t.mean_goodput_loss)}")
+    if t.max_ranges is not None:
+        b = budget_view(p)
+        weighted = (f" (weighted by the batch weights {_percent(t.weighted_mean_goodput_loss)})"
+                    if t.weighted_mean_goodput_loss is not None else "")
+        text = (f"K table: {_count(after, 'range')} under a budget of {t.max_ranges} (the exact table has {before})"
+                f"{within}; goodput given up against the best K per batch size: mean {_percent(t.mean_goodput_loss)}"
+                f"{weighted}, worst {_percent(t.max_goodput_loss)} at batch {b.worst_batch}")
+        if t.loss_cap is not None:
+            return text + f"; every batch size within {100 * t.loss_cap:g}% of its best"
+        return (text + f"; no {t.max_ranges}-range table keeps every batch size within "
+                f"{100 * max(RANGE_LOSS_CAP, t.tolerance):g}% of its best: {t.ranges_for_cap} ranges do "
+                f"(--max-ranges {t.ranges_for_cap})")
     if t.tolerance > 0 and after < before:
         return (f"K table: {_count(after, 'range')} instead of {before}{within}, each batch size giving up at most "
                 f"{100 * t.tolerance:g}% of goodput for fewer ranges; {lost}")
@@ -199,6 +214,59 @@ def table_summary(p: "Prediction") -> str:
     if t.max_goodput_loss > 0:
         return f"K table: {_count(after, 'range')}{within}{merged}; {lost}"
     return f"K table: the exact best K per batch size, {_count(after, 'range')}{merged}"
+
+
+@frozen
+class BudgetRangeView:
+    """One exported range under a range budget: the exact table's ranges it merged and the most it gives up."""
+
+    start: int
+    end: int
+    k: int
+    exact_ranges: tuple[tuple[int, int, int], ...]   # the exact per-batch best's ranges inside it
+    max_goodput_loss: float                          # the worst batch size in it, against its best K
+    worst_batch: int
+
+
+@frozen
+class BudgetView:
+    """What a range budget cost (``table.budget`` in JSON): the exact table's ranges, the losses, each range."""
+
+    max_ranges: int
+    exact_ranges: int
+    loss_cap: Optional[float]                 # every batch size within this of its best (None: no N-range table is)
+    ranges_for_cap: Optional[int]             # the fewest ranges that keep every batch size within the cap
+    mean_goodput_loss: float
+    weighted_mean_goodput_loss: Optional[float]
+    max_goodput_loss: float
+    worst_batch: int
+    ranges: tuple[BudgetRangeView, ...]
+
+
+def budget_view(p: "Prediction") -> Optional[BudgetView]:
+    """The range budget's cost per range (None where the tolerance alone chose the table)."""
+    import numpy as np
+
+    from dsdsim.policy.table import loss_per_batch, ranges_from_k_per_batch
+
+    t = p.table
+    if t.max_ranges is None:
+        return None
+    b = [int(x) for x in p.batch_sizes]
+    loss = loss_per_batch(p.goodput, p.k_values, t.k_per_batch)
+    ok = np.asarray(t.k_per_batch) >= 0
+    exact = ranges_from_k_per_batch([x for x, keep in zip(b, ok) if keep],
+                                    [int(k) for k, keep in zip(p.k_best, ok) if keep])
+    rows = []
+    for start, end, k in p.ranges():
+        inside = [i for i, x in enumerate(b) if start <= x <= end and ok[i]]
+        worst = max(inside, key=lambda i: loss[i]) if inside else None
+        rows.append(BudgetRangeView(start, end, k, tuple(r for r in exact if r[1] >= start and r[0] <= end),
+                                    float(loss[worst]) if worst is not None else 0.0,
+                                    b[worst] if worst is not None else start))
+    worst_all = max(rows, key=lambda r: r.max_goodput_loss)
+    return BudgetView(t.max_ranges, t.ranges_at_zero_tolerance, t.loss_cap, t.ranges_for_cap, t.mean_goodput_loss,
+                      t.weighted_mean_goodput_loss, t.max_goodput_loss, worst_all.worst_batch, tuple(rows))
 
 
 def tolerance_merged(p: "Prediction") -> bool:

@@ -226,7 +226,7 @@ def prediction_view(p: "Prediction"):
     differs), the ranges, what the tolerance gave up, and the notes."""
     from dsdsim.export.text import Group, Table
 
-    from dsdsim.export.prediction import (acceptance_view, engine_ref, robust_view, row_view, table_summary,
+    from dsdsim.export.prediction import (acceptance_view, budget_view, engine_ref, robust_view, row_view, table_summary,
                                           tolerance_merged)
     from dsdsim.export.deployment import deployment_view
 
@@ -295,7 +295,10 @@ def prediction_view(p: "Prediction"):
                      "sequence) at batch sizes " + json.dumps([[s, e] for s, e, k in ranges if k > 0])
                      + f"; K = {tree.steps} stands for the tree in json/csv (with a 'draft' column)")
     if ranges:
-        parts.append(table_summary(p) + ("; --tolerance 0 for the exact table" if tolerance_merged(p) else ""))
+        parts.append(table_summary(p) + ("; --max-ranges 0 for the exact table" if tolerance_merged(p) else ""))
+        budget = budget_view(p)
+        if budget is not None:
+            parts.append(budget_table(budget))
     margins = p.margins()
     if margins:
         parts.append(margin_table(p, margins))
@@ -317,6 +320,21 @@ def prediction_view(p: "Prediction"):
         parts.append("For SGLang: dsdsim predict ... --format sglang   (also json, csv; vLLM and TensorRT-LLM tables "
                      "are chains only)")
     return Group(*parts)
+
+
+def budget_table(b):
+    """Each exported range under the range budget: the exact table's ranges it merged and its worst batch size."""
+    from dsdsim.export.text import Table
+
+    t = Table(title=f"What the budget of {b.max_ranges} ranges gives up (the exact table has {b.exact_ranges})")
+    for col in ("range", "K", "exact table inside it", "worst loss"):
+        t.add_column(col, justify="left" if col == "exact table inside it" else "right", no_wrap=col == "range")
+    for r in b.ranges:
+        inside = [f"{s}-{e}: K={k}" if s != e else f"{s}: K={k}" for s, e, k in r.exact_ranges]
+        merged = ", ".join(inside) if len(inside) <= 6 else ", ".join(inside[:5]) + f", ... ({len(inside)} ranges)"
+        t.add_row(f"{r.start}-{r.end}", str(r.k), merged if len(inside) > 1 else "the same",
+                  "0%" if r.max_goodput_loss <= 0 else f"{100 * r.max_goodput_loss:.2f}% at {r.worst_batch}")
+    return t
 
 
 def margin_table(p: "Prediction", margins):

@@ -6,7 +6,7 @@ from dataclasses import replace
 from numbers import Real
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from dsdsim.defaults import DEFAULT_CONTEXT, DEFAULT_TOLERANCE
+from dsdsim.defaults import DEFAULT_CONTEXT, DEFAULT_MAX_RANGES, DEFAULT_TOLERANCE
 from dsdsim.errors import DsdsimError
 from dsdsim.records import frozen
 
@@ -32,6 +32,11 @@ class PredictOptions:
         that the table has fewer ranges; 0 exports the exact per-batch best (``Prediction.k_best`` either way).
     robust: choose each batch size's K by the low end of its gain interval (``dsdsim.policy.margin.ROBUST_RULE``)
         instead of the point estimate; the margins say which rule chose each range.
+    max_ranges: the range budget: where the tolerance still leaves more ranges, the table of at most this many
+        ranges with the most goodput (``dsdsim.policy.table.most_goodput_in_ranges``); 0 exports the exact table
+        (as tolerance 0 does); None: no budget.
+    batch_weights: the share of serving time at each batch size the budget weighs goodput by: a file
+        (``dsdsim.policy.batch_weights.FORMS``) or a mapping {batch size: weight}; None: every evaluated size alike.
     """
 
     acceptance: Acceptance | TreeAcceptance | str | float | None = None
@@ -43,6 +48,8 @@ class PredictOptions:
     acceptance_band: Optional[float] = None
     tolerance: float | str = DEFAULT_TOLERANCE
     robust: bool = False
+    max_ranges: Optional[int] = DEFAULT_MAX_RANGES
+    batch_weights: Optional[object] = None
 
     def with_values(self, values: dict) -> "PredictOptions":
         """These options with some fields replaced; an unknown name is a one-line error listing the known ones."""
@@ -85,3 +92,12 @@ def parse_tolerance(tolerance) -> float:
     if not (0.0 <= t < 1.0):
         raise DsdsimError(f"the goodput tolerance must be a fraction in [0, 1) (0.005 = 0.5%), got {t:g}")
     return t
+
+
+def parse_max_ranges(value) -> Optional[int]:
+    """A range budget: a whole number >= 0 (0: the exact table) or None (no budget)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, Real)) or value != int(value) or value < 0:
+        raise DsdsimError(f"--max-ranges is a whole number of ranges >= 0 (0: the exact table), got {value!r}")
+    return int(value)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import field, replace
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -28,16 +28,18 @@ from dsdsim.cost.step import step_time_grid
 from dsdsim.specs.setup import Setup, resolve
 from dsdsim.errors import DsdsimError, whole_number
 from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE, Acceptance, TreeAcceptance
-from dsdsim.policy.options import PredictOptions, parse_tolerance
+from dsdsim.policy.options import PredictOptions, parse_max_ranges, parse_tolerance
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
 from dsdsim.policy.intervals import ranged, shipped_intervals, step_interval
 from dsdsim.policy.margin import ROBUST_RULE, RangeMargin, range_margins, ratio_bounds
+from dsdsim.policy.batch_weights import weights_for
 from dsdsim.policy.table import (CompressedTable, Ranges, RobustChoice, compress, count_ranges, fewest_ranges,
-                                 ranges_from_k_per_batch, robust_k, table_losses)
+                                 loss_per_batch, most_goodput_in_ranges, ranges_from_k_per_batch, robust_k,
+                                 table_losses)
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import MAX_K, DraftTree
 
-from dsdsim.defaults import (DEFAULT_BATCH_SIZES, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_FIXED_K, DEFAULT_HARDWARE,
+from dsdsim.defaults import (RANGE_LOSS_CAP, DEFAULT_BATCH_SIZES, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_FIXED_K, DEFAULT_HARDWARE,
                              DEFAULT_MAX_K, DEFAULT_MODEL)
 from dsdsim.records import frozen
 
@@ -270,11 +272,14 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     acceptance, context, batch_sizes, max_k, fixed_k = o.acceptance, o.context, o.batch_sizes, o.max_k, o.fixed_k
     max_distinct_k, acceptance_band = o.max_distinct_k, o.acceptance_band
     tolerance = parse_tolerance(o.tolerance)
+    max_ranges = parse_max_ranges(o.max_ranges)
+    hist = _histogram(o.batch_weights)
     setup = resolve(model, hardware, deployment, drafter, engine)
     context = check_context(context, setup)
     acc, ks, fixed_k = _k_axis(setup, acceptance, max_k, fixed_k, acceptance_band)
     b = parse_batch_sizes(batch_sizes)
     check_grid_size(len(b), len(ks), 1)
+    weights = weights_for(b, hist) if hist is not None else None
     max_k = int(ks.max())
     dynamic = setup.engine is not None and setup.engine.supports_off_tier
     step, feas = step_time_grid(setup.model, setup.hardware, setup.deployment, setup.drafter, b, ks, [context],
@@ -296,11 +301,16 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
         plain = plain_s if plain_s is not None else step_kb[list(ks).index(0)]
         _, high_s = ratio_bounds(step_kb, plain, extra[0], extra[1])
         g_sel = goodput(b[None, :], tau[:, None], high_s, feas_kb)
-        table = export_table(g_sel, ks, best_k(g_sel, ks), tolerance, max_distinct_k)
+        table = export_table(g_sel, ks, best_k(g_sel, ks), tolerance, max_distinct_k, max_ranges, weights)
         mean_loss, max_loss = table_losses(g, ks, table.k_per_batch)
         table = replace(table, mean_goodput_loss=mean_loss, max_goodput_loss=max_loss)
     else:
-        table = export_table(g, ks, k_best, tolerance, max_distinct_k)
+        table = export_table(g, ks, k_best, tolerance, max_distinct_k, max_ranges, weights)
+    if weights is not None:
+        loss = loss_per_batch(g, ks, table.k_per_batch)
+        ok = np.isfinite(loss)
+        if ok.any() and weights[ok].sum() > 0:
+            table = replace(table, weighted_mean_goodput_loss=float(np.sum(loss[ok] * weights[ok]) / weights[ok].sum()))
     robust = None
     if acceptance_band:
         scenarios = [acc.shifted(-acceptance_band), acc, acc.shifted(+acceptance_band)]
@@ -328,6 +338,10 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
 
     if o.robust:
         notes.append(f"K table chosen by the {ROBUST_RULE}; its losses are against the point estimate's best K")
+    if weights is not None and table.max_ranges is None:
+        notes.append(f"batch weights: unused, the {100 * tolerance:g}% tolerance already gives {table.n_ranges} "
+                     f"range{'' if table.n_ranges == 1 else 's'}, within the budget of {max_ranges}"
+                     if max_ranges else "batch weights: unused without a range budget (--max-ranges N)")
     return Prediction(setup, acc, int(context), b, ks, step_kb, feas_kb, tau, g, k_best, int(fixed_k), table,
                       robust, notes, plain_s, dynamic, intervals, bool(o.robust))
 
@@ -362,15 +376,40 @@ def _k_axis(setup: Setup, acceptance, max_k: Optional[int], fixed_k: Optional[in
 
 
 def export_table(goodput_kb: np.ndarray, k_values: np.ndarray, k_best: np.ndarray, tolerance: float,
-                 max_distinct_k: Optional[int] = None) -> CompressedTable:
+                 max_distinct_k: Optional[int] = None, max_ranges: Optional[int] = None,
+                 weights: Optional[np.ndarray] = None) -> CompressedTable:
     """The table predict exports: the distinct-K subset first (when limited), then the fewest ranges within the
-    tolerance inside that subset; ``ranges_before`` counts the ranges of the table at tolerance 0."""
+    tolerance inside that subset; where that still leaves more than ``max_ranges`` ranges, the table of at most
+    ``max_ranges`` with the most (``weights``-weighted) relative goodput among those keeping every batch size within
+    ``RANGE_LOSS_CAP`` of its best (without the cap where no such table exists: its worst loss is then reported). Tolerance 0 or ``max_ranges`` 0: the
+    exact table. ``ranges_before`` counts the ranges of the exact table."""
     if max_distinct_k is None:
         exact = CompressedTable(k_best, tuple(sorted({int(k) for k in k_best if k >= 0})), 0.0, 0.0)
     else:
         exact = compress(goodput_kb, k_values, max_distinct_k)
+    if max_ranges == 0:
+        tolerance = 0.0
     table = fewest_ranges(goodput_kb, k_values, tolerance, allowed_k=exact.k_set)
+    if max_ranges and tolerance > 0 and table.n_ranges > max_ranges:
+        cap = max(RANGE_LOSS_CAP, tolerance)
+        needed = fewest_ranges(goodput_kb, k_values, cap, allowed_k=exact.k_set).n_ranges
+        if needed > max_ranges:
+            cap = None          # no table of max_ranges keeps every batch size within the cap: the best mean
+        budget = most_goodput_in_ranges(goodput_kb, k_values, max_ranges, weights, allowed_k=exact.k_set,
+                                        loss_cap=cap)
+        table = replace(budget, tolerance=float(tolerance), ranges_for_cap=needed)
     return replace(table, ranges_before=count_ranges(exact.k_per_batch), max_distinct_k=max_distinct_k)
+
+
+def _histogram(batch_weights) -> Optional[dict]:
+    """The batch-size histogram of ``PredictOptions.batch_weights`` (a file or a mapping), None without one."""
+    from dsdsim.policy.batch_weights import check_histogram, read_batch_weights
+
+    if batch_weights is None:
+        return None
+    if isinstance(batch_weights, Mapping):
+        return check_histogram(batch_weights)
+    return read_batch_weights(batch_weights)
 
 
 def check_context(context, setup: Setup) -> int:

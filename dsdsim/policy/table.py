@@ -38,6 +38,11 @@ class CompressedTable:
     tolerance: float = 0.0           # goodput share each batch size was allowed to give up for fewer ranges
     ranges_before: Optional[int] = None   # ranges of the table before the tolerance was applied (None: not applied)
     max_distinct_k: Optional[int] = None  # the limit on distinct K the table was chosen under (None: no limit)
+    max_ranges: Optional[int] = None      # the range budget that chose this table (None: the tolerance alone did)
+    weighted: bool = False                # the budget weighed batch sizes by a histogram (else uniformly)
+    loss_cap: Optional[float] = None      # the budget kept every batch size within this loss (None: it could not)
+    ranges_for_cap: Optional[int] = None  # under a budget: the fewest ranges keeping every batch size within the cap
+    weighted_mean_goodput_loss: Optional[float] = None   # the mean loss weighted by the batch weights
 
     @property
     def n_ranges(self) -> int:
@@ -57,17 +62,25 @@ def count_ranges(k_per_batch) -> int:
     return int(k.size > 0) + int(np.count_nonzero(k[1:] != k[:-1]))
 
 
-def table_losses(goodput_kb: np.ndarray, k_values, k_per_batch) -> tuple[float, float]:
-    """(mean, max) over feasible batch sizes of 1 - G(B, K_table(B)) / G(B, K*(B)), K* the best of all K."""
+def loss_per_batch(goodput_kb: np.ndarray, k_values, k_per_batch) -> np.ndarray:
+    """1 - G(B, K_table(B)) / G(B, K*(B)) per evaluated batch size, K* the best of all K; NaN where none fits."""
     g = np.where(np.isfinite(goodput_kb), goodput_kb, -np.inf)     # (K, B)
     k_per_batch = np.asarray(k_per_batch)
-    ok = k_per_batch >= 0
-    if not ok.any():
+    out = np.full(k_per_batch.shape, np.nan)
+    cols = np.flatnonzero(k_per_batch >= 0)
+    if cols.size:
+        row = {int(k): i for i, k in enumerate(np.asarray(k_values))}
+        chosen = g[[row[int(k)] for k in k_per_batch[cols]], cols]
+        out[cols] = 1.0 - chosen / np.max(g[:, cols], axis=0)
+    return out
+
+
+def table_losses(goodput_kb: np.ndarray, k_values, k_per_batch) -> tuple[float, float]:
+    """(mean, max) over feasible batch sizes of 1 - G(B, K_table(B)) / G(B, K*(B)), K* the best of all K."""
+    loss = loss_per_batch(goodput_kb, k_values, k_per_batch)
+    loss = loss[np.isfinite(loss)]
+    if not loss.size:
         return 0.0, 0.0
-    row = {int(k): i for i, k in enumerate(np.asarray(k_values))}
-    cols = np.flatnonzero(ok)
-    chosen = g[[row[int(k)] for k in k_per_batch[cols]], cols]
-    loss = 1.0 - chosen / np.max(g[:, cols], axis=0)
     return float(np.mean(loss)), float(np.max(loss))
 
 
@@ -158,6 +171,74 @@ def _fewest_runs(rel: np.ndarray, admissible: np.ndarray) -> np.ndarray:
     for back in reversed(came_from):
         rows.append(back[rows[-1]])
     return np.array(rows[::-1], dtype=int)
+
+
+def most_goodput_in_ranges(goodput_kb: np.ndarray, k_values, max_ranges: int,
+                           weights: Optional[np.ndarray] = None, allowed_k: Optional[Sequence[int]] = None,
+                           loss_cap: Optional[float] = None) -> CompressedTable:
+    """The K table of at most ``max_ranges`` ranges that maximises the weighted mean relative goodput
+    sum_B w(B) G(B, K(B)) / G*(B) over the batch sizes where an allowed K fits (the others stay -1).
+
+    ``weights`` (one per evaluated batch size, >= 0; None: uniform) is the share of serving time spent at each
+    batch size: a histogram from a trace, ``simulate`` or vLLM's ``vllm:num_requests_running``. Relative goodput
+    makes every batch size count by its weight, not by its tokens/s. Exact: a dynamic programme over (batch size,
+    ranges used, K in force), O(B * N * K); among tables of equal score the one with fewer ranges, then smaller
+    K, wins. Losses are reported against the best of ALL K, unweighted, as ``fewest_ranges`` reports them.
+    ``loss_cap``: only K within this share of each batch size's best are allowed (the caller checks that a table of
+    ``max_ranges`` exists under it: ``fewest_ranges(..., loss_cap)``).
+    """
+    if isinstance(max_ranges, bool) or not isinstance(max_ranges, (int, np.integer)) or max_ranges < 1:
+        raise DsdsimError(f"a range budget is a whole number of ranges >= 1, got {max_ranges!r}")
+    k_values = np.asarray(k_values)
+    g = np.where(np.isfinite(goodput_kb), goodput_kb, -np.inf)     # (K, B)
+    if allowed_k is not None:
+        g = np.where(np.isin(k_values, list(allowed_k))[:, None], g, -np.inf)
+    cols = np.flatnonzero(np.max(g, axis=0) > -np.inf)
+    k_table = np.full(g.shape[1], -1, dtype=int)
+    if cols.size:
+        w = np.ones(cols.size) if weights is None else np.asarray(weights, dtype=float)[cols]
+        rel = g[:, cols] / np.max(g[:, cols], axis=0)
+        ok = np.isfinite(rel) if loss_cap is None else np.isfinite(rel) & (rel >= 1.0 - loss_cap)
+        gain = np.where(ok, np.where(ok, rel, 0.0) * w[None, :], -np.inf)   # (K, B'), -inf where not allowed
+        k_table[cols] = k_values[_most_in_runs(gain, int(max_ranges))]
+    mean_loss, max_loss = table_losses(goodput_kb, k_values, k_table)
+    used = tuple(sorted({int(k) for k in k_table[k_table >= 0]}))
+    return CompressedTable(k_table, used, mean_loss, max_loss, max_ranges=int(max_ranges),
+                           weighted=weights is not None, loss_cap=loss_cap)
+
+
+def _most_in_runs(gain: np.ndarray, max_runs: int) -> np.ndarray:
+    """Row index per column maximising the summed ``gain`` with at most ``max_runs`` runs of equal row.
+
+    best[r, k]: the best sum over the columns so far of a choice with r + 1 runs ending in row k. A column either
+    continues row k's run (best[r, k]) or starts one after the best choice of r runs (max over rows of best[r - 1]);
+    continuing wins ties, so the table has no range it does not need.
+    """
+    n_k, n_b = gain.shape
+    n_r = min(max_runs, n_b)
+    rows = np.arange(n_k)
+    best = np.full((n_r, n_k), -np.inf)
+    best[0] = gain[:, 0]
+    came_from = np.zeros((n_b, n_r, n_k), dtype=int)       # the row of the previous column, per state
+    continued = np.ones((n_b, n_r, n_k), dtype=bool)         # whether that state continued its run
+    for j in range(1, n_b):
+        top = best.max(axis=1)
+        arg = best.argmax(axis=1)
+        start = np.concatenate([[-np.inf], top[:-1]])[:, None]          # a new run after r - 1 runs
+        cont = best >= start
+        continued[j] = cont
+        came_from[j] = np.where(cont, rows[None, :], np.concatenate([[0], arg[:-1]])[:, None])
+        best = np.where(cont, best, start) + gain[:, j][None, :]
+    flat = best.ravel()                                        # r-major, then K: fewer runs, smaller K win ties
+    top = flat.max()
+    state = int(np.flatnonzero(flat >= top - 1e-12 * max(abs(top), 1.0))[0])
+    r, k = divmod(state, n_k)
+    out = [k]
+    for j in range(n_b - 1, 0, -1):
+        if not continued[j, r, k]:
+            k, r = int(came_from[j, r, k]), r - 1
+        out.append(k)
+    return np.array(out[::-1], dtype=int)
 
 
 @frozen

@@ -84,6 +84,8 @@ class PolicyResult:
     timeline: Timeline = field(repr=False)
     mean_acceptance_length: float = 1.0    # 1 + accepted drafts / verify passes (vLLM's), K > 0 passes only
     k_budget_limited_steps: int = 0        # steps whose K the token budget or the free blocks lowered
+    # decoding batch size -> seconds of steps at it (what predict --batch-weights reads)
+    batch_seconds: dict = field(default_factory=dict)
     ttft_s: np.ndarray = field(default=None, repr=False)       # per request
     e2e_s: np.ndarray = field(default=None, repr=False)
     sent_s: np.ndarray = field(default=None, repr=False)
@@ -101,10 +103,24 @@ class PolicyResult:
             "goodput_requests_per_s": self.goodput_requests_per_s,
             "mean_batch": self.mean_batch,
             "k_histogram": {str(k): int(v) for k, v in sorted(self.k_histogram.items())},
+            "batch_seconds": {str(b): round(float(v), 6) for b, v in sorted(self.batch_seconds.items())},
             "preemptions": self.preemptions,
             "duration_s": self.duration_s,
             "steps": self.steps,
         }
+
+
+def seconds_at_batch(timeline: Timeline, start_s: float) -> dict:
+    """Decoding batch size -> seconds the steps at it took (each step from the end of the one before; the first
+    from ``start_s``): the serving time a K table spends at each batch size."""
+    ends = np.asarray(timeline.t_end_s, dtype=float)
+    if not ends.size:
+        return {}
+    took = np.diff(ends, prepend=min(start_s, float(ends[0])))
+    batch = np.asarray(timeline.decoding, dtype=int)
+    keep = batch > 0
+    sizes, where = np.unique(batch[keep], return_inverse=True)
+    return {int(b): float(v) for b, v in zip(sizes, np.bincount(where, weights=took[keep]))}
 
 
 def tpot_seconds(ttft_s: np.ndarray, e2e_s: np.ndarray, output_len: np.ndarray) -> np.ndarray:
@@ -132,6 +148,7 @@ def policy_result(name: str, sent_s: np.ndarray, first_s: np.ndarray, finish_s: 
         goodput = float(rate(int(good.sum())))
     decoding = timeline.decoding > 0
     ks, counts = np.unique(timeline.k[decoding], return_counts=True)
+    batch_seconds = seconds_at_batch(timeline, float(np.min(sent_s)) if sent_s.size else 0.0)
     return PolicyResult(
         name=name, output_tokens_per_s=float(rate(float(np.sum(output_len)))),
         requests_per_s=float(rate(float(finish_s.size))), ttft_ms=Stats.of(ttft),
@@ -139,6 +156,7 @@ def policy_result(name: str, sent_s: np.ndarray, first_s: np.ndarray, finish_s: 
         goodput_requests_per_s=goodput,
         mean_batch=float(timeline.requests.mean()) if timeline.requests.size else 0.0,
         k_histogram={int(k): int(c) for k, c in zip(ks, counts)}, preemptions=int(preemptions),
+        batch_seconds=batch_seconds,
         duration_s=duration, steps=int(timeline.requests.size), timeline=timeline,
         mean_acceptance_length=float(mean_acceptance_length), k_budget_limited_steps=int(k_budget_limited_steps),
         ttft_s=ttft, e2e_s=e2e, sent_s=sent_s, finish_s=finish_s)

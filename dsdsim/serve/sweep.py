@@ -12,6 +12,7 @@ numbers:
                            there is more than one job and more than one core)
     dask://HOST:PORT       a ``dask.distributed`` cluster (``pip install 'dsdsim[cluster]'``; the workers need
                            dsdsim installed); the scheduler's address, tcp:// unless another protocol is written
+                           (tcp://HOST:PORT, as ``dask scheduler`` prints it, is read the same way)
 
 or any ``concurrent.futures.Executor`` you pass (it is used, not shut down). A job carries its resolved Setup (spec
 objects pickle by value, so a worker needs none of the spec files), its acceptance as an object (``checked`` reads a
@@ -30,7 +31,8 @@ from dsdsim.errors import DsdsimError
 from dsdsim.records import frozen
 
 LOCAL, PROCESSES, DASK = "local", "processes", "dask://"
-EXECUTORS_HELP = "local | processes | dask://HOST:PORT"
+SCHEDULER_PROTOCOLS = ("tcp://", "tls://", "ucx://", "inproc://")     # a dask scheduler's own address
+EXECUTORS_HELP = "local | processes | dask://HOST:PORT (or the scheduler's address, tcp://HOST:PORT)"
 
 Progress = Optional[Callable[[float, int], None]]     # (jobs done, jobs in all)
 
@@ -397,10 +399,12 @@ def largest_loads(setups: Sequence[tuple[str, Any]], base: Simulation, policies:
 
 def executor_kind(executor, jobs: int) -> str:
     """'local', 'processes' or 'dask://...' for an executor text (None: processes for more than one job when this
-    machine has more than one core)."""
+    machine has more than one core); a scheduler address tcp://HOST:PORT (as dask prints it) is a dask one."""
     if executor is None:
         return PROCESSES if jobs > 1 and (os.cpu_count() or 1) > 1 else LOCAL
     text = str(executor).strip()
+    if text.startswith(SCHEDULER_PROTOCOLS) and "://" in text and len(text.split("://", 1)[1]) > 0:
+        return DASK + text
     if text in (LOCAL, PROCESSES) or (text.startswith(DASK) and len(text) > len(DASK)):
         return text
     raise DsdsimError(f"unknown executor {executor!r}; use {EXECUTORS_HELP}")
@@ -443,8 +447,15 @@ def map_jobs(fn: Callable, jobs: Sequence, *, executor=None, progress: Progress 
     if kind == PROCESSES:
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        pool = ProcessPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1)),
+                                   initializer=_ignore_interrupts)
+        try:
             return _gather(pool, fn, jobs, progress)
+        except BaseException:
+            _stop_workers(pool)            # Ctrl-C or a failed job: the running jobs are not waited for
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     client = dask_client(kind[len(DASK):])
     try:
         with client.get_executor(pure=False) as pool:
@@ -453,13 +464,33 @@ def map_jobs(fn: Callable, jobs: Sequence, *, executor=None, progress: Progress 
         client.close()
 
 
+def _ignore_interrupts() -> None:
+    """A worker process leaves Ctrl-C to the process that started it, which stops the workers (no traceback from
+    each of them)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_workers(pool) -> None:
+    """Terminate a process pool's workers now (``shutdown`` alone waits for the jobs they are running)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        if proc.is_alive():
+            proc.terminate()
+
+
 def _gather(pool: Executor, fn: Callable, jobs: list, progress: Progress) -> list:
     from concurrent.futures import as_completed
 
     futures = [pool.submit(fn, job) for job in jobs]
     try:
         for done, f in enumerate(as_completed(futures), 1):
-            f.result()                     # the first error stops the run
+            try:
+                f.result()                 # the first error stops the run
+            except Exception as exc:
+                if _worker_died(exc):
+                    raise DsdsimError(_lost_text(jobs, futures, f)) from None
+                raise
             if progress is not None:
                 progress(done, len(futures))
     except BaseException:
@@ -467,6 +498,35 @@ def _gather(pool: Executor, fn: Callable, jobs: list, progress: Progress) -> lis
             f.cancel()
         raise
     return [f.result() for f in futures]
+
+
+def _worker_died(exc: BaseException) -> bool:
+    """A worker process that died under a job (killed, out of memory): a broken process pool, or dask's
+    KilledWorker once its retries (distributed.scheduler.allowed-failures) are spent."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    return isinstance(exc, BrokenProcessPool) or type(exc).__name__ == "KilledWorker"
+
+
+def _lost_text(jobs: list, futures: list, failed) -> str:
+    """Which jobs a dead worker took with it and which finished: the run writes nothing, so say what to rerun."""
+    lost = [i for i, f in enumerate(futures) if f is failed or not (f.done() and not f.cancelled()
+                                                                      and f.exception() is None)]
+    names = ", ".join(job_label(jobs[i]) for i in lost[:6]) + (f" and {len(lost) - 6} more" if len(lost) > 6 else "")
+    return (f"a worker died while running the simulations (killed, or out of memory); {len(lost)} of {len(jobs)} "
+            f"did not finish: {names}; nothing was written: rerun (fewer at once with --executor local, or on a "
+            f"machine with more memory)")
+
+
+def job_label(job) -> str:
+    """A job in a few words: its workload and policies (a simulation), its candidate and policy (a load search)."""
+    if isinstance(job, LoadSearch):
+        return f"{job.candidate} {job.base.policies}"
+    parts = [str(getattr(job, a)) for a in ("workload", "policies") if getattr(job, a, None) is not None]
+    if parts:
+        return " ".join(parts)
+    text = repr(job)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 DASK_TIMEOUT_S = 10
