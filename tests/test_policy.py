@@ -158,7 +158,7 @@ def test_predict_json_contract():
 def test_vllm_table_passes_vllm_rules_and_reproduces_the_table(tolerance):
     """vLLM's own lookup of the export gives the table's K at every batch size; at tolerance 0 that is K*, else a
     K within the tolerance of K*'s goodput."""
-    p = predict("llama-3.1-70b", "h100-sxm", Deployment(tp=8), "eagle3", acceptance=0.8, context=1024, batch_sizes="1-512", tolerance=tolerance)
+    p = predict("llama-3.1-70b", "h100-sxm", Deployment(tp=8), "eagle3", acceptance=0.8, context=1024, batch_sizes="1-512", tolerance=tolerance, max_ranges=None)
     cfg = json.loads(render(p, PredictFormat.vllm))
     sched = cfg["num_speculative_tokens_per_batch_size"]
     engines.validate_vllm_schedule(sched)
@@ -281,7 +281,9 @@ def _runs(ks) -> int:
 
 
 def test_predict_table_stays_within_tolerance_with_fewer_ranges():
-    p = predict("llama-3.1-70b", "h100-sxm", Deployment(tp=8), "eagle3", acceptance="0.8,0.7,0.6", context=1024, batch_sizes="1-1024")
+    """The tolerance alone (no range budget): every batch size within 0.5% of its best."""
+    p = predict("llama-3.1-70b", "h100-sxm", Deployment(tp=8), "eagle3", acceptance="0.8,0.7,0.6", context=1024,
+                batch_sizes="1-1024", max_ranges=None)
     exact = predict("llama-3.1-70b", "h100-sxm", Deployment(tp=8), "eagle3", acceptance="0.8,0.7,0.6", context=1024, batch_sizes="1-1024",
                     tolerance=0)
     assert np.array_equal(exact.table.k_per_batch, exact.k_best)

@@ -25,6 +25,10 @@ def test_tolerance_option_and_its_summary(cli):
     code, out, err = cli("predict", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "8", "-a", "0.8,0.7,0.6",
                          "--format", "vllm")
     assert code == 0
+    budgeted = json.loads(out)["num_speculative_tokens_per_batch_size"]
+    assert f"K table: {len(budgeted)} ranges under a budget of 5" in err and len(budgeted) <= 5
+    code, out, err = cli("predict", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "8", "-a", "0.8,0.7,0.6",
+                         "--format", "vllm", "--max-ranges", "100")
     loose = json.loads(out)["num_speculative_tokens_per_batch_size"]
     assert f"K table: {len(loose)} ranges instead of" in err and "at most 0.5% of goodput" in err
     code, out, err = cli("predict", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "8", "-a", "0.8,0.7,0.6",
@@ -32,7 +36,7 @@ def test_tolerance_option_and_its_summary(cli):
     exact = json.loads(out)["num_speculative_tokens_per_batch_size"]
     assert len(exact) > len(loose) and "exact best K per batch size" in err
     code, out, _ = cli("predict", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "8", "-a", "0.8,0.7,0.6",
-                       "--format", "json", "--tolerance", "2%")
+                       "--format", "json", "--tolerance", "2%", "--max-ranges", "100")
     table = json.loads(out)["table"]
     assert table["tolerance"] == 0.02 and table["ranges_at_zero_tolerance"] == len(exact)
     assert len(table["ranges"]) <= len(loose) and table["max_goodput_loss"] <= 0.02
@@ -67,17 +71,25 @@ def test_ranges_past_the_capture_limit_are_named(cli):
 def test_data_parallel_attention_makes_engines_ignore_the_table(cli):
     argv = ["predict", "-m", "deepseek-v3", "-g", "h200-sxm", "--tp", "8", "--ep", "8", "--dp-attention", "-d", "mtp",
             "-a", "al=2.4@2", "-b", "1-32"]
-    code, _, err = cli(*argv, "--format", "vllm")
-    assert code == 0 and "disables dynamic speculative decoding under data parallelism" in err
+    # one rule: an export the engine cannot use is refused (exit 2, one line, why), written only with --force
+    code, out, err = cli(*argv, "--format", "vllm")
+    _one_line_error(code, err, "disables dynamic speculative decoding under data parallelism")
+    assert out == "" and "--force" in err
     code, _, err = cli(*argv, "--format", "sglang")
-    assert code == 0 and "does not support data-parallel attention" in err
+    _one_line_error(code, err, "does not support data-parallel attention")
+    code, out, err = cli(*argv, "--format", "sglang", "--force")
+    assert code == 0 and "does not support data-parallel attention" in err and json.loads(out)
     code, _, err = cli("predict", *FAST, "--format", "vllm")
-    assert "data parallel" not in err
+    assert code == 0 and "data parallel" not in err
 
 
-def test_a_version_without_dynamic_tables_is_warned(cli):
-    code, _, err = cli("predict", *FAST, "-e", "vllm@0.20", "--format", "vllm")
-    assert code == 0 and "does not read a per-batch-size K table" in err
+def test_a_version_without_dynamic_tables_is_refused_unless_forced(cli, tmp_path):
+    target = tmp_path / "t.json"
+    code, _, err = cli("predict", *FAST, "-e", "vllm@0.20", "--format", "vllm", "-o", target)
+    _one_line_error(code, err, "does not read a per-batch-size K table")
+    assert not target.exists()
+    code, _, err = cli("predict", *FAST, "-e", "vllm@0.20", "--format", "vllm", "-o", target, "--force")
+    assert code == 0 and "does not read a per-batch-size K table" in err and target.exists()
 
 
 @pytest.mark.parametrize("fmt", ["vllm", "sglang", "trtllm"])

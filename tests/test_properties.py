@@ -189,8 +189,16 @@ def test_predict_on_random_models(case):
         with pytest.raises(DsdsimError, match="serve without speculative decoding"):
             render(p, PredictFormat.vllm)
         return
+    # an engine table that never beats a server without speculation is refused unless forced (one rule)
+    from dsdsim.export.prediction import best_speedup, export_refusals
+
+    gain = best_speedup(p)
+    if gain is not None and gain <= 1.0:
+        assert any("does not pay" in r for r in export_refusals(p, PredictFormat.vllm))
+        with pytest.raises(DsdsimError, match="does not pay"):
+            render(p, PredictFormat.vllm)
     # vLLM: every table passes vLLM's own schedule validation and ends at the last batch size that fits
-    cfg = json.loads(render(p, PredictFormat.vllm))
+    cfg = json.loads(render(p, PredictFormat.vllm, force=True))
     sched = engines.validate_vllm_schedule(cfg["num_speculative_tokens_per_batch_size"])
     assert sched[-1][1] == int(p.batch_sizes[any_fit][-1])
     assert cfg["num_speculative_tokens"] >= max(k for _, _, k in sched)

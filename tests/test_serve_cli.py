@@ -17,7 +17,8 @@ from dsdsim.serve.sweep import (Bracket, Simulation, bracket_load, largest_loads
 
 SMALL = ("--requests", "24", "--workload", "closed:8", "--input-len", "128", "--output-len", "48")
 POLICY_KEYS = {"name", "output_tokens_per_s", "requests_per_s", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
-               "goodput_requests_per_s", "mean_batch", "k_histogram", "preemptions", "duration_s", "steps"}
+               "goodput_requests_per_s", "mean_batch", "k_histogram", "batch_seconds", "preemptions", "duration_s",
+               "steps"}
 STATS = {"mean", "p50", "p90", "p99"}
 CSV_COLUMNS = (["model", "hardware", "tp", "drafter", "engine", "workload", "requests", "seed", "policy",
                 "output_tokens_per_s", "requests_per_s"]

@@ -75,6 +75,10 @@ def predict(
     fmt: PredictFmt = PredictFormat.table,
     output: Output = None,
     plot: Plot = None,
+    force: bool = Option(False, "--force", help="Write an engine table (vllm, sglang, trtllm) even where the "
+                                                "engine could not use it (it would not start, ignore it, or the "
+                                                "table never beats a server without speculation); refused "
+                                                "otherwise, with the reason"),
 ) -> None:
     """Best number of draft tokens K at every batch size, as a table an engine accepts: the fewest batch ranges
     within --tolerance (0.5%) of the best K's goodput at every batch size; where that is more than --max-ranges
@@ -113,7 +117,7 @@ def predict(
                 raise DsdsimError(f"{option} {why}; the --contexts grid shows the table's K only: drop one of them")
         return _predict_contexts(contexts, fmt, output, options=options, **target)
     p = run_predict(**target, options=options)
-    text = None if fmt is PredictFormat.table else render(p, fmt)
+    text = None if fmt is PredictFormat.table else render(p, fmt, force=force)
     if text is not None:
         _warn_about_table(p, fmt)
     if plot is not None:

@@ -348,9 +348,44 @@ def prediction_csv(p: "Prediction") -> str:
     return table_csv([json_plain(row_view(r)) for r in p.rows])
 
 
-def render(p: "Prediction", fmt: PredictFormat) -> str:
-    """Text for every non-table format."""
+def best_speedup(p: "Prediction") -> Optional[float]:
+    """The table's best speedup over a server without speculation at any batch size where it speculates (None
+    where it never does)."""
+    gains = [r.speedup_vs_vanilla for r in p.rows if r.k and r.feasible and r.speedup_vs_vanilla is not None]
+    return max(gains) if gains else None
+
+
+def export_refusals(p: "Prediction", fmt: PredictFormat) -> list[str]:
+    """Why the engine reading ``fmt`` could not use this table, one line each: it would not start with it, ignore
+    it, or read no such table; or the table speculates where no batch size gains over a server without
+    speculation. ``render`` refuses such an export unless forced (one rule for every engine)."""
+    if fmt not in ENGINE_TABLES or not p.ranges():
+        return []
     from dsdsim.export import engines
+
+    out = []
+    if fmt is not PredictFormat.vllm:     # vLLM's refusals are hard: without a method there is no config to write
+        refusal = engines.engine_refusal(p.setup.drafter, _FORMAT_ENGINES[fmt][0])
+        if refusal:
+            out.append(refusal)
+    out += [text for text, blocks in _table_findings(p, fmt) if blocks]
+    gain = best_speedup(p)
+    if gain is not None and gain <= 1.0 and p.tree is None:
+        out.append(f"this table does not pay: at its best it runs {gain:.2f}x a server without speculation "
+                   f"({p.setup.drafter.label} on {p.setup.model.name}, {p.setup.hardware.name}); serve without "
+                   "speculative decoding")
+    return out
+
+
+def render(p: "Prediction", fmt: PredictFormat, force: bool = False) -> str:
+    """Text for every non-table format. An engine table the engine could not use (``export_refusals``) is refused
+    unless ``force``."""
+    from dsdsim.export import engines
+
+    if not force:
+        refusals = export_refusals(p, fmt)
+        if refusals:
+            raise DsdsimError(f"{refusals[0]}; nothing written (--force writes the table anyway)")
 
     if fmt is PredictFormat.json:
         return PredictionView.from_prediction(p).to_json()
@@ -368,8 +403,8 @@ def render(p: "Prediction", fmt: PredictFormat) -> str:
         raise DsdsimError(f"{what} at context {p.context} ({p.setup.model.name} on {p.setup.deployment.tp} x "
                           f"{p.setup.hardware.name}): speculation does not pay here; serve without speculative "
                           "decoding (no engine table is written; json and csv give the rows)")
-    refusal = engines.engine_refusal(p.setup.drafter, _FORMAT_ENGINES[fmt][0]) if fmt in ENGINE_TABLES else None
-    if refusal:    # the engine cannot run this drafter kind from a K table (its registry entry says why)
+    refusal = engines.engine_refusal(p.setup.drafter, "vllm") if fmt is PredictFormat.vllm else None
+    if refusal:    # vLLM has no method for this drafter kind (its registry entry says why): nothing to write
         raise DsdsimError(refusal)
     if p.tree is not None:
         return _tree_export(p, fmt, ranges)
@@ -411,8 +446,13 @@ def _releases_reading_a_table(engine_name: str) -> list[str]:
 
 
 def table_warnings(p: "Prediction", fmt: PredictFormat) -> list[str]:
-    """Where the engine that reads the ``fmt`` table would ignore it, or run some of its ranges eager; one line
-    each (the caller prints them: an engine table carries no notes)."""
+    """Where the engine that reads the ``fmt`` table would ignore it, not start, or run some of its ranges eager;
+    one line each (the caller prints them: an engine table carries no notes)."""
+    return [text for text, _ in _table_findings(p, fmt)]
+
+
+def _table_findings(p: "Prediction", fmt: PredictFormat) -> list[tuple[str, bool]]:
+    """(line, whether the engine cannot use the table because of it) for the ``fmt`` table."""
     if fmt not in ENGINE_TABLES or not p.ranges():
         return []
     out = []
@@ -420,30 +460,30 @@ def table_warnings(p: "Prediction", fmt: PredictFormat) -> list[str]:
     if fmt is PredictFormat.vllm and dep.dp_attention:
         # vLLM docs, dynamic speculative decoding "Limitations", and its test: "Dynamic speculative decoding is not
         # supported with data parallelism"; K falls back to num_speculative_tokens (docs/reference/engines.md 1.2)
-        out.append("vLLM runs data-parallel attention with data_parallel_size > 1, and disables dynamic speculative "
-                   "decoding under data parallelism: it would ignore this table and speculate num_speculative_tokens "
-                   "everywhere")
+        out.append(("vLLM runs data-parallel attention with data_parallel_size > 1, and disables dynamic speculative "
+                    "decoding under data parallelism: it would ignore this table and speculate num_speculative_tokens "
+                    "everywhere", True))
     if fmt is PredictFormat.sglang and p.tree is None:
         # SGLang docs/advanced_features/adaptive_speculative_decoding.md: adaptive steps are not supported with
         # attention DP, nor with algorithms other than EAGLE / EAGLE3 (docs/reference/engines.md 3)
         if dep.dp_attention:
-            out.append("SGLang's adaptive speculative decoding (--speculative-adaptive) does not support data-parallel "
-                       "attention (--enable-dp-attention): it would not start with this table")
+            out.append(("SGLang's adaptive speculative decoding (--speculative-adaptive) does not support "
+                        "data-parallel attention (--enable-dp-attention): it would not start with this table", True))
         kind = p.setup.drafter.kind.value
         if kind not in ("eagle", "eagle3", "mtp"):
-            out.append(f"SGLang's adaptive speculative decoding supports EAGLE and EAGLE3 only (MTP runs as EAGLE); "
-                       f"a {p.setup.drafter.label} drafter cannot read this table")
+            out.append((f"SGLang's adaptive speculative decoding supports EAGLE and EAGLE3 only (MTP runs as EAGLE); "
+                        f"a {p.setup.drafter.label} drafter cannot read this table", True))
     if eng is not None and eng.name in _FORMAT_ENGINES[fmt]:
         flag = eng.dynamic_k_table
         if flag is not None and not flag.value:
             readers = _releases_reading_a_table(eng.name)
             where = (f"export for a release that does ({', '.join(readers)})" if readers else
                      "no release dsdsim has a spec for does: this table is for a build that reads one")
-            out.append(f"{eng.name} {eng.version_label} does not read a per-batch-size K table ({flag.source}); "
-                       f"{where}")
+            out.append((f"{eng.name} {eng.version_label} does not read a per-batch-size K table ({flag.source}); "
+                        f"{where}", True))
         eager = eager_ranges(p)
         if eager:
-            out.append(eager)
+            out.append((eager, False))
     return out
 
 

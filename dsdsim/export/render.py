@@ -288,8 +288,9 @@ def prediction_view(p: "Prediction"):
         parts.append(f"({100 * iv.coverage:.0f}%: low-high) intervals from the held-out errors of comparable corpus "
                      f"cases: {', '.join(iv.strata)}; 'vs K=0' compares with a server without speculation")
     ranges = p.ranges()
+    fmt = engine_format(p)
     if ranges and tree is None:
-        parts.append("K table (vLLM num_speculative_tokens_per_batch_size): " + json.dumps([list(r) for r in ranges]))
+        parts.append(f"K table ({TABLE_LABELS[fmt]}): " + json.dumps([list(r) for r in ranges]))
     elif ranges:
         parts.append(f"tree ({tree.steps} draft passes over top-{tree.topk}, {tree.tokens + 1} verify tokens per "
                      "sequence) at batch sizes " + json.dumps([[s, e] for s, e, k in ranges if k > 0])
@@ -310,12 +311,25 @@ def prediction_view(p: "Prediction"):
     for note in p.notes:
         if not note.startswith("acceptance:"):   # already in the header
             parts.append(f"note: {note}")
+    from dsdsim.export.prediction import best_speedup, export_refusals
+
+    gain = best_speedup(p)
     if not ranges:
         pass                                     # the notes say that nothing fits: nothing to paste
     elif all(k == 0 for _, _, k in ranges):
         parts.append("Speculation never pays here: serve without speculative decoding (no engine table to paste)")
+    elif gain is not None and gain <= 1.0 and tree is None:
+        parts.append(f"This drafter does not pay here: at its best the table runs {gain:.2f}x a server without "
+                     "speculation. Serve without speculative decoding; engine tables are not written without --force")
     elif tree is None:
-        parts.append("Paste into vLLM: dsdsim predict ... --format vllm   (also sglang, trtllm, json, csv)")
+        refusals = export_refusals(p, fmt)
+        others = ", ".join(f.value for f in ENGINE_FORMATS if f is not fmt)
+        if refusals:
+            parts.append(f"Not for {ENGINE_LABELS[fmt]} as it stands: {refusals[0]} (--format {fmt.value} --force "
+                         f"writes it anyway; also {others}, json, csv)")
+        else:
+            parts.append(f"Paste into {ENGINE_LABELS[fmt]}: dsdsim predict ... --format {fmt.value}   (also {others}, "
+                         "json, csv)")
     else:
         parts.append("For SGLang: dsdsim predict ... --format sglang   (also json, csv; vLLM and TensorRT-LLM tables "
                      "are chains only)")
@@ -335,6 +349,27 @@ def budget_table(b):
         t.add_row(f"{r.start}-{r.end}", str(r.k), merged if len(inside) > 1 else "the same",
                   "0%" if r.max_goodput_loss <= 0 else f"{100 * r.max_goodput_loss:.2f}% at {r.worst_batch}")
     return t
+
+
+def engine_format(p: "Prediction"):
+    """The engine table format of the engine the prediction priced (vLLM where it priced kernels only)."""
+    from dsdsim.export.prediction import PredictFormat
+
+    name = p.setup.engine.name if p.setup.engine is not None else "vllm"
+    return {"sglang": PredictFormat.sglang, "trtllm": PredictFormat.trtllm}.get(name, PredictFormat.vllm)
+
+
+def _engine_tables():
+    from dsdsim.export.prediction import PredictFormat
+
+    return ({PredictFormat.vllm: "vLLM num_speculative_tokens_per_batch_size",
+             PredictFormat.sglang: "SGLang --speculative-adaptive steps per batch range",
+             PredictFormat.trtllm: "TensorRT-LLM draft_len_schedule ranges"},
+            {PredictFormat.vllm: "vLLM", PredictFormat.sglang: "SGLang", PredictFormat.trtllm: "TensorRT-LLM"},
+            (PredictFormat.vllm, PredictFormat.sglang, PredictFormat.trtllm))
+
+
+TABLE_LABELS, ENGINE_LABELS, ENGINE_FORMATS = _engine_tables()
 
 
 def margin_table(p: "Prediction", margins):

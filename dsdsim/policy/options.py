@@ -66,10 +66,14 @@ class PredictOptions:
 
 
 
+# a bare fraction this large is almost always a percentage written without its sign (0.5 meant as 0.5%)
+BARE_TOLERANCE_LIMIT = 0.1
+
+
 def parse_tolerance(tolerance) -> float:
     """A goodput tolerance as a fraction in [0, 1): a number (0.005 = 0.5%) or a text, '0.005' or '0.5%'.
 
-    A bare number of 1 or more is refused: it is a percentage written without its sign."""
+    A bare number of 0.1 or more is refused: it is a percentage written without its sign (write 10% for 10%)."""
     if isinstance(tolerance, str):
         raw = tolerance.strip()
         percent = raw.endswith("%")
@@ -83,6 +87,9 @@ def parse_tolerance(tolerance) -> float:
         elif value >= 1.0:
             raise DsdsimError(f"the tolerance {raw} is a fraction of goodput (0.005 = 0.5%); for {value:g}% write "
                               f"{value:g}%")
+        elif value >= BARE_TOLERANCE_LIMIT:
+            raise DsdsimError(f"the tolerance {raw} reads as {100 * value:g}% of goodput (a fraction: 0.005 = 0.5%); "
+                              f"for {value:g}% write {value:g}%, and write {100 * value:g}% if you mean that much")
         if not 0.0 <= value < 1.0:      # NaN fails too
             raise DsdsimError(f"the tolerance must be in [0%, 100%) of goodput, got {raw}")
         return value

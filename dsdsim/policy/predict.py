@@ -260,6 +260,12 @@ def _batch_value(v, text) -> int:
     return int(v)
 
 
+# vllm-project/vllm#14117: speculative decoding is not supported with pipeline parallelism (dsdsim.cost.memory)
+PREDICT_PP_ERROR = ("predict chooses K for speculative decoding, which vLLM does not run with pipeline parallelism "
+                    "(vllm-project/vllm#14117): predict with --pp 1; a pp server without speculation is priced by "
+                    "`dsdsim explain --pp 2 -d none -k 0` and planned by `dsdsim plan -d none`")
+
+
 def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional[Deployment] = None,
             drafter=DEFAULT_DRAFTER, *, engine=DEFAULT_ENGINE, options: Optional[PredictOptions] = None,
             **option_values) -> Prediction:
@@ -274,6 +280,8 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     tolerance = parse_tolerance(o.tolerance)
     max_ranges = parse_max_ranges(o.max_ranges)
     hist = _histogram(o.batch_weights)
+    if deployment is not None and getattr(deployment, "pp", 1) > 1:
+        raise DsdsimError(PREDICT_PP_ERROR)
     setup = resolve(model, hardware, deployment, drafter, engine)
     context = check_context(context, setup)
     acc, ks, fixed_k = _k_axis(setup, acceptance, max_k, fixed_k, acceptance_band)
@@ -451,6 +459,9 @@ def off_tier_notes(batch: np.ndarray, off_tier_s: np.ndarray, plain_s: np.ndarra
     extra = off_tier_s[ok] / plain_s[ok] - 1.0
     lo, hi = float(extra.min()), float(extra.max())
     what = "the drafter's first pass still runs, " if engine.off_tier_drafts and engine.off_tier_drafts.value else ""
+    if hi < 5e-4:        # no term of this release charges the K = 0 tier: say so rather than "0.0% to 0.0% slower"
+        return [f"K = 0 rows are the table's off tier ({engine.name} {engine.version_label}): priced as a server "
+                f"without speculation (its spec charges the off tier nothing)"]
     return [f"K = 0 rows are the table's off tier ({engine.name} {engine.version_label}: {what}speculative bookkeeping "
             f"continues): {100 * lo:.1f}% to {100 * hi:.1f}% slower than a server without speculation over "
             f"batch {int(batch[ok][0])}-{int(batch[ok][-1])}; 'vs K=0' compares with that server, which is the better "

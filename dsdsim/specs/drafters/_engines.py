@@ -7,7 +7,9 @@ SGLANG_ADAPTIVE_EAGLE_ONLY = (
     "SGLang's adaptive speculative decoding (--speculative-adaptive, which reads a per-batch-size K table) supports "
     "EAGLE and EAGLE3 only")
 SGLANG_ADAPTIVE_SOURCE = "SGLang docs/advanced_features/adaptive_speculative_decoding.md (docs/reference/engines.md §3)"
-TRTLLM_SOURCE = "docs/reference/engines.md §4; engine_specs/trtllm-0.20.yaml (MTP / EAGLE-3 / n-gram chains)"
+TRTLLM_SOURCE = ("docs/reference/engines.md §4; engine_specs/trtllm-0.20.yaml (MTP / EAGLE-3 / n-gram chains); NVIDIA/"
+                 "TensorRT-LLM tests/unittest/_torch/speculative/test_draft_len_schedule.py (draft_len_schedule with "
+                 "NGramDecodingConfig and DraftTargetDecodingConfig)")
 
 
 def sglang_refusal(what: str, instead: str = "export for vLLM") -> EngineRun:
@@ -17,5 +19,5 @@ def sglang_refusal(what: str, instead: str = "export for vLLM") -> EngineRun:
 
 
 def trtllm_refusal(what: str, instead: str = "export for vLLM") -> EngineRun:
-    return EngineRun(refusal=f"TensorRT-LLM documents no {what} drafter for its draft_len_schedule (it runs MTP, "
-                             f"EAGLE-3 and n-gram chains); {instead}", source=TRTLLM_SOURCE)
+    return EngineRun(refusal=f"TensorRT-LLM documents no {what} drafter for its draft_len_schedule (it reads one for "
+                             f"MTP, EAGLE-3, n-gram and draft-model chains); {instead}", source=TRTLLM_SOURCE)

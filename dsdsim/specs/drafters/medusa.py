@@ -1,6 +1,7 @@
 """Medusa: K heads (ResBlock + own lm_head) on the target's last hidden state, one pass."""
 from __future__ import annotations
 
+from dsdsim.specs.drafters._engines import sglang_refusal, trtllm_refusal
 from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, DrafterKind, EngineRun
 
 INFO = DrafterInfo(
@@ -9,5 +10,5 @@ INFO = DrafterInfo(
     max_k_source="the paper evaluates up to 5 heads (Cai et al. 2024, arXiv 2401.10774); K cannot exceed the heads",
     acceptance="conditional alpha per head position (head i drafts token i)",
     engines={"vllm": EngineRun(method="medusa", source="vllm/config/speculative.py SpeculativeMethod"),
-             "sglang": EngineRun(source="exported with a warning (adaptive steps are EAGLE/EAGLE3 only)"),
-             "trtllm": EngineRun(source="draft_len_schedule")})
+             "sglang": sglang_refusal("Medusa"),
+             "trtllm": trtllm_refusal("Medusa")})

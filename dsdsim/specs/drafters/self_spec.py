@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dsdsim.errors import DsdsimError
+from dsdsim.specs.drafters._engines import sglang_refusal, trtllm_refusal
 from dsdsim.specs.drafters.base import DraftPasses, DrafterInfo, DrafterKind, EngineRun
 
 
@@ -24,5 +25,5 @@ INFO = DrafterInfo(
     acceptance="conditional alpha per draft position",
     engines={"vllm": EngineRun(refusal="vLLM has no self-speculation method; export this table in the csv or json "
                                        "format instead", source="vllm/config/speculative.py SpeculativeMethod"),
-             "sglang": EngineRun(source="exported with a warning (adaptive steps are EAGLE/EAGLE3 only)"),
-             "trtllm": EngineRun(source="draft_len_schedule")})
+             "sglang": sglang_refusal("self-speculation"),
+             "trtllm": trtllm_refusal("self-speculation")})

@@ -1,0 +1,83 @@
+"""What a first-time user hit with tables and their arguments (issue 32, section 5), one test or more each: a bare
+fraction read as a percentage, pp with a drafter, exports an engine cannot use, tables that do not pay, another
+engine's advice, an off tier the spec charges nothing."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+FAST = ("-b", "1-64")
+
+
+def _one_line_error(code: int, err: str, fragment: str) -> None:
+    assert code == 2, (code, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dsdsim: error: "), err
+    assert fragment.lower() in lines[0].lower(), (fragment, lines[0])
+
+
+def test_a_bare_tolerance_of_a_tenth_or_more_is_a_percentage_without_its_sign(cli):
+    code, _, err = cli("predict", *FAST, "--tolerance", "0.5")
+    _one_line_error(code, err, "reads as 50% of goodput")
+    assert "write 0.5%" in err and "write 50%" in err
+    code, _, err = cli("predict", *FAST, "--tolerance", "50%", "--format", "vllm")
+    assert code == 0 and "50% of goodput" in err
+    code, _, err = cli("predict", *FAST, "--tolerance", "0.05", "--format", "vllm")
+    assert code == 0
+
+
+def test_predict_with_pipeline_parallelism_says_what_does_work(cli):
+    code, _, err = cli("predict", "--pp", "2")
+    _one_line_error(code, err, "--pp 1")
+    assert "-d none -k 0" in err and "drop the drafter" not in err
+    code, out, err = cli("explain", "--pp", "2", "-d", "none", "-k", "0")     # the command it points to works
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (("-d", "medusa", "--format", "trtllm"), "TensorRT-LLM documents no Medusa drafter"),
+    (("-d", "self-spec:512", "--format", "trtllm"), "TensorRT-LLM documents no self-speculation drafter"),
+    (("-d", "medusa", "--format", "sglang"), "EAGLE and EAGLE3 only"),
+])
+def test_an_export_the_engine_cannot_load_is_refused_unless_forced(cli, tmp_path, argv, fragment):
+    target = tmp_path / "table.json"
+    code, _, err = cli("predict", *FAST, *argv, "-o", target)
+    _one_line_error(code, err, fragment)
+    assert "--force" in err and not target.exists()
+    code, _, err = cli("predict", *FAST, *argv, "-o", target, "--force")
+    assert code == 0, err
+    assert json.loads(target.read_text())
+
+
+def test_a_table_that_never_beats_plain_decoding_is_said_so_and_not_exported(cli, tmp_path):
+    """self-spec:512 on llama-3.1-8b: the best speedup over a server without speculation is below 1 at every
+    batch size (the JSON rows say so), so the table text says the drafter does not pay, and no engine table is
+    written."""
+    code, out, _ = cli("predict", *FAST, "-d", "self-spec:512", "--format", "json")
+    rows = json.loads(out)["rows"]
+    gains = [r["speedup_vs_vanilla"] for r in rows if r["k"]]
+    assert gains and max(gains) < 1
+    code, out, _ = cli("predict", *FAST, "-d", "self-spec:512")
+    assert code == 0 and "This drafter does not pay here" in out and "Paste into" not in out
+    target = tmp_path / "t.json"
+    code, _, err = cli("predict", *FAST, "-d", "self-spec:512", "--format", "sglang", "-o", target)
+    assert code == 2 and not target.exists()
+
+
+@pytest.mark.parametrize("engine,label,fmt", [("trtllm", "TensorRT-LLM", "trtllm"), ("sglang", "SGLang", "sglang"),
+                                              ("vllm", "vLLM", "vllm")])
+def test_each_engine_gets_its_own_advice(cli, engine, label, fmt):
+    code, out, _ = cli("predict", *FAST, "-e", engine)
+    assert code == 0
+    text = " ".join(out.split())
+    start = max(text.find(f"Paste into {label}:"), text.find(f"Not for {label} as it stands"))
+    assert start >= 0 and f"--format {fmt}" in text[start:]
+    if engine != "vllm":
+        assert "vLLM num_speculative_tokens_per_batch_size" not in out and "Paste into vLLM" not in out
+
+
+def test_an_off_tier_the_spec_charges_nothing_is_not_zero_percent_slower(cli):
+    code, out, _ = cli("predict", *FAST, "-e", "trtllm")
+    assert code == 0 and "0.0% to 0.0% slower" not in " ".join(out.split())
+    assert "charges the off tier nothing" in " ".join(out.split())
