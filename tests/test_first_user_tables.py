@@ -81,3 +81,34 @@ def test_an_off_tier_the_spec_charges_nothing_is_not_zero_percent_slower(cli):
     code, out, _ = cli("predict", *FAST, "-e", "trtllm")
     assert code == 0 and "0.0% to 0.0% slower" not in " ".join(out.split())
     assert "charges the off tier nothing" in " ".join(out.split())
+
+
+def test_list_and_show_drafters(cli):
+    from dsdsim.specs.drafters import REGISTRY
+
+    code, out, _ = cli("list", "drafters", "--format", "json")
+    rows = json.loads(out)
+    assert code == 0 and [r["kind"] for r in rows] == [i.name for i in REGISTRY.values()]
+    medusa = next(r for r in rows if r["kind"] == "medusa")
+    assert medusa["engines"]["vllm"]["method"] == "medusa" and medusa["engines"]["trtllm"]["refusal"]
+    assert medusa["max_k"] == 5
+    code, out, _ = cli("show", "drafter", "dflash:5,5,16")
+    assert code == 0 and "DFlash" in out
+    code, _, err = cli("show", "drafter", "eagel3")
+    _one_line_error(code, err, "unknown drafter")
+
+
+def test_a_bad_deployment_in_the_api_is_one_clear_error():
+    from dsdsim import Deployment
+    from dsdsim.errors import DsdsimError
+
+    with pytest.raises(DsdsimError, match=r"Deployment\(tp=0\): input should be greater than or equal to 1"):
+        Deployment(tp=0)
+    assert Deployment(tp=8).tp == 8
+
+
+def test_a_tree_on_a_chain_engine_says_so(cli):
+    code, out, _ = cli("predict", *FAST, "--draft-tree", "4,4,16", "-a", "al=3.2@tree")
+    assert code == 0 and "drafts chains" in " ".join(out.split())
+    code, out, _ = cli("predict", *FAST, "--draft-tree", "4,4,16", "-a", "al=3.2@tree", "-e", "sglang")
+    assert "drafts chains" not in " ".join(out.split())

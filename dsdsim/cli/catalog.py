@@ -143,3 +143,80 @@ def _families_table(name: str, origins: list, default):
         fitted = {_origin(o) for o in figs if o.measured_on}
         t.add_row(family, values, "; ".join(sorted(fitted)) or "not stated")
     return t
+
+
+# --- drafters --------------------------------------------------------------------------------------------------
+
+_ENGINES = (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM"))
+
+
+def drafter_summary(info) -> dict:
+    """What `list drafters` and `show drafter` print (and their JSON): the -d form, how it is costed, K's limit,
+    the acceptance convention and how each engine runs it (its method there, or why it cannot)."""
+    engines = {}
+    for key, _ in _ENGINES:
+        run = info.engines.get(key)
+        engines[key] = ({"method": run.method, "refusal": run.refusal, "source": run.source or None}
+                        if run is not None else {"method": None, "refusal": "dsdsim knows no method there",
+                                                 "source": None})
+    return {"kind": info.name, "form": info.form, "aliases": list(info.aliases), "summary": info.summary,
+            "draft_passes": info.passes.value, "max_k": info.max_k, "max_k_source": info.max_k_source,
+            "trees": info.trees, "acceptance": info.acceptance, "engines": engines}
+
+
+def _engine_cell(e: dict) -> str:
+    if e["refusal"]:
+        return "no"
+    return e["method"] or "yes"
+
+
+@list_app.command("drafters")
+def list_drafters(fmt: ShowFmt = ShowFormat.table) -> None:
+    """Every drafter kind `-d` takes: its form, how dsdsim costs it, its largest K, whether it drafts trees, and
+    each engine's method for it (no: the engine cannot run its K table; `dsdsim show drafter KIND` says why).
+
+    \b
+    Example:
+      dsdsim list drafters --format json
+    """
+    from dsdsim.export.text import Table
+    from dsdsim.specs.drafters import REGISTRY
+
+    rows = [drafter_summary(info) for info in REGISTRY.values()]
+    if fmt is ShowFormat.json:
+        return emit(to_json(rows), None)
+    t = Table(title="Drafters: -d FORM (dsdsim show drafter KIND for sources and each engine's reason)")
+    for col, kw in (("form", {"no_wrap": True}), ("what", {"max_width": 48}), ("passes", {}), ("max K", {"justify": "right"}),
+                    ("trees", {}), *((label, {}) for _, label in _ENGINES)):
+        t.add_column(col, **kw)
+    for r in rows:
+        t.add_row(r["form"], r["summary"], r["draft_passes"], str(r["max_k"]), "yes" if r["trees"] else "no",
+                  *(_engine_cell(r["engines"][key]) for key, _ in _ENGINES))
+    show(t)
+
+
+@show_app.command("drafter")
+def show_drafter(name: str = Argument(..., help="A drafter kind or -d form: eagle3, mtp, dflash, self-spec, ..."),
+                 fmt: ShowFmt = ShowFormat.table) -> None:
+    """One drafter kind: its -d form and aliases, how dsdsim costs it, K's limit and its source, what its acceptance
+    figures mean, and how vLLM, SGLang and TensorRT-LLM run it (the method, or the engine's reason it cannot)."""
+    from dsdsim.errors import DsdsimError
+    from dsdsim.export.render import kv_table
+    from dsdsim.specs.drafters import REGISTRY
+
+    head = name.strip().lower().partition(":")[0]
+    info = next((i for i in REGISTRY.values() if head == i.name or head in i.aliases), None)
+    if info is None:
+        raise DsdsimError(f"unknown drafter {name!r}; the kinds are {', '.join(i.name for i in REGISTRY.values())} "
+                          "(dsdsim list drafters)")
+    d = drafter_summary(info)
+    if fmt is ShowFormat.json:
+        return emit(to_json(d), None)
+    rows = {k: v for k, v in d.items() if k not in ("engines", "aliases")}
+    if d["aliases"]:
+        rows["aliases"] = ", ".join(d["aliases"])
+    for key, label in _ENGINES:
+        e = d["engines"][key]
+        text = f"cannot: {e['refusal']}" if e["refusal"] else (e["method"] or "runs it")
+        rows[label] = text + (f" ({e['source']})" if e["source"] else "")
+    show(kv_table(f"Drafter {info.name}", rows))

@@ -346,6 +346,11 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
 
     if o.robust:
         notes.append(f"K table chosen by the {ROBUST_RULE}; its losses are against the point estimate's best K")
+    eng = setup.engine
+    if setup.drafter.tree is not None and eng is not None and eng.draft_shape.value == "chain" and eng.name != "ideal":
+        notes.append(f"draft tree: the {eng.name} {eng.version_label} spec drafts chains ({eng.draft_shape_source or 'its draft_shape'}); "
+                     f"the tree is priced with that release's chain terms, which no measurement of a tree there "
+                     f"checks: -e sglang prices a release that runs trees")
     if weights is not None and table.max_ranges is None:
         notes.append(f"batch weights: unused, the {100 * tolerance:g}% tolerance already gives {table.n_ranges} "
                      f"range{'' if table.n_ranges == 1 else 's'}, within the budget of {max_ranges}"

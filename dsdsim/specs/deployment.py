@@ -4,7 +4,7 @@
 import math
 from typing import Optional
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from dsdsim.errors import DsdsimError
 from dsdsim.specs.frozen import FrozenSpec
@@ -15,6 +15,17 @@ from dsdsim.units import DType
 class Deployment(FrozenSpec):
     """One serving replica on ``tp`` x ``pp`` GPUs: ``pp`` pipeline stages, each on ``tp`` GPUs. Experts are split over
     ``ep`` groups inside a stage's GPUs (ep | tp)."""
+
+    def __init__(self, **values):
+        """As pydantic builds it, but a bad value is one line naming the field, the value and the bound (the API
+        says what the command line says), not a pydantic report."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            where = ".".join(str(x) for x in e.get("loc", ())) or "value"
+            raise DsdsimError(f"Deployment({where}={e.get('input')!r}): {e.get('msg', 'invalid').lower()}") from None
+
 
     tp: int = Field(default=1, ge=1, le=1024)
     # Pipeline stages (vLLM --pipeline-parallel-size, SGLang --pp-size): consecutive layers per stage, split as
