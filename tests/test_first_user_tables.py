@@ -102,7 +102,7 @@ def test_a_bad_deployment_in_the_api_is_one_clear_error():
     from dsdsim import Deployment
     from dsdsim.errors import DsdsimError
 
-    with pytest.raises(DsdsimError, match=r"Deployment\(tp=0\): input should be greater than or equal to 1"):
+    with pytest.raises(DsdsimError, match=r"Deployment: tp: must be >= 1"):
         Deployment(tp=0)
     assert Deployment(tp=8).tp == 8
 
@@ -112,3 +112,16 @@ def test_a_tree_on_a_chain_engine_says_so(cli):
     assert code == 0 and "drafts chains" in " ".join(out.split())
     code, out, _ = cli("predict", *FAST, "--draft-tree", "4,4,16", "-a", "al=3.2@tree", "-e", "sglang")
     assert "drafts chains" not in " ".join(out.split())
+
+
+def test_a_traces_request_count_is_its_own_unless_given(cli, tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,input_len,output_len\n0,100,20\n0.1,120,30\n0.2,90,25\n")
+    code, out, err = cli("simulate", "--workload", f"trace:{trace}", "--executor", "local", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["requests"] == 3
+    code, out, err = cli("simulate", "--workload", f"trace:{trace}", "--requests", "2", "--executor", "local",
+                         "--format", "json")
+    assert code == 0 and json.loads(out)["requests"] == 2
+    code, _, err = cli("simulate", "--workload", f"trace:{trace}", "--requests", "5")
+    _one_line_error(code, err, "has 3 requests")

@@ -54,8 +54,9 @@ class ServeArgs:
     """What is served and how the server schedules it: the options simulate and plan --simulate share."""
 
     workload: Annotated[str, Option("--workload", metavar="KIND[:ARGS]", help=WORKLOAD_HELP)] = DEFAULT_WORKLOAD
-    requests: Annotated[int, Option("--requests", metavar="N",
-                                    help="Requests to simulate")] = DEFAULT_REQUESTS
+    requests: Annotated[Optional[int], Option("--requests", metavar="N",
+                                              help=f"Requests to simulate (default {DEFAULT_REQUESTS}; a trace: "
+                                                   f"all its rows)")] = None
     input_len: Annotated[str, Option("--input-len", metavar="LENGTHS",
                                      help=f"Prompt tokens per request: {LENGTH_HELP}")] = DEFAULT_INPUT_LEN
     output_len: Annotated[str, Option("--output-len", metavar="LENGTHS",
@@ -75,10 +76,13 @@ class ServeArgs:
         """The Simulation job these options describe on ``setup`` (texts checked here, before any work)."""
         from dsdsim.serve.sweep import Simulation, check_executor, checked
 
-        if self.requests < 1:
+        if self.requests is not None and self.requests < 1:
             raise DsdsimError(f"--requests must be >= 1, got {self.requests}")
         check_executor(self.executor)
-        sim = Simulation(setup, self.workload, self.policies, requests=self.requests, input_len=self.input_len,
+        requests = self.requests
+        if requests is None:       # a trace's request count is its own unless --requests is given
+            requests = None if self.workload.strip().startswith("trace:") else DEFAULT_REQUESTS
+        sim = Simulation(setup, self.workload, self.policies, requests=requests, input_len=self.input_len,
                          output_len=self.output_len, acceptance=acceptance,
                          scheduler=self.scheduler(memory_utilization), slo=slo if slo is not None else self.slo,
                          seed=self.seed)
@@ -164,7 +168,7 @@ def simulate(
         return _sweep(job, loads, setup, serve.executor, fmt, output, plot, quiet)
     from dsdsim.serve.sweep import simulate_many
 
-    result = _progress(quiet, f"simulating {job.requests} requests",
+    result = _progress(quiet, f"simulating {_requests_text(job.requests)}",
                        lambda progress: simulate_many(job, [job.workload], executor=serve.executor,
                                                       progress=progress)[0])
     from dsdsim.export import serve as views
@@ -186,8 +190,8 @@ def _sweep(job, loads, setup, executor, fmt, output: Optional[Path], plot: Optio
     if plot is not None:
         from dsdsim.export.serve_plots import SweepDisplay, plot_title
 
-        what = (f"{loads.kind}:{','.join(f'{v:g}' for v in loads.values)} (one run per load), {job.requests} "
-                f"requests each, input {job.input_len}, output {job.output_len} tokens")
+        what = (f"{loads.kind}:{','.join(f'{v:g}' for v in loads.values)} (one run per load), {_requests_text(job.requests)} "
+                f"each, input {job.input_len}, output {job.output_len} tokens")
         _save_plot(SweepDisplay.from_sweep(result, plot_title(views.setup_line(setup), what)), plot)
     _write(fmt, output, lambda: views.sweep_dict(setup, result), lambda: views.sweep_csv(setup, result),
            lambda: views.sweep_view(setup, result, _notes(job)))
@@ -218,7 +222,7 @@ def _progress(quiet: bool, label: str, run):
 
 
 def _workload_text(job) -> str:
-    return f"{job.workload}, {job.requests} requests, input {job.input_len}, output {job.output_len} tokens"
+    return f"{job.workload}, {_requests_text(job.requests)}, input {job.input_len}, output {job.output_len} tokens"
 
 
 def _notes(job) -> list[str]:
@@ -326,7 +330,7 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
     recs = plan_load_records([asdict(r) for r in rows], names, largest)
     kind = base.workload.split(":", 1)[0]
     what = (f"load at which {100 * ATTAINMENT:g}% of requests meet {slo} ({kind} arrivals, the search starting at "
-            f"{base.workload}; {base.requests} requests, input {base.input_len}, output {base.output_len} tokens)")
+            f"{base.workload}; {_requests_text(base.requests)}, input {base.input_len}, output {base.output_len} tokens)")
     if fmt is TableFormat.json:
         from dsdsim.export.render import to_json
 
@@ -349,3 +353,8 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
 
 
 _extend_plan()
+
+
+def _requests_text(n) -> str:
+    """How many requests a run serves, in words (None: a trace's own rows)."""
+    return "every request of the trace" if n is None else f"{n} requests"

@@ -138,7 +138,7 @@ class Simulation:
     setup: Any
     workload: str
     policies: str
-    requests: int = 1000
+    requests: Optional[int] = 1000        # None: a trace's own rows
     input_len: str = "512"
     output_len: str = "256"
     acceptance: Any = None
@@ -370,7 +370,7 @@ def search_largest_load(job: LoadSearch, progress=None) -> LargestLoad:
         names.append(result.policies[0].name)
         return meets(result.policies[0], job.attainment)
 
-    cap = float(job.base.requests) if whole else None
+    cap = float(job.base.requests) if whole and job.base.requests is not None else None
     b = bracket_load(ok, start, whole, cap=cap, rel_tol=job.rel_tol)
     number = int if whole else float
     return LargestLoad(job.candidate, names[0] if names else job.base.policies, loads.kind, loads.unit,

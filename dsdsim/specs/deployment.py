@@ -22,9 +22,9 @@ class Deployment(FrozenSpec):
         try:
             super().__init__(**values)
         except ValidationError as exc:
-            e = exc.errors()[0]
-            where = ".".join(str(x) for x in e.get("loc", ())) or "value"
-            raise DsdsimError(f"Deployment({where}={e.get('input')!r}): {e.get('msg', 'invalid').lower()}") from None
+            from dsdsim.errors import pydantic_one_line
+
+            raise DsdsimError(pydantic_one_line(exc, "Deployment")) from None
 
 
     tp: int = Field(default=1, ge=1, le=1024)
