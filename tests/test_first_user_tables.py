@@ -125,3 +125,14 @@ def test_a_traces_request_count_is_its_own_unless_given(cli, tmp_path):
     assert code == 0 and json.loads(out)["requests"] == 2
     code, _, err = cli("simulate", "--workload", f"trace:{trace}", "--requests", "5")
     _one_line_error(code, err, "has 3 requests")
+
+
+def test_accuracy_marks_only_cases_that_do_not_fit(cli, monkeypatch):
+    """(does not fit) where the case's JSON says fits_in_memory false, not where it is null (not simulated)."""
+    monkeypatch.setenv("COLUMNS", "300")
+    code, out, _ = cli("accuracy", "--format", "json")
+    cases = json.loads(out)["cases"]
+    not_fitting = {c["id"] for c in cases if c["fits_in_memory"] is False and c["predicted"] is not None}
+    code, text, _ = cli("accuracy")
+    marked = {line.split()[1] for line in text.splitlines() if "(does not fit)" in line}
+    assert not_fitting and marked == not_fitting

@@ -500,7 +500,7 @@ def accuracy_view(report):
             skipped.append(c)
             continue
         t.add_row(c.id, c.split, c.quantity, f"{c.measured:.4g}", f"{c.predicted:.4g}", _pct(c.rel_error),
-                  c.acceptance + ("" if c.fits_in_memory else " [red](does not fit)[/red]"))
+                  c.acceptance + (" [red](does not fit)[/red]" if c.fits_in_memory is False else ""))
     parts.append(t)
     if skipped:
         parts.append(f"{len(skipped)} cases in the corpus are not predicted (kernel-level, acceptance-only or "
