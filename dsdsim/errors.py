@@ -125,3 +125,12 @@ def pydantic_one_line(exc, where: str) -> str:
         parts.append(f"{loc}: {msg}" if loc else msg)
     more = "" if len(exc.errors()) <= 3 else f" (+{len(exc.errors()) - 3} more)"
     return f"{where}: " + "; ".join(parts) + more
+
+
+def comma_items(text: str, what: str, example: str) -> list[str]:
+    """The items of a comma list, stripped; an empty one (two commas in a row, one at an end) is one clear error,
+    as the batch sizes have it. ``what`` names the list in the message (``--contexts '1024,,8192'``)."""
+    items = [part.strip() for part in str(text).split(",")]
+    if any(not part for part in items):
+        raise DsdsimError(f"{what} has an empty item (two commas in a row, or one at an end); e.g. {example}")
+    return items

@@ -136,3 +136,20 @@ def test_accuracy_marks_only_cases_that_do_not_fit(cli, monkeypatch):
     code, text, _ = cli("accuracy")
     marked = {line.split()[1] for line in text.splitlines() if "(does not fit)" in line}
     assert not_fitting and marked == not_fitting
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (("predict", "--contexts", "1024,,8192"), "has an empty item"),
+    (("predict", "--contexts", "1024,1024"), "names a context length twice"),
+    (("simulate", "--sweep", "poisson:1,,2"), "has an empty item"),
+    (("plot", "sensitivity", "-o", "s.png", "--contexts", "1024,"), "has an empty item"),
+    (("explain", "-c", "500000"), "beyond llama-3.1-8b's window of 131072"),
+    (("predict", "-d", "dflash:2,99,16", "-b", "1-4"), "has 32: give at most 32 taps"),
+])
+def test_lists_and_sizes_are_read_alike_everywhere(cli, tmp_path, monkeypatch, argv, fragment):
+    """Lists: an empty item is refused as -b refuses it; a context past the model's window is refused by explain as
+    by predict; a DFlash drafter cannot tap more layers than the target has."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(*argv)
+    _one_line_error(code, err, fragment)
+    assert list(tmp_path.iterdir()) == []

@@ -205,12 +205,18 @@ def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **k
     from dsdsim.export.render import context_grid_dict, context_grid_table
     from dsdsim.policy.predict import predict_context_grid
 
+    from dsdsim.errors import comma_items
+
     try:
-        ctxs = [int(c) for c in text.split(",") if c.strip()]       # checked against the model by the grid
-    except ValueError:
+        ctxs = [int(c) for c in comma_items(text, f"--contexts {text!r}", "1024,8192,32768")]   # checked by the grid
+    except ValueError as exc:
+        if isinstance(exc, DsdsimError):
+            raise
         raise DsdsimError(f"cannot read --contexts {text!r}; write a comma list such as 1024,8192,32768") from None
     if not ctxs or min(ctxs) < 0:
         raise DsdsimError("--contexts needs one or more context lengths >= 0, e.g. 1024,8192")
+    if len(set(ctxs)) != len(ctxs):
+        raise DsdsimError(f"--contexts {text!r} names a context length twice")
     if fmt not in (PredictFormat.table, PredictFormat.json):
         raise DsdsimError("--contexts gives a batch x context table: use --format table or json")
     preds = predict_context_grid(ctxs, **kwargs)

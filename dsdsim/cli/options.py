@@ -229,4 +229,9 @@ def step_from_options(sim: SimulatedArgs, dep, batch: int, k: int, context: int)
         d = None
     elif d is not None and d.tree is not None:
         k = d.tree.steps              # the tree, whatever K >= 1 was asked for
-    return simulate_step(sim.model, sim.hardware, dep, d, batch, k, context, engine=sim.engine)
+    from dsdsim.policy.predict import check_context
+    from dsdsim.specs.setup import resolve
+
+    setup = resolve(sim.model, sim.hardware, dep, d, sim.engine)
+    context = check_context(context, setup)        # within the model's window, as predict has it
+    return simulate_step(None, None, batch=batch, k=k, context=context, setup=setup)

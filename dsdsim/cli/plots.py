@@ -55,9 +55,12 @@ def plot_sensitivity(
     from dsdsim.export.plots import SensitivityDisplay, save_png
 
     check_png(output, "--output")
+    from dsdsim.errors import comma_items
+
+    a_items = comma_items(alphas, f"--alphas {alphas!r}", "0.6,0.8")
+    c_items = comma_items(contexts, f"--contexts {contexts!r}", "1024,8192")
     try:
-        a_list = [float(x) for x in alphas.split(",") if x.strip()]
-        c_list = [int(x) for x in contexts.split(",") if x.strip()]
+        a_list, c_list = [float(x) for x in a_items], [int(x) for x in c_items]
     except ValueError:
         raise DsdsimError("--alphas takes numbers (0.6,0.8) and --contexts whole numbers (1024,8192)") from None
     if not a_list or not c_list:

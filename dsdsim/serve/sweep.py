@@ -27,7 +27,7 @@ from concurrent.futures import Executor
 from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence
 
-from dsdsim.errors import DsdsimError
+from dsdsim.errors import DsdsimError, comma_items
 from dsdsim.records import frozen
 
 LOCAL, PROCESSES, DASK = "local", "processes", "dask://"
@@ -84,7 +84,8 @@ def parse_loads(text: str) -> Loads:
         if not sep:
             raise DsdsimError(f"cannot read the sweep {text!r}: write gamma:QPS1,QPS2,...:CV, e.g. gamma:1,2,4:2")
         cv = _number(cv_text, text, example)
-    values = tuple(_number(v, text, example) for v in rest.split(",") if v.strip())
+    values = tuple(_number(v, text, example) for v in (comma_items(rest, f"the sweep {text!r}", example) if rest.strip()
+                                                      else []))
     if not values:
         raise DsdsimError(f"the sweep {text!r} names no load; e.g. {example}")
     if kind == "closed":

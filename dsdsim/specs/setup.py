@@ -129,6 +129,10 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
         if draft_model.vocab_size != m.vocab_size:
             raise DsdsimError(f"draft model {draft_model.name} has vocabulary {draft_model.vocab_size}, "
                               f"target {m.name} has {m.vocab_size}: a draft model must share the tokenizer")
+    taps = getattr(d, "taps", None) if d is not None else None
+    if taps is not None and taps > m.num_layers:
+        raise DsdsimError(f"{d.label} taps {taps} target layers, but {m.name} has {m.num_layers}: give at most "
+                          f"{m.num_layers} taps ({d.kind.value}:LAYERS,TAPS,...)")
     if d is not None and d.kind is DrafterKind.mtp and not m.mtp_layers:
         raise DsdsimError(f"{m.name} has no MTP module (num_nextn_predict_layers = 0); "
                           "choose eagle3, eagle or draft-model:MODEL")
