@@ -42,6 +42,14 @@ def cli(capsys):
     return run
 
 
+def one_line_error(code: int, err: str, fragment: str) -> None:
+    """A bad input's answer: exit 2 and one line, ``dsdsim: error: ...``, that names ``fragment``."""
+    assert code == 2, (code, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dsdsim: error: "), err
+    assert fragment.lower() in lines[0].lower(), (fragment, lines[0])
+
+
 def run_subprocess(*args: str, env_extra: dict | None = None, cwd: Path | None = None,
                    timeout: float = 60) -> subprocess.CompletedProcess:
     """`python ARGS` in a fresh interpreter that imports dsdsim from this checkout."""

@@ -7,19 +7,14 @@ import json
 
 import pytest
 
+from conftest import one_line_error
+
 FAST = ("-b", "1-64")
-
-
-def _one_line_error(code: int, err: str, fragment: str) -> None:
-    assert code == 2, (code, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dsdsim: error: "), err
-    assert fragment.lower() in lines[0].lower(), (fragment, lines[0])
 
 
 def test_a_bare_tolerance_of_a_tenth_or_more_is_a_percentage_without_its_sign(cli):
     code, _, err = cli("predict", *FAST, "--tolerance", "0.5")
-    _one_line_error(code, err, "reads as 50% of goodput")
+    one_line_error(code, err, "reads as 50% of goodput")
     assert "write 0.5%" in err and "write 50%" in err
     code, _, err = cli("predict", *FAST, "--tolerance", "50%", "--format", "vllm")
     assert code == 0 and "50% of goodput" in err
@@ -29,7 +24,7 @@ def test_a_bare_tolerance_of_a_tenth_or_more_is_a_percentage_without_its_sign(cl
 
 def test_predict_with_pipeline_parallelism_says_what_does_work(cli):
     code, _, err = cli("predict", "--pp", "2")
-    _one_line_error(code, err, "--pp 1")
+    one_line_error(code, err, "--pp 1")
     assert "-d none -k 0" in err and "drop the drafter" not in err
     code, out, err = cli("explain", "--pp", "2", "-d", "none", "-k", "0")     # the command it points to works
     assert code == 0, err
@@ -43,7 +38,7 @@ def test_predict_with_pipeline_parallelism_says_what_does_work(cli):
 def test_an_export_the_engine_cannot_load_is_refused_unless_forced(cli, tmp_path, argv, fragment):
     target = tmp_path / "table.json"
     code, _, err = cli("predict", *FAST, *argv, "-o", target)
-    _one_line_error(code, err, fragment)
+    one_line_error(code, err, fragment)
     assert "--force" in err and not target.exists()
     code, _, err = cli("predict", *FAST, *argv, "-o", target, "--force")
     assert code == 0, err
@@ -95,7 +90,7 @@ def test_list_and_show_drafters(cli):
     code, out, _ = cli("show", "drafter", "dflash:5,5,16")
     assert code == 0 and "DFlash" in out
     code, _, err = cli("show", "drafter", "eagel3")
-    _one_line_error(code, err, "unknown drafter")
+    one_line_error(code, err, "unknown drafter")
 
 
 def test_a_bad_deployment_in_the_api_is_one_clear_error():
@@ -124,7 +119,7 @@ def test_a_traces_request_count_is_its_own_unless_given(cli, tmp_path):
                          "--format", "json")
     assert code == 0 and json.loads(out)["requests"] == 2
     code, _, err = cli("simulate", "--workload", f"trace:{trace}", "--requests", "5")
-    _one_line_error(code, err, "has 3 requests")
+    one_line_error(code, err, "has 3 requests")
 
 
 def test_accuracy_marks_only_cases_that_do_not_fit(cli, monkeypatch):
@@ -151,5 +146,5 @@ def test_lists_and_sizes_are_read_alike_everywhere(cli, tmp_path, monkeypatch, a
     by predict; a DFlash drafter cannot tap more layers than the target has."""
     monkeypatch.chdir(tmp_path)
     code, _, err = cli(*argv)
-    _one_line_error(code, err, fragment)
+    one_line_error(code, err, fragment)
     assert list(tmp_path.iterdir()) == []

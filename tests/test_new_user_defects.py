@@ -9,17 +9,10 @@ import json
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, one_line_error
 from dsdsim.errors import DsdsimError
 from dsdsim.policy.acceptance_input import parse_acceptance
 from dsdsim.policy.predict import parse_batch_sizes
-
-
-def _one_line_error(code: int, err: str, fragment: str) -> None:
-    assert code == 2, (code, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dsdsim: error: "), err
-    assert fragment.lower() in lines[0].lower(), (fragment, lines[0])
 
 
 # --- 1. a huge batch range is refused before it is expanded ---------------------------------------------
@@ -33,7 +26,7 @@ def test_huge_batch_range_is_refused_before_any_work(cli, monkeypatch):
 
     monkeypatch.setattr(predict_module, "step_time_grid", never)
     code, _, err = cli("predict", "-b", "1-100000000")
-    _one_line_error(code, err, "absurd")
+    one_line_error(code, err, "absurd")
 
 
 @pytest.mark.parametrize("text", ["1-100000000", "1-100000000:1000", "100000000", "1,2,99999999999999999999"])
@@ -71,7 +64,7 @@ def test_batch_sizes_still_read_the_documented_forms():
 
 def test_contexts_and_context_together_is_an_error(cli):
     code, _, err = cli("predict", "--contexts", "1024,8192", "-c", "4096", "-b", "1,2")
-    _one_line_error(code, err, "not both")
+    one_line_error(code, err, "not both")
     code, out, _ = cli("predict", "--contexts", "1024,8192", "-b", "1,2", "-f", "json")
     assert code == 0 and json.loads(out)["contexts"] == [1024, 8192]
 
@@ -79,7 +72,7 @@ def test_contexts_and_context_together_is_an_error(cli):
 def test_missing_specs_dir_in_the_environment_is_an_error(cli, clean_catalog, monkeypatch, tmp_path):
     monkeypatch.setenv("DSDSIM_SPECS_DIRS", str(tmp_path / "nope"))
     code, _, err = cli("predict", "-b", "1")
-    _one_line_error(code, err, "DSDSIM_SPECS_DIRS")
+    one_line_error(code, err, "DSDSIM_SPECS_DIRS")
 
 
 @pytest.mark.parametrize("text", ["０.８", "0.８,0.7", "al=２.5@3", "unconditional:0.６,0.4"])
@@ -95,7 +88,7 @@ def test_acceptance_names_a_directory_as_such(tmp_path):
 
 def test_expert_overlap_on_a_dense_model_is_an_error(cli):
     code, _, err = cli("predict", "-b", "1", "--expert-overlap", "0.3")
-    _one_line_error(code, err, "dense")
+    one_line_error(code, err, "dense")
     code, _, _ = cli("predict", "-b", "1", "-m", "qwen3-30b-a3b", "--expert-overlap", "0.3")
     assert code == 0
 
@@ -115,12 +108,12 @@ def test_show_model_accepts_a_checkpoint_folder(cli, tmp_path):
 
 def test_a_folder_without_config_json_says_so(cli, tmp_path):
     code, _, err = cli("show", "model", str(tmp_path))
-    _one_line_error(code, err, "no config.json")
+    one_line_error(code, err, "no config.json")
 
 
 def test_a_hub_id_says_it_is_not_fetched(cli):
     code, _, err = cli("predict", "-m", "meta-llama/Llama-3.1-8B", "-b", "1")
-    _one_line_error(code, err, "hub id")
+    one_line_error(code, err, "hub id")
     assert "config.json" in err
 
 
@@ -132,7 +125,7 @@ CPU_RESULTS = REPO_ROOT / "results" / "cpu"
 def test_calibrate_refuses_a_cpu_report_for_a_shipped_gpu_spec(cli, tmp_path):
     out = tmp_path / "x.yaml"
     code, _, err = cli("calibrate", "-r", CPU_RESULTS / "report.json", "-g", "h100-sxm", "-o", out)
-    _one_line_error(code, err, "allow-other-device")
+    one_line_error(code, err, "allow-other-device")
     assert not out.exists()
 
 
@@ -160,7 +153,7 @@ def test_two_hardware_specs_with_one_name_is_an_error_naming_both(cli, clean_cat
     text = (REPO_ROOT / "hw_specs" / "h100-sxm.yaml").read_text()
     (folder / "x.yaml").write_text(text)                      # declares name: h100-sxm, like the shipped file
     code, _, err = cli("--specs-dir", folder, "list", "hardware")
-    _one_line_error(code, err, "two hardware specs are named 'h100-sxm'")
+    one_line_error(code, err, "two hardware specs are named 'h100-sxm'")
     assert "x.yaml" in err and "h100-sxm.yaml" in err
 
 
@@ -169,7 +162,7 @@ def test_two_hardware_specs_with_one_name_is_an_error_naming_both(cli, clean_cat
 
 def test_export_refuses_when_nothing_fits(cli):
     code, out, err = cli("predict", "-g", "l4", "-c", "100000", "--format", "vllm")    # within the 131072 window
-    _one_line_error(code, err, "no batch size fits")
+    one_line_error(code, err, "no batch size fits")
     assert out == ""
 
 
@@ -232,7 +225,7 @@ def test_medusa_alone_uses_its_head_count(cli):
 ])
 def test_explicit_conflicts_are_still_errors(cli, argv, fragment):
     code, _, err = cli("predict", "-b", "1", *argv)
-    _one_line_error(code, err, fragment)
+    one_line_error(code, err, fragment)
 
 
 def test_plan_with_medusa_needs_no_max_k():
@@ -248,7 +241,7 @@ def test_plan_with_medusa_needs_no_max_k():
 def test_validate_with_an_unsupported_drafter_leaves_no_folder(cli, tmp_path):
     out = tmp_path / "val"
     code, _, err = cli("validate", "-d", "mtp", "-g", "h100-sxm", "--quick", "-o", out)
-    _one_line_error(code, err, "eagle3")
+    one_line_error(code, err, "eagle3")
     assert not out.exists()
 
 
@@ -266,7 +259,7 @@ def test_validate_names_a_wrong_drafter_before_asking_for_torch(cli, tmp_path, w
     """The README's test command on a fresh machine: the drafter error comes first, torch or not."""
     out = tmp_path / "val"
     code, _, err = cli("validate", "-d", "mtp", "-g", "h100-sxm", "--quick", "-o", out)
-    _one_line_error(code, err, "eagle3")
+    one_line_error(code, err, "eagle3")
     assert "torch" not in err and not out.exists()
 
 
@@ -276,7 +269,7 @@ def test_without_torch_the_hint_names_the_cpu_wheel(cli, tmp_path, monkeypatch, 
     """A plain `pip install torch` pulls a multi-GB CUDA build on Linux: the hint names PyTorch's CPU index."""
     monkeypatch.chdir(tmp_path)
     code, _, err = cli(*argv)
-    _one_line_error(code, err, "--index-url https://download.pytorch.org/whl/cpu")
+    one_line_error(code, err, "--index-url https://download.pytorch.org/whl/cpu")
     assert "dsdsim[validate]" in err
     assert list(tmp_path.iterdir()) == []
 
@@ -286,7 +279,7 @@ def test_output_onto_a_read_only_file(cli, tmp_path):
     target.write_text("keep me\n")
     target.chmod(0o444)
     code, _, err = cli("predict", "-b", "1", "-f", "json", "-o", target)
-    _one_line_error(code, err, "read-only")
+    one_line_error(code, err, "read-only")
     assert target.read_text() == "keep me\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ro.json"]
 
@@ -297,7 +290,7 @@ def test_output_onto_a_read_only_file(cli, tmp_path):
 ])
 def test_output_into_proc_is_one_line(cli, argv):
     code, _, err = cli(*argv)
-    _one_line_error(code, err, "cannot write")
+    one_line_error(code, err, "cannot write")
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])

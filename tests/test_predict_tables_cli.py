@@ -9,16 +9,9 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, one_line_error
 
 FAST = ["-b", "1-64"]
-
-
-def _one_line_error(code: int, err: str, fragment: str) -> None:
-    assert code == 2, (code, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dsdsim: error: "), err
-    assert fragment.lower() in lines[0].lower(), (fragment, lines[0])
 
 
 def test_tolerance_option_and_its_summary(cli):
@@ -46,7 +39,7 @@ def test_tolerance_option_and_its_summary(cli):
 @pytest.mark.parametrize("text,fragment", [("1", "fraction"), ("abc", "cannot read"), ("-1%", "[0%, 100%)"),
                                            ("100%", "[0%, 100%)")])
 def test_bad_tolerance_is_one_line(cli, text, fragment):
-    _one_line_error(*cli("predict", *FAST, "--tolerance", text)[::2], fragment)
+    one_line_error(*cli("predict", *FAST, "--tolerance", text)[::2], fragment)
 
 
 def test_ranges_past_the_capture_limit_are_named(cli):
@@ -73,10 +66,10 @@ def test_data_parallel_attention_makes_engines_ignore_the_table(cli):
             "-a", "al=2.4@2", "-b", "1-32"]
     # one rule: an export the engine cannot use is refused (exit 2, one line, why), written only with --force
     code, out, err = cli(*argv, "--format", "vllm")
-    _one_line_error(code, err, "disables dynamic speculative decoding under data parallelism")
+    one_line_error(code, err, "disables dynamic speculative decoding under data parallelism")
     assert out == "" and "--force" in err
     code, _, err = cli(*argv, "--format", "sglang")
-    _one_line_error(code, err, "does not support data-parallel attention")
+    one_line_error(code, err, "does not support data-parallel attention")
     code, out, err = cli(*argv, "--format", "sglang", "--force")
     assert code == 0 and "does not support data-parallel attention" in err and json.loads(out)
     code, _, err = cli("predict", *FAST, "--format", "vllm")
@@ -86,7 +79,7 @@ def test_data_parallel_attention_makes_engines_ignore_the_table(cli):
 def test_a_version_without_dynamic_tables_is_refused_unless_forced(cli, tmp_path):
     target = tmp_path / "t.json"
     code, _, err = cli("predict", *FAST, "-e", "vllm@0.20", "--format", "vllm", "-o", target)
-    _one_line_error(code, err, "does not read a per-batch-size K table")
+    one_line_error(code, err, "does not read a per-batch-size K table")
     assert not target.exists()
     code, _, err = cli("predict", *FAST, "-e", "vllm@0.20", "--format", "vllm", "-o", target, "--force")
     assert code == 0 and "does not read a per-batch-size K table" in err and target.exists()
@@ -96,7 +89,7 @@ def test_a_version_without_dynamic_tables_is_refused_unless_forced(cli, tmp_path
 def test_a_table_that_never_speculates_is_refused_alike(cli, fmt):
     """α = 0: every draft is rejected, τ(K) = 1 for every K, so K = 0 is best everywhere."""
     code, out, err = cli("predict", *FAST, "-a", "0", "--format", fmt)
-    _one_line_error(code, err, "serve without speculative decoding")
+    one_line_error(code, err, "serve without speculative decoding")
     assert out == ""
     code, out, _ = cli("predict", *FAST, "-a", "0")
     assert code == 0 and "Paste into" not in out and "serve without speculative decoding" in out
@@ -116,7 +109,7 @@ def test_unevaluated_first_range_is_said_on_stderr(cli):
 @pytest.mark.parametrize("option", [["--plot", "k.png"], ["--acceptance-band", "0.1"], ["--fixed-k", "2"]])
 def test_context_grid_refuses_what_it_cannot_show(cli, option, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _one_line_error(*cli("predict", "--contexts", "1024,8192", "-b", "1,2", *option)[::2], option[0])
+    one_line_error(*cli("predict", "--contexts", "1024,8192", "-b", "1,2", *option)[::2], option[0])
     assert not (tmp_path / "k.png").exists()
 
 
@@ -134,7 +127,7 @@ def test_context_grid_of_a_tree_says_tree_or_plain(cli):
 def test_context_grid_is_bounded(cli):
     contexts = ",".join(str(1000 + i) for i in range(100))
     code, _, err = cli("predict", "--contexts", contexts, "-b", "1-65536")
-    _one_line_error(code, err, "65536 x 9 x 100")
+    one_line_error(code, err, "65536 x 9 x 100")
 
 
 @pytest.mark.parametrize("argv", [["predict", "-b", "1,2", "-f", "json"], ["explain", "-f", "json"],
@@ -151,7 +144,7 @@ def test_dash_table_and_png_go_to_standard_output(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, _ = cli("predict", "-b", "1,2", "-o", "-")
     assert code == 0 and "Best K per batch size" in out and not (tmp_path / "-").exists()
-    _one_line_error(*cli("predict", "-b", "1,2", "--plot", "-")[::2], "standard output")
+    one_line_error(*cli("predict", "-b", "1,2", "--plot", "-")[::2], "standard output")
     pytest.importorskip("matplotlib")
     env = {"PYTHONPATH": str(REPO_ROOT), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-m", "dsdsim", "plot", "roofline", "-o", "-"], capture_output=True,

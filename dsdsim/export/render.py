@@ -290,7 +290,7 @@ def prediction_view(p: "Prediction"):
     ranges = p.ranges()
     fmt = engine_format(p)
     if ranges and tree is None:
-        parts.append(f"K table ({TABLE_LABELS[fmt]}): " + json.dumps([list(r) for r in ranges]))
+        parts.append(f"K table ({ENGINE_TABLES[fmt][1]}): " + json.dumps([list(r) for r in ranges]))
     elif ranges:
         parts.append(f"tree ({tree.steps} draft passes over top-{tree.topk}, {tree.tokens + 1} verify tokens per "
                      "sequence) at batch sizes " + json.dumps([[s, e] for s, e, k in ranges if k > 0])
@@ -311,7 +311,7 @@ def prediction_view(p: "Prediction"):
     for note in p.notes:
         if not note.startswith("acceptance:"):   # already in the header
             parts.append(f"note: {note}")
-    from dsdsim.export.prediction import best_speedup, export_refusals
+    from dsdsim.export.prediction import PredictFormat, best_speedup, export_refusals
 
     gain = best_speedup(p)
     if not ranges:
@@ -322,14 +322,14 @@ def prediction_view(p: "Prediction"):
         parts.append(f"This drafter does not pay here: at its best the table runs {gain:.2f}x a server without "
                      "speculation. Serve without speculative decoding; engine tables are not written without --force")
     elif tree is None:
-        refusals = export_refusals(p, fmt)
-        others = ", ".join(f.value for f in ENGINE_FORMATS if f is not fmt)
+        refusals = export_refusals(p, PredictFormat(fmt))
+        others = ", ".join(n for n in ENGINE_TABLES if n != fmt)
+        engine = ENGINE_TABLES[fmt][0]
         if refusals:
-            parts.append(f"Not for {ENGINE_LABELS[fmt]} as it stands: {refusals[0]} (--format {fmt.value} --force "
-                         f"writes it anyway; also {others}, json, csv)")
+            parts.append(f"Not for {engine} as it stands: {refusals[0]} (--format {fmt} --force writes it anyway; "
+                         f"also {others}, json, csv)")
         else:
-            parts.append(f"Paste into {ENGINE_LABELS[fmt]}: dsdsim predict ... --format {fmt.value}   (also {others}, "
-                         "json, csv)")
+            parts.append(f"Paste into {engine}: dsdsim predict ... --format {fmt}   (also {others}, json, csv)")
     else:
         parts.append("For SGLang: dsdsim predict ... --format sglang   (also json, csv; vLLM and TensorRT-LLM tables "
                      "are chains only)")
@@ -351,25 +351,17 @@ def budget_table(b):
     return t
 
 
-def engine_format(p: "Prediction"):
-    """The engine table format of the engine the prediction priced (vLLM where it priced kernels only)."""
-    from dsdsim.export.prediction import PredictFormat
+# engine -> (its name, what its K table is): the table text advises the engine the prediction priced
+ENGINE_TABLES = {"vllm": ("vLLM", "vLLM num_speculative_tokens_per_batch_size"),
+                 "sglang": ("SGLang", "SGLang --speculative-adaptive steps per batch range"),
+                 "trtllm": ("TensorRT-LLM", "TensorRT-LLM draft_len_schedule ranges")}
 
+
+def engine_format(p: "Prediction") -> str:
+    """The engine table format (``PredictFormat`` value) of the engine the prediction priced; vLLM's where it
+    priced kernels only."""
     name = p.setup.engine.name if p.setup.engine is not None else "vllm"
-    return {"sglang": PredictFormat.sglang, "trtllm": PredictFormat.trtllm}.get(name, PredictFormat.vllm)
-
-
-def _engine_tables():
-    from dsdsim.export.prediction import PredictFormat
-
-    return ({PredictFormat.vllm: "vLLM num_speculative_tokens_per_batch_size",
-             PredictFormat.sglang: "SGLang --speculative-adaptive steps per batch range",
-             PredictFormat.trtllm: "TensorRT-LLM draft_len_schedule ranges"},
-            {PredictFormat.vllm: "vLLM", PredictFormat.sglang: "SGLang", PredictFormat.trtllm: "TensorRT-LLM"},
-            (PredictFormat.vllm, PredictFormat.sglang, PredictFormat.trtllm))
-
-
-TABLE_LABELS, ENGINE_LABELS, ENGINE_FORMATS = _engine_tables()
+    return name if name in ENGINE_TABLES else "vllm"
 
 
 def margin_table(p: "Prediction", margins):

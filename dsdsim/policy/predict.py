@@ -32,7 +32,6 @@ from dsdsim.policy.options import PredictOptions, parse_max_ranges, parse_tolera
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
 from dsdsim.policy.intervals import ranged, shipped_intervals, step_interval
 from dsdsim.policy.margin import ROBUST_RULE, RangeMargin, range_margins, ratio_bounds
-from dsdsim.policy.batch_weights import weights_for
 from dsdsim.policy.table import (CompressedTable, Ranges, RobustChoice, compress, count_ranges, fewest_ranges,
                                  loss_per_batch, most_goodput_in_ranges, ranges_from_k_per_batch, robust_k,
                                  table_losses)
@@ -287,7 +286,11 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     acc, ks, fixed_k = _k_axis(setup, acceptance, max_k, fixed_k, acceptance_band)
     b = parse_batch_sizes(batch_sizes)
     check_grid_size(len(b), len(ks), 1)
-    weights = weights_for(b, hist) if hist is not None else None
+    weights = None
+    if hist is not None:
+        from dsdsim.policy.batch_weights import weights_for      # read only with --batch-weights
+
+        weights = weights_for(b, hist)
     max_k = int(ks.max())
     dynamic = setup.engine is not None and setup.engine.supports_off_tier
     step, feas = step_time_grid(setup.model, setup.hardware, setup.deployment, setup.drafter, b, ks, [context],
