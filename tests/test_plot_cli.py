@@ -34,24 +34,29 @@ def test_sensitivity_bad_alpha_leaves_no_file(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_prediction_display_plots_goodput_relative_to_plain_decoding():
-    """K = 0 is the flat line at 1.0, every K curve is G(B, K) / G(B, 0), the envelope follows the table, and batch
-    sizes that do not fit are shaded in both panels."""
+def test_prediction_display_divides_by_the_same_server_as_the_table():
+    """Every curve is G(B, K) over the goodput of a server without speculation, the divisor of the table's 'vs K=0'
+    column: the dashed envelope reads the table's speedups, a K-table server's K = 0 rows (its off tier) sit below
+    1.0, and batch sizes that do not fit are shaded in both panels."""
     import numpy as np
 
     from dsdsim.export.plots import PredictionDisplay
     from dsdsim.policy.predict import predict
 
-    p = predict("llama-3.1-8b", "h100-sxm", drafter="eagle3", batch_sizes=[1, 8, 64, 256, 512, 1024])
+    p = predict("llama-3.1-8b", "h100-sxm", drafter="eagle3", batch_sizes=[1, 8, 64, 256, 391, 512, 1024])
     d = PredictionDisplay.from_prediction(p).plot()
     ax, ax_k = d.axes_
     lines = {ln.get_label(): ln for ln in ax.get_lines()}
     kv = list(p.k_values)
-    g0 = p.goodput[kv.index(0)]
-    np.testing.assert_allclose(lines["K=0 (plain decoding) = 1"].get_ydata()[np.isfinite(g0)], 1.0)
-    np.testing.assert_allclose(lines["K=3"].get_ydata(), p.goodput[kv.index(3)] / g0)
+    plain = np.asarray(p.plain_goodput)
+    np.testing.assert_allclose(lines["a server without speculation = 1"].get_ydata()[np.isfinite(plain)], 1.0)
+    np.testing.assert_allclose(lines["K=3"].get_ydata(), p.goodput[kv.index(3)] / plain)
     envelope = lines["dynamic K (table)"].get_ydata()
-    assert np.nanmin(envelope) >= 1.0 - 1e-12          # the table never does worse than plain decoding
+    table = np.array([r.speedup_vs_vanilla if r.feasible else np.nan for r in p.rows], dtype=float)
+    np.testing.assert_allclose(envelope, table)          # the plot and the table say the same speedups
+    off = lines["K=0 (the table's off tier)"].get_ydata()
+    assert np.nanmax(off) < 1.0                          # the off tier costs (vLLM issue #49548)
+    assert p.table.k_per_batch[list(p.batch_sizes).index(391)] == 0 and envelope[4] < 1.0
     assert not np.all(p.table.k_per_batch >= 0)          # 1024 does not fit here ...
     assert ax.patches and ax_k.patches                   # ... and is shaded in both panels
-    assert "relative to plain decoding" in ax.get_ylabel()
+    assert "relative to a server without speculation" in ax.get_ylabel()

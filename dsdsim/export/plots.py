@@ -65,10 +65,12 @@ class _Display:
 
 @dataclass
 class PredictionDisplay(_Display):
-    """Goodput relative to plain decoding per K, with the dynamic-K envelope, and K* vs batch size below.
+    """Goodput relative to a server without speculation per K, with the dynamic-K envelope, and K* vs batch size.
 
-    Top: G(B, K) / G(B, 0) for every K (plain decoding is the flat line at 1.0), so where speculation stops
-    paying is where a curve crosses 1.0; the table's choice is the dashed envelope. Batch sizes where nothing
+    Top: G(B, K) / G_plain(B) for every K, G_plain the goodput of a server without speculation (the flat line at
+    1.0; the same divisor as the table's 'vs K=0' column), so where speculation stops paying is where a curve
+    crosses 1.0. A K-table server's K = 0 rows are its off tier, drawn dotted below 1.0 where the drafter's
+    bookkeeping still costs; the table's choice is the dashed envelope. Batch sizes where nothing
     fits in memory are shaded. Bottom: the table's K per batch size (and the unconstrained K* where a
     ``--max-distinct-k`` limit changed it)."""
 
@@ -86,20 +88,23 @@ class PredictionDisplay(_Display):
         fig, ax, ax_k = _stacked_panels(plt, axes, (10, 8), (3, 1.3))
         b = np.asarray(p.batch_sizes, dtype=float)
         kv = list(p.k_values)
-        g0 = p.goodput[kv.index(0)] if 0 in kv else np.full(b.shape, np.nan)
+        g0 = np.asarray(p.plain_goodput, dtype=float) if 0 in kv else np.full(b.shape, np.nan)
         with np.errstate(invalid="ignore", divide="ignore"):
-            rel = p.goodput / g0                                        # (K, B), NaN where either does not fit
+            rel = p.goodput / g0                  # (K, B) against a server without speculation, NaN where none fits
+        off_tier = p.plain_step_s is not None     # the K = 0 row is the table's off tier, not that server
         cmap = plt.get_cmap("viridis", len(kv))
+        ax.plot(b, np.where(np.isfinite(g0), 1.0, np.nan), color="black", lw=1.2,
+                label="a server without speculation = 1")
         for i, k in enumerate(kv):
-            if k == 0:
-                ax.plot(b, rel[i], color="black", lw=1.2, label="K=0 (plain decoding) = 1")
-            else:
+            if k == 0 and off_tier:
+                ax.plot(b, rel[i], color="black", lw=1.0, ls=":", label="K=0 (the table's off tier)")
+            elif k > 0:
                 ax.plot(b, rel[i], color=cmap(i), lw=1.0, alpha=0.85, label=f"K={k}")
         table_k = np.asarray(p.table.k_per_batch)
         chosen = np.array([rel[kv.index(k), j] if k >= 0 else np.nan for j, k in enumerate(table_k)])
         ax.plot(b, chosen, color="crimson", lw=2.5, ls="--", label="dynamic K (table)")
         ax.set_xscale("log", base=2)
-        ax.set_ylabel("goodput relative to plain decoding")
+        ax.set_ylabel("goodput relative to a server without speculation")
         s = p.setup
         drafter = s.drafter.label if s.drafter is not None else "no drafter"
         ax.set_title(f"{s.model.name} on {s.hardware.name} (tp {s.deployment.tp}), {drafter}, "
