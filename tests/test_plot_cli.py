@@ -60,3 +60,32 @@ def test_prediction_display_divides_by_the_same_server_as_the_table():
     assert not np.all(p.table.k_per_batch >= 0)          # 1024 does not fit here ...
     assert ax.patches and ax_k.patches                   # ... and is shaded in both panels
     assert "relative to a server without speculation" in ax.get_ylabel()
+
+
+def test_a_tree_prediction_plot_names_the_tree_not_a_k():
+    """A draft tree stands in the K axis as K = its steps: the plot names the tree (curve and table panel)."""
+    from dsdsim.export.plots import PredictionDisplay
+    from dsdsim.policy.predict import predict
+    from dsdsim.specs.drafter import parse_draft_tree, parse_drafter, with_tree
+
+    tree = with_tree(parse_drafter("eagle3"), parse_draft_tree("4,4,16"))
+    p = predict(drafter=tree, engine="sglang", batch_sizes=[1, 8, 64], acceptance="al=3.2@tree")
+    d = PredictionDisplay.from_prediction(p).plot()
+    ax, ax_k = d.axes_
+    labels = [ln.get_label() for ln in ax.get_lines()]
+    assert "tree 4,4,16 (4 draft passes, 16 tokens verified)" in labels
+    assert not any(lb.startswith("K=") for lb in labels)
+    assert [t.get_text() for t in ax_k.get_yticklabels()] == ["none", "tree 4,4,16"]
+    d.close()
+
+
+def test_the_sensitivity_k_panel_has_its_own_key():
+    from dsdsim.export.plots import SensitivityDisplay
+    from dsdsim.plan import sensitivity
+
+    frame = sensitivity("llama-3.1-8b", "h100-sxm", alphas=[0.6, 0.8], contexts=[1024], batch_sizes=[1, 16, 64])
+    d = SensitivityDisplay.from_frame(frame, "t").plot()
+    ax_k, ax_s = d.axes_
+    assert [t.get_text() for t in ax_k.get_legend().get_texts()] == ["alpha 0.6", "alpha 0.8", "context 1024"]
+    assert "no speculation" in ax_s.get_ylabel()
+    d.close()

@@ -238,6 +238,8 @@ def test_sweep_texts_read_as_loads():
     assert (g.kind, g.values, g.cv, g.unit) == ("gamma", (1.0, 2.0, 4.0), 2.0, "QPS")
     assert g.workloads == ("gamma:1:2", "gamma:2:2", "gamma:4:2")
     assert parse_loads("closed:1,8").workloads == ("closed:1", "closed:8")
+    assert (g.text, parse_loads("closed:8,1").text, parse_loads("poisson:0.5,2").text) == (
+        "gamma:1,2,4:2", "closed:1,8", "poisson:0.5,2")          # the sweep as given, gamma's CV kept
     assert load_of("poisson:2.5")[1] == 2.5
     from dsdsim.errors import DsdsimError
 
@@ -367,6 +369,18 @@ def test_sweep_plot_draws_tpot_and_throughput_against_load(cli, tmp_path, setup)
     assert labels == ["none p50", "none p99", "dsd p50", "dsd p99"]
     assert ax_t.get_legend().get_bbox_to_anchor().x0 > ax_t.get_window_extent().x1 - 1   # beside the data
     d.close()
+
+
+def test_a_gamma_sweep_plot_title_keeps_its_cv(cli, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import dsdsim.cli.simulate as sim
+
+    seen = []
+    monkeypatch.setattr(sim, "_save_plot", lambda display, plot: seen.append(display.title))
+    code, _, err = cli("simulate", "--requests", "16", "--input-len", "128", "--output-len", "32", "--executor",
+                       "local", "--sweep", "gamma:2,4:3", "--plot", str(tmp_path / "g.png"), "--format", "csv")
+    assert code == 0, err
+    assert len(seen) == 1 and "gamma:2,4:3 (one run per load)" in seen[0]
 
 
 def test_a_plot_and_the_output_cannot_both_go_to_stdout(cli):

@@ -190,7 +190,7 @@ def _sweep(job, loads, setup, executor, fmt, output: Optional[Path], plot: Optio
     if plot is not None:
         from dsdsim.export.serve_plots import SweepDisplay, plot_title
 
-        what = (f"{loads.kind}:{','.join(f'{v:g}' for v in loads.values)} (one run per load), {_requests_text(job.requests)} "
+        what = (f"{loads.text} (one run per load), {_requests_text(job.requests)} "
                 f"each, input {job.input_len}, output {job.output_len} tokens")
         _save_plot(SweepDisplay.from_sweep(result, plot_title(views.setup_line(setup), what)), plot)
     _write(fmt, output, lambda: views.sweep_dict(setup, result), lambda: views.sweep_csv(setup, result),

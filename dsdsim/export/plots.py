@@ -99,10 +99,11 @@ class PredictionDisplay(_Display):
             if k == 0 and off_tier:
                 ax.plot(b, rel[i], color="black", lw=1.0, ls=":", label="K=0 (the table's off tier)")
             elif k > 0:
-                ax.plot(b, rel[i], color=cmap(i), lw=1.0, alpha=0.85, label=f"K={k}")
+                ax.plot(b, rel[i], color=cmap(i), lw=1.0, alpha=0.85, label=_k_label(p, k))
         table_k = np.asarray(p.table.k_per_batch)
         chosen = np.array([rel[kv.index(k), j] if k >= 0 else np.nan for j, k in enumerate(table_k)])
-        ax.plot(b, chosen, color="crimson", lw=2.5, ls="--", label="dynamic K (table)")
+        ax.plot(b, chosen, color="crimson", lw=2.5, ls="--",
+                label="the table (tree or none)" if p.tree is not None else "dynamic K (table)")
         ax.set_xscale("log", base=2)
         ax.set_ylabel("goodput relative to a server without speculation")
         s = p.setup
@@ -141,19 +142,32 @@ class PredictionDisplay(_Display):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)   # beside the curves
         k_plot = np.where(table_k >= 0, table_k, np.nan)
-        ax_k.step(b, k_plot, where="post", color="crimson", label="K of the exported table")
+        ax_k.step(b, k_plot, where="post", color="crimson",
+                  label="the exported table" if p.tree is not None else "K of the exported table")
         k_best = np.asarray(p.k_best)
         if np.any((k_best != table_k) & fits):
             ax_k.step(b, np.where(k_best >= 0, k_best, np.nan), where="post", color="gray", ls=":",
                       label="K*: the best K per batch size")
             ax_k.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-        ax_k.set_ylabel("K")
         ax_k.set_xlabel("batch size")
-        ax_k.set_yticks(range(0, int(max(kv)) + 1))
+        if p.tree is not None:       # K = tree.steps stands for the tree: name it, not a chain's K
+            ax_k.set_ylabel("draft")
+            ax_k.set_yticks([0, p.tree.steps], ["none", p.tree.label])
+        else:
+            ax_k.set_ylabel("K")
+            ax_k.set_yticks(range(0, int(max(kv)) + 1))
         ax_k.grid(True, alpha=0.3)
         fig.tight_layout()
         self.figure_, self.axes_ = fig, (ax, ax_k)
         return self
+
+
+def _k_label(prediction, k: int) -> str:
+    """A curve's label: 'K=3' for a chain; for a draft tree (K = its steps stands for it) the tree and its tokens."""
+    t = prediction.tree
+    if t is None:
+        return f"K={k}"
+    return f"{t.label} ({t.steps} draft passes, {t.tokens} tokens verified)"
 
 
 def _engine_label(setup) -> str:
@@ -450,8 +464,9 @@ class SensitivityDisplay(_Display):
     """How K* and the dynamic-K speedup move with acceptance (colour) and context (line style).
 
     Built from ``dsdsim.plan.sensitivity(...)`` (one row per alpha, context, batch size). ``title``: what was
-    predicted (model, hardware, drafter); the legend sits outside the panels, one entry per line up to 12 lines,
-    else one per acceptance (colour) and one per context (line style)."""
+    predicted (model, hardware, drafter); the speedup panel's legend sits outside it, one entry per line up to 12
+    lines, else one per acceptance (colour) and one per context (line style); the K* panel carries the short key.
+    Speedups are over a server without speculation."""
 
     frame: Any
     title: str = ""
@@ -488,7 +503,7 @@ class SensitivityDisplay(_Display):
             ax.set_xlabel("batch size")
             ax.grid(True, alpha=0.3)
         ax_k.set_ylabel("K*")
-        ax_s.set_ylabel("dynamic-K speedup vs K=0")
+        ax_s.set_ylabel("dynamic-K speedup vs no speculation")
         ax_s.axhline(1.0, color="gray", lw=0.8)
         if len(alphas) * len(contexts) <= _MAX_LEGEND_LINES:
             handles, _ = ax_s.get_legend_handles_labels()
@@ -497,6 +512,11 @@ class SensitivityDisplay(_Display):
                        + [Line2D([], [], color="0.3", ls=styles[j % len(styles)], label=f"context {c}")
                           for j, c in enumerate(contexts)])
         ax_s.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        key = ([Line2D([], [], color=cmap(i), lw=2, label=f"alpha {a:g}") for i, a in enumerate(alphas)]
+               + [Line2D([], [], color="0.3", ls=styles[j % len(styles)], label=f"context {c}")
+                  for j, c in enumerate(contexts)])
+        ax_k.legend(handles=key, fontsize=7, loc="lower left", title="colour: acceptance; line: context",
+                    title_fontsize=7)                       # the K* panel's own key (the same lines as beside)
         if self.title:
             fig.suptitle(self.title, fontsize=10)
         fig.tight_layout()

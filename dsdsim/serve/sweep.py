@@ -65,6 +65,12 @@ class Loads:
         return f"{self.kind}:{value:g}"
 
     @property
+    def text(self) -> str:
+        """The sweep as given: 'poisson:1,2,4', 'gamma:1,2,4:2' (gamma's CV kept), 'closed:1,8,32'."""
+        values = ",".join(f"{int(v)}" if self.kind == "closed" else f"{v:g}" for v in self.values)
+        return f"{self.kind}:{values}" + (f":{self.cv:g}" if self.kind == "gamma" else "")
+
+    @property
     def workloads(self) -> tuple[str, ...]:
         return tuple(self.workload(v) for v in self.values)
 
