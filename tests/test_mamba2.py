@@ -316,6 +316,18 @@ def test_memory_holds_the_ssm_state_and_its_speculative_snapshots():
     assert f(plain.kv_bytes) == 16 * (2048 + 1) * 4 * 4 * 128 * 2 * 2
 
 
+def test_explain_memory_adds_up_with_the_recurrent_state(cli):
+    """explain's memory line and JSON name every part, the recurrent state too, and the parts add up to the total."""
+    code, out, _ = cli("explain", "-m", "nemotron-h-8b", "-g", "h100-sxm", "-b", "16", "-f", "json")
+    mem = json.loads(out)["memory"]
+    parts = ("weights_bytes", "kv_bytes", "activation_bytes", "draft_bytes", "state_bytes")
+    assert code == 0 and mem["state_bytes"] > 0
+    assert mem["used_bytes"] == pytest.approx(sum(mem[p] for p in parts), rel=1e-12)
+    code, out, _ = cli("explain", "-m", "nemotron-h-8b", "-g", "h100-sxm", "-b", "16")
+    line = [ln for ln in out.splitlines() if ln.startswith("memory per GPU")][0]
+    assert "recurrent state" in line and "drafter" in line and "activations" in line
+
+
 def test_the_step_times_the_scan_through_the_generic_path():
     import dsdsim
 

@@ -200,9 +200,18 @@ def explain_view(data: "ExplainView"):
     if data.experts_touched is not None:
         parts.append(f"experts touched per MoE layer (verify): {data.experts_touched:.1f} of {data.num_experts}")
     parts.append(f"memory per GPU: {format_si(mem.used_bytes, 'B')} of {format_si(mem.capacity_bytes, 'B')} "
-                 f"usable (weights {format_si(mem.weights_bytes, 'B')}, KV {format_si(mem.kv_bytes, 'B')}) — "
-                 + ("fits" if mem.feasible else "[red]DOES NOT FIT[/red]"))
+                 f"usable ({memory_parts(mem)}) — " + ("fits" if mem.feasible else "[red]DOES NOT FIT[/red]"))
     return Group(*parts)
+
+
+def memory_parts(mem) -> str:
+    """'weights 16.2 GB, KV 16.8 MB, activations 1.2 GB, drafter 0.4 GB, recurrent state 20 MB': every part of the
+    used memory (a part that is zero is left out), so the parts add up to the total shown."""
+    from dsdsim.units import format_si
+
+    parts = [("weights", mem.weights_bytes), ("KV", mem.kv_bytes), ("activations", mem.activation_bytes),
+             ("drafter", mem.draft_bytes), ("recurrent state", mem.state_bytes)]
+    return ", ".join(f"{name} {format_si(v, 'B')}" for name, v in parts if v or name in ("weights", "KV"))
 
 
 # --- predict ------------------------------------------------------------------------------------------

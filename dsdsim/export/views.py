@@ -177,7 +177,7 @@ class EngineView:
 
 @frozen
 class MemoryView:
-    """Memory per GPU (bytes)."""
+    """Memory per GPU (bytes): used = weights + kv + activation + draft + state."""
 
     used_bytes: float
     capacity_bytes: float
@@ -186,6 +186,7 @@ class MemoryView:
     activation_bytes: float
     draft_bytes: float
     feasible: bool
+    state_bytes: float = 0.0       # linear-attention / Mamba recurrent states and their speculative snapshots
 
 
 @frozen
@@ -271,7 +272,8 @@ def explain_step(step: StepCost) -> ExplainView:
         memory=MemoryView(used_bytes=_scalar(mem.used_bytes), capacity_bytes=mem.capacity_bytes,
                           weights_bytes=mem.weights_bytes, kv_bytes=_scalar(mem.kv_bytes),
                           activation_bytes=_scalar(mem.activation_bytes), draft_bytes=_scalar(mem.draft_bytes),
-                          feasible=bool(np.asarray(mem.feasible).reshape(-1)[0])),
+                          feasible=bool(np.asarray(mem.feasible).reshape(-1)[0]),
+                          state_bytes=_scalar(mem.state_bytes)),
         step_time_low_s=total * iv.low if iv else None, step_time_high_s=total * iv.high if iv else None,
         interval=f"{100 * iv.coverage:.0f}%, {iv.stratum} (n {iv.n})" if iv else None,
         stage_times_s=tuple(_scalar(t) for t in step.stage_times_s) if step.stage_ops else None,
