@@ -23,6 +23,7 @@ from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.model import ModelSpec
 
 MAX_GPUS = 1024          # Deployment's own bound on tp and ep
+CANDIDATE_FORM = "HARDWARE[:tpN[:epM][:ppK]], e.g. h100-sxm:tp8 or h200-sxm:tp8:ep8"   # every message says this
 
 
 @frozen
@@ -34,7 +35,7 @@ class Candidate:
 
     def __post_init__(self) -> None:
         if not str(self.hardware).strip():
-            raise DsdsimError("empty candidate hardware; write HARDWARE[:tpN[:epM][:ppK]], e.g. h100-sxm:tp8")
+            raise DsdsimError(f"empty candidate hardware; write {CANDIDATE_FORM}")
         for what, n in (("tp", self.tp), ("ep", self.ep), ("pp", self.pp)):
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_GPUS:
                 raise DsdsimError(f"candidate {self.hardware}: {what} must be a whole number in 1..{MAX_GPUS}, "
@@ -45,7 +46,7 @@ class Candidate:
         """'h100-sxm', 'h100-sxm:tp8', 'h200-sxm:tp8:ep8', 'h100-sxm:tp8:pp2' or 'h200-sxm:8'."""
         parts = text.strip().split(":")
         if not parts[0]:
-            raise DsdsimError(f"empty candidate {text!r}; write HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8")
+            raise DsdsimError(f"empty candidate {text!r}; write {CANDIDATE_FORM}")
         tp, ep, pp = 1, 1, 1
         for p in parts[1:]:
             key = p.lower()
@@ -57,8 +58,7 @@ class Candidate:
                 else:
                     tp = int(key[2:] if key.startswith("tp") else key)
             except ValueError:
-                raise DsdsimError(f"cannot read candidate {text!r}; write HARDWARE[:tpN[:epM][:ppK]], "
-                                  "e.g. h100-sxm:tp8") from None
+                raise DsdsimError(f"cannot read candidate {text!r}; write {CANDIDATE_FORM}") from None
         return cls(parts[0], tp, ep, pp)
 
 
@@ -91,6 +91,33 @@ class PlanRow:
     tokens_per_s_per_gpu_dsd_high: Optional[float] = None
     tokens_per_s_per_gpu_vanilla_low: Optional[float] = None
     tokens_per_s_per_gpu_vanilla_high: Optional[float] = None
+
+    @property
+    def planned(self) -> Optional[str]:
+        """The server the plan sizes: 'dsd' where the K-table server does more tokens/s per GPU than one without
+        speculation (gain > 1), else 'plain' (a tie or a loss goes to the simpler server); None when neither meets
+        the SLO."""
+        dsd, plain = self.tokens_per_s_per_gpu_dsd, self.tokens_per_s_per_gpu_vanilla
+        if dsd is not None and (plain is None or dsd > plain):
+            return "dsd"
+        return "plain" if plain is not None else None
+
+    @property
+    def gpus_needed(self) -> Optional[int]:
+        """GPUs for the target rate on the planned server."""
+        return self.gpus_needed_dsd if self.planned == "dsd" else self.gpus_needed_vanilla
+
+    @property
+    def cost_per_million_tokens(self) -> Optional[float]:
+        """$ per million output tokens on the planned server."""
+        return self.cost_per_million_tokens_dsd if self.planned == "dsd" else self.cost_per_million_tokens_vanilla
+
+    def to_dict(self) -> dict:
+        """Every field, and the planned server with its GPUs needed and cost (what ``plan -f json`` writes)."""
+        from dataclasses import asdict
+
+        return {**asdict(self), "candidate": self.candidate, "planned": self.planned,
+                "gpus_needed": self.gpus_needed, "cost_per_million_tokens": self.cost_per_million_tokens}
 
     @property
     def candidate(self) -> str:
@@ -155,7 +182,7 @@ def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: fl
     if target_tokens_per_s is not None and not (math.isfinite(target_tokens_per_s) and target_tokens_per_s > 0):
         raise DsdsimError(f"the target rate must be a finite number > 0 tokens/s, got {target_tokens_per_s}")
     if not candidates:
-        raise DsdsimError("no candidates given; e.g. h100-sxm:tp8,h200-sxm:tp4")
+        raise DsdsimError(f"no candidates given; write a comma list of {CANDIDATE_FORM}")
     from dsdsim.specs.catalog import load_model
 
     query = _Query(itl_slo_ms / 1e3, drafter, engine, deployment or Deployment(),

@@ -179,6 +179,42 @@ def test_gpus_and_cost_by_hand():
     assert r.gpus_needed_dsd <= r.gpus_needed_vanilla
 
 
+def test_the_plan_sizes_the_better_server():
+    """Where the K-table server does fewer tokens/s per GPU than one without speculation (llama-3.1-70b on
+    h100-sxm:tp8 at a 60 ms ITL SLO: gain < 1), the GPUs needed and the cost are the plain server's, and the
+    table says so; where it pays, the DSD server's."""
+    target, price = 50_000.0, 2.5
+    lose, win = plan_rows("llama-3.1-70b", ["h100-sxm:tp8"], 60.0, target_tokens_per_s=target,
+                          price_per_gpu_hour=price)[0], plan_rows("llama-3.1-8b", ["h100-sxm"], 30.0,
+                                                                  target_tokens_per_s=target,
+                                                                  price_per_gpu_hour=price)[0]
+    assert lose.dsd_gain < 1 and lose.planned == "plain"
+    assert (lose.gpus_needed, lose.cost_per_million_tokens) == (lose.gpus_needed_vanilla,
+                                                                lose.cost_per_million_tokens_vanilla)
+    assert lose.gpus_needed <= lose.gpus_needed_dsd
+    assert win.dsd_gain > 1 and win.planned == "dsd" and win.gpus_needed == win.gpus_needed_dsd
+    d = lose.to_dict()
+    assert (d["planned"], d["gpus_needed"], d["candidate"]) == ("plain", lose.gpus_needed_vanilla, "h100-sxm:tp8")
+    from dsdsim.export.render import plan_table
+    from dsdsim.export.text import to_text
+
+    text = " ".join(to_text(plan_table("t", [lose, win]), width=400).split())
+    assert "speculation does not pay on h100-sxm:tp8 (gain <= 1): plan a server without speculation" in text
+
+
+def test_plan_defaults_to_predicts_model_and_gpu(cli):
+    code, out, err = cli("plan", "--itl-slo-ms", "30", "-f", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["model"] == "llama-3.1-8b" and doc["candidates"][0]["candidate"] == "h100-sxm:tp1"
+
+
+@pytest.mark.parametrize("bad", ["h100-sxm,,h200-sxm", "h100-sxm:x", ":tp2"])
+def test_plan_candidates_refused_in_one_form(cli, bad):
+    code, out, err = cli("plan", "--itl-slo-ms", "30", "-g", bad)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "empty item" in err or "HARDWARE[:tpN[:epM][:ppK]], e.g. h100-sxm:tp8 or h200-sxm:tp8:ep8" in err
+
+
 def test_price_per_hardware_dict():
     rows = plan_rows("llama-3.1-8b", [f"{HW}:tp1", "h100-sxm:tp1"], SLO_MS, batch_sizes="1-64",
                      price_per_gpu_hour={HW: 4.0})

@@ -8,14 +8,14 @@ from typing import Optional
 
 from dsdsim.cli.app import app
 from dsdsim.cli.command import Invocation, Option, echo
-from dsdsim.cli.options import (PREDICT_OPTIONS, BatchSize, Context, DeploymentArgs, K, Output, Plot, PredictFmt,
+from dsdsim.cli.options import (PREDICT_OPTIONS, BatchSize, Context, DeploymentArgs, K, Model, Output, Plot, PredictFmt,
                                 ShowFmt, ShowFormat, SimulatedArgs, TableFmt, TableFormat, TreeFamilyOpt,
                                 step_from_options)
 from dsdsim.cli.output import (check_png, check_writable, emit, is_stdout, output_format, show_or_write,
                                warn, with_progress)
 from dsdsim.cli.params import takes, without
-from dsdsim.defaults import DEFAULT_CONTEXT, DEFAULT_EXPLAIN_BATCH, DEFAULT_STEP_K
-from dsdsim.errors import DsdsimError
+from dsdsim.defaults import DEFAULT_CONTEXT, DEFAULT_EXPLAIN_BATCH, DEFAULT_HARDWARE, DEFAULT_MODEL, DEFAULT_STEP_K
+from dsdsim.errors import DsdsimError, comma_items
 from dsdsim.export.prediction import PredictFormat
 from dsdsim.export.render import to_json
 from dsdsim.policy.options import PredictOptions
@@ -233,9 +233,10 @@ def _predict_contexts(text: str, fmt: PredictFormat, output: Optional[Path], **k
        options=without(PredictOptions, "fixed_k", "max_distinct_k", "acceptance_band", "tolerance"))
 def plan(
     ctx: Invocation,
-    model: str = Option(..., "--model", "-m", help="Target model name or config.json path"),
-    candidates: str = Option(..., "--candidates", "-g",
-                             help="Comma list of HARDWARE[:tpN[:epM]], e.g. h100-sxm:tp8,h200-sxm:tp4"),
+    model: Model = DEFAULT_MODEL,
+    candidates: str = Option(DEFAULT_HARDWARE, "--candidates", "-g",
+                             help="Comma list of HARDWARE[:tpN[:epM][:ppK]] (tp, ep, pp default 1), e.g. "
+                                  "h100-sxm:tp8,h200-sxm:tp4"),
     itl_slo_ms: float = Option(..., "--itl-slo-ms", help="Per-sequence inter-token latency target (ms)"),
     sim: SimulatedArgs = None,
     deploy: DeploymentArgs = None,
@@ -257,8 +258,6 @@ def plan(
           --target-tokens-per-s 50000 --price-per-gpu-hour 2.5
       dsdsim plan -m deepseek-v3 -g h200-sxm:tp8:ep8 --dp-attention -d mtp -a al=2.4@2 --itl-slo-ms 50
     """
-    from dataclasses import asdict
-
     from dsdsim.plan import plan_rows, require_a_valid_candidate
 
     check_writable(output)
@@ -267,11 +266,12 @@ def plan(
     drafter = "none" if spec is None else spec.label + (f" ({spec.tree.label})" if spec.tree is not None else "")
     dep = deploy.deployment()
     rows = with_progress("planning candidates", lambda progress: plan_rows(
-        model, [c for c in candidates.split(",") if c.strip()], itl_slo_ms, drafter=spec, engine=sim.engine,
+        model, comma_items(candidates, f"--candidates {candidates!r}", "h100-sxm:tp8,h200-sxm:tp4"), itl_slo_ms,
+        drafter=spec, engine=sim.engine,
         deployment=dep, options=options, target_tokens_per_s=target_tokens_per_s,
         price_per_gpu_hour=price_per_gpu_hour, progress=progress))
     require_a_valid_candidate(rows)     # a plan without one operating point is an error, in every format
-    recs = [asdict(r) for r in rows]
+    recs = [r.to_dict() for r in rows]
     if fmt is TableFormat.json:
         return emit(to_json({"model": model, "itl_slo_ms": itl_slo_ms, "context": options.context, "drafter": drafter,
                              "dp_attention": dep.dp_attention, "candidates": recs}), output)

@@ -446,6 +446,9 @@ def context_grid_table(contexts: Sequence[int], preds: Sequence["Prediction"]):
 # --- plan ---------------------------------------------------------------------------------------------
 
 
+_PLANNED = {"dsd": "DSD", "plain": "K=0"}    # the plan column: which server the GPUs and cost are for
+
+
 def plan_table(title: str, rows: Sequence) -> "object":
     """Plan rows (dsdsim.plan.PlanRow) as one table, one candidate per line; why a candidate is infeasible below
     it, one line each (a note column would squeeze the candidates' names)."""
@@ -463,7 +466,7 @@ def plan_table(title: str, rows: Sequence) -> "object":
     t = Table(title=title)
     widest = max((len(name(r)) for r in rows), default=0)     # a candidate's name is never cut, however narrow
     for col in ("candidate", "GPUs", "B (K=0)", "tok/s/GPU (K=0)", "B (DSD)", "K", "ITL ms (DSD)", "tok/s/GPU (DSD)",
-                "gain", "GPUs needed", "$/M tok (DSD)"):
+                "gain", "plan", "GPUs needed", "$/M tok"):
         t.add_column(col, justify="left" if col == "candidate" else "right", no_wrap=col == "candidate",
                      min_width=widest if col == "candidate" else None)
     for r in rows:
@@ -472,10 +475,17 @@ def plan_table(title: str, rows: Sequence) -> "object":
                          r.tokens_per_s_per_gpu_vanilla_high), f(r.batch_dsd, "d"),
                   f(r.k_dsd, "d"), ranged(r.itl_ms_dsd, r.itl_ms_dsd_low, r.itl_ms_dsd_high, ".1f"),
                   ranged(r.tokens_per_s_per_gpu_dsd, r.tokens_per_s_per_gpu_dsd_low, r.tokens_per_s_per_gpu_dsd_high),
-                  f(r.dsd_gain, ".2f"), f(r.gpus_needed_dsd, "d"), f(r.cost_per_million_tokens_dsd, ".3f"))
+                  f(r.dsd_gain, ".2f"), _PLANNED.get(r.planned, "-"), f(r.gpus_needed, "d"),
+                  f(r.cost_per_million_tokens, ".3f"))
     notes = [f"{name(r)}: {r.reason}" for r in rows if not r.feasible]
     lines = ["(ranges: the 80% interval of held-out corpus errors of comparable cases); K=0 is a server without "
              "speculation, DSD a server running the K table (its K = 0 tier included)"]
+    plain = [name(r) for r in rows if r.planned == "plain" and r.tokens_per_s_per_gpu_dsd is not None]
+    if any(r.gpus_needed is not None or r.cost_per_million_tokens is not None for r in rows):
+        lines.append("plan: the server with more tokens/s per GPU; GPUs needed and $/M tok are that server's")
+    if plain:
+        lines.append(f"speculation does not pay on {', '.join(plain)} (gain <= 1): plan a server without "
+                     "speculation there")
     return Group(t, *lines, *(f"not feasible: {n}" for n in notes))
 
 
