@@ -91,6 +91,13 @@ def format_si(value: float, unit: str = "", digits: int = 3) -> str:
     return f"{value:.{digits}g} {unit}".rstrip()
 
 
+def format_percent(fraction, digits: int = 1, *, signed: bool = False, missing: str = "-") -> str:
+    """A fraction as a percentage: 0.0123 -> '1.2%' ('+1.2%' signed); ``missing`` for None or NaN."""
+    if fraction is None or fraction != fraction or fraction in (float("inf"), float("-inf")):
+        return missing
+    return f"{100 * fraction:{'+' if signed else ''}.{digits}f}%"
+
+
 def format_seconds(seconds: float) -> str:
     return format_si(seconds, "s")
 

@@ -62,6 +62,8 @@ def test_validate_quick_writes_a_complete_report(cpu_spec, tmp_path):
     assert 0.0 <= tc["mean_regret"] <= tc["max_regret"] <= 1.0
     for row in tc["per_batch"]:
         assert 0.0 <= row["regret_uncalibrated"] <= 1.0
+    md = rep.paths["summary"].read_text()          # regret is a percentage there, as every figure beside it
+    assert f"Mean regret {100 * tc['mean_regret']:.2f}% of goodput (max {100 * tc['max_regret']:.2f}%)" in md
     # the report can be recalibrated from disk (the CLI path), giving the same fit
     spec, summary = run_calibrate(rep.paths["report"], cpu_spec, tmp_path / "cal.yaml")
     assert load_hardware(tmp_path / "cal.yaml") == spec

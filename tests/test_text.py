@@ -88,3 +88,13 @@ def test_a_row_longer_than_the_columns_is_refused():
     t = _table(a={})
     with pytest.raises(ValueError, match="2 cells in a table of 1 columns"):
         t.add_row("1", "2")
+
+
+def test_one_percent_formatter():
+    from dsdsim.units import format_percent
+
+    assert (format_percent(0.0123), format_percent(0.0123, 2), format_percent(-0.05, signed=True)) == (
+        "1.2%", "1.23%", "-5.0%")
+    assert format_percent(0.05, signed=True) == "+5.0%"
+    assert (format_percent(None), format_percent(float("nan"), missing="n/a"), format_percent(float("inf"))) == (
+        "-", "n/a", "-")

@@ -142,7 +142,10 @@ def validate(
 
 
 def _pct(x) -> str:
-    return "n/a" if x is None else f"{x:.1f}%"
+    """A figure already in percent (the validation report's *_pct_error)."""
+    from dsdsim.units import format_percent
+
+    return format_percent(None if x is None else x / 100, missing="n/a")
 
 
 def _print_validation(rep) -> None:
@@ -157,10 +160,12 @@ def _print_validation(rep) -> None:
              f"{_pct(c.median_abs_pct_error)} calibrated held-out (max {_pct(c.max_abs_pct_error)})")
     tc = rep.table_check
     if tc.per_batch or tc.contexts:
-        cal = (f"; calibrated mean {tc.mean_regret_calibrated:.3f}, max {tc.max_regret_calibrated:.3f}"
-               if tc.mean_regret_calibrated is not None else "")
-        show(f"K-table regret ({tc.measured_from.split(' (')[0]}): mean {tc.mean_regret:.3f}, "
-             f"max {tc.max_regret:.3f}{cal}")
+        from dsdsim.units import format_percent
+
+        cal = (f"; calibrated mean {format_percent(tc.mean_regret_calibrated, 2)}, "
+               f"max {format_percent(tc.max_regret_calibrated, 2)}" if tc.mean_regret_calibrated is not None else "")
+        show(f"K-table regret, goodput given up ({tc.measured_from.split(' (')[0]}): mean "
+             f"{format_percent(tc.mean_regret, 2)}, max {format_percent(tc.max_regret, 2)}{cal}")
     if rep.errors:
         show(f"{len(rep.errors)} item(s) failed or were skipped: see 'errors' in the report")
     from dsdsim.fit.calibrate import implausible_figures

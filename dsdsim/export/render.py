@@ -493,7 +493,9 @@ def plan_table(title: str, rows: Sequence) -> "object":
 
 
 def _pct(x: Optional[float]) -> str:
-    return "-" if x is None else f"{100 * x:+.1f}%"
+    from dsdsim.units import format_percent
+
+    return format_percent(x, signed=True)
 
 
 def accuracy_view(report):
@@ -577,8 +579,7 @@ def points_cv_table(cv):
     t = Table(title=f"Calibrated on {cv.n} points of each source grid (the points `dsdsim calibrate --plan {cv.n}` "
                     "picks), the other points scored")
 
-    def pct(x):
-        return "-" if x is None else f"{100 * x:.1f}%"
+    from dsdsim.units import format_percent as pct
     for col in ("source grid", "split", "points", "median |err|", "max |err|", "shipped median", "regret mean / max",
                 "shipped regret mean / max"):
         t.add_column(col, justify="left" if col in ("source grid", "split") else "right")

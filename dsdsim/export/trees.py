@@ -10,13 +10,13 @@ server (``engine_refusal``).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import field
 from typing import TYPE_CHECKING, Optional
 
 from dsdsim.errors import DsdsimError
 from dsdsim.export.prediction import EngineRef, IntervalsView, PredictFormat, _num, intervals_view
 from dsdsim.records import frozen
+from dsdsim.units import format_percent
 
 if TYPE_CHECKING:
     from dsdsim.export.deployment import DeploymentView
@@ -220,7 +220,7 @@ def display_batches(p: "TreeFamilyPrediction") -> list[int]:
 
 
 def _pct(x: float) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"{100 * x:+.1f}%"
+    return format_percent(x, signed=True)
 
 
 def family_table(p: "TreeFamilyPrediction"):

@@ -53,7 +53,10 @@ def _frac(x) -> str:
 
 
 def _pct(x) -> str:
-    return "n/a" if x is None else f"{x:.1f}%"
+    """A figure already in percent (the validation report's *_pct_error)."""
+    from dsdsim.units import format_percent
+
+    return format_percent(None if x is None else x / 100, missing="n/a")
 
 
 def summary_markdown(data: dict) -> str:
@@ -122,8 +125,10 @@ def summary_markdown(data: dict) -> str:
               "", "## K table check", "",
               f"Acceptance {tc.acceptance}; measured step = {tc.measured_from}.", ""]
 
-    def num(x, spec: str = ".3f") -> str:
-        return format(float("nan") if x is None else x, spec)
+    from dsdsim.units import format_percent
+
+    def num(x) -> str:              # regret: goodput given up, as a percentage like every figure beside it
+        return format_percent(x, 2, missing="n/a")
 
     for t in tc.tables:
         lines += [f"Context {t.context}:", "",
@@ -134,7 +139,7 @@ def summary_markdown(data: dict) -> str:
                          f"{num(r.regret_uncalibrated)} | {'' if r.k_predicted_calibrated is None else r.k_predicted_calibrated} | "
                          f"{num(r.regret_calibrated)} |")
         lines.append("")
-    lines += [f"Mean regret {tc.mean_regret:.3f} (max {tc.max_regret:.3f}); calibrated "
+    lines += [f"Mean regret {num(tc.mean_regret)} of goodput (max {num(tc.max_regret)}); calibrated "
               f"{num(tc.mean_regret_calibrated)} (max {num(tc.max_regret_calibrated)})."]
     comp = tc.composition
     if comp is not None and comp.n:
