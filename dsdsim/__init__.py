@@ -11,6 +11,7 @@ Public API (imported lazily so ``import dsdsim`` stays fast and never pulls in t
     predict, PredictOptions                                  the K* table per batch size, and its options
     predict_tree_family                                      the best draft tree of a family per batch size
     plan                                                     capacity planning
+    simulate                                                 the serving simulation (dsdsim simulate; .to_json())
     accuracy, AccuracyReport                                 predictions against the public measurement corpus
 """
 from __future__ import annotations
@@ -42,6 +43,7 @@ _EXPORTS = {
     "Prediction": "dsdsim.policy.predict",
     "predict_tree_family": "dsdsim.policy.trees",
     "plan": "dsdsim.plan",
+    "simulate": "dsdsim.serve.api",
     "accuracy": "dsdsim.corpus.evaluate",
     "AccuracyReport": "dsdsim.corpus.evaluate",
     "DsdsimError": "dsdsim.errors",
@@ -59,4 +61,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(list(globals()) + __all__)
+    return sorted(set(globals()) | set(__all__))      # a name already loaded is in both: listed once

@@ -148,3 +148,58 @@ def test_lists_and_sizes_are_read_alike_everywhere(cli, tmp_path, monkeypatch, a
     code, _, err = cli(*argv)
     one_line_error(code, err, fragment)
     assert list(tmp_path.iterdir()) == []
+
+
+# --- 17. the Python API as a notebook user meets it ---------------------------------------------------------------
+
+
+def test_results_and_specs_print_in_a_line_or_two():
+    import numpy as np
+
+    import dsdsim
+
+    step = dsdsim.simulate_step(batch=8, k=3)
+    assert len(repr(step)) < 300 and "B=8, K=3" in repr(step) and "eagle3" in repr(step)
+    assert "a grid of 3 steps" in repr(dsdsim.simulate_step(batch=np.array([1, 8, 64.0]), k=3))
+    p = dsdsim.predict(batch_sizes="1-64")
+    assert len(repr(p)) < 400 and repr(p).startswith("Prediction(llama-3.1-8b on h100-sxm")
+    for spec in (dsdsim.load_model("deepseek-v3"), dsdsim.load_hardware("h200-sxm"), dsdsim.load_engine("sglang")):
+        assert len(repr(spec)) <= 400
+    assert len(repr(dsdsim.resolve())) < 2000
+
+
+def test_dir_lists_each_name_once():
+    import dsdsim
+
+    dsdsim.predict  # noqa: B018 - loaded: now in the module's globals and in __all__
+    names = dir(dsdsim)
+    assert len(names) == len(set(names)) and "predict" in names and "simulate" in names
+
+
+def test_the_api_defaults_are_the_clis(cli):
+    """simulate_step() prices what `dsdsim explain` prices (eagle3 is the default drafter of both), and a
+    deployment may be a dict of its fields."""
+    import dsdsim
+
+    code, out, _ = cli("explain", "-b", "8", "-k", "3", "-f", "json")
+    assert code == 0
+    assert float(dsdsim.simulate_step(batch=8, k=3).step_time_s) == pytest.approx(json.loads(out)["step_time_s"],
+                                                                                  rel=1e-12)
+    assert dsdsim.resolve(deployment={"tp": 2}).deployment == dsdsim.Deployment(tp=2)
+    with pytest.raises(dsdsim.DsdsimError, match="tp: must be >= 1"):
+        dsdsim.resolve(deployment={"tp": 0})
+    with pytest.raises(dsdsim.DsdsimError, match="a dict of its fields"):
+        dsdsim.simulate_step(deployment=2)
+
+
+def test_dsdsim_simulate_writes_what_the_command_writes(cli):
+    import dsdsim
+
+    code, out, _ = cli("simulate", "--requests", "40", "--workload", "poisson:4", "-f", "json")
+    assert code == 0
+    result = dsdsim.simulate(workload="poisson:4", requests=40)
+    assert result.to_json() == out.rstrip("\n")
+    assert [p.name for p in result.policies] == ["none", "fixed:3", "dsd"]
+    assert [p.name for p in dsdsim.simulate(drafter=None, requests=8).policies] == ["none"]
+    with pytest.raises(dsdsim.DsdsimError, match="max_num_seqs"):
+        dsdsim.simulate(requests=8, max_num_seqs=0)

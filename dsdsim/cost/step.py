@@ -40,7 +40,7 @@ from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, records, stage_layer_r
 from dsdsim.cost.timing import (OpRates, OpTime, in_place, launch_overhead, rates_of, seconds, seconds_at_two_gaps,
                                 sum_by_shape, timer)
 from dsdsim.errors import DsdsimError
-from dsdsim.defaults import DEFAULT_ENGINE
+from dsdsim.defaults import DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_MODEL
 from dsdsim.records import frozen
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterSpec
@@ -115,6 +115,21 @@ class StepCost:
 
     dynamic: bool = False                           # a server running a dynamic K table (K = 0: its off tier)
     stage_ops: tuple = ()                           # pipeline parallelism: the verify operators of each stage
+
+    def __repr__(self) -> str:
+        """One line: what was priced and what it costs (the operators are in ``verify`` / ``draft``, or explain)."""
+        d = self.deployment
+        where = (f"{self.model.name} on {self.hardware.name} (tp {d.tp}" + (f", ep {d.ep}" if d.ep > 1 else "")
+                 + (f", pp {d.pp}" if d.pp > 1 else "") + f"), {self.drafter.label if self.drafter else 'no drafter'}")
+        t = np.asarray(self.step_time_s, dtype=float)
+        if t.ndim == 0:
+            fits = "fits" if bool(np.asarray(self.feasible)) else "does not fit"
+            return (f"StepCost({where}, B={self.batch:g}, K={self.k:g}, context {self.context:g}: step "
+                    f"{1e3 * float(t):.3f} ms = draft {1e3 * float(self.draft.time_s):.3f} + verify "
+                    f"{1e3 * float(self.verify.time_s):.3f} + engine and overheads "
+                    f"{1e3 * (float(t) - float(self.kernel_time_s)):.3f} ms, {fits})")
+        return (f"StepCost({where}, a grid of {t.size} steps {t.shape}: step {1e3 * float(t.min()):.3f}-"
+                f"{1e3 * float(t.max()):.3f} ms, {int(np.count_nonzero(self.feasible))} fit in memory)")
 
     @functools.cached_property
     def memory(self) -> MemoryUse:
@@ -195,11 +210,13 @@ def _check_grid(batch, k, context, drafter: Optional[DrafterSpec]) -> tuple[np.n
     return num(b), num(kk), num(c)     # one point in Python floats (dsdsim.cost.num), a grid in arrays
 
 
-def simulate_step(model, hardware, deployment: Optional[Deployment] = None, drafter=None, batch=1, k=0,
-                  context=1024, setup: Optional[Setup] = None, engine=DEFAULT_ENGINE,
-                  dynamic: bool = False) -> StepCost:
-    """Cost of one speculative step. batch, k, context: scalars or broadcastable numpy arrays. ``engine`` is used
-    only when no ``setup`` is given (a Setup carries its engine). ``dynamic``: the server runs a dynamic K table
+def simulate_step(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional[Deployment] = None,
+                  drafter=DEFAULT_DRAFTER, batch=1, k=0, context=1024, setup: Optional[Setup] = None,
+                  engine=DEFAULT_ENGINE, dynamic: bool = False) -> StepCost:
+    """Cost of one speculative step. batch, k, context: scalars or broadcastable numpy arrays. The model, hardware,
+    drafter and engine default to the CLI's (``dsdsim explain``); ``drafter=None`` for a server without one (K = 0
+    only; pipeline parallelism needs it). ``engine`` is used only when no ``setup`` is given (a Setup carries its
+    engine). ``dynamic``: the server runs a dynamic K table
     (vLLM num_speculative_tokens_per_batch_size); its steps pay what the engine version charges such a server, and
     K = 0 is its off tier, not a plain server (where the version says so, the drafter's first pass still runs)."""
     s = setup or resolve(model, hardware, deployment, drafter, engine)
@@ -681,7 +698,8 @@ def _table_size(top: int, held: int = 0) -> int:
     return max(need, 2 * held)
 
 
-def step_time_grid(model, hardware, deployment: Optional[Deployment] = None, drafter=None, batch_sizes=(1,),
+def step_time_grid(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional[Deployment] = None,
+                   drafter=DEFAULT_DRAFTER, batch_sizes=(1,),
                    k_values=(0,), contexts=(1024,), setup: Optional[Setup] = None,
                    engine=DEFAULT_ENGINE, dynamic: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(step_time_s, feasible), each shaped (len(batch_sizes), len(k_values), len(contexts)). ``dynamic``: the

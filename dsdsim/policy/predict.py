@@ -107,6 +107,16 @@ class Prediction:
     intervals: Optional[object] = None           # dsdsim.policy.intervals.IntervalTable
     robust_table: bool = False                   # the table was chosen by the gain interval's low end (--robust)
 
+    def __repr__(self) -> str:
+        """One line: what was predicted and the table (the arrays are the fields; ``rows`` the table's figures)."""
+        s, b = self.setup, self.batch_sizes
+        ranges = self.ranges()
+        shown = ", ".join(f"{r0}-{r1}: K={k}" for r0, r1, k in ranges[:6]) + (" ..." if len(ranges) > 6 else "")
+        return (f"Prediction({s.model.name} on {s.hardware.name} (tp {s.deployment.tp}), "
+                f"{s.drafter.label if s.drafter else 'no drafter'}, context {self.context}, batch {int(b[0])}-"
+                f"{int(b[-1])} ({len(b)} sizes), K {int(self.k_values[0])}-{int(self.k_values[-1])}: "
+                f"{len(ranges)} range{'s' if len(ranges) != 1 else ''} [{shown}])")
+
     def margins(self) -> list[RangeMargin]:
         """Each range's margin (``dsdsim.policy.margin``): its K's gain over no speculation with the interval, the
         runner-up, and whether the choice is sure (a draft tree's K is its steps); [] without shipped extra-time

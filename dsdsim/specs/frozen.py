@@ -37,6 +37,19 @@ class FrozenSpec(BaseModel):
             return h
 
 
+    def __repr__(self) -> str:
+        """Short: the fields whose own repr is short, '...' for the rest, cut at REPR_CHARS (a model spec's whole
+        repr ran to 26 k characters); ``model_dump()`` has every field."""
+        parts = []
+        for key, value in self.__dict__.items():
+            r = repr(value)
+            parts.append(f"{key}={r}" if len(r) <= _REPR_FIELD_CHARS else f"{key}=...")
+        text = f"{type(self).__name__}(" + ", ".join(parts) + ")"
+        return text if len(text) <= REPR_CHARS else text[:REPR_CHARS - 5].rsplit(", ", 1)[0] + ", ...)"
+
+
+REPR_CHARS = 400            # a spec's repr at most (the fields that fit, then ', ...)')
+_REPR_FIELD_CHARS = 60      # a field whose repr is longer shows as 'name=...'
 _VALUE_HASH = FrozenSpec._value_hash.__get__
 
 

@@ -7,7 +7,7 @@ import functools
 from pathlib import Path
 from typing import Optional
 
-from dsdsim.defaults import DEFAULT_ENGINE
+from dsdsim.defaults import DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_MODEL
 from dsdsim.errors import DsdsimError
 from dsdsim.records import frozen
 from dsdsim.specs.catalog import (catalog_state, engine_and_file, engine_source, hardware_and_file, is_catalog_name,
@@ -43,10 +43,12 @@ class Setup:
         return self.deployment.for_draft_model()
 
 
-def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=None, engine=DEFAULT_ENGINE,
-            async_scheduling: Optional[bool] = None, engine_method: Optional[str] = None,
-            model_runner: Optional[str] = None) -> Setup:
-    """Accept names, paths or spec objects; check the deployment against the model. ``engine``: an engine name
+def resolve(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional[Deployment] = None,
+            drafter=DEFAULT_DRAFTER, engine=DEFAULT_ENGINE, async_scheduling: Optional[bool] = None,
+            engine_method: Optional[str] = None, model_runner: Optional[str] = None) -> Setup:
+    """Accept names, paths or spec objects; check the deployment against the model. The defaults are the CLI's
+    (``dsdsim predict``); ``drafter=None`` for a server without one. ``deployment``: a Deployment, or a dict of its
+    fields (``{"tp": 2}``). ``engine``: an engine name
     (``vllm``: its current release line; ``vllm@0.10.1``: the spec covering that version), path or spec (default
     vLLM); None for kernels only. ``async_scheduling``: force the engine's async scheduling on or off (None: the
     version's default). ``engine_method``: the engine's name for the speculative method where it differs from the
@@ -55,6 +57,7 @@ def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=No
     Remembered: inputs that are catalog names or specs (equal by value: a ``Deployment(tp=1)`` built anew finds
     the Setup an equal one resolved) give the same Setup while the catalog (``catalog_state``) and the files it read
     are unchanged; paths are resolved each time."""
+    deployment = as_deployment(deployment)
     args = (model, hardware, deployment, drafter, engine, async_scheduling, engine_method, model_runner)
     key = (*args, catalog_state())
     try:
@@ -69,6 +72,17 @@ def resolve(model, hardware, deployment: Optional[Deployment] = None, drafter=No
             _resolved.clear()
         _resolved[key] = (setup, stamped(files))
     return setup
+
+
+def as_deployment(deployment) -> Optional[Deployment]:
+    """A Deployment from a Deployment, None (the default one) or a dict of its fields; anything else, or a field
+    out of range, is one DsdsimError naming it."""
+    if deployment is None or isinstance(deployment, Deployment):
+        return deployment
+    if isinstance(deployment, dict):
+        return Deployment(**deployment)         # a bad field is one line (Deployment.__init__)
+    raise DsdsimError(f"deployment must be a dsdsim.Deployment or a dict of its fields (e.g. {{'tp': 2}}), got "
+                      f"{type(deployment).__name__}")
 
 
 _resolved: dict[tuple, tuple] = {}     # resolve's inputs and catalog state -> (Setup, the files read, stamped)

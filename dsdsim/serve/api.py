@@ -1,0 +1,49 @@
+"""``dsdsim.simulate``: the serving simulation from names, as ``dsdsim simulate`` runs it.
+
+The same defaults as the command (model, GPU, drafter eagle3, engine, ``closed:64``, 1000 requests of 512 in / 256
+out, policies ``none,fixed:3,dsd``), the same checks, and the same result: ``SimulationResult.to_json()`` is the
+document ``dsdsim simulate -f json`` writes.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from dsdsim.defaults import (DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_INPUT_LEN, DEFAULT_MODEL,
+                             DEFAULT_OUTPUT_LEN, DEFAULT_POLICIES, DEFAULT_REQUESTS, DEFAULT_SEED, DEFAULT_WORKLOAD)
+from dsdsim.errors import DsdsimError
+
+
+def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, drafter=DEFAULT_DRAFTER, *,
+             engine=DEFAULT_ENGINE, workload: str = DEFAULT_WORKLOAD, policies: Optional[str] = None,
+             requests: Optional[int] = None, input_len: str = DEFAULT_INPUT_LEN, output_len: str = DEFAULT_OUTPUT_LEN,
+             acceptance=None, max_num_seqs: Optional[int] = None, max_num_batched_tokens: Optional[int] = None,
+             slo: Optional[str] = None, seed: int = DEFAULT_SEED, executor: Optional[str] = "local",
+             progress: Optional[Callable[[int, int], None]] = None):
+    """Serve ``requests`` requests of ``workload`` once per policy on one server; a SimulationResult.
+
+    model, hardware, deployment (a Deployment or a dict of its fields), drafter (None: no speculation; the
+    policies then default to ``none``), engine: as ``dsdsim.resolve`` takes them. workload, policies, requests,
+    input_len, output_len, acceptance, slo, seed: the texts and numbers of ``dsdsim simulate``'s options of the same
+    names (requests None: 1000, or a trace's own rows). max_num_seqs, max_num_batched_tokens: the scheduler's
+    limits (vLLM's; None: its defaults). executor: ``local`` (this process, the default here), ``processes`` or a
+    Dask scheduler address. progress(done, total): called as the run goes."""
+    from dsdsim.serve.scheduler import SchedulerConfig
+    from dsdsim.serve.sweep import Simulation, check_executor, checked, simulate_many
+    from dsdsim.specs.setup import resolve
+
+    setup = resolve(model, hardware, deployment, drafter, engine)
+    if policies is None:
+        policies = DEFAULT_POLICIES if setup.drafter is not None else "none"
+    if requests is None and not str(workload).strip().startswith("trace:"):
+        requests = DEFAULT_REQUESTS
+    limits = {"memory_utilization": setup.deployment.memory_utilization}
+    for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise DsdsimError(f"{name} must be a whole number >= 1, got {value!r}")
+            limits[name] = value
+    check_executor(executor)
+    job = checked(Simulation(setup, workload, policies, requests=requests, input_len=input_len,
+                             output_len=output_len, acceptance=acceptance, scheduler=SchedulerConfig(**limits),
+                             slo=slo, seed=seed))
+    return simulate_many(job, [job.workload], executor=executor, progress=progress)[0]
