@@ -229,7 +229,7 @@ CASES = [
     ("plan-candidate-bad-tp", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm:tpx", "--itl-slo-ms", "30"],
      "candidate"),
     ("plan-candidate-empty-hw", ["plan", "-m", "llama-3.1-8b", "-g", ":tp8", "--itl-slo-ms", "30"], "candidate"),
-    ("plan-no-candidates", ["plan", "-m", "llama-3.1-8b", "-g", ",", "--itl-slo-ms", "30"], "no candidates"),
+    ("plan-no-candidates", ["plan", "-m", "llama-3.1-8b", "-g", ",", "--itl-slo-ms", "30"], "empty item"),
     ("plan-unknown-hardware", ["plan", "-m", "llama-3.1-8b", "-g", "h900:tp8", "--itl-slo-ms", "30"],
      "unknown hardware"),
     ("plan-candidate-tp-zero", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm:tp0", "--itl-slo-ms", "30"],

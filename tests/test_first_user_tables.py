@@ -203,3 +203,48 @@ def test_dsdsim_simulate_writes_what_the_command_writes(cli):
     assert [p.name for p in dsdsim.simulate(drafter=None, requests=8).policies] == ["none"]
     with pytest.raises(dsdsim.DsdsimError, match="max_num_seqs"):
         dsdsim.simulate(requests=8, max_num_seqs=0)
+
+
+# --- 16. every output names the server it priced ------------------------------------------------------------------
+
+
+def test_predict_and_explain_name_their_servers_and_agree_when_asked_for_the_same(cli):
+    """On vLLM 0.24 a server running a K table pays piecewise graphs that a fixed-K server does not: predict's row
+    and explain differ at (B 8, K 3), each output says which server it priced, and explain --k-table prices
+    predict's."""
+    argv = ("-e", "vllm@0.24", "-b", "8")
+    code, out, _ = cli("predict", *argv, "-f", "json")
+    doc = json.loads(out)
+    row = doc["rows"][0]
+    assert code == 0 and row["k"] == 3 and doc["server"].startswith("one server running the K table")
+    code, out, _ = cli("explain", *argv, "-k", "3", "-f", "json")
+    fixed = json.loads(out)
+    code2, out, _ = cli("explain", *argv, "-k", "3", "--k-table", "-f", "json")
+    table = json.loads(out)
+    assert code == code2 == 0
+    assert fixed["server"] == "a server with a fixed K=3 (every step drafts 3 tokens)"
+    assert table["server"] == "a server running a dynamic K table, at K=3"
+    assert fixed["step_time_s"] < table["step_time_s"]
+    assert table["step_time_s"] * 1e3 == pytest.approx(row["step_ms"], rel=1e-12)
+    code, out, _ = cli("explain", "-k", "0")
+    assert "priced: the step of a server without speculation" in out
+    code, out, _ = cli("predict", "-b", "1-8", "-e", "sglang")
+    assert "priced: a server per K, each with that fixed K" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["-e", "sglang", "--k-table"], "prices no server of its own for a K table"),
+    (["-d", "none", "--k-table"], "needs a drafter"),
+])
+def test_explain_k_table_where_there_is_none(cli, argv, fragment):
+    one_line_error(*cli("explain", *argv)[::2], fragment)
+
+
+def test_simulate_names_each_policys_server(cli):
+    code, out, _ = cli("simulate", "--requests", "8", "--policies", "none,fixed:2,dsd", "-f", "json")
+    servers = json.loads(out)["servers"]
+    assert code == 0 and list(servers) == ["none", "fixed:2", "dsd"]
+    assert servers["none"].startswith("a server without speculation")
+    assert servers["dsd"].startswith("one server running a dynamic K table")
+    code, out, _ = cli("simulate", "--requests", "8", "--policies", "none,dsd")
+    assert "servers: none: a server without speculation" in " ".join(out.split())

@@ -33,6 +33,9 @@ def explain(
     batch: BatchSize = DEFAULT_EXPLAIN_BATCH,
     k: K = DEFAULT_STEP_K,
     context: Context = DEFAULT_CONTEXT,
+    k_table: bool = Option(False, "--k-table",
+                           help="Price the step of a server running a dynamic K table at this K (what predict's rows "
+                                "are; K = 0 is the table's off tier), not of a server with a fixed K"),
     fmt: ShowFmt = ShowFormat.table,
     output: Output = None,
 ) -> None:
@@ -40,6 +43,9 @@ def explain(
     terms (host time, speculative fixed cost, draft passes, rejection sampling, CUDA-graph padding) as their own rows.
 
     \b
+    The step is a fixed-K server's (every step drafts K tokens); K = 0 a server without speculation. Where the
+    engine reads a dynamic K table, predict prices the steps of a server running the table: --k-table prices that
+    server at this K. The output names the server it priced.
     With --draft-tree, any K >= 1 is the tree (K = 0 plain decoding).
 
     \b
@@ -52,7 +58,7 @@ def explain(
 
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
-    data = explain_step(step_from_options(sim, deploy.deployment(), batch, k, context))
+    data = explain_step(step_from_options(sim, deploy.deployment(), batch, k, context, k_table))
     if fmt is ShowFormat.json:
         return emit(data.to_json(), output)
     show_or_write(explain_view(data), output)

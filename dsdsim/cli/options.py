@@ -213,9 +213,10 @@ def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: st
         raise DsdsimError(pydantic_one_line(exc, "deployment")) from None
 
 
-def step_from_options(sim: SimulatedArgs, dep, batch: int, k: int, context: int):
+def step_from_options(sim: SimulatedArgs, dep, batch: int, k: int, context: int, k_table: bool = False):
     """One simulated step from the shared options: sizes checked, K = 0 plain decoding, any K >= 1 the draft tree
-    when there is one."""
+    when there is one. ``k_table``: the step of a server running a dynamic K table at this K (what predict's rows
+    price; K = 0 is then the table's off tier, the drafter kept), refused where the engine reads no such table."""
     from dsdsim.cost.step import simulate_step
 
     if batch < 1:
@@ -225,7 +226,9 @@ def step_from_options(sim: SimulatedArgs, dep, batch: int, k: int, context: int)
     if context < 0:
         raise DsdsimError(f"--context must be >= 0, got {context}")
     d = sim.drafter_spec()
-    if k == 0:
+    if k_table and d is None:
+        raise DsdsimError("--k-table prices a server running a K table, which needs a drafter: drop -d none")
+    if k == 0 and not k_table:
         d = None
     elif d is not None and d.tree is not None:
         k = d.tree.steps              # the tree, whatever K >= 1 was asked for
@@ -233,5 +236,9 @@ def step_from_options(sim: SimulatedArgs, dep, batch: int, k: int, context: int)
     from dsdsim.specs.setup import resolve
 
     setup = resolve(sim.model, sim.hardware, dep, d, sim.engine)
+    if k_table and not (setup.engine is not None and setup.engine.supports_off_tier):
+        name = "no engine" if setup.engine is None else f"{setup.engine.name} {setup.engine.version_label}"
+        raise DsdsimError(f"--k-table: the {name} spec prices no server of its own for a K table (predict prices "
+                          "each K as a fixed-K server there, as explain does without --k-table)")
     context = check_context(context, setup)        # within the model's window, as predict has it
-    return simulate_step(None, None, batch=batch, k=k, context=context, setup=setup)
+    return simulate_step(None, None, batch=batch, k=k, context=context, setup=setup, dynamic=k_table)

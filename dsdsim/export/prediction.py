@@ -143,6 +143,7 @@ class PredictionView:
     baseline: str = "a server without speculation"      # what speedup_vs_vanilla compares with
     # which table the rows' k, tau, step, ITL, tokens/s and speedups describe
     rows_describe: str = "the exported table (table.ranges); k_best is the exact per-batch best K*"
+    server: str = ""                             # the server whose steps the rows are (``prediction_server``)
 
     @classmethod
     def from_prediction(cls, p: "Prediction") -> "PredictionView":
@@ -182,7 +183,7 @@ def _prediction_view(p: "Prediction") -> PredictionView:
                          budget=budget_view(p), margin=tuple(p.margins())),
         grid=GridView(k_values=tuple(int(k) for k in p.k_values), batch_sizes=tuple(int(b) for b in p.batch_sizes),
                       tau=tuple(float(t) for t in p.tau), step_ms=step_ms),
-        notes=tuple(p.notes), robust=robust_view(p), intervals=intervals_view(p),
+        notes=tuple(p.notes), robust=robust_view(p), intervals=intervals_view(p), server=prediction_server(p),
     )
 
 
@@ -280,6 +281,17 @@ def _count(n: int, what: str) -> str:
 
 def _percent(x: float) -> str:
     return "0%" if x <= 0 else ("<0.01%" if x < 1e-4 else f"{100 * x:.2f}%")
+
+
+def prediction_server(p: "Prediction") -> str:
+    """The server whose steps the rows and grid are, in words (explain names its own: ``views.step_server``)."""
+    if p.dynamic:
+        return ("one server running the K table: each row is its step at that row's K (K = 0 its off tier); "
+                "`dsdsim explain --k-table` prices the same step")
+    if p.tree is not None:
+        return "a server per choice: one drafting the tree every step, one without speculation"
+    return ("a server per K, each with that fixed K (K = 0 without speculation; this engine version's spec prices "
+            "no K-table server of its own): `dsdsim explain -k K` prices the same step")
 
 
 def intervals_view(p: "Prediction") -> Optional[IntervalsView]:

@@ -166,7 +166,8 @@ def explain_view(data: "ExplainView"):
     dep, eng = data.deployment, data.engine
     parts: list = [f"[bold]{data.model}[/bold] on {data.hardware} (tp {dep.tp}, ep {dep.ep}, " + (f"pp {dep.pp}, " if getattr(dep, "pp", 1) > 1 else "") +
                    f"{dep.weights_label}, {dep.kv_dtype} KV) — drafter {data.drafter}, "
-                   f"B={data.batch_size}, K={data.k}, context {data.context}, engine {engine_text(eng)}"]
+                   f"B={data.batch_size}, K={data.k}, context {data.context}, engine {engine_text(eng)}",
+                   f"priced: the step of {data.server}"]
     for name, phase in (("draft", data.draft), ("verify", data.verify)):
         if not phase.ops:
             continue
@@ -235,8 +236,8 @@ def prediction_view(p: "Prediction"):
     differs), the ranges, what the tolerance gave up, and the notes."""
     from dsdsim.export.text import Group, Table
 
-    from dsdsim.export.prediction import (acceptance_view, budget_view, engine_ref, robust_view, row_view, table_summary,
-                                          tolerance_merged)
+    from dsdsim.export.prediction import (acceptance_view, budget_view, engine_ref, prediction_server, robust_view,
+                                          row_view, table_summary, tolerance_merged)
     from dsdsim.export.deployment import deployment_view
 
     setup = p.setup
@@ -244,7 +245,8 @@ def prediction_view(p: "Prediction"):
     parts: list = [f"[bold]{setup.model.name}[/bold] on [bold]{setup.hardware.name}[/bold] (tp {dep.tp}, ep {dep.ep}, " + (f"pp {dep.pp}, " if getattr(dep, "pp", 1) > 1 else "") +
                    f"{dep.weights_label}, {dep.kv_dtype} KV), drafter [bold]{setup.drafter.label}[/bold], context "
                    f"{p.context}, engine [bold]{engine_text(engine_ref(p))}[/bold]",
-                   f"acceptance: {acceptance_view(p).description}"]
+                   f"acceptance: {acceptance_view(p).description}",
+                   f"priced: {prediction_server(p)}"]
     shown = display_batches(p)
     position = {int(b): j for j, b in enumerate(p.batch_sizes)}
     tree = p.tree

@@ -45,12 +45,15 @@ def setup_line(setup) -> str:
 
 def simulation_dict(setup, result) -> dict:
     """The documented JSON of one simulation: the setup, then SimulationResult.to_dict()."""
-    return {"setup": setup_dict(setup), **result.to_dict()}
+    d = result.to_dict()
+    return {"setup": setup_dict(setup), **d, "servers": servers_map(d["policies"])}
 
 
 def sweep_dict(setup, sweep) -> dict:
     """The documented JSON of a sweep: the setup, the loads swept, one simulation per load."""
-    return {"setup": setup_dict(setup), **sweep.to_dict()}
+    d = sweep.to_dict()
+    return {"setup": setup_dict(setup), **d,
+            "servers": servers_map([p for pt in d["loads"] for p in pt["policies"]])}
 
 
 # --- CSV -----------------------------------------------------------------------------------------------------------
@@ -217,13 +220,30 @@ def sweep_view(setup, sweep, notes: Sequence[str] = ()):
                  *notes)
 
 
+def servers_map(policies: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """{policy name: the server its steps were priced as} (``dsdsim.serve.simulate.SERVERS``), in policy order."""
+    from dsdsim.serve.policies import parse_policies
+    from dsdsim.serve.simulate import SERVERS, server_kind
+
+    return {p["name"]: SERVERS[server_kind(parse_policies(p["name"])[0])] for p in policies}
+
+
+def servers_line(policies: Sequence[Mapping[str, Any]]) -> str:
+    """'servers: none: a server without speculation ...; dsd, oracle: one server running a dynamic K table ...':
+    each server once, with the policies priced as it."""
+    by_server: dict[str, list[str]] = {}
+    for name, server in servers_map(policies).items():
+        by_server.setdefault(server, []).append(name)
+    return "servers: " + "; ".join(f"{', '.join(n)}: {server}" for server, n in by_server.items())
+
+
 def _footer(policies: Sequence[Mapping[str, Any]]) -> list[str]:
     durations = [p.get("duration_s") for p in policies if p.get("duration_s") is not None]
     steps = [p.get("steps") for p in policies if p.get("steps") is not None]
     units = _UNITS + (_GOODPUT if any(p.get("goodput_requests_per_s") is not None for p in policies) else "")
     if not durations:
-        return [units]
-    return [units, f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, {min(steps):,}-{max(steps):,} "
+        return [units, servers_line(policies)]
+    return [units, servers_line(policies), f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, {min(steps):,}-{max(steps):,} "
             "engine steps per policy; as vllm bench serve counts them: TPOT (e2e - TTFT) / (output tokens - 1) per "
             "request, ITL the gaps between a request's successive emissions (a step's tokens stream as one chunk)"]
 

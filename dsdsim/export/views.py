@@ -216,6 +216,7 @@ class ExplainView:
     # in flight at once (pp): the replica emits microbatches x B x tau tokens per step time; None with pp = 1
     stage_times_s: Optional[tuple[float, ...]] = field(default=None, metadata=_OMIT_NONE)
     microbatches: Optional[int] = field(default=None, metadata=_OMIT_NONE)
+    server: str = ""                              # the server whose step this is (``step_server``)
 
     def to_dict(self) -> dict:
         return json_plain(self)
@@ -278,7 +279,25 @@ def explain_step(step: StepCost) -> ExplainView:
         interval=f"{100 * iv.coverage:.0f}%, {iv.stratum} (n {iv.n})" if iv else None,
         stage_times_s=tuple(_scalar(t) for t in step.stage_times_s) if step.stage_ops else None,
         microbatches=int(step.microbatches) if step.stage_ops else None,
+        server=step_server(step),
     )
+
+
+def step_server(step) -> str:
+    """The server a step belongs to, in words: without speculation, with a fixed K (or tree), or running a dynamic
+    K table at this K (its off tier at K = 0). explain and predict price different servers for one (B, K) where
+    the engine reads a K table: every output names its own."""
+    d, k = step.drafter, int(_scalar(step.k))
+    if d is None:
+        return "a server without speculation"
+    if step.dynamic:
+        return (f"a server running a dynamic K table, at K={k}"
+                + (" (the table's off tier: the drafter held, its bookkeeping kept)" if k == 0 else ""))
+    if k == 0:
+        return "a server holding the drafter, not speculating (K=0)"
+    if d.tree is not None:
+        return f"a server drafting the {d.tree.label} every step"
+    return f"a server with a fixed K={k} (every step drafts {k} tokens)"
 
 
 def step_interval(step: StepCost):

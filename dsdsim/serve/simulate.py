@@ -173,6 +173,16 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     return SimulationResult(results, setup, wl, reqs, seed, context)
 
 
+SERVERS = {"plain": "a server without speculation (no draft weights: more KV cache)",
+           "static": "a server with that fixed K, holding the drafter",
+           "dynamic": "one server running a dynamic K table, at the K the policy picks each step"}
+
+
+def server_kind(policy: Policy) -> str:
+    """Which server a policy runs on: 'plain' (none), 'static' (fixed:K), 'dynamic' (every policy that changes K)."""
+    return "plain" if isinstance(policy, NoSpeculation) else "static" if isinstance(policy, FixedK) else "dynamic"
+
+
 class _Pricers:
     """The pricer of each policy: the given one, or MixedPricer per server kind (module docstring), built once."""
 
@@ -184,8 +194,7 @@ class _Pricers:
             return self.given
         if self.setup is None:
             raise DsdsimError("simulate needs a setup (or a pricer) to time the steps")
-        kind = ("plain" if isinstance(policy, NoSpeculation) else "static" if isinstance(policy, FixedK)
-                else "dynamic")
+        kind = server_kind(policy)
         if kind not in self.made:
             from dsdsim.cost.mixed import MixedPricer
             from dsdsim.policy.predict import plain_setup
