@@ -241,4 +241,6 @@ def step_from_options(sim: SimulatedArgs, dep, batch: int, k: int, context: int,
         raise DsdsimError(f"--k-table: the {name} spec prices no server of its own for a K table (predict prices "
                           "each K as a fixed-K server there, as explain does without --k-table)")
     context = check_context(context, setup)        # within the model's window, as predict has it
-    return simulate_step(None, None, batch=batch, k=k, context=context, setup=setup, dynamic=k_table)
+    step = simulate_step(None, None, batch=batch, k=k, context=context, setup=setup, dynamic=k_table)
+    step.setup = setup                             # what would fit where it does not (explain)
+    return step

@@ -405,8 +405,12 @@ def render(p: "Prediction", fmt: PredictFormat, force: bool = False) -> str:
         return prediction_csv(p)
     ranges = p.ranges()
     if not ranges:
+        from dsdsim.policy.fits import fit_note
+
+        advice = fit_note(p.setup, p.context)
         raise DsdsimError(f"no batch size fits in memory at context {p.context} ({p.setup.model.name} on "
-                          f"{p.setup.deployment.tp} x {p.setup.hardware.name}): there is no K table to export")
+                          f"{p.setup.deployment.tp} x {p.setup.hardware.name}): there is no K table to export"
+                          + (f"; {advice}" if advice else ""))
     max_bs = ranges[-1][1]
     if fmt in ENGINE_TABLES and all(k == 0 for _, _, k in ranges):
         # one behaviour for every engine: a table that never speculates is not exported (vLLM would need

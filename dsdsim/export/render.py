@@ -202,6 +202,8 @@ def explain_view(data: "ExplainView"):
         parts.append(f"experts touched per MoE layer (verify): {data.experts_touched:.1f} of {data.num_experts}")
     parts.append(f"memory per GPU: {format_si(mem.used_bytes, 'B')} of {format_si(mem.capacity_bytes, 'B')} "
                  f"usable ({memory_parts(mem)}) — " + ("fits" if mem.feasible else "[red]DOES NOT FIT[/red]"))
+    if data.fits_with:
+        parts.append(data.fits_with)
     return Group(*parts)
 
 

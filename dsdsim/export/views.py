@@ -217,6 +217,8 @@ class ExplainView:
     stage_times_s: Optional[tuple[float, ...]] = field(default=None, metadata=_OMIT_NONE)
     microbatches: Optional[int] = field(default=None, metadata=_OMIT_NONE)
     server: str = ""                              # the server whose step this is (``step_server``)
+    # where the step does not fit: the smallest change that would (dsdsim.policy.fits.fit_note)
+    fits_with: Optional[str] = field(default=None, metadata=_OMIT_NONE)
 
     def to_dict(self) -> dict:
         return json_plain(self)
@@ -250,8 +252,9 @@ def pass_rows(p: PassCost, step_time: float, hw_bandwidth: float = 0.0) -> list[
     return rows
 
 
-def explain_step(step: StepCost) -> ExplainView:
-    """The typed breakdown of one scalar step."""
+def explain_step(step: StepCost, setup=None) -> ExplainView:
+    """The typed breakdown of one scalar step. ``setup``: the step's Setup, for what would fit where it does not
+    (``dsdsim.policy.fits``)."""
     total = _scalar(step.step_time_s)
 
     def phase(p: PassCost) -> PhaseView:
@@ -280,7 +283,16 @@ def explain_step(step: StepCost) -> ExplainView:
         stage_times_s=tuple(_scalar(t) for t in step.stage_times_s) if step.stage_ops else None,
         microbatches=int(step.microbatches) if step.stage_ops else None,
         server=step_server(step),
+        fits_with=_fits_with(step, setup),
     )
+
+
+def _fits_with(step: StepCost, setup) -> Optional[str]:
+    if setup is None or bool(np.asarray(step.memory.feasible).reshape(-1)[0]):
+        return None
+    from dsdsim.policy.fits import fit_note
+
+    return fit_note(setup, int(_scalar(step.context)), int(_scalar(step.k)))
 
 
 def step_server(step) -> str:

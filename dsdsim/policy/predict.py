@@ -343,7 +343,11 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
         notes.append(f"acceptance: {acc.describe(max_k)}")
     fits = feas_kb.any(axis=0)
     if not fits.any():
-        notes.append(f"no batch size fits in memory at context {context}: there is no table to export")
+        from dsdsim.policy.fits import fit_note
+
+        advice = fit_note(setup, context, int(ks[ks > 0].min()) if (ks > 0).any() else 0)
+        notes.append(f"no batch size fits in memory at context {context}: there is no table to export"
+                     + (f"; {advice}" if advice else ""))
     elif not fits.all():
         first_bad = int(b[~fits][0])
         notes.append(f"batch sizes from {first_bad} do not fit in memory at context {context} (marked infeasible); "
