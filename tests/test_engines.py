@@ -86,6 +86,34 @@ def test_unknown_engine_versions_fail_in_one_line_naming_the_ranges(name, fragme
     assert fragment in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_release_past_the_checked_one_is_priced_with_a_warning_naming_the_spec(cli):
+    """vllm@9.9 runs on the open vllm-0.29 spec, checked through 0.34: one warning line names the spec and the
+    release it was checked at; a release it was checked at (0.34.1) says nothing."""
+    code, out, err = cli("predict", "-e", "vllm@9.9", "-b", "1-4", "-f", "vllm")
+    warns = [ln for ln in err.splitlines() if ln.startswith("dsdsim: warning:")]
+    assert code == 0 and len(warns) == 1
+    assert "vllm 9.9 is past the newest release the vllm-0.29 spec (>=0.29) was checked at (0.34" in warns[0]
+    code, out, err = cli("predict", "-e", "vllm@0.34.1", "-b", "1-4", "-f", "vllm")
+    assert code == 0 and "warning" not in err
+    for name in ("vllm", "sglang", "trtllm"):     # every current release line says how far it was checked
+        v = load_engine(name).versions
+        assert v.last is None and v.checked_through and v.checked_source, name
+
+
+@pytest.mark.parametrize("versions, fragment", [
+    ({"first": "0.2", "last": "0.3", "checked_through": "0.3", "checked_source": "x"}, "for an open range"),
+    ({"first": "0.2", "checked_through": "0.1", "checked_source": "x"}, "comes before first"),
+    ({"first": "0.2", "checked_through": "0.4"}, "needs its checked_source"),
+])
+def test_checked_through_is_validated(versions, fragment):
+    from pydantic import ValidationError
+
+    from dsdsim.specs.engine import VersionRange
+
+    with pytest.raises(ValidationError, match=fragment):
+        VersionRange(**versions)
+
+
 def test_ideal_engine_is_the_kernels_and_engines_only_add_time():
     base = dict(model="llama-3.1-8b", hardware="h100-sxm", drafter="eagle3", batch=np.array([1, 8, 64, 200]), k=3)
     ideal = simulate_step(**base, engine="ideal")

@@ -70,7 +70,9 @@ def engine_summary(spec, source: Optional[str]) -> dict:
     """What `list engines` and `show engine` print (and their JSON): the range, the flags, every term."""
     g = spec.cuda_graphs
     ov = spec.overlap
+    checked = spec.versions.checked_through if spec.versions is not None else None
     out = {"name": spec.name, "versions": spec.version_label, "label": spec.label, "source_file": source,
+           "checked_through": checked,
            "overlap_plain": ov.plain.value, "overlap_speculative": ov.speculative.value,
            "overlap_speculative_drafters": list(ov.speculative_drafters) if ov.speculative_drafters else None,
            "dynamic_k_table": spec.supports_off_tier,
@@ -119,7 +121,8 @@ def list_engines(fmt: ShowFmt = ShowFormat.table) -> None:
         overlap = {(True, True): "plain, spec", (True, False): "plain", (False, True): "spec",
                    (False, False): "none"}[(r["overlap_plain"], r["overlap_speculative"])]
         terms = f"{len(r['terms'])} ({len(fitted)}" + (f", {bound} on a bound)" if bound else ")")
-        t.add_row(n if n == r["name"] or n.startswith(r["name"] + "-") else f"{n} ({r['name']})", r["versions"], overlap, _yes(r["dynamic_k_table"]), pad, terms,
+        t.add_row(n if n == r["name"] or n.startswith(r["name"] + "-") else f"{n} ({r['name']})", r["versions"] + (f" (checked to {r['checked_through']})" if r.get("checked_through") else ""), overlap,
+                  _yes(r["dynamic_k_table"]), pad, terms,
                   str(r["fit"]["cases"]) if "fit" in r else "0", r["label"])
     show(t)
 

@@ -407,8 +407,20 @@ def _engine_or_warning(path: Path) -> Optional[EngineSpec]:
 
 def resolve_engine_name(name: str) -> str:
     """The engine spec file name for ``name``: a file name as it is; ``FAMILY`` its current release line (the range
-    with no last release); ``FAMILY@VERSION`` the range covering VERSION. Remembered per catalog state."""
-    return _resolve_engine_name(str(name).strip(), _engine_files())
+    with no last release); ``FAMILY@VERSION`` the range covering VERSION. Remembered per catalog state. A VERSION
+    past the newest release an open range was checked at is priced with that range, with a warning naming it."""
+    text = str(name).strip()
+    stem = _resolve_engine_name(text, _engine_files())
+    family, at, version = text.partition("@")
+    if at:
+        spec = dict(_engines_of_files(family.strip(), _engine_files())).get(stem)
+        if spec is not None and spec.versions.past_checked(version.strip()):
+            v = spec.versions
+            warnings.warn(SpecWarning(
+                f"{family.strip()} {version.strip()} is past the newest release the {stem} spec ({v.label}) was "
+                f"checked at ({v.checked_through}: {v.checked_source}); priced with it, which a later release may "
+                "not match"), stacklevel=2)
+    return stem
 
 
 @lru_cache(maxsize=128)

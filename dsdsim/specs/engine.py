@@ -60,13 +60,32 @@ class VersionRange(FrozenSpec):
 
     first: str
     last: Optional[str] = None
+    # an open range (last None): the newest release its sources were read at, and where; a later release is priced
+    # with this spec, with a warning that names it (the spec may not hold there)
+    checked_through: Optional[str] = None
+    checked_source: Optional[str] = None
 
     @model_validator(mode="after")
     def _check(self) -> "VersionRange":
         lo = parse_version(self.first)
         if self.last is not None and parse_version(self.last) < lo[:len(parse_version(self.last))]:
             raise ValueError(f"version range {self.label}: last comes before first")
+        if self.checked_through is not None:
+            if self.last is not None:
+                raise ValueError(f"version range {self.label}: checked_through is for an open range (no last)")
+            if parse_version(self.checked_through) < lo[:len(parse_version(self.checked_through))]:
+                raise ValueError(f"version range {self.label}: checked_through comes before first")
+            if not self.checked_source:
+                raise ValueError(f"version range {self.label}: checked_through needs its checked_source")
         return self
+
+    def past_checked(self, version: str) -> bool:
+        """Whether ``version`` is past the newest release this open range was checked at (at its precision:
+        checked_through '0.34' covers 0.34.2)."""
+        if self.checked_through is None:
+            return False
+        hi = parse_version(self.checked_through)
+        return parse_version(version)[:len(hi)] > hi
 
     def covers(self, version: str) -> bool:
         v = parse_version(version)
