@@ -43,7 +43,7 @@ _EXPORTS = {
     "Prediction": "dsdsim.policy.predict",
     "predict_tree_family": "dsdsim.policy.trees",
     "plan": "dsdsim.plan",
-    "simulate": "dsdsim.serve.api",
+    "simulate": "dsdsim.simulation",
     "accuracy": "dsdsim.corpus.evaluate",
     "AccuracyReport": "dsdsim.corpus.evaluate",
     "DsdsimError": "dsdsim.errors",

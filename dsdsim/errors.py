@@ -11,6 +11,12 @@ class DsdsimError(ValueError):
     """Bad input: a malformed spec, an unknown name, an out-of-range argument."""
 
 
+class ArgumentWarning(UserWarning):
+    """Arguments each valid alone that, together, give a correct result the user may not mean (a draft model no
+    smaller than its target, acceptance for more positions than K, a calibration fitted on another deployment):
+    one line on stderr from the CLI, the result still written."""
+
+
 class SpecError(DsdsimError):
     """A hardware, model or drafter spec that cannot be used."""
 
@@ -134,3 +140,14 @@ def comma_items(text: str, what: str, example: str) -> list[str]:
     if any(not part for part in items):
         raise DsdsimError(f"{what} has an empty item (two commas in a row, or one at an end); e.g. {example}")
     return items
+
+
+def first_repeat(values):
+    """The first value a list holds twice, or None: lists of batch sizes, contexts, loads, candidates, acceptance
+    values and policies each name a value once (README "Arguments checked against each other")."""
+    seen = set()
+    for v in values:
+        if v in seen:
+            return v
+        seen.add(v)
+    return None

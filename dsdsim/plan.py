@@ -114,8 +114,6 @@ class PlanRow:
 
     def to_dict(self) -> dict:
         """Every field, and the planned server with its GPUs needed and cost (what ``plan -f json`` writes)."""
-        from dataclasses import asdict
-
         return {**asdict(self), "candidate": self.candidate, "planned": self.planned,
                 "gpus_needed": self.gpus_needed, "cost_per_million_tokens": self.cost_per_million_tokens}
 
@@ -188,6 +186,13 @@ def plan_rows(model, candidates: Sequence[Union[str, Candidate]], itl_slo_ms: fl
     query = _Query(itl_slo_ms / 1e3, drafter, engine, deployment or Deployment(),
                    (options or PredictOptions()).with_values(option_values), target_tokens_per_s)
     cands = [Candidate.parse(c) if isinstance(c, str) else c for c in candidates]
+    seen = set()
+    for c in cands:
+        key = (c.hardware, c.tp, c.ep, c.pp)
+        if key in seen:
+            raise DsdsimError(f"candidate {c.hardware}:tp{c.tp}" + (f":ep{c.ep}" if c.ep > 1 else "")
+                              + (f":pp{c.pp}" if c.pp > 1 else "") + " is listed twice; list each candidate once")
+        seen.add(key)
     spec = load_model(model)
     rows = []
     for i, cand in enumerate(cands):
@@ -330,7 +335,7 @@ def plan(model, candidates, itl_slo_ms: float, **kwargs):
     """plan_rows(...) as a pandas DataFrame (one row per candidate)."""
     import pandas as pd
 
-    return pd.DataFrame([asdict(r) for r in plan_rows(model, candidates, itl_slo_ms, **kwargs)])
+    return pd.DataFrame([r.to_dict() for r in plan_rows(model, candidates, itl_slo_ms, **kwargs)])
 
 
 def sensitivity(model, hardware, alphas: Sequence[float], contexts: Sequence[int], deployment=None,

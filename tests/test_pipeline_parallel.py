@@ -23,8 +23,8 @@ def test_layer_split_is_vllms(layers, pp, ranges):
 
 
 def test_pp1_unchanged():
-    a = simulate_step("llama-3.1-8b", "h100-sxm", Deployment(tp=2), batch=8, context=1024)
-    b = simulate_step("llama-3.1-8b", "h100-sxm", Deployment(tp=2, pp=1), batch=8, context=1024)
+    a = simulate_step("llama-3.1-8b", "h100-sxm", Deployment(tp=2), None, batch=8, context=1024)
+    b = simulate_step("llama-3.1-8b", "h100-sxm", Deployment(tp=2, pp=1), None, batch=8, context=1024)
     assert a.step_time_s == b.step_time_s and a.stage_times_s == [] and a.microbatches == 1
 
 
@@ -33,8 +33,8 @@ def test_step_is_the_stages_plus_the_send():
     sends 1/8 of hidden_states + residual (2 x B x h bf16) over the scale-out network; the next stage all-gathers."""
     s = resolve("llama-3.1-70b", "h100-sxm", Deployment(tp=8, pp=2))
     hw, h, b = s.hardware, s.model.hidden_size, 8
-    one = simulate_step(s.model, hw, Deployment(tp=8), batch=b, context=1024, engine=None)
-    two = simulate_step(s.model, hw, Deployment(tp=8, pp=2), batch=b, context=1024, engine=None)
+    one = simulate_step(s.model, hw, Deployment(tp=8), None, batch=b, context=1024, engine=None)
+    two = simulate_step(s.model, hw, Deployment(tp=8, pp=2), None, batch=b, context=1024, engine=None)
     eff = hw.efficiency.collective.value
     payload = b * 2 * h * 2.0                               # B*q rows x 2h x 2 bytes
     send = hw.scale_out_latency_s.value + payload / 8 / (hw.scale_out_bandwidth_bytes_per_s.value * eff)
@@ -48,8 +48,8 @@ def test_step_is_the_stages_plus_the_send():
 def test_send_inside_a_node_uses_the_scale_up_link():
     s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=2, pp=2))
     hw, h, b = s.hardware, s.model.hidden_size, 4
-    one = simulate_step(s.model, hw, Deployment(tp=2), batch=b, context=512, engine=None)
-    two = simulate_step(s.model, hw, Deployment(tp=2, pp=2), batch=b, context=512, engine=None)
+    one = simulate_step(s.model, hw, Deployment(tp=2), None, batch=b, context=512, engine=None)
+    two = simulate_step(s.model, hw, Deployment(tp=2, pp=2), None, batch=b, context=512, engine=None)
     eff, link, lat = hw.efficiency.collective.value, hw.link_bandwidth_bytes_per_s.value, hw.link_latency_s.value
     payload = b * 2 * h * 2.0
     added = (lat + payload / 2 / (link * eff)) + (lat + payload / 2 / (link * eff))   # send 1/2, gather (2-1)/2
@@ -73,8 +73,8 @@ def test_stage_weights_add_up():
 
 
 def test_feasible_when_every_stage_fits():
-    one = simulate_step("deepseek-v3", "h100-sxm", Deployment(tp=8), batch=8, context=1024)
-    two = simulate_step("deepseek-v3", "h100-sxm", Deployment(tp=8, pp=2), batch=8, context=1024)
+    one = simulate_step("deepseek-v3", "h100-sxm", Deployment(tp=8), None, batch=8, context=1024)
+    two = simulate_step("deepseek-v3", "h100-sxm", Deployment(tp=8, pp=2), None, batch=8, context=1024)
     assert not one.feasible and two.feasible
     assert two.memory.used_bytes == max(u.used_bytes for u in two.memory.stages)
 

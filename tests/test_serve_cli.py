@@ -47,7 +47,7 @@ def test_json_carries_the_documented_keys(cli):
     code, out, err = cli("simulate", *SMALL, "--executor", "local", "--format", "json")
     assert code == 0, err
     d = json.loads(out)
-    assert set(d) == {"setup", "workload", "requests", "seed", "policies"}
+    assert set(d) == {"setup", "workload", "requests", "seed", "policies", "servers"}
     assert d["setup"] == {"model": "llama-3.1-8b", "hardware": "h100-sxm", "tp": 1, "drafter": "eagle3",
                           "engine": "vllm >=0.29 (model runner V2)"}
     assert (d["workload"], d["requests"], d["seed"]) == ("closed:8", 24, 0)

@@ -111,6 +111,10 @@ def predict(
     from dsdsim.policy.options import parse_tolerance
 
     options = replace(options, tolerance=parse_tolerance(options.tolerance))   # a bad value fails first
+    if (ctx.given("tolerance") and ctx.given("max_ranges") and options.tolerance == 0
+            and options.max_ranges not in (None, 0)):
+        raise DsdsimError(f"--tolerance 0 asks for the exact table and --max-ranges {options.max_ranges} for at most "
+                          f"{options.max_ranges} ranges: give one of them")
     _check_plot(plot, output)
     target = dict(model=sim.model, hardware=sim.hardware, deployment=deploy.deployment(), drafter=sim.drafter_spec(),
                   engine=sim.engine)

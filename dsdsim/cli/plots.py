@@ -55,7 +55,7 @@ def plot_sensitivity(
     from dsdsim.export.plots import SensitivityDisplay, save_png
 
     check_png(output, "--output")
-    from dsdsim.errors import comma_items
+    from dsdsim.errors import comma_items, first_repeat
 
     a_items = comma_items(alphas, f"--alphas {alphas!r}", "0.6,0.8")
     c_items = comma_items(contexts, f"--contexts {contexts!r}", "1024,8192")
@@ -65,6 +65,10 @@ def plot_sensitivity(
         raise DsdsimError("--alphas takes numbers (0.6,0.8) and --contexts whole numbers (1024,8192)") from None
     if not a_list or not c_list:
         raise DsdsimError("--alphas and --contexts need at least one value each")
+    for what, values in (("--alphas", a_list), ("--contexts", c_list)):
+        twice = first_repeat(values)
+        if twice is not None:
+            raise DsdsimError(f"{what} lists {twice:g} twice; list each value once")
     dep, drafter = deploy.deployment(), sim.drafter_spec()
     frame = sensitivity(sim.model, sim.hardware, a_list, c_list, deployment=dep, drafter=drafter,
                         batch_sizes=batch_sizes, engine=sim.engine)

@@ -18,7 +18,7 @@ from dsdsim.cli.app import app
 from dsdsim.cli.command import Invocation, Option, echo
 from dsdsim.cli.options import (Acceptance, DeploymentArgs, Output, Plot, SimulatedArgs, TableFmt, TableFormat)
 from dsdsim.cli.output import (check_png, check_writable, emit, is_stdout, output_format, show_or_write,
-                               with_progress)
+                               warn, with_progress)
 from dsdsim.cli.params import option_fields, takes, without
 from dsdsim.defaults import (DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_POLICIES, DEFAULT_REQUESTS, DEFAULT_SEED,
                              DEFAULT_WORKLOAD)
@@ -154,6 +154,11 @@ def simulate(
             raise DsdsimError("--plot - and the simulate output would both go to standard output; write one to a file")
     if sweep is not None and ctx.given("workload"):
         raise DsdsimError("--sweep sets the workload at each load: give either --workload or --sweep, not both")
+    if serve.workload.strip().startswith("trace:"):
+        given = [option for name, option in (("input_len", "--input-len"), ("output_len", "--output-len"))
+                 if ctx.given(name)]
+        if given:
+            warn(f"{' and '.join(given)} not used: a trace carries each request's own lengths")
     loads = None
     if sweep is not None:
         from dsdsim.serve.sweep import parse_loads
@@ -294,8 +299,6 @@ def _group(cls, values: dict):
 
 def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_slo_ms: float,
                     target_tokens_per_s, price_per_gpu_hour, fmt, output, **grouped) -> None:
-    from dataclasses import asdict
-
     from dsdsim.export.serve import load_column, plan_load_records, plan_with_loads
     from dsdsim.plan import plan_rows, require_a_valid_candidate
     from dsdsim.policy.options import PredictOptions
@@ -309,7 +312,9 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
     spec = sim.drafter_spec()
     drafter = "none" if spec is None else spec.label + (f" ({spec.tree.label})" if spec.tree is not None else "")
     dep = deploy.deployment()
-    cands = [c for c in candidates.split(",") if c.strip()]
+    from dsdsim.errors import comma_items
+
+    cands = comma_items(candidates, f"--candidates {candidates!r}", "h100-sxm:tp8,h200-sxm:tp4")
     if spec is None and not ctx.given("policies"):
         serve = replace(serve, policies="none")       # -d none: the one policy that runs without a drafter
     slo = serve.slo if serve.slo is not None else f"tpot={itl_slo_ms:g}"
@@ -327,7 +332,7 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
                             lambda progress: largest_loads(setups, base, policies, executor=serve.executor,
                                                            progress=progress))
     names = [r.candidate for r in rows]
-    recs = plan_load_records([asdict(r) for r in rows], names, largest)
+    recs = plan_load_records([r.to_dict() for r in rows], names, largest)
     kind = base.workload.split(":", 1)[0]
     what = (f"load at which {100 * ATTAINMENT:g}% of requests meet {slo} ({kind} arrivals, the search starting at "
             f"{base.workload}; {_requests_text(base.requests)}, input {base.input_len}, output {base.output_len} tokens)")

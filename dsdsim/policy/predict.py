@@ -26,7 +26,7 @@ import numpy as np
 
 from dsdsim.cost.step import step_time_grid
 from dsdsim.specs.setup import Setup, resolve
-from dsdsim.errors import DsdsimError, whole_number
+from dsdsim.errors import DsdsimError, first_repeat, whole_number
 from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE, Acceptance, TreeAcceptance
 from dsdsim.policy.options import PredictOptions, parse_max_ranges, parse_tolerance
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
@@ -223,7 +223,8 @@ class Prediction:
 
 
 def parse_batch_sizes(text: str | Sequence[int] | None) -> np.ndarray:
-    """'1-1024', '1,2,4,8', '1-64:8' (step) or a list; whole numbers in 1..65536, sorted, unique.
+    """'1-1024', '1,2,4,8', '1-64:8' (step) or a list; whole numbers in 1..65536, sorted, unique (a text that lists
+    a size twice is refused; a list from code is deduplicated).
 
     Bounds are checked on each item before a range is expanded, so '1-100000000' fails at once.
     """
@@ -234,6 +235,10 @@ def parse_batch_sizes(text: str | Sequence[int] | None) -> np.ndarray:
     else:
         parts = text.replace(" ", "").split(",")
         values = [] if not any(parts) else [v for part in parts for v in _batch_item(part, text)]
+        twice = first_repeat(values)               # a text lists each batch size once (as --contexts does)
+        if twice is not None:
+            raise DsdsimError(f"batch size {twice} is listed twice in {text!r} (a value repeated, or ranges that "
+                              "overlap); list each batch size once")
     if not values:
         raise DsdsimError("no batch sizes given; write a list (1,2,4,8) or a range (1-1024)")
     return np.array(sorted(set(values)), dtype=int)       # sorted, unique (np.unique would load numpy.ma)
@@ -389,6 +394,7 @@ def _k_axis(setup: Setup, acceptance, max_k: Optional[int], fixed_k: Optional[in
                 raise DsdsimError(f"a draft tree replaces the K axis (plain decoding or the {tree.label}); "
                                   f"{what} applies to chains only")
         return acc, np.array([0, tree.steps]), tree.steps
+    given_max_k = max_k is not None
     if max_k is None:
         max_k = min(DEFAULT_MAX_K, setup.drafter.max_k)
     if max_k < 1:
@@ -396,6 +402,15 @@ def _k_axis(setup: Setup, acceptance, max_k: Optional[int], fixed_k: Optional[in
     if max_k > setup.drafter.max_k:
         raise DsdsimError(f"max K {max_k} is beyond the {setup.drafter.label} drafter's limit of "
                           f"{setup.drafter.max_k}; lower it")
+    if (given_max_k and acceptance is not None and acc.n_measured > max_k
+            and getattr(acc, "extrapolation", None) != "constant"):
+        import warnings
+
+        from dsdsim.errors import ArgumentWarning
+
+        warnings.warn(ArgumentWarning(
+            f"acceptance is given for {acc.n_measured} positions and K goes to {max_k}: positions "
+            f"{max_k + 1}-{acc.n_measured} are not used (raise --max-k to use them)"), stacklevel=3)
     if fixed_k is None:
         fixed_k = min(DEFAULT_FIXED_K, max_k)
     if not 0 <= fixed_k <= max_k:
@@ -456,6 +471,16 @@ def check_context(context, setup: Setup) -> int:
                           f"(max_position_embeddings in its config.json); give a context of at most {window}")
     if context > MAX_CONTEXT:
         raise DsdsimError(f"context {context} is absurd; the largest accepted is {MAX_CONTEXT} tokens")
+    d = setup.drafter
+    budget = getattr(d, "kv_budget", None) if d is not None else None
+    if budget is not None and budget >= context:
+        import warnings
+
+        from dsdsim.errors import ArgumentWarning
+
+        warnings.warn(ArgumentWarning(
+            f"{d.label}: a KV budget of {budget} tokens holds the whole context of {context}, so the draft is the "
+            "target itself (every draft pass costs a target pass); give a budget below the context"), stacklevel=2)
     return int(context)
 
 

@@ -58,18 +58,6 @@ class SimulationResult:
         return {"workload": self.workload.text, "requests": len(self.requests), "seed": self.seed,
                 "policies": [p.to_dict() for p in self.policies]}
 
-    def report(self) -> dict:
-        """The document ``dsdsim simulate -f json`` writes: the setup, then ``to_dict()``."""
-        from dsdsim.export.serve import simulation_dict
-
-        return simulation_dict(self.setup, self)
-
-    def to_json(self) -> str:
-        """``report()`` as the command writes it (``dsdsim simulate -f json``), byte for byte."""
-        from dsdsim.export.render import to_json
-
-        return to_json(self.report())
-
     def policy(self, name: str) -> PolicyResult:
         for p in self.policies:
             if p.name == name:

@@ -4,11 +4,12 @@ deployment checked against the model. The cost layer takes a Setup (specs), neve
 from __future__ import annotations
 
 import functools
+import warnings
 from pathlib import Path
 from typing import Optional
 
 from dsdsim.defaults import DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_MODEL
-from dsdsim.errors import DsdsimError
+from dsdsim.errors import ArgumentWarning, DsdsimError
 from dsdsim.records import frozen
 from dsdsim.specs.catalog import (catalog_state, engine_and_file, engine_source, hardware_and_file, is_catalog_name,
                                    model_and_file, stamped, unchanged)
@@ -143,6 +144,9 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
         if draft_model.vocab_size != m.vocab_size:
             raise DsdsimError(f"draft model {draft_model.name} has vocabulary {draft_model.vocab_size}, "
                               f"target {m.name} has {m.vocab_size}: a draft model must share the tokenizer")
+    _check_drafter_against_target(d, draft_model, m)
+    if eng is not None and eng.calibration is not None:
+        _warn_calibrated_elsewhere(eng, m, hw, dep)
     taps = getattr(d, "taps", None) if d is not None else None
     if taps is not None and taps > m.num_layers:
         raise DsdsimError(f"{d.label} taps {taps} target layers, but {m.name} has {m.num_layers}: give at most "
@@ -151,6 +155,41 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
         raise DsdsimError(f"{m.name} has no MTP module (num_nextn_predict_layers = 0); "
                           "choose eagle3, eagle or draft-model:MODEL")
     return setup, [f for f in files if f is not None]
+
+
+def _check_drafter_against_target(d, draft_model, m: ModelSpec) -> None:
+    """A drafter that cannot serve this target is an error; one that cannot pay, a warning (README "Arguments
+    checked against each other")."""
+    if d is None:
+        return
+    if d.kind is DrafterKind.eagle3 and d.draft_vocab_size > m.vocab_size:
+        raise DsdsimError(f"{d.label}: a draft vocabulary of {d.draft_vocab_size} is larger than {m.name}'s "
+                          f"{m.vocab_size}; EAGLE-3's draft vocabulary maps into the target's (d2t), so give at most "
+                          f"{m.vocab_size} (eagle3:{min(32000, m.vocab_size)})")
+    if draft_model is not None and draft_model.params_total >= m.params_total:
+        warnings.warn(ArgumentWarning(
+            f"draft model {draft_model.name} ({draft_model.params_total / 1e9:.1f} B parameters) is not smaller than "
+            f"the target {m.name} ({m.params_total / 1e9:.1f} B): each draft pass costs about a target pass, so "
+            "speculation cannot pay"), stacklevel=4)
+
+
+_warned_calibrations: set = set()
+
+
+def _warn_calibrated_elsewhere(eng: EngineSpec, m: ModelSpec, hw: HardwareSpec, dep: Deployment) -> None:
+    """A calibrated engine spec used for another model, GPU or tp than it was fitted on: a warning, once per
+    combination (its factors were fitted on that deployment's points)."""
+    cal = eng.calibration
+    base_hw = hw.name
+    got = (m.name, base_hw, dep.tp)
+    want = (cal.model, cal.hardware, cal.tp)
+    if got == want or (eng.name, got) in _warned_calibrations:
+        return
+    _warned_calibrations.add((eng.name, got))
+    differ = [f"{what} {g} (calibrated on {w})" for what, g, w in zip(("model", "GPU", "tp"), got, want) if g != w]
+    warnings.warn(ArgumentWarning(
+        f"engine spec {eng.name} was calibrated on {cal.model} on {cal.hardware} tp {cal.tp}; used here with "
+        f"{', '.join(differ)}: its fitted factors may not carry over"), stacklevel=4)
 
 
 @functools.lru_cache(maxsize=64)

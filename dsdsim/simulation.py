@@ -2,15 +2,40 @@
 
 The same defaults as the command (model, GPU, drafter eagle3, engine, ``closed:64``, 1000 requests of 512 in / 256
 out, policies ``none,fixed:3,dsd``), the same checks, and the same result: ``SimulationResult.to_json()`` is the
-document ``dsdsim simulate -f json`` writes.
+document ``dsdsim simulate -f json`` writes. It sits above the serving simulator and the views (the package's
+public API layer).
 """
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Callable, Optional
 
 from dsdsim.defaults import (DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_INPUT_LEN, DEFAULT_MODEL,
                              DEFAULT_OUTPUT_LEN, DEFAULT_POLICIES, DEFAULT_REQUESTS, DEFAULT_SEED, DEFAULT_WORKLOAD)
 from dsdsim.errors import DsdsimError
+from dsdsim.records import frozen
+from dsdsim.serve.simulate import SimulationResult
+
+
+@frozen
+class SimulationReport(SimulationResult):
+    """A SimulationResult that writes itself as ``dsdsim simulate -f json`` does (what ``dsdsim.simulate`` returns)."""
+
+    @classmethod
+    def of(cls, result: SimulationResult) -> "SimulationReport":
+        return cls(**{f.name: getattr(result, f.name) for f in fields(result)})
+
+    def report(self) -> dict:
+        """The document ``dsdsim simulate -f json`` writes: the setup, the run, each policy's server."""
+        from dsdsim.export.serve import simulation_dict
+
+        return simulation_dict(self.setup, self)
+
+    def to_json(self) -> str:
+        """``report()`` as the command writes it, byte for byte."""
+        from dsdsim.export.render import to_json
+
+        return to_json(self.report())
 
 
 def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, drafter=DEFAULT_DRAFTER, *,
@@ -19,7 +44,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
              acceptance=None, max_num_seqs: Optional[int] = None, max_num_batched_tokens: Optional[int] = None,
              slo: Optional[str] = None, seed: int = DEFAULT_SEED, executor: Optional[str] = "local",
              progress: Optional[Callable[[int, int], None]] = None):
-    """Serve ``requests`` requests of ``workload`` once per policy on one server; a SimulationResult.
+    """Serve ``requests`` requests of ``workload`` once per policy on one server; a SimulationReport (a
+    SimulationResult whose ``to_json()`` is the command's JSON).
 
     model, hardware, deployment (a Deployment or a dict of its fields), drafter (None: no speculation; the
     policies then default to ``none``), engine: as ``dsdsim.resolve`` takes them. workload, policies, requests,
@@ -46,4 +72,4 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     job = checked(Simulation(setup, workload, policies, requests=requests, input_len=input_len,
                              output_len=output_len, acceptance=acceptance, scheduler=SchedulerConfig(**limits),
                              slo=slo, seed=seed))
-    return simulate_many(job, [job.workload], executor=executor, progress=progress)[0]
+    return SimulationReport.of(simulate_many(job, [job.workload], executor=executor, progress=progress)[0])
