@@ -105,3 +105,33 @@ def test_ctrl_c_stops_a_sweep_at_once_exits_130_and_writes_nothing(tmp_path):
     assert p.returncode == 130, err.decode()[-800:]
     assert not out.exists() and list(tmp_path.iterdir()) == []
     assert b"Traceback" not in err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups and SIGINT are POSIX")
+def test_ctrl_c_stops_a_dask_sweep_cancels_its_tasks_and_writes_nothing(cluster, tmp_path):
+    """Ctrl-C on a sweep sent to a Dask cluster: the command exits 130 at once, nothing is written, and the
+    cluster is left with no task of the sweep running (its futures were cancelled)."""
+    from dask.distributed import Client
+
+    out = tmp_path / "sweep.json"
+    p = subprocess.Popen([sys.executable, "-m", "dsdsim", "simulate", "--requests", "20000", "--sweep",
+                          "closed:8,16,32,64", "--executor", cluster.scheduler_address, "--format", "json",
+                          "-o", str(out)],
+                         start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    with Client(cluster.scheduler_address, timeout=30) as client:
+        deadline = time.monotonic() + 40
+        while not any(client.processing().values()):       # the sweep's tasks have reached the workers
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.2)
+        os.killpg(p.pid, signal.SIGINT)
+        start = time.monotonic()
+        _, err = p.communicate(timeout=30)
+        assert time.monotonic() - start < 3.0
+        assert p.returncode == 130, err.decode()[-800:]
+        assert not out.exists() and list(tmp_path.iterdir()) == []
+        assert b"Traceback" not in err
+        deadline = time.monotonic() + 15
+        while any(client.processing().values()):            # cancelled, not left running on the cluster
+            assert time.monotonic() < deadline, client.processing()
+            time.sleep(0.2)
