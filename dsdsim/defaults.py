@@ -14,6 +14,7 @@ DEFAULT_BATCH_SIZES = "1-1024"       # batch sizes predict and plan evaluate
 DEFAULT_TOLERANCE = 0.005            # goodput a K table may give up at any batch size for fewer ranges (0 = exact)
 DEFAULT_MAX_RANGES = 5               # ranges a K table may have (vLLM's DSD users write 3-5; 0 = the exact table)
 RANGE_LOSS_CAP = 0.02                # under a range budget, every batch size within 2% of its best K where N allow
+CAP_RESOLUTION = 1e-4                # where no budget table meets RANGE_LOSS_CAP, its least worst loss is found to 0.01%
 DEFAULT_KV_DTYPE = "bf16"
 DEFAULT_MEMORY_UTILIZATION = 0.9     # share of GPU memory an engine may use (vLLM's gpu_memory_utilization)
 DEFAULT_DRAFT_TREE = None            # chains of K draft tokens; a tree is STEPS,TOPK,TOKENS (e.g. "4,4,16")

@@ -76,6 +76,30 @@ def test_the_budget_is_optimal_against_brute_force(seed):
     assert score(list(t.k_per_batch)) == pytest.approx(best, rel=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_a_budget_too_small_for_the_cap_keeps_the_least_worst_loss_against_brute_force(seed):
+    """Where no N-range table keeps every batch size within 2% of its best, export_table's worst loss is the least
+    any N-range table has (to CAP_RESOLUTION), and among the tables within that worst loss it has the most goodput."""
+    from dsdsim.defaults import CAP_RESOLUTION
+
+    rng = np.random.default_rng(100 + seed)
+    n_k, n_b, n = int(rng.integers(2, 4)), int(rng.integers(3, 7)), int(rng.integers(1, 3))
+    g = rng.uniform(0.6, 1.4, (n_k, n_b)) * np.arange(1, n_b + 1)[None, :]
+    rel = g / g.max(axis=0)
+    tables = [np.array(ks) for ks in product(range(n_k), repeat=n_b) if count_ranges(np.array(ks)) <= n]
+    worst = {i: float(np.max(1 - rel[ks, np.arange(n_b)])) for i, ks in enumerate(tables)}
+    least = min(worst.values())
+    t = export_table(g, np.arange(n_k), np.argmax(g, axis=0), 0.005, max_ranges=n)
+    if t.max_ranges is None:           # the tolerance alone met the budget
+        return
+    got = float(np.max(1 - rel[t.k_per_batch, np.arange(n_b)]))
+    assert count_ranges(t.k_per_batch) <= n
+    if least > 0.02:
+        assert got <= least + CAP_RESOLUTION + 1e-12
+    within = [rel[ks, np.arange(n_b)].sum() for i, ks in enumerate(tables) if worst[i] <= t.loss_cap + 1e-12]
+    assert rel[t.k_per_batch, np.arange(n_b)].sum() == pytest.approx(max(within), rel=1e-12)
+
+
 def test_export_table_merges_by_tolerance_first_then_spends_the_budget():
     """The 0.5% tolerance merges none here (every flip is >= 1%); a budget of 3 then gives the hand optimum; a budget
     the tolerance table already meets leaves it alone; 0 (or tolerance 0) is the exact table."""
@@ -100,8 +124,9 @@ def test_predict_default_tables_fit_the_budget_and_say_what_they_give_up():
     loss = loss_per_batch(p.goodput, p.k_values, t.k_per_batch)
     assert np.nanmax(loss) == pytest.approx(t.max_goodput_loss) and np.nanmean(loss) == pytest.approx(
         t.mean_goodput_loss)
-    if t.loss_cap is None:          # said so: how many ranges would hold the cap
-        assert t.ranges_for_cap > 5 and f"--max-ranges {t.ranges_for_cap}" in table_summary(p)
+    if t.ranges_for_cap > 5:        # said so: how many ranges would hold the cap, and that this is the least worst
+        assert f"--max-ranges {t.ranges_for_cap}" in table_summary(p)
+        assert "its worst loss is the least a 5-range table can have" in table_summary(p)
     budget = prediction_dict(p)["table"]["budget"]
     assert budget["max_ranges"] == 5 and len(budget["ranges"]) == len(p.ranges())
     merged = [r for r in budget["ranges"] if len(r["exact_ranges"]) > 1]

@@ -13,7 +13,7 @@ from dataclasses import field, fields, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Optional
 
-from dsdsim.defaults import RANGE_LOSS_CAP
+from dsdsim.defaults import CAP_RESOLUTION, RANGE_LOSS_CAP
 from dsdsim.errors import DsdsimError
 from dsdsim.records import frozen
 
@@ -203,11 +203,12 @@ def table_summary(p: "Prediction") -> str:
         text = (f"K table: {_count(after, 'range')} under a budget of {t.max_ranges} (the exact table has {before})"
                 f"{within}; goodput given up against the best K per batch size: mean {_percent(t.mean_goodput_loss)}"
                 f"{weighted}, worst {_percent(t.max_goodput_loss)} at batch {b.worst_batch}")
-        if t.loss_cap is not None:
+        if t.ranges_for_cap is None or t.ranges_for_cap <= t.max_ranges:
             return text + f"; every batch size within {100 * t.loss_cap:g}% of its best"
         return (text + f"; no {t.max_ranges}-range table keeps every batch size within "
                 f"{100 * max(RANGE_LOSS_CAP, t.tolerance):g}% of its best: {t.ranges_for_cap} ranges do "
-                f"(--max-ranges {t.ranges_for_cap})")
+                f"(--max-ranges {t.ranges_for_cap}); its worst loss is the least a {t.max_ranges}-range table can have "
+                f"(to {_percent(CAP_RESOLUTION)})")
     if t.tolerance > 0 and after < before:
         return (f"K table: {_count(after, 'range')} instead of {before}{within}, each batch size giving up at most "
                 f"{100 * t.tolerance:g}% of goodput for fewer ranges; {lost}")
@@ -235,7 +236,8 @@ class BudgetView:
 
     max_ranges: int
     exact_ranges: int
-    loss_cap: Optional[float]                 # every batch size within this of its best (None: no N-range table is)
+    loss_cap: Optional[float]                 # every batch size within this of its best (the cap, or the least a
+    #                                           table of max_ranges can keep: dsdsim.policy.predict.smallest_cap)
     ranges_for_cap: Optional[int]             # the fewest ranges that keep every batch size within the cap
     mean_goodput_loss: float
     weighted_mean_goodput_loss: Optional[float]
