@@ -410,3 +410,33 @@ def test_the_readmes_fitted_terms_are_the_shipped_specs():
         for t in load_engine(stem).terms:
             if t.verified is Verified.fitted:
                 assert f"| {t.name} |" in block
+
+
+@pytest.mark.parametrize("engine, runner, label", [
+    ("vllm@0.26", "v1", "engine vllm 0.24-0.28 (model runner V1)"),
+    ("vllm@0.26", "v2", "engine vllm-mrv2 >=0.24 (model runner V2)"),
+    ("vllm@0.31", "v1", "engine vllm 0.24-0.28 (model runner V1)"),     # VLLM_USE_V2_MODEL_RUNNER=0 through 0.33
+    ("vllm", "v2", "engine vllm >=0.29 (model runner V2)"),
+])
+def test_the_model_runner_on_the_command_line(cli, engine, runner, label):
+    """--model-runner prices the runner asked for, as VLLM_USE_V2_MODEL_RUNNER forces it, the same spec
+    resolve(model_runner=...) picks."""
+    from dsdsim.specs.setup import resolve
+
+    code, out, err = cli("predict", "-b", "1-8", "-e", engine, "--model-runner", runner)
+    assert code == 0, err
+    assert label in out.splitlines()[0]
+    s = resolve(engine=engine, model_runner=runner)
+    assert s.engine.runner == runner
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["-e", "vllm@0.34", "--model-runner", "v1"], "has no model runner V1 (removed in v0.34.0"),
+    (["-e", "vllm@0.20", "--model-runner", "v2"], "no shipped vLLM spec prices model runner V2 for 0.20"),
+    (["-e", "sglang", "--model-runner", "v1"], "has no model runner to choose"),
+    (["--model-runner", "v3"], "write v1 or v2"),
+])
+def test_a_model_runner_that_does_not_exist_is_one_line(cli, argv, fragment):
+    from conftest import one_line_error
+
+    one_line_error(*cli("predict", "-b", "1-8", *argv)[::2], fragment)

@@ -72,6 +72,10 @@ MaxK = Annotated[Optional[int], Option(
 ENGINE_HELP = ("Serving engine whose costs are added to the kernels: a name from `dsdsim list engines` (vllm, sglang, "
                "trtllm, ideal = kernels only) or an engine spec YAML path (e.g. from `dsdsim calibrate --measurements`)")
 Engine = Annotated[str, Option("--engine", "-e", help=ENGINE_HELP)]
+ModelRunner = Annotated[Optional[str], Option(
+    "--model-runner", metavar="v1|v2",
+    help="vLLM's model runner, as VLLM_USE_V2_MODEL_RUNNER=0 / 1 forces it (default: the one the release runs the "
+         "model on; V2 is the only one from 0.34)")]
 DRAFT_TREE_HELP = ("Draft a tree instead of a chain: STEPS,TOPK,TOKENS (e.g. 4,4,16) = STEPS draft passes keeping "
                    "TOPK candidates per sequence, TOKENS draft tokens verified (+1 root: SGLang's "
                    "--speculative-num-draft-tokens is TOKENS+1). Replaces the K axis (tree or plain decoding); "
@@ -132,6 +136,11 @@ class SimulatedArgs:
     drafter: OptionalDrafter = DEFAULT_DRAFTER
     draft_tree: DraftTreeOpt = DEFAULT_DRAFT_TREE
     engine: Engine = DEFAULT_ENGINE
+    model_runner: ModelRunner = None
+
+    def __post_init__(self) -> None:
+        if self.model_runner is not None:       # the engine spec that prices the runner asked for, by its name
+            object.__setattr__(self, "engine", engine_for_runner(self.engine, self.model_runner))
 
     def drafter_spec(self):
         """The drafter with its --draft-tree (None for ``-d none``)."""
@@ -211,6 +220,35 @@ def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: st
                           dp_attention=dp_attention, pp=pp)
     except ValidationError as exc:
         raise DsdsimError(pydantic_one_line(exc, "deployment")) from None
+
+
+def engine_for_runner(engine: str, runner: str) -> str:
+    """The engine spec name pricing vLLM model runner ``runner`` (v1 / v2) for the release ``engine`` names
+    (``vllm``, ``vllm@0.26``); refused for another engine, and for V1 from 0.34, which removed it."""
+    from dsdsim.specs.catalog import load_engine
+    from dsdsim.specs.engine import parse_version
+    from dsdsim.specs.runners import runner_engine
+
+    runner = str(runner).strip().lower()
+    if runner not in ("v1", "v2"):
+        raise DsdsimError(f"--model-runner {runner!r}: write v1 or v2 (vLLM's VLLM_USE_V2_MODEL_RUNNER=0 / 1)")
+    spec = load_engine(engine)
+    family, at, version = str(engine).strip().partition("@")
+    if family.strip() != "vllm" or spec.runner is None:
+        raise DsdsimError(f"--model-runner is vLLM's (V1 or V2 from 0.24); engine {engine!r} has no model runner "
+                          "to choose")
+    version = version.strip() if at else spec.versions.first
+    if runner == "v1" and parse_version(version)[:2] >= (0, 34):
+        raise DsdsimError(f"vLLM {version} has no model runner V1 (removed in v0.34.0: vllm/platforms/interface.py@v0.34.0"
+                          "); drop --model-runner or give a release up to 0.33")
+    from dsdsim.specs.catalog import resolve_engine_name
+
+    # the runner's own spec by file name (a name resolve would move to the release's default runner otherwise)
+    name = runner_engine(engine, spec, None, None, runner) or resolve_engine_name(engine)
+    if load_engine(name).runner != runner:
+        raise DsdsimError(f"no shipped vLLM spec prices model runner {runner.upper()} for {version} (V2 is priced from "
+                          "0.24, the first release with a K table: docs/engine_graphs.md); drop --model-runner")
+    return name
 
 
 def step_from_options(sim: SimulatedArgs, dep, batch: int, k: int, context: int, k_table: bool = False):
