@@ -73,6 +73,17 @@ def test_a_drafter_that_cannot_serve_its_target_is_an_error(cli, drafter, fragme
     one_line_error(*cli("predict", *FAST, "-d", drafter)[::2], fragment)
 
 
+def test_eagle3s_default_draft_vocabulary_is_the_targets_where_the_target_has_fewer_tokens():
+    from dsdsim.specs.catalog import load_model
+    from dsdsim.specs.setup import resolve
+
+    small = load_model("llama-3.1-8b").model_copy(update={"name": "small-vocab", "vocab_size": 1000})
+    assert resolve(small, "h100-sxm", None, "eagle3").drafter.draft_vocab_size == 1000
+    assert resolve("llama-3.1-8b", "h100-sxm", None, "eagle3").drafter.draft_vocab_size == 32000
+    with pytest.raises(Exception, match="a draft vocabulary of 2000 is larger than small-vocab's 1000"):
+        resolve(small, "h100-sxm", None, "eagle3:2000")
+
+
 def test_a_draft_model_no_smaller_than_its_target_is_a_warning(cli):
     code, out, err = cli("predict", "-b", "1-4", "--tp", "4", "-d", "draft-model:llama-3.1-70b", "-f", "json")
     assert code == 0 and json.loads(out)["rows"]

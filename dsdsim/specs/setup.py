@@ -137,6 +137,7 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
         params = EngineParams.of(eng, async_scheduling=async_scheduling,
                                  drafter_kind=engine_method or (d.kind.value if d is not None else None),
                                  tree=d is not None and d.tree is not None)
+    d = _check_drafter_against_target(d, draft_model, m)
     setup = Setup(m, hw, dep, d, draft_model, eng, params,
                   engine_source=engine_source(engine) if engine is not None else None)
     if draft_model is not None:
@@ -144,7 +145,6 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
         if draft_model.vocab_size != m.vocab_size:
             raise DsdsimError(f"draft model {draft_model.name} has vocabulary {draft_model.vocab_size}, "
                               f"target {m.name} has {m.vocab_size}: a draft model must share the tokenizer")
-    _check_drafter_against_target(d, draft_model, m)
     if eng is not None and eng.calibration is not None:
         _warn_calibrated_elsewhere(eng, m, hw, dep)
     taps = getattr(d, "taps", None) if d is not None else None
@@ -157,11 +157,15 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
     return setup, [f for f in files if f is not None]
 
 
-def _check_drafter_against_target(d, draft_model, m: ModelSpec) -> None:
-    """A drafter that cannot serve this target is an error; one that cannot pay, a warning (README "Arguments
-    checked against each other")."""
+def _check_drafter_against_target(d, draft_model, m: ModelSpec):
+    """The drafter, checked against its target: one that cannot serve it is an error, one that cannot pay a warning
+    (README "Arguments checked against each other"). EAGLE-3's default draft vocabulary (32000, the SafeAILab heads')
+    is the target's own where the target has fewer tokens; one given larger than the target's is an error."""
     if d is None:
-        return
+        return d
+    if (d.kind is DrafterKind.eagle3 and d.draft_vocab_size > m.vocab_size
+            and "draft_vocab_size" not in d.model_fields_set):
+        d = d.model_copy(update={"draft_vocab_size": m.vocab_size})
     if d.kind is DrafterKind.eagle3 and d.draft_vocab_size > m.vocab_size:
         raise DsdsimError(f"{d.label}: a draft vocabulary of {d.draft_vocab_size} is larger than {m.name}'s "
                           f"{m.vocab_size}; EAGLE-3's draft vocabulary maps into the target's (d2t), so give at most "
@@ -171,6 +175,7 @@ def _check_drafter_against_target(d, draft_model, m: ModelSpec) -> None:
             f"draft model {draft_model.name} ({draft_model.params_total / 1e9:.1f} B parameters) is not smaller than "
             f"the target {m.name} ({m.params_total / 1e9:.1f} B): each draft pass costs about a target pass, so "
             "speculation cannot pay"), stacklevel=4)
+    return d
 
 
 _warned_calibrations: set = set()
