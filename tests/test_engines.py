@@ -440,3 +440,17 @@ def test_a_model_runner_that_does_not_exist_is_one_line(cli, argv, fragment):
     from conftest import one_line_error
 
     one_line_error(*cli("predict", "-b", "1-8", *argv)[::2], fragment)
+
+
+def test_a_k_table_server_on_model_runner_v1_graphs_the_unrounded_grid():
+    """vLLM 0.24-0.28 model runner V1: a fixed-K server rounds its capture sizes to multiples of K + 1 (FULL decode
+    graphs: 498 is the largest multiple of 3 the grid keeps, so B = 168 at K = 2, 504 tokens, runs eager), a server
+    running a K table runs PIECEWISE graphs on the raw grid (504 tokens pad to the 512 capture: graphed;
+    CompilationConfig.resolve_cudagraph_mode_and_sizes@v0.24.0 rounds only under FULL). Model runner V2 rounds both."""
+    fixed = simulate_step(engine="vllm@0.24", batch=168, k=2)
+    table = simulate_step(engine="vllm@0.24", batch=168, k=2, dynamic=True)
+    assert (fixed.verify_graphed, table.verify_graphed) == (False, True)
+    assert (fixed.verify_padded_tokens, table.verify_padded_tokens) == (504.0, 512.0)
+    v2 = [simulate_step(engine="vllm-mrv2", batch=168, k=2, dynamic=d).verify_graphed for d in (False, True)]
+    assert v2 == [False, False]
+    assert load_engine("vllm@0.24").cuda_graphs.dynamic_multiple_of_verify_tokens is False

@@ -176,6 +176,16 @@ def _next_multiple_size(graphs: CudaGraphs, b, q):
     return size, ok
 
 
+@lru_cache(maxsize=64)
+def graphs_of(graphs: Optional[CudaGraphs], dynamic: bool) -> Optional[CudaGraphs]:
+    """The graphs a step replays: a fixed-K server's ``graphs``, or, for a server running a dynamic K table, the same
+    with its own rounding where the spec states one (``dynamic_multiple_of_verify_tokens``)."""
+    if graphs is None or not dynamic or graphs.dynamic_multiple_of_verify_tokens is None \
+            or graphs.dynamic_multiple_of_verify_tokens == graphs.multiple_of_verify_tokens:
+        return graphs
+    return graphs.model_copy(update={"multiple_of_verify_tokens": graphs.dynamic_multiple_of_verify_tokens})
+
+
 def padded_tokens(graphs: Optional[CudaGraphs], batch, tokens_per_sequence, graphs_on: bool = True
                   ) -> tuple[np.ndarray, np.ndarray]:
     """(tokens per sequence the kernels run for, whether they replay a CUDA graph) for a pass of B sequences with

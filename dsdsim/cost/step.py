@@ -28,7 +28,7 @@ import numpy as np
 
 from dsdsim.cost.drafters.base import DraftPlan
 from dsdsim.cost.drafts import draft_plan
-from dsdsim.cost.engine import EngineTime, engine_time, padded_tokens, small_kernel_s
+from dsdsim.cost.engine import EngineTime, engine_time, graphs_of, padded_tokens, small_kernel_s
 from dsdsim.specs.engine import EngineParams
 from dsdsim.cost import ops as op_kinds
 from dsdsim.cost.layers import PassContext, head_plan, layer_groups, layer_plan, pass_plan
@@ -267,7 +267,8 @@ def _one_step(s: Setup, plan: StepPlan, b: float, kk: float, c: float, dynamic: 
     f = _point_figures(s)
     hw = s.hardware
     q = (f.tree_q if kk > 0 else 1.0) if f.tree_q is not None else kk + 1.0   # _verify_tokens
-    q_verify, graphed = padded_tokens(f.graphs, b, q, f.graphs_on)
+    graphs = graphs_of(f.graphs, dynamic)
+    q_verify, graphed = padded_tokens(graphs, b, q, f.graphs_on)
     # rejection sampling reads target and draft probabilities: two sweeps over the logits when speculating
     verify_point = PassPoint(b, q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=2.0 if kk > 0 else 1.0)
     parts = [(plan.verify, verify_point, None)]
@@ -276,7 +277,7 @@ def _one_step(s: Setup, plan: StepPlan, b: float, kk: float, c: float, dynamic: 
     off_tier = dynamic and f.off_tier_drafts
     draft_s = 0.0
     if plan.draft is not None:
-        draft_graphed = f.draft_on and padded_tokens(f.graphs, b, 1.0, True)[1]   # draft passes: graphed, not padded
+        draft_graphed = f.draft_on and padded_tokens(graphs, b, 1.0, True)[1]   # draft passes: graphed, not padded
         parts = [(dp.ops, p, times) for dp, (p, times) in zip(plan.draft.passes,
                                                                plan.draft.points(b, kk, c, first_at_zero=off_tier))]
         for i, (_, p, times) in enumerate(parts, start=1):
@@ -399,7 +400,7 @@ def _grid_step(s: Setup, plan: StepPlan, b, kk, c, dynamic: bool) -> StepCost:
     """A grid of points in numpy arrays: each planned operator's ``demand`` and ``seconds`` over the grid."""
     m, hw, dep, eng = s.model, s.hardware, s.deployment, s.engine
     q = _verify_tokens(s.drafter, kk)
-    graphs = eng.cuda_graphs if eng is not None else None
+    graphs = graphs_of(eng.cuda_graphs, dynamic) if eng is not None else None
     q_verify, graphed = padded_tokens(graphs, b, q, dep.cuda_graphs)
     _, draft_graphed = padded_tokens(graphs, b, 1.0, _draft_graphs_on(s))   # draft passes: graphed, not padded
     sampling_passes = where(kk > 0, 2.0, 1.0)   # rejection sampling reads target and draft probabilities

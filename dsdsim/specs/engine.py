@@ -255,6 +255,9 @@ class CudaGraphs(FrozenSpec):
     mode: GraphMode = GraphMode.full
     # vLLM with speculation keeps only capture sizes that are multiples of q = K + 1 (uniform decode batches)
     multiple_of_verify_tokens: bool = False
+    # a server running a dynamic K table: whether its capture sizes are rounded so (None: as a fixed-K server's;
+    # vLLM 0.24-0.28 model runner V1 runs such a server on PIECEWISE graphs over the unrounded grid)
+    dynamic_multiple_of_verify_tokens: Optional[bool] = None
     draft_graphs: bool = True            # draft passes replay graphs too (padded by batch)
     source: str = Field(min_length=1)
     verified: Verified
