@@ -98,6 +98,14 @@ def format_percent(fraction, digits: int = 1, *, signed: bool = False, missing: 
     return f"{100 * fraction:{'+' if signed else ''}.{digits}f}%"
 
 
+def median_abs(values) -> float:
+    """The median of |values| (NaN for none): the error figure every fit and report states."""
+    from statistics import median
+
+    v = [abs(float(x)) for x in values]
+    return float(median(v)) if v else float("nan")
+
+
 def format_seconds(seconds: float) -> str:
     return format_si(seconds, "s")
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dsdsim.fit.kernels import (FITTABLE, MoEFamilyFit, MoERow, median_abs, moe_row_seconds, read_moe_rows,
-                                select_terms)
+from dsdsim.fit.kernels import FITTABLE, MoEFamilyFit, MoERow, moe_row_seconds, read_moe_rows, select_terms
+from dsdsim.units import median_abs
 from dsdsim.specs.hardware import HardwareSpec, MoEFamilyFigures, load_hardware
 
 ROOT = Path(__file__).resolve().parents[1]

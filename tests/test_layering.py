@@ -20,7 +20,7 @@ PACKAGE = REPO_ROOT / "dsdsim"
 
 # longest prefix wins; equal layers may import one another
 LAYERS = {
-    "dsdsim.errors": 0, "dsdsim.units": 0, "dsdsim.defaults": 0, "dsdsim.records": 0,
+    "dsdsim.errors": 0, "dsdsim.units": 0, "dsdsim.defaults": 0, "dsdsim.records": 0, "dsdsim.files": 0,
     "dsdsim.specs": 1,
     "dsdsim.cost": 2,
     "dsdsim.policy": 3, "dsdsim.corpus": 3, "dsdsim.fit": 3,     # fit.validation: a validation run's analysis

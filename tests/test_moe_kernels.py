@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
-from dsdsim.fit.kernels import (FITTABLE, Coverage, MoEFamilyFit, MoERow, median_abs, moe_row_seconds, read_moe_rows,
+from dsdsim.fit.kernels import (FITTABLE, Coverage, MoEFamilyFit, MoERow, moe_row_seconds, read_moe_rows,
                                 select_terms)
+from dsdsim.units import median_abs
 from dsdsim.specs.catalog import load_hardware
 from dsdsim.units import DType
 

@@ -98,3 +98,21 @@ def test_one_percent_formatter():
     assert format_percent(0.05, signed=True) == "+5.0%"
     assert (format_percent(None), format_percent(float("nan"), missing="n/a"), format_percent(float("inf"))) == (
         "-", "n/a", "-")
+
+
+def test_one_json_writer():
+    """dsdsim.files.to_json: numpy numbers and arrays, enums and paths as plain values; anything else refused (a
+    report once wrote str() of what it could not encode)."""
+    import json
+    from pathlib import Path
+
+    import numpy as np
+    import pytest
+
+    from dsdsim.files import to_json
+    from dsdsim.units import DType
+
+    doc = json.loads(to_json({"a": np.float64(1.5), "b": np.arange(3), "c": DType.fp8, "d": Path("/x/y")}))
+    assert doc == {"a": 1.5, "b": [0, 1, 2], "c": "fp8", "d": "/x/y"}
+    with pytest.raises(TypeError, match="not JSON serialisable: set"):
+        to_json({"e": {1, 2}})

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import math
 import os
 import re
@@ -410,11 +409,11 @@ def sweeps_json(r: ProbeResult, spec_file: Optional[str] = None, name: Optional[
 def write_sweeps(r: ProbeResult, path: str | Path, spec_file: Optional[str] = None,
                  name: Optional[str] = None) -> Path:
     """Write ``sweeps_json(r)`` to ``path`` (atomically); returns the path."""
+    from dsdsim.files import to_json, write_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(sweeps_json(r, spec_file, name), indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, to_json(sweeps_json(r, spec_file, name), indent=1) + "\n")
     return path
 
 

@@ -12,6 +12,7 @@ from dsdsim.cli.options import ShowFmt, ShowFormat
 from dsdsim.cli.output import check_fixed_format, check_writable, emit, show, with_status, write_atomic
 from dsdsim.errors import DsdsimError
 from dsdsim.export.render import kv_table, to_json
+from dsdsim.units import median_abs
 
 
 def term_value_text(t, value=None) -> str:
@@ -244,8 +245,8 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
     show(Group(_figures_table(cal, len(points)), _points_table(cal, name, setup)))
     loo = [abs(x) for x in cal.loo_error_]
     prior = [abs(f / p.itl_ms - 1) for f, p in zip(cal.prior_ms_, points)]
-    show(f"leave-one-out |error|: median {100 * _median(loo):.1f}%, max {100 * max(loo):.1f}% (the shipped "
-         f"figures: median {100 * _median(prior):.1f}%, max {100 * max(prior):.1f}%): expect the leave-one-out "
+    show(f"leave-one-out |error|: median {100 * median_abs(loo):.1f}%, max {100 * max(loo):.1f}% (the shipped "
+         f"figures: median {100 * median_abs(prior):.1f}%, max {100 * max(prior):.1f}%): expect the leave-one-out "
          "error at the (batch, K) points you did not measure")
     for f in cal.figures_:
         if f.on_bound:
@@ -254,12 +255,6 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
                  "points' batch sizes and acceptance lengths", err=True)
     write_atomic(output, engine_yaml(spec))
     echo(f"wrote {output} (use it with --engine {output}: predict, explain, simulate and plan take it)", err=True)
-
-
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    n = len(v)
-    return 0.5 * (v[(n - 1) // 2] + v[n // 2]) if n else float("nan")
 
 
 def _figures_table(cal, n: int):

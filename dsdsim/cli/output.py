@@ -12,7 +12,7 @@ from typing import Optional
 
 from dsdsim.cli.command import Invocation, echo
 from dsdsim.errors import DsdsimError
-from dsdsim.export import files
+from dsdsim import files
 
 
 def _width() -> int:

@@ -448,7 +448,7 @@ def save_png(display, path: Optional[Path]) -> Optional[Path]:
     """Render to a temporary file and rename, so a failed plot leaves nothing behind."""
     if path is None:
         return None
-    from dsdsim.export.files import atomic_path
+    from dsdsim.files import atomic_path
 
     path = Path(path)
     with atomic_path(path, suffix=".png") as tmp:

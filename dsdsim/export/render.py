@@ -7,8 +7,9 @@ report, a spec summary) and returns something to print; the command line turns i
 from __future__ import annotations
 
 import json
-from enum import Enum
 from typing import TYPE_CHECKING, Optional, Sequence
+
+from dsdsim.files import to_json  # noqa: F401 - the one JSON writer (dsdsim.files), where the views import it
 
 if TYPE_CHECKING:
     from dsdsim.policy.predict import Prediction
@@ -27,23 +28,6 @@ def engine_text(eng) -> str:
     text = f"{eng.name} {versions}" if versions and versions != "-" else str(eng.name)
     runner = getattr(eng, "runner", None)
     return text + (f" (model runner {runner.upper()})" if runner else "")
-
-def to_json(data) -> str:
-    """Indented JSON; numpy scalars and arrays and enums become plain values."""
-    return json.dumps(data, indent=2, default=_json_default)
-
-
-def _json_default(o):
-    import numpy as np
-
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Enum):
-        return o.value
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
 
 # --- spec summaries -----------------------------------------------------------------------------------
 

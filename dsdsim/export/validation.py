@@ -2,11 +2,8 @@
 predicted-vs-measured plot (dsdsim.export.plots.AccuracyDisplay) and the calibrated hardware spec."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from dsdsim.fit.summary import TableCheck, ValidationSummary
 
@@ -34,18 +31,10 @@ def write_report(report: ValidationReport, output_dir: str | Path) -> dict[str, 
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write JSON atomically (temp file + rename): a reader never sees half a report."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
-    tmp.replace(path)
+    """Write the report as JSON, whole or not at all (``dsdsim.files``)."""
+    from dsdsim.files import to_json, write_atomic
 
-
-def _json_default(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
+    write_atomic(path, to_json(data, indent=1) + "\n")
 
 
 def _frac(x) -> str:

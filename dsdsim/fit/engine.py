@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from statistics import median
 from typing import Optional
 
 import numpy as np
@@ -203,9 +202,3 @@ class EngineFit:
         stem, origins = self._spec_info(spec)
         params = ((t.name, Parameter(origins.get(t.name, stem), t.name)) for t in spec.terms)
         return {name: values[p] for name, p in params if p in values}
-
-
-def median_abs(values) -> float:
-    v = [abs(x) for x in values]
-    return float(median(v)) if v else float("nan")
-

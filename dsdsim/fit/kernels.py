@@ -27,6 +27,7 @@ from dsdsim.cost.experts import experts_touched
 from dsdsim.cost.ops import Demand, MoEExperts
 from dsdsim.cost.timing import MoECall, launch_overhead, moe_family_rates, seconds
 from dsdsim.records import frozen
+from dsdsim.units import median_abs
 from dsdsim.specs.hardware import GROUPED_GEMM_LAUNCHES, Figure, HardwareSpec, MoEFamilyFigures, Verified
 from dsdsim.units import DType
 
@@ -361,10 +362,6 @@ def identifiable(rows: Sequence[MoERow], terms: Sequence[str]) -> bool:
                   "align_s_per_expert": lambda r: r.experts}
     return (len(rows) > 2 + len(terms)
             and all(len({grows_with[t](r) for r in rows}) > 1 for t in terms))
-
-
-def median_abs(values) -> float:
-    return float(np.median(np.abs(np.asarray(values, dtype=float)))) if len(values) else float("nan")
 
 
 def select_terms(rows: Sequence[MoERow], hardware: HardwareSpec, family: MoEFamilyFigures,

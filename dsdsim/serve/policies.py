@@ -77,12 +77,11 @@ class StepView:
 @dataclass
 class Policy:
     """A K policy. ``name`` is how results name it; ``lookahead`` the largest K it may choose (the server's
-    num_speculative_tokens, set by ``bind``); ``dynamic``: the server runs a table or controller that changes K
-    (priced as a dynamic-K server). Subclasses implement ``k``."""
+    num_speculative_tokens, set by ``bind``). Which server a policy is priced on follows from its kind
+    (``dsdsim.serve.simulate.server_kind``). Subclasses implement ``k``."""
 
     name: str
     lookahead: int = 0
-    dynamic: bool = False
 
     def bind(self, env: PolicyEnv) -> "Policy":
         """A fresh copy for one run (its own state), checked against the drafter's limit."""
@@ -144,7 +143,7 @@ class TablePolicy(Policy):
         if top > env.max_k:
             raise DsdsimError(f"policy {self.name}: the table's K = {top} is beyond the drafter's limit of {env.max_k}")
         lookup = _dense_lookup(ranges, env.max_num_seqs)
-        return replace(self, ranges=ranges, source=source, _lookup=lookup, lookahead=max(top, 0), dynamic=True)
+        return replace(self, ranges=ranges, source=source, _lookup=lookup, lookahead=max(top, 0))
 
     def k(self, num_requests: int, step: StepView) -> int:
         return self._lookup[min(num_requests, len(self._lookup) - 1)]
@@ -164,7 +163,7 @@ class Oracle(Policy):
         if top > env.max_k:
             raise DsdsimError(f"policy {self.name}: K = {top} is beyond the drafter's limit of {env.max_k}")
         tau = np.asarray(env.acceptance.tau(np.arange(top + 1)), dtype=float)
-        return replace(self, lookahead=top, dynamic=True, _tau=tau, _pricer=env.pricer)
+        return replace(self, lookahead=top, _tau=tau, _pricer=env.pricer)
 
     def k(self, num_requests: int, step: StepView) -> int:
         d, f = step.decode_contexts.size, step.prefills_completing
@@ -200,7 +199,7 @@ class Adaptive(Policy):
                               f"drafter's limit of {env.max_k}")
         initial = min(cands, key=lambda c: (abs(c - ADAPTIVE_INITIAL), c))      # snapped to the nearest candidate
         return replace(self, candidates=tuple(cands), current=initial, ema=float(initial - 1), batches=0,
-                       lookahead=cands[-1], dynamic=True)
+                       lookahead=cands[-1])
 
     def k(self, num_requests: int, step: StepView) -> int:
         return self.current

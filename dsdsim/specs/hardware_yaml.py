@@ -1,7 +1,6 @@
 """Hardware specs as YAML files in the hw_specs/ format (torch-free: used by probe and calibrate)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -36,11 +35,11 @@ def write_spec(spec: HardwareSpec, path: str | Path, header: Optional[str] = Non
     """Write ``spec`` as YAML (hw_specs format) and check that it loads back identically."""
     from dsdsim.specs.hardware import load_hardware
 
+    from dsdsim.files import write_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(spec_yaml(spec, header), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, spec_yaml(spec, header))
     back = load_hardware(path)
     if back != spec:
         raise RuntimeError(f"{path}: the written spec does not load back identically")

@@ -1,4 +1,5 @@
-"""Output files: written whole or not at all, with the permissions the user's umask gives a new file.
+"""Output files: written whole or not at all, with the permissions the user's umask gives a new file, and JSON
+written one way (``to_json``: numpy numbers and arrays, enums and paths as plain values; anything else refused).
 
 A temporary file beside the target is written, given mode 0o666 & ~umask (mkstemp alone makes 0600), then
 renamed over the target, so a reader never sees half a file and a failure leaves nothing behind. OS errors
@@ -19,6 +20,32 @@ from pathlib import Path
 from typing import Iterator
 
 from dsdsim.errors import DsdsimError
+
+
+def json_default(o):
+    """The one rule for values json cannot write: numpy scalars and arrays as Python numbers and lists, enums as
+    their values, paths as text; anything else is an error (a silent str() hid a wrong value in a report)."""
+    from enum import Enum
+
+    if isinstance(o, Enum):
+        return o.value
+    if isinstance(o, os.PathLike):
+        return os.fspath(o)
+    if type(o).__module__ == "numpy":
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def to_json(data, indent: int = 2) -> str:
+    """Indented JSON by ``json_default`` (what every command and report writes)."""
+    import json
+
+    return json.dumps(data, indent=indent, default=json_default)
 
 
 def _umask() -> int:
