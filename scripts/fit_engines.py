@@ -143,6 +143,10 @@ def main(argv=None) -> int:
     if args.check and changed:
         print("would change: " + ", ".join(changed), file=sys.stderr)
         return 1
+    if changed:                 # the spec files a run reads pre-parsed (dsdsim.specs.io.PARSED) follow them
+        from parse_specs import main as parse_specs
+
+        parse_specs([])
     return 0
 
 

@@ -88,7 +88,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from step_reference_cases import REFERENCE
 
+    from parse_specs import main as parse_specs
+
     changed = []
+    if parse_specs(["--check"] if args.check else []):     # the shipped YAML as a run reads it, first
+        changed.append("yaml-parsed.jsonl")
     for path, build, dump in ((CLI, cli_goldens, lambda d: json.dumps(d, indent=2) + "\n"),
                               (WEIGHTS, weights_golden, lambda d: json.dumps(d, indent=1, sort_keys=True) + "\n"),
                               (Path(REFERENCE), step_reference, lambda d: json.dumps(d, sort_keys=True))):

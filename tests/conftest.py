@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,16 +11,6 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_HW = sorted(p.stem for p in (REPO_ROOT / "hw_specs").glob("*.yaml"))
 SHIPPED_MODELS = sorted(p.stem for p in (REPO_ROOT / "model_specs").glob("*.json"))
-
-# Parsed YAML is kept in a cache folder (dsdsim.specs.io): the suite, and the interpreters it starts, keep theirs
-# in a folder of its own, removed at the end, never in the user's ~/.cache.
-_CACHE_DIR = tempfile.mkdtemp(prefix="dsdsim-test-cache-")
-os.environ["DSDSIM_CACHE_DIR"] = _CACHE_DIR
-
-
-def pytest_unconfigure(config):
-    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
-
 
 @pytest.fixture
 def cli(capsys):

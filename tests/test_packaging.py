@@ -72,7 +72,8 @@ print(json.dumps({"intervals": shipped_intervals() is not None, "vllm": catalog.
                   "hw_dir": str(catalog.shipped_dir("hw_specs")), "model_dir": str(catalog.shipped_dir("model_specs")),
                   "hw": catalog.hardware_names(), "models": catalog.model_names(),
                   "module": catalog.__file__, "h100_bw": catalog.load_hardware("h100-sxm").bandwidth,
-                  "corpus_dir": str(catalog.shipped_dir("measurements")), "n_cases": len(load_corpus())}))
+                  "corpus_dir": str(catalog.shipped_dir("measurements")), "n_cases": len(load_corpus()),
+                  "yaml": __import__("sys").modules.get("yaml") is not None}))
 """
 
 
@@ -107,6 +108,7 @@ def test_installed_wheel_finds_its_specs(wheel, tmp_path):
     assert Path(d["corpus_dir"]) == site / "dsdsim" / "measurements"
     assert d["intervals"], "the installed package reads the intervals fitted beside its corpus"
     assert d["vllm"], "an engine version resolves inside the installed package"
+    assert not d["yaml"], "the installed package reads its YAML specs pre-parsed (yaml-parsed.jsonl shipped)"
     assert d["n_cases"] == sum(len(yaml.safe_load(p.read_text())["cases"]) for p in (REPO_ROOT / "measurements").glob("*.yaml"))
 
 

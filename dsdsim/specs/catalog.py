@@ -22,7 +22,7 @@ from typing import Iterable, Optional
 from dsdsim.errors import DsdsimError, SpecError
 from dsdsim.specs.engine import EngineSpec, engine_from_dict
 from dsdsim.specs.hardware import HardwareSpec, hardware_from_dict
-from dsdsim.specs.io import parse_yaml, read_structured
+from dsdsim.specs.io import parse_yaml, pre_parsed, read_structured
 from dsdsim.specs.model import ModelSpec
 
 ENV_SPECS_DIRS = "DSDSIM_SPECS_DIRS"
@@ -358,10 +358,14 @@ def _engine_head(path: Path, stamp: tuple[int, int]) -> Optional[SimpleNamespace
     """``name`` and ``versions`` from the lines before the first other top-level field (parsing only those:
     resolving ``vllm`` must not parse every spec); None where the head does not settle them (a spec that
     extends another and inherits its range, a JSON file, an unreadable head)."""
-    from dsdsim.specs.engine import VersionRange
-
     if path.suffix.lower() not in (".yaml", ".yml"):
         return None
+    try:       # a shipped spec: its whole data pre-parsed (dsdsim.specs.io.PARSED), no YAML to read
+        data = pre_parsed(path, path.read_bytes().decode("utf-8-sig"))
+    except (OSError, UnicodeDecodeError):
+        data = None
+    if data is not None:
+        return _head_of(data)
     lines = []
     try:
         with path.open(encoding="utf-8") as fh:
@@ -373,6 +377,13 @@ def _engine_head(path: Path, stamp: tuple[int, int]) -> Optional[SimpleNamespace
         data = parse_yaml("".join(lines), path.name)
     except (OSError, UnicodeDecodeError, SpecError):
         return None
+    return _head_of(data)
+
+
+def _head_of(data) -> Optional[SimpleNamespace]:
+    """``name`` and ``versions`` of an engine spec's data (None where they are not settled there: see above)."""
+    from dsdsim.specs.engine import VersionRange
+
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return None
     if "versions" not in data:

@@ -1,24 +1,23 @@
-"""Reading spec files (YAML or JSON) with one-line errors, YAML read once per content.
+"""Reading spec files (YAML or JSON) with one-line errors; the shipped YAML read without PyYAML.
 
 Parsing YAML is the slow part of reading a spec: importing PyYAML costs some 90 M instructions (its scanner's
 regular expressions are compiled at import) and building the Python objects of a file runs in Python even with
-the C loader. So each YAML text that parses to plain JSON data (what every spec is) is kept as JSON under the hash
-of its bytes, in ``$DSDSIM_CACHE_DIR`` (default ``$XDG_CACHE_HOME/dsdsim``, else ``~/.cache/dsdsim``; empty to
-keep nothing), and the same text read again, in any process, is ``json.loads`` of that file: the same data, with
-no staleness to check since another text has another hash. A text that Python's json cannot give back as it is
-(integer keys, dates, NaN) is parsed every time; a cache that cannot be written or read is passed by in silence.
+the C loader. So the shipped spec folders (``hw_specs``, ``engine_specs``, ``measurements``) hold their YAML files
+pre-parsed, as JSON, in one file each (``PARSED``: one line per YAML file, its name, the hash of its bytes and its
+data), written by ``scripts/parse_specs.py`` and held equal to PyYAML's reading by a test. A YAML file whose bytes
+hash to its line is read from that line; any other (a user's own spec, a shipped file edited in a checkout) is
+parsed by PyYAML each time. Nothing is written anywhere, the home folder included.
 """
 from __future__ import annotations
 
 import json
 import os
+from functools import lru_cache
 from pathlib import Path
 
 from dsdsim.errors import DsdsimError, SpecError
 
-CACHE_ENV = "DSDSIM_CACHE_DIR"
-_CACHE_FORMAT = "parsed-yaml-1"     # the folder under the cache dir; another layout gets another name
-_CACHE_KEEP = 512                   # entries kept: a write past this removes the oldest half
+PARSED = "yaml-parsed.jsonl"        # in a spec folder: {"file": NAME, "blake2b": HEX, "data": ...} per line
 
 
 def read_text(path, what: str) -> tuple[Path, str]:
@@ -58,23 +57,17 @@ def read_structured(path: Path) -> object:
             raise SpecError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
         except RecursionError:
             raise SpecError(f"{path}: JSON nested too deeply to be a spec file") from None
-    return parse_yaml(text, str(path))
+    data = pre_parsed(path, text)
+    return parse_yaml(text, str(path)) if data is None else data
 
 
 def parse_yaml(text: str, where: str) -> object:
-    """YAML ``text`` parsed with safe semantics (from the cache when this text was parsed before); a syntax
-    problem is one SpecError line naming ``where``."""
-    entry = _cache_entry(text)
-    if entry is not None:
-        try:
-            return json.loads(entry.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            pass                    # absent (the usual miss), or cut short by a full disk: parse the text
+    """YAML ``text`` parsed with safe semantics; a syntax problem is one SpecError line naming ``where``."""
     import yaml
 
     try:
         # the C loader when PyYAML was built with libyaml (several times faster), same safe semantics
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except RecursionError:
         raise SpecError(f"{where}: YAML nested too deeply to be a spec file") from None
     except yaml.YAMLError as exc:
@@ -82,66 +75,52 @@ def parse_yaml(text: str, where: str) -> object:
         at = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "syntax error"
         raise SpecError(f"{where}: malformed YAML{at}: {problem}") from None
-    if entry is not None:
-        _keep(entry, data)
-    return data
 
 
-def cache_dir() -> Path | None:
-    """Where parsed YAML is kept; None when ``DSDSIM_CACHE_DIR`` is set empty."""
-    given = os.environ.get(CACHE_ENV)
-    if given is not None:
-        return Path(given).expanduser() / _CACHE_FORMAT if given else None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dsdsim" / _CACHE_FORMAT
-
-
-def _cache_entry(text: str) -> Path | None:
+def text_hash(text: str) -> str:
+    """The hash a pre-parsed line names its YAML file's text by."""
     from hashlib import blake2b
 
-    folder = cache_dir()
-    if folder is None:
+    return blake2b(text.encode("utf-8"), digest_size=20).hexdigest()
+
+
+def pre_parsed(path: Path, text: str) -> object:
+    """The data of YAML file ``path`` (its ``text``) from its folder's ``PARSED`` file, fresh objects each call;
+    None where the folder has none, or no line for this text (another text hashes otherwise)."""
+    lines = _parsed_lines(str(path.parent))
+    line = lines.get(path.name) if lines else None
+    if line is None or line[0] != text_hash(text):
         return None
-    return folder / f"{blake2b(text.encode('utf-8'), digest_size=20).hexdigest()}.json"
+    return json.loads(line[1])["data"]
 
 
-def _keep(entry: Path, data: object) -> None:
-    """Write ``data`` as JSON at ``entry`` when JSON gives back exactly ``data`` (atomically: a reader never sees
-    half a file); nothing on any failure."""
+@lru_cache(maxsize=16)
+def _parsed_lines(folder: str) -> dict[str, tuple[str, str]]:
+    """file name -> (its hash, its line) of ``folder``'s ``PARSED`` file ({} without one or when unreadable)."""
+    out: dict[str, tuple[str, str]] = {}
     try:
-        encoded = json.dumps(data, ensure_ascii=False)      # .inf as Python's json writes it, Infinity
-        if json.loads(encoded) != data:
-            return                  # integer keys, NaN (unequal to itself): parse this text each time
-    except (TypeError, ValueError, RecursionError):
-        return                      # a date, a set
-    import tempfile
+        with open(os.path.join(folder, PARSED), encoding="utf-8") as fh:
+            for line in fh:
+                head = json.loads(line[:line.index(', "data":')] + "}") if ', "data":' in line else None
+                if head is not None:
+                    out[head["file"]] = (head["blake2b"], line)
+    except (OSError, ValueError):
+        return {}
+    return out
 
+
+def parsed_line(name: str, text: str) -> str:
+    """The ``PARSED`` line of YAML file ``name`` with ``text`` (``scripts/parse_specs.py``): its name and hash first,
+    so a reader finds a file's line without parsing the data of the others."""
+    data = parse_yaml(text, name)
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(encoded)
-            os.replace(tmp, entry)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        _prune(entry.parent)
-    except OSError:
-        pass
-
-
-def _prune(folder: Path) -> None:
-    """Keep the cache to ``_CACHE_KEEP`` entries: past that, the oldest half (by modification time) goes."""
-    entries = [e for e in os.scandir(folder) if e.name.endswith(".json")]
-    if len(entries) <= _CACHE_KEEP:
-        return
-    entries.sort(key=lambda e: e.stat().st_mtime_ns)
-    for e in entries[: len(entries) // 2]:
-        try:
-            os.unlink(e.path)
-        except OSError:
-            pass
+        encoded = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        encoded = None
+    if encoded is None or json.loads(encoded) != data:
+        raise SpecError(f"{name}: its YAML holds what JSON cannot give back (integer keys, dates, NaN); "
+                        "write it as strings")
+    return json.dumps({"file": name, "blake2b": text_hash(text)}, ensure_ascii=False)[:-1] + ', "data": ' + encoded + "}"
 
 
 def validated(model_cls, data: object, where: str):
