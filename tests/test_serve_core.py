@@ -514,3 +514,53 @@ def test_a_scheduler_config_overrides_the_engine_mixing():
     tl = r.policies[0].timeline
     requests, decoding = np.asarray(tl.requests), np.asarray(tl.decoding)
     assert not ((decoding > 0) & (decoding < requests)).any()
+
+
+def test_the_scheduling_rule_is_an_extension_point():
+    """A rule registered by name builds every step: here one that admits no new request while any decodes (a
+    decode-first server), against vllm's mixed steps on the same requests; a rule by name equals the flag it stands
+    for (prefill-first == mixed_prefill False)."""
+    from dsdsim.serve import scheduler as sch
+    from dsdsim.specs.deployment import Deployment
+    from dsdsim.specs.setup import resolve
+
+    class DecodeFirst:
+        name = "decode-first-test"
+        summary = "decodes while any request decodes; prompts only when none does"
+
+        def schedule(self, s, k_guess):
+            if any(s.decoding[r] for r in s.run):
+                return s.running_then_waiting(k_guess, admit=False)
+            return s.running_then_waiting(k_guess, admit=True)
+
+    s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), "eagle3", engine="vllm")
+    args = dict(requests=60, input_len="uniform:200:3000", output_len="64", seed=3)
+    sch.register_rule(DecodeFirst())
+    try:
+        runs = {rule: simulate(s, "poisson:20", "fixed:2", scheduler=SchedulerConfig(rule=rule), **args)
+                for rule in ("vllm", "decode-first-test", "prefill-first")}
+    finally:
+        del sch.RULES["decode-first-test"]
+    tl = runs["decode-first-test"].policies[0].timeline
+    requests, decoding = np.asarray(tl.requests), np.asarray(tl.decoding)
+    assert not ((decoding > 0) & (decoding < requests)).any()            # never a prompt beside a decode
+    assert runs["decode-first-test"].to_dict() != runs["vllm"].to_dict()
+    flag = simulate(s, "poisson:20", "fixed:2", scheduler=SchedulerConfig(mixed_prefill=False), **args)
+    assert flag.to_dict() == runs["prefill-first"].to_dict()
+    with pytest.raises(DsdsimError, match="unknown scheduling rule 'fifo'; use one of: prefill-first, vllm"):
+        SchedulerConfig(rule="fifo")
+    with pytest.raises(DsdsimError, match="a name and a schedule"):
+        sch.register_rule(object())
+
+
+def test_simulate_takes_the_scheduling_rule(cli):
+    code, out, _ = cli("simulate", "--requests", "30", "--policies", "none", "--scheduling", "prefill-first",
+                       "--workload", "poisson:20", "--input-len", "uniform:200:3000", "-f", "json")
+    assert code == 0
+    import dsdsim
+
+    api = dsdsim.simulate(requests=30, policies="none", scheduling="prefill-first", workload="poisson:20",
+                          input_len="uniform:200:3000")
+    assert api.to_json() == out.rstrip("\n")
+    code, _, err = cli("simulate", "--requests", "4", "--scheduling", "fifo")
+    assert code == 2 and "unknown scheduling rule 'fifo'" in err

@@ -67,6 +67,11 @@ class ServeArgs:
     max_num_batched_tokens: Annotated[Optional[int], Option(
         "--max-num-batched-tokens", help="Most tokens in one step, prefill chunks and drafts included (vLLM's "
                                          "max_num_batched_tokens; default 8192)")] = None
+    scheduling: Annotated[Optional[str], Option(
+        "--scheduling", metavar="RULE",
+        help="How each step is built: vllm (running requests, then waiting ones mixed in: vLLM V1) or "
+             "prefill-first (a prefill batch whenever one can be formed: SGLang without mixed chunks); default: "
+             "the engine's")] = None
     slo: Annotated[Optional[str], Option("--slo", metavar="ttft=MS,tpot=MS", help=SLO_HELP)] = None
     seed: Annotated[int, Option("--seed", help="Random seed of arrivals, lengths and acceptance")] = DEFAULT_SEED
     executor: Annotated[Optional[str], Option("--executor", metavar="local|processes|dask://HOST:PORT",
@@ -93,6 +98,8 @@ class ServeArgs:
         from dsdsim.serve.scheduler import SchedulerConfig
 
         values = {"memory_utilization": memory_utilization}
+        if self.scheduling is not None:
+            values["rule"] = self.scheduling
         for name, option in (("max_num_seqs", "--max-num-seqs"),
                              ("max_num_batched_tokens", "--max-num-batched-tokens")):
             value = getattr(self, name)

@@ -21,6 +21,12 @@ Mirrors ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``) with its de
    and the free blocks, so a larger K than K' is taken only where it fits, and every decoding request verifies the
    same K (``ScheduledStep`` has one): when the budget squeezes one of them, the step's K is lowered for all.
 
+The rule that builds a step is the one extension point (``SchedulingRule``, registered in ``RULES`` by name):
+``vllm`` (the above: running requests, then waiting ones mixed into the same step) and ``prefill-first`` (SGLang
+without ``--enable-mixed-chunk``: a prefill batch whenever one can be formed, else the decode batch). A new rule
+(priority, a fairness cap) is a class with a ``name`` and ``schedule(scheduler, k_guess) -> Plan`` built from the
+Scheduler's own steps (``running_then_waiting``, ``prefill_batch``), passed to ``register_rule``.
+
 Not modelled: prefix caching, ``long_prefill_token_threshold`` and partial-prefill limits, priority scheduling,
 ``max_model_len`` truncation (a request longer than the model's window is refused before the run), async scheduling's
 one-step lag, structured output, encoder budgets.
@@ -30,7 +36,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -55,6 +61,8 @@ class SchedulerConfig:
     mixed_prefill: a step runs prefill chunks and decodes together (vLLM V1); False: a step is a prefill batch or a
         decode batch, prefills first whenever one can be formed (SGLang without ``--enable-mixed-chunk``). None: what
         the engine spec says (``EngineSpec.mixed_prefill``; mixed where it says nothing).
+    rule: the name of the ``SchedulingRule`` that builds each step (``RULES``); None: ``prefill-first`` where
+        ``mixed_prefill`` is False, else ``vllm``.
     """
 
     max_num_seqs: int = 256
@@ -63,6 +71,7 @@ class SchedulerConfig:
     memory_utilization: float = 0.9
     chunked_prefill: bool = True
     mixed_prefill: Optional[bool] = None
+    rule: Optional[str] = None
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
@@ -76,6 +85,15 @@ class SchedulerConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise DsdsimError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
                               f"({self.max_num_seqs}), as vLLM requires")
+        if self.rule is not None:
+            rule_named(self.rule)
+
+    @property
+    def rule_name(self) -> str:
+        """The rule that builds each step: ``rule``, else what ``mixed_prefill`` says."""
+        if self.rule is not None:
+            return self.rule
+        return PrefillFirst.name if self.mixed_prefill is False else MixedChunked.name
 
 
 @dataclass
@@ -98,6 +116,56 @@ class Plan:
 
 
 _NONE = np.zeros(0, dtype=np.int64)
+
+
+class SchedulingRule(Protocol):
+    """How one step is built from the server's state: which requests run and how many tokens each (a ``Plan``)."""
+
+    name: str
+    summary: str
+
+    def schedule(self, s: "Scheduler", k_guess: int) -> Plan: ...
+
+
+class MixedChunked:
+    """vLLM V1 (``Scheduler.schedule``): running requests first, decoders at 1 + K tokens, then waiting ones FCFS
+    in the same step, their prompts chunked under the token budget."""
+
+    name = "vllm"
+    summary = "running requests, then waiting ones in the same step (chunked prefill mixed with decodes; vLLM V1)"
+
+    def schedule(self, s: "Scheduler", k_guess: int) -> Plan:
+        return s.running_then_waiting(k_guess, admit=True)
+
+
+class PrefillFirst:
+    """SGLang without ``--enable-mixed-chunk``: a prefill batch whenever one can be formed, else the decode batch
+    (``Scheduler.get_next_batch_to_run`` runs a new extend batch before the running decode batch)."""
+
+    name = "prefill-first"
+    summary = "a prefill batch whenever one can be formed, else the decode batch (SGLang without mixed chunks)"
+
+    def schedule(self, s: "Scheduler", k_guess: int) -> Plan:
+        plan = s.prefill_batch()
+        return plan if plan is not None else s.running_then_waiting(k_guess, admit=False)
+
+
+RULES: dict[str, SchedulingRule] = {r.name: r for r in (MixedChunked(), PrefillFirst())}
+
+
+def register_rule(rule: SchedulingRule) -> None:
+    """Make ``rule`` available by its name (``SchedulerConfig(rule=...)``, ``simulate --scheduling``)."""
+    name = getattr(rule, "name", None)
+    if not isinstance(name, str) or not name or not callable(getattr(rule, "schedule", None)):
+        raise DsdsimError("a scheduling rule has a name and a schedule(scheduler, k_guess) method")
+    RULES[name] = rule
+
+
+def rule_named(name: str) -> SchedulingRule:
+    rule = RULES.get(str(name).strip().lower())
+    if rule is None:
+        raise DsdsimError(f"unknown scheduling rule {name!r}; use one of: {', '.join(sorted(RULES))}")
+    return rule
 
 
 def _ceil_div(a, b):
@@ -136,6 +204,7 @@ class Scheduler:
         self.waiting: deque[int] = deque()               # WAITING, FCFS; preempted requests go to the front
         self.finished = 0
         self.preemptions = 0
+        self.rule = rule_named(config.rule_name)
 
     # ------------------------------------------------------------------------------------------- the client
 
@@ -164,14 +233,16 @@ class Scheduler:
     # ------------------------------------------------------------------------------------------- one step
 
     def schedule(self, k_guess: int) -> Plan:
-        """Build the step: running requests (decoders at 1 + ``k_guess`` tokens), then waiting ones. Without mixed
-        prefill, a prefill batch whenever one can be formed, else the decode batch."""
+        """Build the step by the configured rule (``SchedulingRule``)."""
+        return self.rule.schedule(self, k_guess)
+
+    def running_then_waiting(self, k_guess: int, admit: bool = True) -> Plan:
+        """The running requests (decoders at 1 + ``k_guess`` tokens, prefills their next chunk) under the token
+        budget and the free blocks, preempting when blocks run out; then, with ``admit`` and no preemption, waiting
+        requests FCFS. Without ``admit`` (a decode batch) running requests still prefilling wait for a prefill
+        batch."""
         cfg, bs, la = self.cfg, self.cfg.block_size, self.lookahead
-        separate = cfg.mixed_prefill is False
-        if separate:
-            plan = self._prefill_batch()
-            if plan is not None:
-                return plan
+        separate = not admit
         budget = cfg.max_num_batched_tokens
         k_guess = min(int(k_guess), la)
         preempted = False
@@ -206,7 +277,7 @@ class Scheduler:
             kept = self._schedule_with_preemption(extra, need, grant)
             preempted = True
             ids, dec, grant = ids[:kept], dec[:kept], grant[:kept]
-        if total > budget or preempted:
+        if total > budget or preempted or separate:   # a request granted no token is not in the step
             on = grant > 0
             ids, dec, grant = ids[on], dec[on], grant[on]
         left = budget - int(grant.sum())
@@ -220,7 +291,7 @@ class Scheduler:
         covered = k_guess if total <= budget else -1     # every decoding request holds the blocks of this K
         return Plan(dec_ids, pre_ids, pre_chunks, self._k_cap(dec_ids, int(pre_chunks.sum()), covered), covered)
 
-    def _prefill_batch(self) -> Optional[Plan]:
+    def prefill_batch(self) -> Optional[Plan]:
         """A prefill-only step (SGLang's extend batch): the running requests still prefilling continue their prompt,
         then waiting ones are admitted, under the token budget and the free blocks; None when none can run (the
         decode batch runs instead)."""
