@@ -9,9 +9,10 @@
                  judged in a fresh process; also printed after one large array has been freed, when glibc's
                  malloc has raised its trim threshold and stops returning the grid's temporaries to the OS
   predict        `python -m dsdsim predict` (defaults), wall-clock median of 5 runs    target <= 0.3 s
-                 as every run after a machine's first reads its specs: the YAML parsed before, from the cache
-                 (dsdsim.specs.io; the bench keeps its own, warmed by one run that is not timed). Beside it,
-                 without a target: the same predict with no cache (a first run: PyYAML parses every spec); the
+                 as every run after a machine's first reads its specs (this release reads the shipped YAML
+                 pre-parsed, dsdsim.specs.io.PARSED, and keeps no cache; for an older checkout with a parsed-YAML
+                 cache, the bench keeps its own, warmed by one run that is not timed). Beside it, without a target:
+                 the same predict with no cache (a first run: there PyYAML parses every spec; here the same); the
                  floor, starting Python, importing the libraries that path loads (numpy, pydantic) and
                  defining one pydantic model (which loads pydantic's schema machinery, as the first spec does),
                  with predict's settings (one OpenBLAS thread, no pydantic plugin search);
