@@ -454,3 +454,16 @@ def test_a_k_table_server_on_model_runner_v1_graphs_the_unrounded_grid():
     v2 = [simulate_step(engine="vllm-mrv2", batch=168, k=2, dynamic=d).verify_graphed for d in (False, True)]
     assert v2 == [False, False]
     assert load_engine("vllm@0.24").cuda_graphs.dynamic_multiple_of_verify_tokens is False
+
+
+def test_sglang_speculative_servers_run_48_requests_unless_told_and_predict_says_so(cli):
+    """SGLang sets max_running_requests = 48 for EAGLE-family speculation (server_args.py
+    _handle_speculative_decoding): a table past batch 48 is for a server started with --max-running-requests."""
+    for name in ("sglang@0.4.10", "sglang@0.5.6", "sglang"):
+        assert load_engine(name).speculative_max_requests.value == 48
+    assert load_engine("vllm").speculative_max_requests is None
+    code, out, _ = cli("predict", "-e", "sglang", "-b", "1-64", "-f", "json")
+    notes = json.loads(out)["notes"]
+    assert code == 0 and any("runs at most 48 requests on a speculative server" in n for n in notes)
+    code, out, _ = cli("predict", "-e", "sglang", "-b", "1-48", "-f", "json")
+    assert not any("runs at most 48" in n for n in json.loads(out)["notes"])

@@ -217,6 +217,15 @@ class EngineFlag(FrozenSpec):
     note: Optional[str] = None
 
 
+class EngineLimit(FrozenSpec):
+    """A whole-number limit of the engine, with its source (SGLang's 48 running requests under speculation)."""
+
+    value: int = Field(ge=1)
+    source: str = Field(min_length=1)
+    verified: Verified
+    note: Optional[str] = None
+
+
 class Overlap(FrozenSpec):
     """Whether the host work of a step runs while the device runs the previous one (async scheduling)."""
 
@@ -394,6 +403,8 @@ class EngineSpec(FrozenSpec):
     # batch or a decode batch, prefills first (SGLang without --enable-mixed-chunk). None: mixed. The serving
     # simulation (dsdsim.serve.scheduler) reads it.
     mixed_prefill: Optional[EngineFlag] = None
+    # the most requests a speculative server runs at once unless told otherwise (SGLang: max_running_requests 48)
+    speculative_max_requests: Optional[EngineLimit] = None
     cuda_graphs: CudaGraphs
     moe_kernels: Optional[MoEKernels] = None
     draft_shape: DraftShape = DraftShape.chain
