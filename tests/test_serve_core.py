@@ -564,3 +564,20 @@ def test_simulate_takes_the_scheduling_rule(cli):
     assert api.to_json() == out.rstrip("\n")
     code, _, err = cli("simulate", "--requests", "4", "--scheduling", "fifo")
     assert code == 2 and "unknown scheduling rule 'fifo'" in err
+
+
+def test_an_sglang_speculative_server_runs_at_most_48_requests_unless_told():
+    """SGLang's server_args sets max_running_requests = 48 for EAGLE-family speculation: its speculative servers
+    (fixed:K, dsd) admit at most 48 of 64 clients, the server without speculation up to the default 256; a given
+    max_num_seqs holds for every server. vLLM has no such limit."""
+    from dsdsim.specs.deployment import Deployment
+    from dsdsim.specs.setup import resolve
+
+    s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), "eagle3", engine="sglang@0.5.6")
+    args = dict(requests=128, input_len="128", output_len="64", seed=1)
+    most = {p.name: max(p.timeline.requests) for p in simulate(s, "closed:64", "none,fixed:2", **args).policies}
+    assert most == {"none": 64, "fixed:2": 48}
+    told = simulate(s, "closed:64", "fixed:2", scheduler=SchedulerConfig(max_num_seqs=64), **args).policies[0]
+    assert max(told.timeline.requests) == 64
+    v = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), "eagle3", engine="vllm")
+    assert max(simulate(v, "closed:64", "fixed:2", **args).policies[0].timeline.requests) == 64

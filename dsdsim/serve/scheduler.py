@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Protocol, Sequence
 
 import numpy as np
@@ -51,7 +51,8 @@ class SchedulerConfig:
     max_num_seqs: requests running at once. 256 is vLLM's ``vllm serve`` default on GPUs under 70 GiB and on the A100
         (``EngineArgs.get_batch_defaults`` in ``vllm/engine/arg_utils.py``: ``default_max_num_seqs``); on larger GPUs
         (H100, H200, MI300X) vLLM's default is 1024 since V1. 256 keeps the table and the batches in the range most
-        deployments set.
+        deployments set. None: that default, or the engine's own limit for a speculative server where its spec
+        states one (SGLang: 48 running requests, ``EngineSpec.speculative_max_requests``; ``for_server``).
     max_num_batched_tokens: tokens per step. 8192 is vLLM V1's ``vllm serve`` default with chunked prefill on GPUs of
         >= 70 GiB other than the A100 (same function; 2048 on smaller GPUs; the SchedulerConfig fallback in
         ``vllm/config/scheduler.py`` is 2048).
@@ -65,7 +66,7 @@ class SchedulerConfig:
         ``mixed_prefill`` is False, else ``vllm``.
     """
 
-    max_num_seqs: int = 256
+    max_num_seqs: Optional[int] = None
     max_num_batched_tokens: int = 8192
     block_size: int = 16
     memory_utilization: float = 0.9
@@ -75,6 +76,8 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            if name == "max_num_seqs" and self.max_num_seqs is None:
+                continue
             v = whole_number(getattr(self, name), name)
             if v < 1:
                 raise DsdsimError(f"{name} must be >= 1, got {v}")
@@ -82,11 +85,20 @@ class SchedulerConfig:
         mu = self.memory_utilization
         if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not 0 < mu <= 1:
             raise DsdsimError(f"memory_utilization must be in (0, 1], got {mu!r}")
-        if self.max_num_batched_tokens < self.max_num_seqs:
+        if self.max_num_seqs is not None and self.max_num_batched_tokens < self.max_num_seqs:
             raise DsdsimError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
                               f"({self.max_num_seqs}), as vLLM requires")
         if self.rule is not None:
             rule_named(self.rule)
+
+    def for_server(self, engine, speculative: bool) -> "SchedulerConfig":
+        """These limits with max_num_seqs settled for one server: as given, else the engine's limit for a
+        speculative server where its spec states one, else DEFAULT_MAX_NUM_SEQS."""
+        if self.max_num_seqs is not None:
+            return self
+        limit = getattr(engine, "speculative_max_requests", None) if speculative else None
+        seqs = min(DEFAULT_MAX_NUM_SEQS, limit.value) if limit is not None else DEFAULT_MAX_NUM_SEQS
+        return replace(self, max_num_seqs=seqs)
 
     @property
     def rule_name(self) -> str:
@@ -116,6 +128,7 @@ class Plan:
 
 
 _NONE = np.zeros(0, dtype=np.int64)
+DEFAULT_MAX_NUM_SEQS = 256      # SchedulerConfig.max_num_seqs where neither it nor the engine says otherwise
 
 
 class SchedulingRule(Protocol):
@@ -181,7 +194,7 @@ class Scheduler:
 
     def __init__(self, arrival_s: Sequence[float], input_len: Sequence[int], output_len: Sequence[int],
                  config: SchedulerConfig, kv_blocks: int, lookahead: int, concurrency: Optional[int] = None):
-        self.cfg = config
+        self.cfg = config if config.max_num_seqs is not None else config.for_server(None, False)
         self.arrival = np.asarray(arrival_s, dtype=float)
         self.in_len = np.asarray(input_len, dtype=np.int64)
         self.out_len = np.asarray(output_len, dtype=np.int64)

@@ -146,16 +146,19 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     context = int(round(float(ins.mean()) + float(outs.mean()) / 2))
     pricers = _Pricers(setup, pricer)
     bound = []
+    configs = []
     for p in pols:
         pr = pricers.for_policy(p)
-        bound.append((p.bind(PolicyEnv(setup, acc, context, cfg.max_num_seqs, pr, int(pr.max_k))), pr))
+        c = cfg.for_server(getattr(setup, "engine", None), server_kind(p) != "plain")   # SGLang: 48 with a drafter
+        configs.append(c)
+        bound.append((p.bind(PolicyEnv(setup, acc, context, c.max_num_seqs, pr, int(pr.max_k))), pr))
     # one stream per request of output_len + MAX_K uniforms, whichever policies run: a policy's draws do not depend
     # on the others simulated with it
     draws = draw_acceptance(acc, outs, max([MAX_K] + [b.lookahead for b, _ in bound]), rng_acceptance)
     results = []
     for i, (policy, pr) in enumerate(bound):
         tick = None if progress is None else (lambda f, i=i: progress((i + f) / len(bound)))
-        results.append(_run(policy, pr, arrivals, ins, outs, wl.concurrency, cfg, draws, slo, tick))
+        results.append(_run(policy, pr, arrivals, ins, outs, wl.concurrency, configs[i], draws, slo, tick))
     if progress is not None:
         progress(1.0)
     return SimulationResult(results, setup, wl, reqs, seed, context)
