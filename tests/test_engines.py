@@ -467,3 +467,19 @@ def test_sglang_speculative_servers_run_48_requests_unless_told_and_predict_says
     assert code == 0 and any("runs at most 48 requests on a speculative server" in n for n in notes)
     code, out, _ = cli("predict", "-e", "sglang", "-b", "1-48", "-f", "json")
     assert not any("runs at most 48" in n for n in json.loads(out)["notes"])
+
+
+def test_vllm_captures_to_1024_tokens_on_sm100_only():
+    """vLLM from 0.29 (VllmConfig._set_cudagraph_sizes: the largest capture 1024 on SM100,
+    is_device_capability_family(100)): B200 and B300 graph a fixed K = 1 server to 512 sequences, the RTX 5090
+    (SM120, also Blackwell) and the H100 to 256; model runner V1 releases keep 512 tokens everywhere."""
+    from dsdsim.cost.engine import graphs_on
+    from dsdsim.specs.catalog import load_hardware
+
+    vllm = load_engine("vllm").cuda_graphs
+    tops = {hw: graphs_on(vllm, load_hardware(hw)).capture_sizes[-1] for hw in ("b200", "b300", "rtx-5090", "h100-sxm")}
+    assert tops == {"b200": 1024, "b300": 1024, "rtx-5090": 512, "h100-sxm": 512}
+    assert graphs_on(load_engine("vllm@0.26").cuda_graphs, load_hardware("b200")).capture_sizes[-1] == 512
+    graphed = [simulate_step(hardware=hw, batch=400, k=1).verify_graphed for hw in ("b200", "h100-sxm")]
+    assert graphed == [True, False]
+    assert load_hardware("b300").compute_capability.family == "10"

@@ -177,6 +177,18 @@ def _next_multiple_size(graphs: CudaGraphs, b, q):
 
 
 @lru_cache(maxsize=64)
+def graphs_on(graphs: Optional[CudaGraphs], hw: HardwareSpec) -> Optional[CudaGraphs]:
+    """The engine's graphs on this part: its capture sizes for the part's compute-capability family where the spec
+    lists them (``capture_sizes_by_capability``), else as they are."""
+    if graphs is None or not graphs.capture_sizes_by_capability or hw.compute_capability is None:
+        return graphs
+    sizes = graphs.capture_sizes_by_capability.get(hw.compute_capability.family)
+    if sizes is None:
+        return graphs
+    return graphs.model_copy(update={"capture_sizes": tuple(sizes), "capture_sizes_by_capability": None})
+
+
+@lru_cache(maxsize=64)
 def graphs_of(graphs: Optional[CudaGraphs], dynamic: bool) -> Optional[CudaGraphs]:
     """The graphs a step replays: a fixed-K server's ``graphs``, or, for a server running a dynamic K table, the same
     with its own rounding where the spec states one (``dynamic_multiple_of_verify_tokens``)."""

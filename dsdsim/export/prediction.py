@@ -510,11 +510,11 @@ def eager_ranges(p: "Prediction") -> Optional[str]:
     so their steps run eager (``dsdsim.cost.engine.padded_tokens``, the rule the step times use), as one line."""
     import numpy as np
 
-    from dsdsim.cost.engine import padded_tokens
+    from dsdsim.cost.engine import graphs_on, padded_tokens
     from dsdsim.specs.engine import GraphPadding
 
     eng = p.setup.engine
-    graphs = eng.cuda_graphs if eng is not None else None
+    graphs = graphs_on(eng.cuda_graphs, p.setup.hardware) if eng is not None else None
     if graphs is None or graphs.capture_sizes is None or not p.setup.deployment.cuda_graphs:
         return None
     parts = []

@@ -267,6 +267,9 @@ class CudaGraphs(FrozenSpec):
     # a server running a dynamic K table: whether its capture sizes are rounded so (None: as a fixed-K server's;
     # vLLM 0.24-0.28 model runner V1 runs such a server on PIECEWISE graphs over the unrounded grid)
     dynamic_multiple_of_verify_tokens: Optional[bool] = None
+    # capture sizes on parts of one compute-capability family (the key: its major version, '10' for SM100), where
+    # the engine's default differs there (vLLM from 0.28: the largest capture 1024 tokens on SM100, not 512)
+    capture_sizes_by_capability: Optional[dict[str, tuple[int, ...]]] = None
     draft_graphs: bool = True            # draft passes replay graphs too (padded by batch)
     source: str = Field(min_length=1)
     verified: Verified
@@ -274,10 +277,13 @@ class CudaGraphs(FrozenSpec):
 
     @model_validator(mode="after")
     def _sizes(self) -> "CudaGraphs":
-        s = self.capture_sizes
-        if s is not None:
-            if not s or any(x < 1 for x in s) or list(s) != sorted(set(s)):
-                raise ValueError("capture_sizes must be whole numbers >= 1, increasing, without repeats")
+        lists = [self.capture_sizes, *(self.capture_sizes_by_capability or {}).values()]
+        for s in lists:
+            if s is not None:
+                if not s or any(x < 1 for x in s) or list(s) != sorted(set(s)):
+                    raise ValueError("capture_sizes must be whole numbers >= 1, increasing, without repeats")
+        if self.capture_sizes_by_capability and self.capture_sizes is None:
+            raise ValueError("capture_sizes_by_capability needs capture_sizes (the sizes on other parts)")
         return self
 
 

@@ -333,6 +333,21 @@ class Generation(str, Enum):
     tpu = "tpu"                  # Google TPU (v5e, v6e)
 
 
+class CapabilityTag(FrozenSpec):
+    """An NVIDIA part's CUDA compute capability ('10.0'), with where it is stated: engines key some defaults on its
+    family (vLLM captures CUDA graphs to 1024 tokens on SM100: ``is_device_capability_family(100)``)."""
+
+    value: str = Field(pattern=r"^[0-9]+\.[0-9]+$")
+    source: str = Field(min_length=1)
+    verified: Verified
+    note: Optional[str] = None
+
+    @property
+    def family(self) -> str:
+        """The major version: '10' for SM100 and SM103 (B200, GB200, B300), '12' for SM120 (RTX 50)."""
+        return self.value.split(".")[0]
+
+
 class GenerationTag(FrozenSpec):
     """The part's generation, with where it is stated."""
 
@@ -370,6 +385,7 @@ class HardwareSpec(FrozenSpec):
     description: str = ""
     vendor: str = ""
     generation: Optional[GenerationTag] = None       # absent (a user's or a probed spec): engines use their default
+    compute_capability: Optional[CapabilityTag] = None   # NVIDIA parts: engines' per-capability defaults
     memory_bytes: Figure
     memory_bandwidth_bytes_per_s: Figure
     peak_flops_per_s: dict[DType, Figure]
