@@ -483,3 +483,18 @@ def test_vllm_captures_to_1024_tokens_on_sm100_only():
     graphed = [simulate_step(hardware=hw, batch=400, k=1).verify_graphed for hw in ("b200", "h100-sxm")]
     assert graphed == [True, False]
     assert load_hardware("b300").compute_capability.family == "10"
+
+
+def test_vllm_0_29_graphs_the_uniform_decode_batches_of_each_k():
+    """From 0.29 the capture list holds n x (K + 1) for the grid's request counts (PR #50488): a fixed-K server
+    graphs to 168 sequences at K = 2 and 72 at K = 6, where the rounded grid alone (0.26) stops at 166 and 71."""
+    from dsdsim.cost.engine import _multiples
+
+    def limits(engine):
+        g = load_engine(engine).cuda_graphs
+        return [max(_multiples(g, float(k + 1))) // (k + 1) for k in range(8)]
+
+    assert limits("vllm") == [512, 256, 168, 128, 100, 83, 72, 64]
+    assert limits("vllm@0.26") == [512, 256, 166, 128, 100, 83, 71, 64]
+    assert simulate_step(batch=168, k=2).verify_graphed and not simulate_step(engine="vllm@0.26", batch=168,
+                                                                               k=2).verify_graphed

@@ -155,7 +155,14 @@ def _multiples(graphs: CudaGraphs, q: float) -> tuple[int, ...]:
     the spec, whose hash is kept, not by its sizes (a tuple hashes all its items on every call)."""
     sizes = graphs.capture_sizes
     top = sizes[-1]
-    return tuple(sorted({math.ceil(s / q) * int(q) for s in sizes if math.ceil(s / q) * q <= top}))
+    kept = {math.ceil(s / q) * int(q) for s in sizes if math.ceil(s / q) * q <= top}
+    if graphs.uniform_decode_request_grid:      # and n x q for the request counts of the grid, within the largest
+        kept |= {n * int(q) for n in _REQUEST_COUNTS if n * q <= top}
+    return tuple(sorted(kept))
+
+
+# vllm/config/vllm.py@v0.29.0 VllmConfig._set_cudagraph_sizes: the request counts of the uniform decode sizes
+_REQUEST_COUNTS = (1, 2, 4, *range(8, 256, 8), *range(256, 8193, 16))
 
 
 def _next_multiple_size(graphs: CudaGraphs, b, q):

@@ -267,6 +267,9 @@ class CudaGraphs(FrozenSpec):
     # a server running a dynamic K table: whether its capture sizes are rounded so (None: as a fixed-K server's;
     # vLLM 0.24-0.28 model runner V1 runs such a server on PIECEWISE graphs over the unrounded grid)
     dynamic_multiple_of_verify_tokens: Optional[bool] = None
+    # vLLM from 0.29: the capture list also holds n x q for the request counts [1, 2, 4] + range(8, 256, 8) +
+    # range(256, .., 16), within the largest size (the uniform decode batches of each K: PR #50488, #54418)
+    uniform_decode_request_grid: bool = False
     # capture sizes on parts of one compute-capability family (the key: its major version, '10' for SM100), where
     # the engine's default differs there (vLLM from 0.28: the largest capture 1024 tokens on SM100, not 512)
     capture_sizes_by_capability: Optional[dict[str, tuple[int, ...]]] = None
