@@ -498,3 +498,17 @@ def test_vllm_0_29_graphs_the_uniform_decode_batches_of_each_k():
     assert limits("vllm@0.26") == [512, 256, 166, 128, 100, 83, 71, 64]
     assert simulate_step(batch=168, k=2).verify_graphed and not simulate_step(engine="vllm@0.26", batch=168,
                                                                                k=2).verify_graphed
+
+
+def test_vllm_graphs_gpt_oss_to_1024_tokens():
+    """vLLM 0.12+ raises GPT-OSS's largest capture to 1024 (GptOssForCausalLMConfig.verify_and_update_config);
+    other models keep 512 on the same release and part."""
+    from dsdsim.cost.engine import graphs_on
+    from dsdsim.specs.setup import resolve
+
+    def top(model, engine):
+        s = resolve(model, "h100-sxm", None, "eagle3", engine)
+        return graphs_on(s.engine.cuda_graphs, s.hardware, s.model.architecture).capture_sizes[-1]
+
+    assert [top("gpt-oss-120b", e) for e in ("vllm@0.20", "vllm@0.26", "vllm")] == [1024, 1024, 1024]
+    assert top("llama-3.1-8b", "vllm@0.20") == 512

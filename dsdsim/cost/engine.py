@@ -184,15 +184,20 @@ def _next_multiple_size(graphs: CudaGraphs, b, q):
 
 
 @lru_cache(maxsize=64)
-def graphs_on(graphs: Optional[CudaGraphs], hw: HardwareSpec) -> Optional[CudaGraphs]:
-    """The engine's graphs on this part: its capture sizes for the part's compute-capability family where the spec
-    lists them (``capture_sizes_by_capability``), else as they are."""
-    if graphs is None or not graphs.capture_sizes_by_capability or hw.compute_capability is None:
+def graphs_on(graphs: Optional[CudaGraphs], hw: HardwareSpec, architecture: Optional[str] = None
+              ) -> Optional[CudaGraphs]:
+    """The engine's graphs for this model on this part: its capture sizes for the model's architecture where the
+    spec lists them (``capture_sizes_by_architecture``), else for the part's compute-capability family
+    (``capture_sizes_by_capability``), else as they are."""
+    if graphs is None or not (graphs.capture_sizes_by_capability or graphs.capture_sizes_by_architecture):
         return graphs
-    sizes = graphs.capture_sizes_by_capability.get(hw.compute_capability.family)
+    sizes = (graphs.capture_sizes_by_architecture or {}).get(architecture or "")
+    if sizes is None and hw.compute_capability is not None:
+        sizes = (graphs.capture_sizes_by_capability or {}).get(hw.compute_capability.family)
     if sizes is None:
         return graphs
-    return graphs.model_copy(update={"capture_sizes": tuple(sizes), "capture_sizes_by_capability": None})
+    return graphs.model_copy(update={"capture_sizes": tuple(sizes), "capture_sizes_by_capability": None,
+                                     "capture_sizes_by_architecture": None})
 
 
 @lru_cache(maxsize=64)

@@ -210,7 +210,8 @@ class MixedPricer:
         self._draft_grouped = [[(t, _once_fields(t)) for t in ops.sequences] for ops, _, _ in self._draft] \
             if self._linear else None
         eng = s.engine
-        self._graphs = graphs_of(graphs_on(eng.cuda_graphs, hw), dynamic) if eng is not None else None
+        self._graphs = (graphs_of(graphs_on(eng.cuda_graphs, hw, s.model.architecture), dynamic)
+                        if eng is not None else None)
         self._params = (s.engine_params or _engine_params(eng, s.drafter)) if eng is not None else None
         self._gaps = (launch_overhead(hw, True), launch_overhead(hw, False))
         self._tree_tokens = s.drafter.tree.tokens if s.drafter is not None and s.drafter.tree is not None else None

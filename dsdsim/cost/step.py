@@ -315,7 +315,7 @@ def _point_figures(s: Setup) -> _PointFigures:
     f = s.__dict__.get("_point_figures")
     if f is None:
         eng, dep = s.engine, s.deployment
-        graphs = graphs_on(eng.cuda_graphs, s.hardware) if eng is not None else None
+        graphs = graphs_on(eng.cuda_graphs, s.hardware, s.model.architecture) if eng is not None else None
         tree = s.drafter.tree if s.drafter is not None else None
         f = _PointFigures(graphs, bool(dep.cuda_graphs), _draft_graphs_on(s),
                           float(tree.tokens + 1) if tree is not None else None, _off_tier_drafts(s, True),
@@ -400,7 +400,7 @@ def _grid_step(s: Setup, plan: StepPlan, b, kk, c, dynamic: bool) -> StepCost:
     """A grid of points in numpy arrays: each planned operator's ``demand`` and ``seconds`` over the grid."""
     m, hw, dep, eng = s.model, s.hardware, s.deployment, s.engine
     q = _verify_tokens(s.drafter, kk)
-    graphs = graphs_of(graphs_on(eng.cuda_graphs, hw), dynamic) if eng is not None else None
+    graphs = graphs_of(graphs_on(eng.cuda_graphs, hw, m.architecture), dynamic) if eng is not None else None
     q_verify, graphed = padded_tokens(graphs, b, q, dep.cuda_graphs)
     _, draft_graphed = padded_tokens(graphs, b, 1.0, _draft_graphs_on(s))   # draft passes: graphed, not padded
     sampling_passes = where(kk > 0, 2.0, 1.0)   # rejection sampling reads target and draft probabilities

@@ -514,7 +514,7 @@ def eager_ranges(p: "Prediction") -> Optional[str]:
     from dsdsim.specs.engine import GraphPadding
 
     eng = p.setup.engine
-    graphs = graphs_on(eng.cuda_graphs, p.setup.hardware) if eng is not None else None
+    graphs = graphs_on(eng.cuda_graphs, p.setup.hardware, p.setup.model.architecture) if eng is not None else None
     if graphs is None or graphs.capture_sizes is None or not p.setup.deployment.cuda_graphs:
         return None
     parts = []

@@ -273,6 +273,9 @@ class CudaGraphs(FrozenSpec):
     # capture sizes on parts of one compute-capability family (the key: its major version, '10' for SM100), where
     # the engine's default differs there (vLLM from 0.28: the largest capture 1024 tokens on SM100, not 512)
     capture_sizes_by_capability: Optional[dict[str, tuple[int, ...]]] = None
+    # capture sizes for one model architecture (its config.json architectures[0]) where the engine overrides its
+    # default for it (vLLM 0.12+: GptOssForCausalLM to 1024 tokens); before the per-capability sizes
+    capture_sizes_by_architecture: Optional[dict[str, tuple[int, ...]]] = None
     draft_graphs: bool = True            # draft passes replay graphs too (padded by batch)
     source: str = Field(min_length=1)
     verified: Verified
@@ -280,13 +283,14 @@ class CudaGraphs(FrozenSpec):
 
     @model_validator(mode="after")
     def _sizes(self) -> "CudaGraphs":
-        lists = [self.capture_sizes, *(self.capture_sizes_by_capability or {}).values()]
+        lists = [self.capture_sizes, *(self.capture_sizes_by_capability or {}).values(),
+                 *(self.capture_sizes_by_architecture or {}).values()]
         for s in lists:
             if s is not None:
                 if not s or any(x < 1 for x in s) or list(s) != sorted(set(s)):
                     raise ValueError("capture_sizes must be whole numbers >= 1, increasing, without repeats")
-        if self.capture_sizes_by_capability and self.capture_sizes is None:
-            raise ValueError("capture_sizes_by_capability needs capture_sizes (the sizes on other parts)")
+        if (self.capture_sizes_by_capability or self.capture_sizes_by_architecture) and self.capture_sizes is None:
+            raise ValueError("capture sizes by capability or architecture need capture_sizes (the sizes elsewhere)")
         return self
 
 
