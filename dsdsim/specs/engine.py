@@ -41,7 +41,7 @@ from dsdsim.errors import SpecError
 from dsdsim.records import frozen
 from dsdsim.specs.drafters.base import DrafterKind
 from dsdsim.specs.frozen import FrozenSpec
-from dsdsim.specs.hardware import Verified
+from dsdsim.specs.hardware import Sourced, Verified
 
 _VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)")
 
@@ -210,20 +210,16 @@ class EngineTerm(FrozenSpec):
         return None
 
 
-class EngineFlag(FrozenSpec):
+class EngineFlag(Sourced):
+    """A yes / no of the engine, with its source."""
+
     value: bool
-    source: str = Field(min_length=1)
-    verified: Verified
-    note: Optional[str] = None
 
 
-class EngineLimit(FrozenSpec):
+class EngineLimit(Sourced):
     """A whole-number limit of the engine, with its source (SGLang's 48 running requests under speculation)."""
 
     value: int = Field(ge=1)
-    source: str = Field(min_length=1)
-    verified: Verified
-    note: Optional[str] = None
 
 
 class Overlap(FrozenSpec):

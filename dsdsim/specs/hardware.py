@@ -7,7 +7,7 @@ Peaks are DENSE (no 2:4 sparsity); a file whose peaks look sparse is refused.
 
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from pydantic import Field, field_validator, model_validator
 
@@ -26,16 +26,21 @@ class Verified(str, Enum):
     fitted = "fitted"          # fitted by least squares on named measurement cases (engine specs)
 
 
+class Sourced(FrozenSpec):
+    """A value with where it came from: the one shape of every sourced figure, flag and tag in the specs. Each kind
+    states its value's type (a redefined ``value`` keeps its place, first, in files and dumps)."""
+
+    value: Any
+    source: str = Field(min_length=1)
+    verified: Verified
+    note: Optional[str] = None
 
 
-class Figure(FrozenSpec):
+class Figure(Sourced):
     """One number with where it came from. ``measured_on``: the hardware names (``hw_specs/``, or a part the catalog
     lacks) it was measured on; a kernel figure of a spec whose name is not among them is assumed for that part."""
 
     value: float = Field(ge=0)
-    source: str = Field(min_length=1)
-    verified: Verified
-    note: Optional[str] = None
     measured_on: Optional[tuple[str, ...]] = None
 
     @field_validator("measured_on")
@@ -333,14 +338,11 @@ class Generation(str, Enum):
     tpu = "tpu"                  # Google TPU (v5e, v6e)
 
 
-class CapabilityTag(FrozenSpec):
+class CapabilityTag(Sourced):
     """An NVIDIA part's CUDA compute capability ('10.0'), with where it is stated: engines key some defaults on its
     family (vLLM captures CUDA graphs to 1024 tokens on SM100: ``is_device_capability_family(100)``)."""
 
     value: str = Field(pattern=r"^[0-9]+\.[0-9]+$")
-    source: str = Field(min_length=1)
-    verified: Verified
-    note: Optional[str] = None
 
     @property
     def family(self) -> str:
@@ -348,13 +350,10 @@ class CapabilityTag(FrozenSpec):
         return self.value.split(".")[0]
 
 
-class GenerationTag(FrozenSpec):
+class GenerationTag(Sourced):
     """The part's generation, with where it is stated."""
 
     value: Generation
-    source: str = Field(min_length=1)
-    verified: Verified
-    note: Optional[str] = None
 
 
 class Measurement(FrozenSpec):
