@@ -66,8 +66,10 @@ CONTEXTS = [0, 1, 127, 128, 1000, 1024, 4096, 8192, 8193, 32768, 131072]
 def test_step_time_is_finite_positive_and_non_decreasing_in_b_k_c(sid, model, hw, tp, ep, drafter):
     s = setup_for(sid, model, hw, tp, ep, drafter)
     ks = np.arange(0, max_k(s) + 1)
-    t, feasible = step_time_grid(None, None, batch_sizes=BATCHES, k_values=ks, contexts=CONTEXTS, setup=s)
-    assert t.shape == (len(BATCHES), len(ks), len(CONTEXTS))
+    window = s.model.max_position_embeddings
+    contexts = [c for c in CONTEXTS if window is None or c <= window]     # what the model holds (simulate_step)
+    t, feasible = step_time_grid(None, None, batch_sizes=BATCHES, k_values=ks, contexts=contexts, setup=s)
+    assert t.shape == (len(BATCHES), len(ks), len(contexts))
     assert np.all(np.isfinite(t)) and np.all(t > 0)
     tol = 1e-12 * t
     assert np.all(np.diff(t, axis=0) >= -tol[1:]), "step time fell as the batch grew"
@@ -75,7 +77,7 @@ def test_step_time_is_finite_positive_and_non_decreasing_in_b_k_c(sid, model, hw
     # (3 sequences: 15 tokens pad to 20 at K = 4, 18 tokens replay the 18-token graph at K = 5). Where the padded
     # verify tokens do not fall, the step time does not either.
     padded = simulate_step(None, None, batch=BATCHES[:, None, None], k=ks[None, :, None],
-                           context=np.asarray(CONTEXTS, dtype=float)[None, None, :], setup=s).verify_padded_tokens
+                           context=np.asarray(contexts, dtype=float)[None, None, :], setup=s).verify_padded_tokens
     padded = np.broadcast_to(padded, t.shape)
     fell = np.diff(t, axis=1) < -tol[:, 1:]
     assert not np.any(fell & (np.diff(padded, axis=1) >= 0)), "step time fell as K grew"
@@ -106,7 +108,9 @@ def test_grid_equals_scalar_calls(case, b, k_frac, c):
     sid, model, hw, tp, ep, drafter = case
     s = setup_for(sid, model, hw, tp, ep, drafter)
     k = int(round(k_frac * max_k(s)))
-    batches, ks, contexts = [1, b, 1024], [0, k, max_k(s)], [c, 0, 65536]
+    window = s.model.max_position_embeddings or 65536
+    c = min(c, window)                                   # within the model's window (simulate_step refuses past it)
+    batches, ks, contexts = [1, b, 1024], [0, k, max_k(s)], [c, 0, min(65536, window)]
     grid_t, grid_f = step_time_grid(None, None, batch_sizes=batches, k_values=ks, contexts=contexts, setup=s)
     one = simulate_step(None, None, batch=b, k=k, context=c, setup=s)
     assert float(one.step_time_s) == pytest.approx(float(grid_t[1, 1, 0]), rel=1e-12)

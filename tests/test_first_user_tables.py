@@ -248,3 +248,18 @@ def test_simulate_names_each_policys_server(cli):
     assert servers["dsd"].startswith("one server running a dynamic K table")
     code, out, _ = cli("simulate", "--requests", "8", "--policies", "none,dsd")
     assert "servers: none: a server without speculation" in " ".join(out.split())
+
+
+def test_a_context_past_the_window_is_refused_by_the_api_as_by_the_commands(cli):
+    """predict, explain and simulate_step (a point or a grid) refuse a context the model cannot hold, in one line."""
+    import numpy as np
+
+    import dsdsim
+
+    for context in (10 ** 7, np.array([1024.0, 200000.0])):
+        with pytest.raises(dsdsim.DsdsimError, match="beyond llama-3.1-8b's window of 131072 tokens"):
+            dsdsim.simulate_step(context=context)
+    assert float(dsdsim.simulate_step(context=131072).step_time_s) > 0
+    for command in ("predict", "explain"):
+        code, _, err = cli(command, "-c", "500000", *(("-b", "1-4") if command == "predict" else ()))
+        one_line_error(code, err, "window of 131072")

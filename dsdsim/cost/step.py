@@ -222,9 +222,21 @@ def simulate_step(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Op
     s = setup or resolve(model, hardware, deployment, drafter, engine)
     b, kk, c = _check_grid(batch, k, context, s.drafter)
     plan = setup_plan(s)
+    window = s.model.max_position_embeddings
     if type(b) is float and type(kk) is float and type(c) is float:
+        if window is not None and c > window:
+            _beyond_window(s.model, c)
         return _one_step(s, plan, b, kk, c, dynamic)
+    if window is not None and np.size(c) and float(np.max(c)) > window:
+        _beyond_window(s.model, float(np.max(c)))
     return _grid_step(s, plan, b, kk, c, dynamic)
+
+
+def _beyond_window(model: ModelSpec, context: float) -> None:
+    """A context the model cannot hold is refused here as predict and explain refuse it (one line)."""
+    raise DsdsimError(f"context {context:g} is beyond {model.name}'s window of {model.max_position_embeddings} tokens "
+                      f"(max_position_embeddings in its config.json); give a context of at most "
+                      f"{model.max_position_embeddings}")
 
 
 def setup_plan(s: Setup) -> StepPlan:
