@@ -65,6 +65,8 @@ def _model_fields(m: ModelSpec, moe) -> dict:
 def hardware_summary(hw: HardwareSpec) -> dict:
     return {
         "name": hw.name, "description": hw.description, "vendor": hw.vendor,
+        "generation": hw.generation.value.value if hw.generation else None,
+        "compute_capability": hw.compute_capability.value if hw.compute_capability else None,
         "memory_bytes": hw.memory_capacity, "memory_bandwidth_bytes_per_s": hw.bandwidth,
         "peak_flops_per_s": {d.value: f.value for d, f in hw.peak_flops_per_s.items()},
         "ridge_point_flop_per_byte": {d.value: hw.ridge_point(d) for d in hw.peak_flops_per_s},
