@@ -263,3 +263,22 @@ def test_a_context_past_the_window_is_refused_by_the_api_as_by_the_commands(cli)
     for command in ("predict", "explain"):
         code, _, err = cli(command, "-c", "500000", *(("-b", "1-4") if command == "predict" else ()))
         one_line_error(code, err, "window of 131072")
+
+
+def test_the_eager_warning_reads_the_padding_the_steps_were_priced_with():
+    """The prediction keeps whether each step replays a graph (Prediction.graphed, from the same step program as
+    its times); the export's eager warning reads it: on vLLM 0.24's K-table server (the unrounded grid) a K = 2 step
+    at batch 168 graphs, though a fixed-K server's would not."""
+    import numpy as np
+
+    from dsdsim.export.prediction import eager_ranges
+    from dsdsim.policy.predict import predict
+
+    p = predict(engine="vllm@0.24", batch_sizes="160-176", acceptance="0.8", max_k=2, max_ranges=0, fixed_k=2)
+    j = list(p.batch_sizes).index(168)
+    assert p.dynamic and bool(p.graphed[2, j])                   # graphed in the table server
+    assert p.graphed.shape == p.step_s.shape and p.graphed.dtype == bool
+    assert p.ranges() == [(1, 176, 2)]
+    # 170 x 3 = 510 tokens pad to the raw grid's 512; from 171 eager (a fixed-K server stops at 166: 498 tokens)
+    assert "batch sizes 171-176 (K=2) run eager" in eager_ranges(p)
+    assert [int(b) for b, g in zip(p.batch_sizes, np.asarray(p.graphed[2])) if not g] == list(range(171, 177))

@@ -506,26 +506,23 @@ def _table_findings(p: "Prediction", fmt: PredictFormat) -> list[tuple[str, bool
 
 
 def eager_ranges(p: "Prediction") -> Optional[str]:
-    """The ranges where B x (K + 1) tokens (a tree: B x (tokens + 1)) pass the engine's largest CUDA-graph capture,
-    so their steps run eager (``dsdsim.cost.engine.padded_tokens``, the rule the step times use), as one line."""
+    """The ranges whose evaluated batch sizes run eager at the table's K (past the engine's largest CUDA-graph
+    capture: the prediction's own ``graphed``, what its step times were priced with), as one line."""
     import numpy as np
 
-    from dsdsim.cost.engine import graphs_on, padded_tokens
+    from dsdsim.cost.engine import graphs_on
     from dsdsim.specs.engine import GraphPadding
 
     eng = p.setup.engine
     graphs = graphs_on(eng.cuda_graphs, p.setup.hardware, p.setup.model.architecture) if eng is not None else None
-    if graphs is None or graphs.capture_sizes is None or not p.setup.deployment.cuda_graphs:
+    if graphs is None or graphs.capture_sizes is None or not p.setup.deployment.cuda_graphs or p.graphed is None:
         return None
+    kv = [int(k) for k in p.k_values]
+    b_all = np.asarray(p.batch_sizes)
     parts = []
     for start, end, k in p.ranges():
-        q = 1 if k == 0 else (p.tree.tokens + 1 if p.tree is not None else k + 1)     # tokens per sequence verified
-        b = np.arange(start, end + 1)
-        if graphs.padding is GraphPadding.none:      # only listed sizes replay a graph: name those past the last
-            beyond = b > graphs.capture_sizes[-1]
-        else:                                        # padded up to a capture size while there is one
-            beyond = ~np.asarray(padded_tokens(graphs, b, np.full(b.shape, float(q)))[1])
-        eager = b[beyond]
+        at = (b_all >= start) & (b_all <= end)
+        eager = b_all[at & ~np.asarray(p.graphed[kv.index(k)], dtype=bool)]
         if eager.size:
             parts.append(f"{int(eager[0])}-{end} (K={k})" if eager[0] < end else f"{end} (K={k})")
     if not parts:

@@ -24,7 +24,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from dsdsim.cost.step import step_time_grid
+from dsdsim.cost.step import simulate_step, step_time_grid
 from dsdsim.specs.setup import Setup, resolve
 from dsdsim.errors import DsdsimError, first_repeat, whole_number
 from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE, Acceptance, TreeAcceptance
@@ -106,6 +106,7 @@ class Prediction:
     dynamic: bool = False                        # the steps are those of a server running the K table
     intervals: Optional[object] = None           # dsdsim.policy.intervals.IntervalTable
     robust_table: bool = False                   # the table was chosen by the gain interval's low end (--robust)
+    graphed: Optional[np.ndarray] = None         # (K, B) whether each step's verify pass replays a CUDA graph
 
     def __repr__(self) -> str:
         """One line: what was predicted and the table (the arrays are the fields; ``rows`` the table's figures)."""
@@ -308,9 +309,12 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
         weights = weights_for(b, hist)
     max_k = int(ks.max())
     dynamic = setup.engine is not None and setup.engine.supports_off_tier
-    step, feas = step_time_grid(setup.model, setup.hardware, setup.deployment, setup.drafter, b, ks, [context],
-                                setup=setup, dynamic=dynamic)
-    step_kb, feas_kb = step[:, :, 0].T, feas[:, :, 0].T                  # (K, B)
+    grid = simulate_step(None, None, batch=b.astype(float)[None, :], k=ks.astype(float)[:, None],
+                         context=float(context), setup=setup, dynamic=dynamic)       # (K, B): one step program
+    shape = (ks.size, b.size)
+    step_kb = np.array(np.broadcast_to(grid.step_time_s, shape))
+    feas_kb = np.array(np.broadcast_to(grid.feasible, shape))
+    graphed_kb = np.array(np.broadcast_to(grid.verify_graphed, shape))   # kept: export reads it, not recomputes
     plain_s = None
     if dynamic:     # the baseline: the same deployment served without speculation
         plain_s = step_time_grid(setup.model, setup.hardware, setup.deployment, None, b, [0], [context],
@@ -383,7 +387,7 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
                      f"range{'' if table.n_ranges == 1 else 's'}, within the budget of {max_ranges}"
                      if max_ranges else "batch weights: unused without a range budget (--max-ranges N)")
     return Prediction(setup, acc, int(context), b, ks, step_kb, feas_kb, tau, g, k_best, int(fixed_k), table,
-                      robust, notes, plain_s, dynamic, intervals, bool(o.robust))
+                      robust, notes, plain_s, dynamic, intervals, bool(o.robust), graphed_kb)
 
 
 def _k_axis(setup: Setup, acceptance, max_k: Optional[int], fixed_k: Optional[int],
