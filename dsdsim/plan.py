@@ -247,7 +247,8 @@ def _plan_one(model: ModelSpec, cand: Candidate, q: _Query, price: Optional[floa
                 options=replace(q.options, fixed_k=None if tree is not None else 0))
     if not p.feasible.any():
         return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False,
-                       f"memory: weights and KV do not fit in {gpus} GPU(s) at context {context}", **empty)
+                       f"memory: weights and KV do not fit in {gpus} GPU(s) at context {context}"
+                       + _fits_from(p.setup, cand, context), **empty)
     all_k = np.arange(len(p.k_values))
     b_v, g_v = _best_plain(p, slo_s)
     b_d, k_d, g_d = _best_under_slo(p, slo_s, all_k)
@@ -290,6 +291,17 @@ def _plan_one(model: ModelSpec, cand: Candidate, q: _Query, price: Optional[floa
     )
 
 
+def _fits_from(setup, cand: Candidate, context: int) -> str:
+    """'; fits from rtx-5090:tp2' (the smallest tp of this GPU within a node that holds batch 1), or that none
+    does (dsdsim.policy.fits)."""
+    from dsdsim.policy.fits import smallest_tp
+
+    tp = smallest_tp(setup, context)
+    if tp is None:
+        return f"; no {cand.hardware} node holds it as given (dsdsim predict says what would)"
+    return f"; fits from {cand.hardware}:tp{tp}" + (f":ep{cand.ep}" if cand.ep > 1 else "")
+
+
 def _plain_only_row(model: ModelSpec, cand: Candidate, dep: Deployment, q: _Query, price: Optional[float],
                     empty: dict) -> PlanRow:
     """The candidate served without speculation: its K = 0 columns. Without a drafter that is the whole row; a
@@ -322,7 +334,8 @@ def _plain_only_row(model: ModelSpec, cand: Candidate, dep: Deployment, q: _Quer
                                                     if price is not None else None))
     if q.drafter is None:
         if not ok.any():
-            why = (f"memory: weights and KV do not fit in {gpus} GPU(s) at context {context}" if not fits.any()
+            why = (f"memory: weights and KV do not fit in {gpus} GPU(s) at context {context}"
+                   + (_fits_from(setup, cand, context) if cand.pp == 1 else "") if not fits.any()
                    else f"SLO: fastest step is {float(np.nanmin(np.where(fits, step, np.nan))) * 1e3:.2f} ms "
                         f"(> {q.slo_s * 1e3:g} ms)")
             return PlanRow(cand.hardware, cand.tp, cand.ep, gpus, False, why, **row)

@@ -68,3 +68,14 @@ def test_the_advice_holds_at_the_context_asked(context):
     tp = int(re.match(r"--tp (\d+)", a.tp).group(1))
     assert fits("llama-3.1-70b", "h100-sxm", context=context, tp=tp)
     assert not fits("llama-3.1-70b", "h100-sxm", context=context, tp=tp // 2)
+
+
+def test_plan_names_the_candidate_that_would_fit():
+    from dsdsim.plan import plan_rows
+
+    rows = plan_rows("qwen3-30b-a3b", ["rtx-5090", "h100-sxm:tp2"], 20.0, batch_sizes="1-64")
+    bad = rows[0]
+    assert not bad.feasible and bad.reason.endswith("; fits from rtx-5090:tp4")
+    assert fits("qwen3-30b-a3b", "rtx-5090", tp=4) and not fits("qwen3-30b-a3b", "rtx-5090", tp=2)
+    none = plan_rows("glm-5", ["h100-sxm:tp2", "h200-sxm"], 100.0, batch_sizes="1-8", drafter=None)
+    assert all("node holds it as given" in r.reason for r in none)

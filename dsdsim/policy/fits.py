@@ -113,6 +113,15 @@ def _other_gpus(setup, k: int, context: int) -> list[str]:
     return [text for _, _, text in found[:MAX_OTHER_GPUS]]
 
 
+def smallest_tp(setup, context: int, k: int = 1) -> Optional[int]:
+    """The smallest tensor-parallel degree of this GPU, within one node, at which batch 1 fits as given (None: none
+    does; the given tp when it already fits)."""
+    k = k if setup.drafter is not None else 0
+    if _fits(setup, setup.hardware, setup.deployment, k, context):
+        return setup.deployment.tp
+    return _smallest_tp(setup, setup.hardware, setup.deployment, k, context)
+
+
 def fit_note(setup, context: int, k: int = 1) -> Optional[str]:
     """One line: what would fit (None when batch 1 already fits)."""
     advice = fit_advice(setup, context, k)
