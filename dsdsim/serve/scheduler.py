@@ -98,7 +98,7 @@ class SchedulerConfig:
             return self
         limit = getattr(engine, "speculative_max_requests", None) if speculative else None
         seqs = min(DEFAULT_MAX_NUM_SEQS, limit.value) if limit is not None else DEFAULT_MAX_NUM_SEQS
-        return replace(self, max_num_seqs=seqs)
+        return replace(self, max_num_seqs=seqs)        # __post_init__ checks it against max_num_batched_tokens
 
     @property
     def rule_name(self) -> str:
