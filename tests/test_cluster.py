@@ -88,23 +88,33 @@ def test_a_dead_process_pool_worker_names_the_lost_jobs_and_nothing_is_written()
         map_jobs(_always_die, [1, 2, 3], executor="processes")
 
 
+def _sweep_in_its_own_group(executor: str, out: Path) -> subprocess.Popen:
+    """A long `dsdsim simulate --sweep` in its own process group, SIGINT at its default (bash `&` ignores it)."""
+    return subprocess.Popen([sys.executable, "-m", "dsdsim", "simulate", "--requests", "20000", "--sweep",
+                             "closed:8,16,32,64", "--executor", executor, "--format", "json", "-o", str(out)],
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _ctrl_c(p: subprocess.Popen, out: Path, tmp_path: Path, within_s: float) -> None:
+    """Ctrl-C to the whole group: exit 130 within ``within_s``, no traceback, nothing written."""
+    os.killpg(p.pid, signal.SIGINT)
+    start = time.monotonic()
+    _, err = p.communicate(timeout=30)
+    assert time.monotonic() - start < within_s
+    assert p.returncode == 130, err.decode()[-800:]
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    assert b"Traceback" not in err
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="process groups and SIGINT are POSIX")
 def test_ctrl_c_stops_a_sweep_at_once_exits_130_and_writes_nothing(tmp_path):
     """Ctrl-C sends SIGINT to the whole foreground process group: dsdsim and its worker processes."""
     out = tmp_path / "sweep.json"
-    p = subprocess.Popen([sys.executable, "-m", "dsdsim", "simulate", "--requests", "20000", "--sweep",
-                          "closed:8,16,32,64", "--executor", "processes", "--format", "json", "-o", str(out)],
-                         start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = _sweep_in_its_own_group("processes", out)
     time.sleep(4)                          # the pool is running its jobs (each takes tens of seconds here)
     assert p.poll() is None, p.communicate()
-    os.killpg(p.pid, signal.SIGINT)
-    start = time.monotonic()
-    _, err = p.communicate(timeout=30)
-    assert time.monotonic() - start < 2.0
-    assert p.returncode == 130, err.decode()[-800:]
-    assert not out.exists() and list(tmp_path.iterdir()) == []
-    assert b"Traceback" not in err
+    _ctrl_c(p, out, tmp_path, 2.0)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="process groups and SIGINT are POSIX")
@@ -114,23 +124,13 @@ def test_ctrl_c_stops_a_dask_sweep_cancels_its_tasks_and_writes_nothing(cluster,
     from dask.distributed import Client
 
     out = tmp_path / "sweep.json"
-    p = subprocess.Popen([sys.executable, "-m", "dsdsim", "simulate", "--requests", "20000", "--sweep",
-                          "closed:8,16,32,64", "--executor", cluster.scheduler_address, "--format", "json",
-                          "-o", str(out)],
-                         start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = _sweep_in_its_own_group(cluster.scheduler_address, out)
     with Client(cluster.scheduler_address, timeout=30) as client:
         deadline = time.monotonic() + 40
         while not any(client.processing().values()):       # the sweep's tasks have reached the workers
             assert p.poll() is None and time.monotonic() < deadline, p.communicate()
             time.sleep(0.2)
-        os.killpg(p.pid, signal.SIGINT)
-        start = time.monotonic()
-        _, err = p.communicate(timeout=30)
-        assert time.monotonic() - start < 3.0
-        assert p.returncode == 130, err.decode()[-800:]
-        assert not out.exists() and list(tmp_path.iterdir()) == []
-        assert b"Traceback" not in err
+        _ctrl_c(p, out, tmp_path, 3.0)
         deadline = time.monotonic() + 15
         while any(client.processing().values()):            # cancelled, not left running on the cluster
             assert time.monotonic() < deadline, client.processing()
