@@ -58,8 +58,8 @@ def explain(
 
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
-    step = step_from_options(sim, deploy.deployment(), batch, k, context, k_table)
-    data = explain_step(step, step.setup)
+    setup, step = step_from_options(sim, deploy.deployment(), batch, k, context, k_table)
+    data = explain_step(step, setup)
     if fmt is ShowFormat.json:
         return emit(data.to_json(), output)
     show_or_write(explain_view(data), output)

@@ -252,8 +252,8 @@ def engine_for_runner(engine: str, runner: str) -> str:
 
 
 def step_from_options(sim: SimulatedArgs, dep, batch: int, k: int, context: int, k_table: bool = False):
-    """One simulated step from the shared options: sizes checked, K = 0 plain decoding, any K >= 1 the draft tree
-    when there is one. ``k_table``: the step of a server running a dynamic K table at this K (what predict's rows
+    """(the Setup, one simulated step) from the shared options: sizes checked, K = 0 plain decoding, any K >= 1 the
+    draft tree when there is one. ``k_table``: the step of a server running a dynamic K table at this K (what predict's rows
     price; K = 0 is then the table's off tier, the drafter kept), refused where the engine reads no such table."""
     from dsdsim.cost.step import simulate_step
 
@@ -279,6 +279,4 @@ def step_from_options(sim: SimulatedArgs, dep, batch: int, k: int, context: int,
         raise DsdsimError(f"--k-table: the {name} spec prices no server of its own for a K table (predict prices "
                           "each K as a fixed-K server there, as explain does without --k-table)")
     context = check_context(context, setup)        # within the model's window, as predict has it
-    step = simulate_step(None, None, batch=batch, k=k, context=context, setup=setup, dynamic=k_table)
-    step.setup = setup                             # what would fit where it does not (explain)
-    return step
+    return setup, simulate_step(None, None, batch=batch, k=k, context=context, setup=setup, dynamic=k_table)

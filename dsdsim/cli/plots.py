@@ -30,7 +30,7 @@ def plot_roofline(
     from dsdsim.export.plots import RooflineDisplay, save_png
 
     check_png(output, "--output")
-    step = step_from_options(sim, deploy.deployment(), batch, k, context)
+    _, step = step_from_options(sim, deploy.deployment(), batch, k, context)
     save_png(RooflineDisplay.from_step(step).plot(), output)
     echo(f"wrote {output}", err=True)
 
