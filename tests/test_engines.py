@@ -469,6 +469,29 @@ def test_sglang_speculative_servers_run_48_requests_unless_told_and_predict_says
     assert not any("runs at most 48" in n for n in json.loads(out)["notes"])
 
 
+def test_sglang_speculative_steps_pad_to_the_speculative_capture_list():
+    """SGLang captures a finer list for EAGLE-family servers (get_batch_sizes_to_capture@v0.4.10: range(1, 9) +
+    range(10, 33, 2) + ...; ServerArgs._generate_cuda_graph_batch_sizes@v0.5.12 "less padding for smaller batch
+    sizes"): at batch 9 a speculative step pads to 10 sequences, a plain step to the plain list's next size (16 on
+    0.4.10's [1, 2, 4, 8, 16, ...], 12 on 0.5.12's [1, 2, 4, 8, 12, ...]). The point, the grid and the serving step
+    agree."""
+    from dsdsim.cost.mixed import MixedPricer
+    from dsdsim.serve.step import ScheduledStep
+
+    for engine, plain_size in (("sglang@0.4.10", 16), ("sglang", 12)):
+        spec = simulate_step(engine=engine, batch=9, k=3)
+        plain = simulate_step(engine=engine, batch=9, k=0)
+        assert (spec.verify_padded_tokens, plain.verify_padded_tokens) == (40, plain_size)
+        grid = simulate_step(engine=engine, batch=np.array([9.0, 9.0]), k=np.array([0.0, 3.0]))
+        assert list(grid.verify_padded_tokens) == [plain_size, 40]
+        assert grid.step_time_s[1] == pytest.approx(float(spec.step_time_s), rel=1e-12)
+        pricer = MixedPricer(resolve("llama-3.1-8b", "h100-sxm", None, "eagle3", engine))
+        step = ScheduledStep(3, np.full(9, 1024.0), np.zeros(0), np.zeros(0))
+        assert pricer.seconds(step) == pytest.approx(float(spec.step_time_s), rel=1e-12)
+    assert load_engine("sglang@0.4.10").cuda_graphs.speculative_capture_sizes[:10] == (1, 2, 3, 4, 5, 6, 7, 8, 10, 12)
+    assert load_engine("vllm").cuda_graphs.speculative_capture_sizes is None
+
+
 def test_vllm_captures_to_1024_tokens_on_sm100_only():
     """vLLM from 0.29 (VllmConfig._set_cudagraph_sizes: the largest capture 1024 on SM100,
     is_device_capability_family(100)): B200 and B300 graph a fixed K = 1 server to 512 sequences, the RTX 5090

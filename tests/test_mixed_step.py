@@ -24,6 +24,7 @@ SETUPS = [
     ("deepseek-v3", "h200-sxm", Deployment(tp=8), "mtp"),
     ("llama-3.1-70b", "h100-sxm", Deployment(tp=4), with_tree(parse_drafter("eagle3"), DraftTree(steps=4, topk=4, tokens=16))),
     ("llama-3.1-8b", "h100-sxm", Deployment(tp=1), None),
+    ("llama-3.1-8b", "h100-sxm", Deployment(tp=1), "eagle3", "sglang"),     # its own speculative capture list
 ]
 
 
@@ -31,7 +32,8 @@ def _decode(k, contexts):
     return ScheduledStep(k, np.asarray(contexts, dtype=float), np.zeros(0), np.zeros(0))
 
 
-@pytest.mark.parametrize("args", SETUPS, ids=["llama-8b", "qwen3-moe", "dsv3-mtp", "llama-70b-tree", "llama-8b-plain"])
+@pytest.mark.parametrize("args", SETUPS, ids=["llama-8b", "qwen3-moe", "dsv3-mtp", "llama-70b-tree", "llama-8b-plain",
+                                          "llama-8b-sglang"])
 def test_a_decode_only_step_is_the_steady_step(args):
     s = resolve(*args)
     pricer = MixedPricer(s)

@@ -80,7 +80,9 @@ def engine_summary(spec, source: Optional[str]) -> dict:
            "off_tier_drafts": bool(spec.off_tier_drafts and spec.off_tier_drafts.value),
            "cuda_graphs": {"capture_sizes": list(g.capture_sizes) if g.capture_sizes else None,
                            "padding": g.padding.value, "mode": g.mode.value,
-                           "multiple_of_verify_tokens": g.multiple_of_verify_tokens, "draft_graphs": g.draft_graphs},
+                           "multiple_of_verify_tokens": g.multiple_of_verify_tokens, "draft_graphs": g.draft_graphs,
+                           "speculative_capture_sizes": (list(g.speculative_capture_sizes)
+                                                         if g.speculative_capture_sizes else None)},
            "draft_shape": spec.draft_shape.value,
            "terms": [{"name": t.name, "component": t.component.value, "runs_on": t.runs_on.value, "per": t.per.value,
                       "applies": t.applies.value, "drafters": list(t.drafters) if t.drafters else None,
@@ -173,9 +175,13 @@ def show_engine(name: str = Argument(..., help="An engine (vllm: its current rel
         head["fit"] = (f"{f['date']}: {f['cases']} train case{'' if f['cases'] == 1 else 's'} on this range, "
                        f"median |residual| "
                        f"{100 * f['median_abs_residual']:.1f}%, max {100 * f['max_abs_residual']:.1f}%")
-    head["cuda_graphs"] = ", ".join(f"{k} {v}" for k, v in summary["cuda_graphs"].items() if k != "capture_sizes")
+    lists = ("capture_sizes", "speculative_capture_sizes")
+    head["cuda_graphs"] = ", ".join(f"{k} {v}" for k, v in summary["cuda_graphs"].items() if k not in lists)
     sizes = summary["cuda_graphs"]["capture_sizes"]
     head["capture_sizes"] = "every shape" if not sizes else f"{len(sizes)} sizes, {sizes[0]}..{sizes[-1]}"
+    spec_sizes = summary["cuda_graphs"]["speculative_capture_sizes"]
+    if spec_sizes:
+        head["speculative_capture_sizes"] = f"{len(spec_sizes)} sizes, {spec_sizes[0]}..{spec_sizes[-1]}"
     t = Table(title=f"terms of {summary['source_file'] or spec.name}")
     for col in ("term", "component", "runs on", "per", "steps", "value", "range", "verified"):
         t.add_column(col, justify="right" if col in ("value", "range") else "left", no_wrap=col == "term")

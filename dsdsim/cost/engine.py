@@ -201,13 +201,34 @@ def graphs_on(graphs: Optional[CudaGraphs], hw: HardwareSpec, architecture: Opti
 
 
 @lru_cache(maxsize=64)
-def graphs_of(graphs: Optional[CudaGraphs], dynamic: bool) -> Optional[CudaGraphs]:
-    """The graphs a step replays: a fixed-K server's ``graphs``, or, for a server running a dynamic K table, the same
-    with its own rounding where the spec states one (``dynamic_multiple_of_verify_tokens``)."""
-    if graphs is None or not dynamic or graphs.dynamic_multiple_of_verify_tokens is None \
-            or graphs.dynamic_multiple_of_verify_tokens == graphs.multiple_of_verify_tokens:
-        return graphs
-    return graphs.model_copy(update={"multiple_of_verify_tokens": graphs.dynamic_multiple_of_verify_tokens})
+def graphs_of(graphs: Optional[CudaGraphs], dynamic: bool, speculative: bool = False) -> Optional[CudaGraphs]:
+    """The graphs a step replays: a fixed-K server's ``graphs``; for a server running a dynamic K table, the same
+    with its own rounding where the spec states one (``dynamic_multiple_of_verify_tokens``); for a speculative step
+    (K > 0), the speculative server's own capture list where the spec states one (``speculative_capture_sizes``)."""
+    if graphs is None:
+        return None
+    update = {}
+    if dynamic and graphs.dynamic_multiple_of_verify_tokens is not None \
+            and graphs.dynamic_multiple_of_verify_tokens != graphs.multiple_of_verify_tokens:
+        update["multiple_of_verify_tokens"] = graphs.dynamic_multiple_of_verify_tokens
+    if speculative and graphs.speculative_capture_sizes is not None:
+        update["capture_sizes"] = graphs.speculative_capture_sizes
+    return graphs.model_copy(update=update) if update else graphs
+
+
+def padded_by_k(graphs: Optional[CudaGraphs], dynamic: bool, batch, k, tokens_per_sequence, graphs_on: bool = True
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``padded_tokens`` for the verify pass of a step at draft length K (arrays allowed): the speculative steps
+    (K > 0) on the speculative server's graphs, K = 0 on the plain server's (``graphs_of``)."""
+    plain = padded_tokens(graphs_of(graphs, dynamic), batch, tokens_per_sequence, graphs_on)
+    if graphs is None or graphs.speculative_capture_sizes is None:
+        return plain
+    if type(k) is float:
+        return padded_tokens(graphs_of(graphs, dynamic, True), batch, tokens_per_sequence, graphs_on) if k > 0 \
+            else plain
+    spec = padded_tokens(graphs_of(graphs, dynamic, True), batch, tokens_per_sequence, graphs_on)
+    on = np.asarray(k) > 0
+    return np.where(on, spec[0], plain[0]), np.where(on, spec[1], plain[1])
 
 
 def padded_tokens(graphs: Optional[CudaGraphs], batch, tokens_per_sequence, graphs_on: bool = True

@@ -210,8 +210,9 @@ class MixedPricer:
         self._draft_grouped = [[(t, _once_fields(t)) for t in ops.sequences] for ops, _, _ in self._draft] \
             if self._linear else None
         eng = s.engine
-        self._graphs = (graphs_of(graphs_on(eng.cuda_graphs, hw, s.model.architecture), dynamic)
-                        if eng is not None else None)
+        graphs = graphs_on(eng.cuda_graphs, hw, s.model.architecture) if eng is not None else None
+        # the plain steps' graphs and the speculative steps' (and draft passes'), ``graphs_of``
+        self._graphs, self._spec_graphs = graphs_of(graphs, dynamic), graphs_of(graphs, dynamic, True)
         self._params = (s.engine_params or _engine_params(eng, s.drafter)) if eng is not None else None
         self._gaps = (launch_overhead(hw, True), launch_overhead(hw, False))
         self._tree_tokens = s.drafter.tree.tokens if s.drafter is not None and s.drafter.tree is not None else None
@@ -249,7 +250,8 @@ class MixedPricer:
         # CUDA graphs: a decode-only step pads as the steady model does, a mixed one pads its tokens
         dep = s.deployment
         if n_pre == 0:     # the padded tokens spread over the sequences, attention included, as the steady step
-            q_seq, graphed = padded_tokens(self._graphs, float(n_dec), q, dep.cuda_graphs)
+            q_seq, graphed = padded_tokens(self._spec_graphs if kk > 0 else self._graphs, float(n_dec), q,
+                                           dep.cuda_graphs)
             padded = n_dec * q_seq
         else:
             (padded, graphed), q_seq = self._mixed_padding(tokens, dep.cuda_graphs), q
@@ -298,8 +300,7 @@ class MixedPricer:
         if not self._draft or (kk == 0 and not self._off_tier):
             return 0.0
         s = self._setup
-        graphs = self._graphs
-        _, graphed = padded_tokens(graphs, float(n), 1.0, _draft_graphs_on(s))
+        _, graphed = padded_tokens(self._spec_graphs, float(n), 1.0, _draft_graphs_on(s))
         gap = self._gaps[0 if graphed else 1]
         total = 0.0
         if n == 1 or self._linear:     # every request of a draft pass runs the same q: one group at the mean context

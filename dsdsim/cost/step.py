@@ -28,7 +28,8 @@ import numpy as np
 
 from dsdsim.cost.drafters.base import DraftPlan
 from dsdsim.cost.drafts import draft_plan
-from dsdsim.cost.engine import EngineTime, engine_time, graphs_of, graphs_on, padded_tokens, small_kernel_s
+from dsdsim.cost.engine import (EngineTime, engine_time, graphs_of, graphs_on, padded_by_k, padded_tokens,
+                               small_kernel_s)
 from dsdsim.specs.engine import EngineParams
 from dsdsim.cost import ops as op_kinds
 from dsdsim.cost.layers import PassContext, head_plan, layer_groups, layer_plan, pass_plan
@@ -279,7 +280,7 @@ def _one_step(s: Setup, plan: StepPlan, b: float, kk: float, c: float, dynamic: 
     f = _point_figures(s)
     hw = s.hardware
     q = (f.tree_q if kk > 0 else 1.0) if f.tree_q is not None else kk + 1.0   # _verify_tokens
-    graphs = graphs_of(f.graphs, dynamic)
+    graphs = graphs_of(f.graphs, dynamic, kk > 0)
     q_verify, graphed = padded_tokens(graphs, b, q, f.graphs_on)
     # rejection sampling reads target and draft probabilities: two sweeps over the logits when speculating
     verify_point = PassPoint(b, q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=2.0 if kk > 0 else 1.0)
@@ -412,9 +413,10 @@ def _grid_step(s: Setup, plan: StepPlan, b, kk, c, dynamic: bool) -> StepCost:
     """A grid of points in numpy arrays: each planned operator's ``demand`` and ``seconds`` over the grid."""
     m, hw, dep, eng = s.model, s.hardware, s.deployment, s.engine
     q = _verify_tokens(s.drafter, kk)
-    graphs = graphs_of(graphs_on(eng.cuda_graphs, hw, m.architecture), dynamic) if eng is not None else None
-    q_verify, graphed = padded_tokens(graphs, b, q, dep.cuda_graphs)
-    _, draft_graphed = padded_tokens(graphs, b, 1.0, _draft_graphs_on(s))   # draft passes: graphed, not padded
+    graphs = graphs_on(eng.cuda_graphs, hw, m.architecture) if eng is not None else None
+    q_verify, graphed = padded_by_k(graphs, dynamic, b, kk, q, dep.cuda_graphs)
+    # draft passes (at K > 0 only): graphed, not padded
+    _, draft_graphed = padded_tokens(graphs_of(graphs, dynamic, True), b, 1.0, _draft_graphs_on(s))
     sampling_passes = where(kk > 0, 2.0, 1.0)   # rejection sampling reads target and draft probabilities
     verify_point = PassPoint(b, q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=sampling_passes)
     verify = _pass_cost([(plan.verify, verify_point, None)], [plan.verify_timed], hw, graphed, plan.tables)

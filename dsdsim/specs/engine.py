@@ -272,6 +272,9 @@ class CudaGraphs(FrozenSpec):
     # capture sizes for one model architecture (its config.json architectures[0]) where the engine overrides its
     # default for it (vLLM 0.12+: GptOssForCausalLM to 1024 tokens); before the per-capability sizes
     capture_sizes_by_architecture: Optional[dict[str, tuple[int, ...]]] = None
+    # a speculative server's own capture list where the engine captures another one when speculating (SGLang:
+    # get_batch_sizes_to_capture's finer list for EAGLE / NEXTN); its steps at K > 0 and its draft passes replay it
+    speculative_capture_sizes: Optional[tuple[int, ...]] = None
     draft_graphs: bool = True            # draft passes replay graphs too (padded by batch)
     source: str = Field(min_length=1)
     verified: Verified
@@ -279,14 +282,16 @@ class CudaGraphs(FrozenSpec):
 
     @model_validator(mode="after")
     def _sizes(self) -> "CudaGraphs":
-        lists = [self.capture_sizes, *(self.capture_sizes_by_capability or {}).values(),
+        lists = [self.capture_sizes, self.speculative_capture_sizes, *(self.capture_sizes_by_capability or {}).values(),
                  *(self.capture_sizes_by_architecture or {}).values()]
         for s in lists:
             if s is not None:
                 if not s or any(x < 1 for x in s) or list(s) != sorted(set(s)):
                     raise ValueError("capture_sizes must be whole numbers >= 1, increasing, without repeats")
-        if (self.capture_sizes_by_capability or self.capture_sizes_by_architecture) and self.capture_sizes is None:
-            raise ValueError("capture sizes by capability or architecture need capture_sizes (the sizes elsewhere)")
+        if (self.capture_sizes_by_capability or self.capture_sizes_by_architecture
+                or self.speculative_capture_sizes) and self.capture_sizes is None:
+            raise ValueError("speculative capture sizes, or sizes by capability or architecture, need capture_sizes "
+                             "(the sizes elsewhere)")
         return self
 
 
