@@ -446,13 +446,14 @@ def test_a_k_table_server_on_model_runner_v1_graphs_the_unrounded_grid():
     """vLLM 0.24-0.28 model runner V1: a fixed-K server rounds its capture sizes to multiples of K + 1 (FULL decode
     graphs: 498 is the largest multiple of 3 the grid keeps, so B = 168 at K = 2, 504 tokens, runs eager), a server
     running a K table runs PIECEWISE graphs on the raw grid (504 tokens pad to the 512 capture: graphed;
-    CompilationConfig.resolve_cudagraph_mode_and_sizes@v0.24.0 rounds only under FULL). Model runner V2 rounds both."""
+    CompilationConfig.resolve_cudagraph_mode_and_sizes@v0.24.0 rounds only under FULL). Model runner V2 rounds both
+    for its FULL graphs, and 0.25-0.28 replay the raw 512 as a PIECEWISE graph for both (piecewise_raw_sizes)."""
     fixed = simulate_step(engine="vllm@0.24", batch=168, k=2)
     table = simulate_step(engine="vllm@0.24", batch=168, k=2, dynamic=True)
     assert (fixed.verify_graphed, table.verify_graphed) == (False, True)
     assert (fixed.verify_padded_tokens, table.verify_padded_tokens) == (504.0, 512.0)
-    v2 = [simulate_step(engine="vllm-mrv2", batch=168, k=2, dynamic=d).verify_graphed for d in (False, True)]
-    assert v2 == [False, False]
+    v2 = [simulate_step(engine="vllm-mrv2", batch=168, k=2, dynamic=d) for d in (False, True)]
+    assert [(s.verify_graphed, s.verify_piecewise, s.verify_padded_tokens) for s in v2] == [(True, True, 512.0)] * 2
     assert load_engine("vllm@0.24").cuda_graphs.dynamic_multiple_of_verify_tokens is False
 
 
@@ -492,6 +493,44 @@ def test_sglang_speculative_steps_pad_to_the_speculative_capture_list():
     assert load_engine("vllm").cuda_graphs.speculative_capture_sizes is None
 
 
+def test_model_runner_v2_before_0_29_replays_a_piecewise_graph_where_a_raw_size_comes_first():
+    """vLLM model runner V2 0.25-0.28 (CudaGraphManager._init_candidates@v0.25.0: FULL graphs at round_up(size, q),
+    PIECEWISE graphs at the raw sizes; dispatch takes the next token count's first graph): batch 11 at K = 4 is 55
+    tokens, the raw size 56 comes before the FULL 60 (48 and 56 rounded to multiples of 5 are 50 and 60), so a
+    PIECEWISE graph at 56 tokens, each of the model's split ops (attention) launched eagerly: the step adds
+    split ops x (eager launch gap - graphed gap) over the same step with a FULL graph. At K = 3 (44 tokens: 48 is
+    raw and FULL, FULL listed first) and from 0.29 (PR #53407, FULL first: 60 tokens) a FULL graph."""
+    from dsdsim.cost.mixed import MixedPricer
+    from dsdsim.serve.step import ScheduledStep
+    from dsdsim.specs.catalog import load_hardware
+
+    pw = simulate_step(engine="vllm@0.26", batch=11, k=4)
+    assert (pw.verify_padded_tokens, pw.verify_graphed, pw.verify_piecewise) == (56.0, True, True)
+    full = simulate_step(engine="vllm@0.26", batch=11, k=3)
+    assert (full.verify_padded_tokens, full.verify_piecewise) == (48.0, False)
+    later = simulate_step(engine="vllm", batch=11, k=4)
+    assert later.verify_padded_tokens == pytest.approx(60.0) and not later.verify_piecewise
+    from dataclasses import replace
+
+    from dsdsim.cost.step import _engine_params
+
+    hw = load_hardware("h100-sxm")
+    extra = pw.model.graph_split_ops * (hw.eager_launch_overhead_s.value - hw.launch_overhead_s.value)
+    params = _engine_params(pw.engine, pw.drafter)
+    assert extra > 1e-4           # 32 split ops, 8 us more each
+    assert pw.step_time_with(params) - replace(pw, verify_piecewise=False).step_time_with(params) == \
+        pytest.approx(extra, rel=1e-9)   # host work hidden behind device time either way (async scheduling)
+    # the grid and the serving step agree with the point
+    grid = simulate_step(engine="vllm@0.26", batch=np.array([11.0, 11.0, 100.0]), k=np.array([3.0, 4.0, 2.0]))
+    assert list(grid.verify_piecewise) == [False, True, True]            # 100 x 3 = 300: raw 304 before FULL 306
+    assert grid.step_time_s[1] == pytest.approx(float(pw.step_time_s), rel=1e-12)
+    pricer = MixedPricer(resolve("llama-3.1-8b", "h100-sxm", None, "eagle3", "vllm@0.26"))
+    step = ScheduledStep(4, np.full(11, 1024.0), np.zeros(0), np.zeros(0))
+    assert pricer.seconds(step) == pytest.approx(float(pw.step_time_s), rel=1e-12)
+    assert load_engine("vllm-mrv2").cuda_graphs.piecewise_raw_sizes and \
+        not load_engine("vllm").cuda_graphs.piecewise_raw_sizes
+
+
 def test_vllm_captures_to_1024_tokens_on_sm100_only():
     """vLLM from 0.29 (VllmConfig._set_cudagraph_sizes: the largest capture 1024 on SM100,
     is_device_capability_family(100)): B200 and B300 graph a fixed K = 1 server to 512 sequences, the RTX 5090
@@ -510,7 +549,8 @@ def test_vllm_captures_to_1024_tokens_on_sm100_only():
 
 def test_vllm_0_29_graphs_the_uniform_decode_batches_of_each_k():
     """From 0.29 the capture list holds n x (K + 1) for the grid's request counts (PR #50488): a fixed-K server
-    graphs to 168 sequences at K = 2 and 72 at K = 6, where the rounded grid alone (0.26) stops at 166 and 71."""
+    graphs to 168 sequences at K = 2 and 72 at K = 6, where the rounded grid alone (0.26) stops at 166 and 71 (and
+    0.26 replays the raw 512 as a PIECEWISE graph past them)."""
     from dsdsim.cost.engine import _multiples
 
     def limits(engine):
@@ -519,8 +559,8 @@ def test_vllm_0_29_graphs_the_uniform_decode_batches_of_each_k():
 
     assert limits("vllm") == [512, 256, 168, 128, 100, 83, 72, 64]
     assert limits("vllm@0.26") == [512, 256, 166, 128, 100, 83, 71, 64]
-    assert simulate_step(batch=168, k=2).verify_graphed and not simulate_step(engine="vllm@0.26", batch=168,
-                                                                               k=2).verify_graphed
+    at_168 = [simulate_step(engine=e, batch=168, k=2) for e in ("vllm", "vllm@0.26")]
+    assert [(s.verify_graphed, s.verify_piecewise) for s in at_168] == [(True, False), (True, True)]
 
 
 def test_vllm_graphs_gpt_oss_to_1024_tokens():

@@ -81,6 +81,7 @@ def engine_summary(spec, source: Optional[str]) -> dict:
            "cuda_graphs": {"capture_sizes": list(g.capture_sizes) if g.capture_sizes else None,
                            "padding": g.padding.value, "mode": g.mode.value,
                            "multiple_of_verify_tokens": g.multiple_of_verify_tokens, "draft_graphs": g.draft_graphs,
+                           "piecewise_raw_sizes": g.piecewise_raw_sizes,
                            "speculative_capture_sizes": (list(g.speculative_capture_sizes)
                                                          if g.speculative_capture_sizes else None)},
            "draft_shape": spec.draft_shape.value,

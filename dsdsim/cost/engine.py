@@ -68,18 +68,29 @@ def _exposed(overlaps: bool, host, host_pass, device, draft_device):
     return host - host_pass + maximum(host_pass - draft_device, 0.0)
 
 
+def piecewise_attention_s(piecewise, layers: float, kernel_s: float, eager_kernel_s: float):
+    """GPU seconds a step replaying a PIECEWISE graph adds over a FULL one: its ``layers`` split ops (attention)
+    launched eagerly between the graphed pieces, each paying the eager launch gap instead of the graphed one."""
+    if type(piecewise) is bool:
+        return layers * (eager_kernel_s - kernel_s) if piecewise else 0.0
+    return np.where(piecewise, layers * (eager_kernel_s - kernel_s), 0.0)
+
+
 def engine_time(p: EngineParams, device_s, batch, k, draft_passes, verify_tokens, kernel_s, eager_kernel_s=None,
-                dynamic: bool = False, layers: float = 0.0, draft_device_s=0.0) -> EngineTime:
+                dynamic: bool = False, layers: float = 0.0, draft_device_s=0.0, piecewise=False) -> EngineTime:
     """Engine terms for steps whose kernels take ``device_s`` (of which the draft passes ``draft_device_s``): batch
     B, K draft tokens, ``draft_passes`` passes, ``verify_tokens`` = q tokens per sequence in the verify pass,
     ``layers`` target layers; ``kernel_s`` / ``eager_kernel_s`` the time of one small kernel replayed from a graph /
     launched eagerly. K = 0 is a plain step, or with ``dynamic`` the K = 0 tier of a server running a dynamic K
-    table (whose speculative steps are then ``dynamic`` ones)."""
+    table (whose speculative steps are then ``dynamic`` ones). ``piecewise``: the steps whose verify pass replays a
+    PIECEWISE graph (``piecewise_steps``), which add ``piecewise_attention_s``."""
     eager_kernel_s = kernel_s if eager_kernel_s is None else eager_kernel_s
     if type(k) is float and type(batch) is float and type(device_s) is float:       # one point, in floats
         c = (p.dynamic if dynamic else p.speculative) if k > 0 else (p.off_tier if dynamic else p.plain)
         host, host_pass, gpu = _kind_terms(c, batch, batch * verify_tokens, draft_passes, layers, kernel_s,
                                            eager_kernel_s)
+        if piecewise is True:
+            gpu += piecewise_attention_s(True, layers, kernel_s, eager_kernel_s)
         return EngineTime(host, _exposed(c.overlaps, host, host_pass, device_s + gpu, draft_device_s), gpu,
                           c.overlaps)
     b = num(batch)
@@ -88,9 +99,11 @@ def engine_time(p: EngineParams, device_s, batch, k, draft_passes, verify_tokens
     passes = num(draft_passes)
     zero, spec = (p.off_tier, p.dynamic) if dynamic else (p.plain, p.speculative)
     args = (b, tokens, passes, layers, kernel_s, eager_kernel_s)
+    pw_s = piecewise_attention_s(piecewise, layers, kernel_s, eager_kernel_s) if piecewise is not False else 0.0
     if type(kk) is float:                          # one kind of step
         c = spec if kk > 0 else zero
         host, host_pass, gpu = _kind_terms(c, *args)
+        gpu = gpu + pw_s
         device = num(device_s) + gpu
         exposed = _exposed(c.overlaps, host, host_pass, device, draft_device_s)
         overlapped = c.overlaps
@@ -98,7 +111,7 @@ def engine_time(p: EngineParams, device_s, batch, k, draft_passes, verify_tokens
         on = kk > 0
         h1, hp1, g1 = _kind_terms(spec, *args)
         h0, hp0, g0 = _kind_terms(zero, *args)
-        host, gpu = np.where(on, h1, h0), np.where(on, g1, g0)
+        host, gpu = np.where(on, h1, h0), np.where(on, g1, g0) + pw_s
         device = num(device_s) + gpu
         exposed = np.where(on, _exposed(spec.overlaps, h1, hp1, device, draft_device_s),
                            _exposed(zero.overlaps, h0, hp0, device, draft_device_s))
@@ -183,6 +196,33 @@ def _next_multiple_size(graphs: CudaGraphs, b, q):
     return size, ok
 
 
+def _uniform_decode_size(graphs: CudaGraphs, b, q):
+    """(the token count a uniform decode batch of B sequences x q tokens is padded to, whether a graph holds it,
+    whether that graph is PIECEWISE): the next FULL size rounded to a multiple of q, or, where the engine also
+    captures the raw sizes as PIECEWISE graphs for such batches (``piecewise_raw_sizes``), the next raw size when it
+    comes first (vLLM model runner V2 0.25-0.28: CudaGraphManager._init_candidates lists both by token count and
+    dispatch takes the next count's first compatible graph)."""
+    size, ok = _next_multiple_size(graphs, b, q)
+    if not graphs.piecewise_raw_sizes:
+        return size, ok, False
+    raw, raw_ok = _next_size(graphs.capture_sizes, b * q)
+    if type(ok) is bool:
+        pw = raw_ok and (not ok or raw < size)
+        return (raw if pw else size), ok or raw_ok, pw
+    pw = raw_ok & (~ok | (raw < size))
+    return np.where(pw, raw, size), ok | raw_ok, pw
+
+
+def piecewise_steps(graphs: Optional[CudaGraphs], batch, tokens_per_sequence, graphs_on: bool = True):
+    """Whether a pass of B sequences x q tokens replays a PIECEWISE graph (attention launched eagerly between the
+    graphed pieces, once per split op) rather than a FULL one (``_uniform_decode_size``); False where the engine
+    captures no raw sizes for uniform decode batches."""
+    if not graphs_on or graphs is None or not graphs.piecewise_raw_sizes or graphs.capture_sizes is None \
+            or graphs.padding is not GraphPadding.tokens or not graphs.multiple_of_verify_tokens:
+        return False
+    return _uniform_decode_size(graphs, batch, tokens_per_sequence)[2]
+
+
 @lru_cache(maxsize=64)
 def graphs_on(graphs: Optional[CudaGraphs], hw: HardwareSpec, architecture: Optional[str] = None
               ) -> Optional[CudaGraphs]:
@@ -255,7 +295,7 @@ def padded_tokens(graphs: Optional[CudaGraphs], batch, tokens_per_sequence, grap
     sizes = graphs.capture_sizes
     if graphs.padding is GraphPadding.tokens:
         if graphs.multiple_of_verify_tokens:
-            size, ok = _next_multiple_size(graphs, b, q)
+            size, ok, _ = _uniform_decode_size(graphs, b, q)
             return out(where(ok, size / b, q), ok)
         size, ok = _next_size(sizes, b * q)
         return out(where(ok, size / b, q), ok)
@@ -281,7 +321,8 @@ def _padded_point(graphs: Optional[CudaGraphs], b: float, q: float, graphs_on: b
         return q, True
     sizes = graphs.capture_sizes
     if graphs.padding is GraphPadding.tokens:
-        size, ok = _next_size(_multiples(graphs, q) if graphs.multiple_of_verify_tokens else sizes, b * q)
+        size, ok = _uniform_decode_size(graphs, b, q)[:2] if graphs.multiple_of_verify_tokens \
+            else _next_size(sizes, b * q)
         return (size / b if ok else q), ok
     size, ok = _next_size(sizes, b)
     if graphs.padding is GraphPadding.none:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsdsim.cost.engine import _next_size, engine_time, graphs_of, graphs_on, padded_tokens
+from dsdsim.cost.engine import _next_size, engine_time, graphs_of, graphs_on, padded_tokens, piecewise_steps
 from dsdsim.cost.ops import OpKind
 from dsdsim.cost.plan import PassPoint, PlanOp
 from dsdsim.cost.step import (Timed, _draft_graphs_on, _draft_passes, _engine_params, _handoff_s, _table_size,
@@ -249,9 +249,11 @@ class MixedPricer:
         tokens = n_dec * q + prefill_tokens
         # CUDA graphs: a decode-only step pads as the steady model does, a mixed one pads its tokens
         dep = s.deployment
+        piecewise = False
         if n_pre == 0:     # the padded tokens spread over the sequences, attention included, as the steady step
-            q_seq, graphed = padded_tokens(self._spec_graphs if kk > 0 else self._graphs, float(n_dec), q,
-                                           dep.cuda_graphs)
+            graphs = self._spec_graphs if kk > 0 else self._graphs
+            q_seq, graphed = padded_tokens(graphs, float(n_dec), q, dep.cuda_graphs)
+            piecewise = piecewise_steps(graphs, float(n_dec), q, dep.cuda_graphs)
             padded = n_dec * q_seq
         else:
             (padded, graphed), q_seq = self._mixed_padding(tokens, dep.cuda_graphs), q
@@ -282,7 +284,7 @@ class MixedPricer:
         if self._off_tier and self._draft:
             draft_passes = draft_passes if kk > 0 else 1.0
         et = engine_time(self._params, device, float(n), kk, draft_passes, tokens / n, *self._plan.small_kernel_s,
-                         self.dynamic, self._split_ops, draft)
+                         self.dynamic, self._split_ops, draft, piecewise)
         return float(device + et.added_s)
 
     def _mixed_padding(self, tokens: float, graphs_on: bool) -> tuple[float, bool]:

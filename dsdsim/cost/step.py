@@ -29,7 +29,7 @@ import numpy as np
 from dsdsim.cost.drafters.base import DraftPlan
 from dsdsim.cost.drafts import draft_plan
 from dsdsim.cost.engine import (EngineTime, engine_time, graphs_of, graphs_on, padded_by_k, padded_tokens,
-                               small_kernel_s)
+                               piecewise_steps, small_kernel_s)
 from dsdsim.specs.engine import EngineParams
 from dsdsim.cost import ops as op_kinds
 from dsdsim.cost.layers import PassContext, head_plan, layer_groups, layer_plan, pass_plan
@@ -116,6 +116,7 @@ class StepCost:
 
     dynamic: bool = False                           # a server running a dynamic K table (K = 0: its off tier)
     stage_ops: tuple = ()                           # pipeline parallelism: the verify operators of each stage
+    verify_piecewise: np.ndarray | bool = False     # the verify pass replays a PIECEWISE graph (attention eager)
 
     def __repr__(self) -> str:
         """One line: what was priced and what it costs (the operators are in ``verify`` / ``draft``, or explain)."""
@@ -160,7 +161,7 @@ class StepCost:
         device = self.kernel_time_s + self.overhead_s
         return device + engine_time(params, device, self.batch, self.k, self.draft_passes, self.verify_tokens,
                                     *small_kernel_s(self.hardware), self.dynamic, self.model.graph_split_ops,
-                                    self.draft.time_s).added_s
+                                    self.draft.time_s, self.verify_piecewise).added_s
 
     @property
     def kernel_time_s(self) -> np.ndarray:
@@ -303,11 +304,12 @@ def _one_step(s: Setup, plan: StepPlan, b: float, kk: float, c: float, dynamic: 
     overhead = f.overhead_s + f.handoff_s if kk > 0 else f.overhead_s
     passes = 1.0 if off_tier and plan.draft is not None and kk == 0 else _draft_passes(s.drafter, kk)
     et = None
+    piecewise = piecewise_steps(graphs, b, q, f.graphs_on)
     if f.params is not None:
         et = engine_time(f.params, verify.time_s + draft_s + overhead, b, kk, passes, q, *plan.small_kernel_s,
-                         dynamic, f.layers, draft_s)
+                         dynamic, f.layers, draft_s, piecewise)
     return StepCost(s.model, hw, s.deployment, s.drafter, b, kk, c, verify, draft, overhead, plan.memory, s.engine,
-                    et, b * q_verify, graphed, passes, q, dynamic, plan.stage_ops)
+                    et, b * q_verify, graphed, passes, q, dynamic, plan.stage_ops, piecewise)
 
 
 class _PointFigures(NamedTuple):
@@ -433,14 +435,17 @@ def _grid_step(s: Setup, plan: StepPlan, b, kk, c, dynamic: bool) -> StepCost:
     passes = _draft_passes(s.drafter, kk)
     if off_tier and plan.draft is not None:
         passes = where(kk > 0, passes, 1.0)
+    # the speculative graphs at every K: K = 0 (q = 1) never replays a PIECEWISE graph
+    piecewise = piecewise_steps(graphs_of(graphs, dynamic, True), b, q, dep.cuda_graphs)
     if eng is not None:
         params = s.engine_params or _engine_params(eng, s.drafter)
         device = verify.time_s + draft.time_s + overhead
         et = engine_time(params, device, b, kk, passes, q, *plan.small_kernel_s, dynamic, m.graph_split_ops,
-                         draft.time_s)
+                         draft.time_s, piecewise)
     padded, graphed = np.broadcast_to(b * q_verify, shape), np.broadcast_to(graphed, shape)
+    piecewise = np.broadcast_to(piecewise, shape)
     return StepCost(m, hw, dep, s.drafter, np.asarray(b), np.asarray(kk), np.asarray(c), verify, draft, overhead,
-                    plan.memory, eng, et, padded, graphed, passes, np.asarray(q), dynamic, plan.stage_ops)
+                    plan.memory, eng, et, padded, graphed, passes, np.asarray(q), dynamic, plan.stage_ops, piecewise)
 
 
 class Timed(NamedTuple):

@@ -346,7 +346,7 @@ def _host_shares(terms, overlapped: bool, host: float, exposed: float, draft_dev
 def engine_view(step: StepCost) -> EngineView:
     """The engine's terms of one (scalar) step as their own rows, so a reader sees where the time goes: each GPU
     term with the device time it adds, each host term with its share of the host time the step waits for."""
-    from dsdsim.cost.engine import term_seconds
+    from dsdsim.cost.engine import small_kernel_s, term_seconds
     from dsdsim.specs.engine import RunsOn
 
     eng, et = step.engine, step.engine_time
@@ -367,9 +367,18 @@ def engine_view(step: StepCost) -> EngineView:
                                   f"host {term.component.value}, {seconds * 1e6:.0f} us per step{hidden}"))
         else:
             rows.append(EngineRow(term.name, seconds, f"gpu {term.component.value}, per {term.per.value}"))
+    piecewise = bool(np.asarray(step.verify_piecewise).reshape(-1)[0])
+    if piecewise:
+        from dsdsim.cost.engine import piecewise_attention_s
+
+        layers = float(step.model.graph_split_ops)
+        rows.append(EngineRow("piecewise_graph", float(piecewise_attention_s(True, layers,
+                                                                             *small_kernel_s(step.hardware))),
+                              f"gpu, {layers:g} split ops (attention) launched eagerly between PIECEWISE graph pieces"))
+    kind = "a PIECEWISE CUDA graph" if piecewise else "a CUDA graph"
     if graphed:
-        pad = (f"verify replays a CUDA graph for {padded:g} tokens ({b * q:g} padded)" if padded > b * q
-               else "verify replays a CUDA graph (no padding)")
+        pad = (f"verify replays {kind} for {padded:g} tokens ({b * q:g} padded)" if padded > b * q
+               else f"verify replays {kind} (no padding)")
     else:
         pad = "verify runs eager (past the largest CUDA-graph capture size, or --eager)"
     return EngineView(name=eng.name, rows=tuple(rows), time_s=_scalar(et.added_s), cuda_graph=pad,

@@ -275,6 +275,10 @@ class CudaGraphs(FrozenSpec):
     # a speculative server's own capture list where the engine captures another one when speculating (SGLang:
     # get_batch_sizes_to_capture's finer list for EAGLE / NEXTN); its steps at K > 0 and its draft passes replay it
     speculative_capture_sizes: Optional[tuple[int, ...]] = None
+    # the raw capture sizes are captured as PIECEWISE graphs too, and a uniform decode batch whose next token count
+    # is a raw size before the next FULL (rounded) one replays it, attention launched eagerly per split op (vLLM
+    # model runner V2 0.25-0.28: CudaGraphManager._init_candidates / dispatch; FULL first from 0.29, PR #53407)
+    piecewise_raw_sizes: bool = False
     draft_graphs: bool = True            # draft passes replay graphs too (padded by batch)
     source: str = Field(min_length=1)
     verified: Verified
