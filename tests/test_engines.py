@@ -512,11 +512,11 @@ def test_model_runner_v2_before_0_29_replays_a_piecewise_graph_where_a_raw_size_
     assert later.verify_padded_tokens == pytest.approx(60.0) and not later.verify_piecewise
     from dataclasses import replace
 
-    from dsdsim.cost.step import _engine_params
+    from dsdsim.cost.program import engine_params
 
     hw = load_hardware("h100-sxm")
     extra = pw.model.graph_split_ops * (hw.eager_launch_overhead_s.value - hw.launch_overhead_s.value)
-    params = _engine_params(pw.engine, pw.drafter)
+    params = engine_params(pw.engine, pw.drafter)
     assert extra > 1e-4           # 32 split ops, 8 us more each
     assert pw.step_time_with(params) - replace(pw, verify_piecewise=False).step_time_with(params) == \
         pytest.approx(extra, rel=1e-9)   # host work hidden behind device time either way (async scheduling)

@@ -150,7 +150,7 @@ def term_seconds(spec, step) -> list[tuple[object, float]]:
 # --- CUDA graphs -----------------------------------------------------------------------------------------------
 
 
-def _next_size(sizes: tuple[int, ...], n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def next_capture_size(sizes: tuple[int, ...], n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the smallest capture size >= n, whether there is one)."""
     if type(n) is float:
         idx = bisect_left(sizes, n)
@@ -181,7 +181,7 @@ _REQUEST_COUNTS = (1, 2, 4, *range(8, 256, 8), *range(256, 8193, 16))
 def _next_multiple_size(graphs: CudaGraphs, b, q):
     """(the smallest capture size, rounded to a multiple of q, holding B * q tokens; whether there is one)."""
     if type(b) is float and type(q) is float:
-        return _next_size(_multiples(graphs, q), b * q)
+        return next_capture_size(_multiples(graphs, q), b * q)
     b, q = np.asarray(b, dtype=float), np.asarray(q, dtype=float)
     size = np.array(np.broadcast_to(b * q, np.broadcast_shapes(b.shape, q.shape)))
     ok = np.zeros(size.shape, dtype=bool)
@@ -189,7 +189,7 @@ def _next_multiple_size(graphs: CudaGraphs, b, q):
                                                 # written where q has it (no np.unique: numpy.ma)
         allowed = _multiples(graphs, float(qv))
         if allowed:
-            s, o = _next_size(allowed, b * qv)
+            s, o = next_capture_size(allowed, b * qv)
             where_q = q == qv
             np.copyto(size, s, where=where_q)
             np.copyto(ok, o, where=where_q)
@@ -205,7 +205,7 @@ def _uniform_decode_size(graphs: CudaGraphs, b, q):
     size, ok = _next_multiple_size(graphs, b, q)
     if not graphs.piecewise_raw_sizes:
         return size, ok, False
-    raw, raw_ok = _next_size(graphs.capture_sizes, b * q)
+    raw, raw_ok = next_capture_size(graphs.capture_sizes, b * q)
     if type(ok) is bool:
         pw = raw_ok and (not ok or raw < size)
         return (raw if pw else size), ok or raw_ok, pw
@@ -297,9 +297,9 @@ def padded_tokens(graphs: Optional[CudaGraphs], batch, tokens_per_sequence, grap
         if graphs.multiple_of_verify_tokens:
             size, ok, _ = _uniform_decode_size(graphs, b, q)
             return out(where(ok, size / b, q), ok)
-        size, ok = _next_size(sizes, b * q)
+        size, ok = next_capture_size(sizes, b * q)
         return out(where(ok, size / b, q), ok)
-    size, ok = _next_size(sizes, b)
+    size, ok = next_capture_size(sizes, b)
     if graphs.padding is GraphPadding.none:
         return out(q, ok & (size == b))
     return out(where(ok, q * size / b, q), ok)
@@ -322,9 +322,9 @@ def _padded_point(graphs: Optional[CudaGraphs], b: float, q: float, graphs_on: b
     sizes = graphs.capture_sizes
     if graphs.padding is GraphPadding.tokens:
         size, ok = _uniform_decode_size(graphs, b, q)[:2] if graphs.multiple_of_verify_tokens \
-            else _next_size(sizes, b * q)
+            else next_capture_size(sizes, b * q)
         return (size / b if ok else q), ok
-    size, ok = _next_size(sizes, b)
+    size, ok = next_capture_size(sizes, b)
     if graphs.padding is GraphPadding.none:
         return q, ok and size == b
     return (q * size / b if ok else q), ok

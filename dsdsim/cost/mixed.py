@@ -19,12 +19,12 @@ pass also reads each prefill chunk's tokens (EAGLE consumes the target's hidden 
 attention is priced at K + 1 queries per request, the chunk's attention in the draft layer is not counted.
 
 The engine terms are those of ``dsdsim.cost.engine`` at B = the scheduled requests and B*q = T tokens. CUDA graphs:
-a step of decoding requests only pads as the steady model pads it (``padded_tokens``); a step with prefill pads T to
-the next capture size (piecewise graphs, attention outside them) and runs eagerly past the largest.
+a step of decoding requests only has the steady step's shape (``dsdsim.cost.program.step_shape``); a step with
+prefill pads T to the next capture size (piecewise graphs, attention outside them) and runs eagerly past the largest.
 
 Nothing walks the operator list per step: the token-wise operators of each pass are evaluated once over every
-token count as numpy arrays (``_TokenTable``, grown on demand), so a step costs a table lookup per pass plus the few
-sequence-wise operators over the step's requests.
+token count as numpy arrays (``dsdsim.cost.rowtable.RowTable``, grown on demand), so a step costs a table lookup per
+pass plus the few sequence-wise operators over the step's requests.
 
 Not modelled: prefix caching, a prefill chunk's own causal mask (a chunk attends to c + q keys, as a verify pass
 does), MoE expert overlap among the tokens of one sequence (the T tokens route independently).
@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsdsim.cost.engine import _next_size, engine_time, graphs_of, graphs_on, padded_tokens, piecewise_steps
+from dsdsim.cost.engine import next_capture_size
 from dsdsim.cost.ops import OpKind
 from dsdsim.cost.plan import PassPoint, PlanOp
-from dsdsim.cost.step import (Timed, _draft_graphs_on, _draft_passes, _engine_params, _handoff_s, _table_size,
-                              setup_plan)
-from dsdsim.cost.timing import launch_overhead, seconds, seconds_at_two_gaps
+from dsdsim.cost.program import engine_seconds, setup_figures, step_shape
+from dsdsim.cost.rowtable import RowTable
+from dsdsim.cost.step import Timed, setup_plan
+from dsdsim.cost.timing import launch_overhead, seconds
 from dsdsim.errors import DsdsimError
 from dsdsim.records import frozen
 from dsdsim.specs.setup import Setup
@@ -122,35 +123,17 @@ def _grouped_seconds(ops: list[tuple[Timed, tuple]], groups: list[tuple[float, f
     return total
 
 
-class _TokenTable:
-    """Seconds of a list of token-wise operators at every row count 0..n (graphed and eager launch gaps), evaluated
-    as numpy arrays once and grown by doubling when a larger count is asked for."""
-
-    def __init__(self, ops: list[Timed], hw, dp_ranks: int, head: bool, sampling_passes: float = 1.0):
-        self._ops, self._hw, self._dp, self._head, self._passes = ops, hw, dp_ranks, head, sampling_passes
-        self._n = -1
-        self._graphed = self._eager = None
-
-    def _build(self, n: int) -> None:
-        rows = np.arange(n + 1, dtype=float)
-        if self._head:
-            p = PassPoint(np.ones_like(rows), 1.0, 0.0, head_rows=rows, sampling_passes=self._passes)
-        else:
-            p = PassPoint(rows, 1.0, 0.0, dp_ranks=self._dp)
-        gaps = launch_overhead(self._hw, True), launch_overhead(self._hw, False)
-        graphed, eager = np.zeros(n + 1), np.zeros(n + 1)
-        for t in self._ops:
-            g, e = seconds_at_two_gaps(t.rates, t.demand(*t.size(p)), *gaps)
-            graphed = graphed + np.broadcast_to(g, rows.shape) * t.count
-            eager = eager + np.broadcast_to(e, rows.shape) * t.count
-        graphed[0] = eager[0] = 0.0                # no rows: the operators do not run
-        self._graphed, self._eager = graphed, eager
-        self._n = n
-
-    def seconds(self, rows: int, graphed: bool) -> float:
-        if rows > self._n:
-            self._build(_table_size(rows, self._n + 1))      # the grids' row tables' sizes (RowTables)
-        return float((self._graphed if graphed else self._eager)[rows])
+def _token_table(ops: list[Timed], hw, dp_ranks: int, head: bool, sampling_passes: float = 1.0) -> RowTable:
+    """The seconds of a list of token-wise operators at every row count (``RowTable``): sized as the pass sizes
+    them at B = rows sequences of one token each (verify and draft tokens), or at ``rows`` lm_head rows (``head``)."""
+    if head:
+        def demand_at(t: Timed, rows: np.ndarray):
+            return t.demand(*t.size(PassPoint(np.ones_like(rows), 1.0, 0.0, head_rows=rows,
+                                              sampling_passes=sampling_passes)))
+    else:
+        def demand_at(t: Timed, rows: np.ndarray):
+            return t.demand(*t.size(PassPoint(rows, 1.0, 0.0, dp_ranks=dp_ranks)))
+    return RowTable(hw, [(t, t.count) for t in ops], demand_at, empty_free=True)
 
 
 def _sequence_seconds(ops: list[Timed], p: PassPoint, gap: float) -> float:
@@ -196,28 +179,22 @@ class MixedPricer:
         self._split_ops = s.model.graph_split_ops          # the engine's per-layer units
         v = _split(plan.verify, plan.verify_timed)
         self._verify = v
-        self._verify_tokens = _TokenTable(v.tokens, hw, plan.dp_ranks, head=False)
-        self._verify_head = {p: _TokenTable(v.head, hw, 1, head=True, sampling_passes=p) for p in (1.0, 2.0)}
+        self._verify_tokens = _token_table(v.tokens, hw, plan.dp_ranks, head=False)
+        self._verify_head = {p: _token_table(v.head, hw, 1, head=True, sampling_passes=p) for p in (1.0, 2.0)}
         self._draft = []
         if plan.draft is not None:
             for dp, timed in zip(plan.draft.passes, plan.draft_timed):
                 ops = _split(dp.ops, timed)
-                self._draft.append((ops, _TokenTable(ops.tokens, hw, plan.draft.dp_ranks, head=False),
-                                    _TokenTable(ops.head, hw, 1, head=True)))
+                self._draft.append((ops, _token_table(ops.tokens, hw, plan.draft.dp_ranks, head=False),
+                                    _token_table(ops.head, hw, 1, head=True)))
         seq_ops = list(v.sequences) + [t for ops, _, _ in self._draft for t in ops.sequences]
         self._linear = _linear_in_context(seq_ops)      # requests of one q priced as one group at their mean context
         self._verify_grouped = [(t, _once_fields(t)) for t in v.sequences] if self._linear else None
         self._draft_grouped = [[(t, _once_fields(t)) for t in ops.sequences] for ops, _, _ in self._draft] \
             if self._linear else None
-        eng = s.engine
-        graphs = graphs_on(eng.cuda_graphs, hw, s.model.architecture) if eng is not None else None
-        # the plain steps' graphs and the speculative steps' (and draft passes'), ``graphs_of``
-        self._graphs, self._spec_graphs = graphs_of(graphs, dynamic), graphs_of(graphs, dynamic, True)
-        self._params = (s.engine_params or _engine_params(eng, s.drafter)) if eng is not None else None
+        self._figures = setup_figures(s, plan)
         self._gaps = (launch_overhead(hw, True), launch_overhead(hw, False))
         self._tree_tokens = s.drafter.tree.tokens if s.drafter is not None and s.drafter.tree is not None else None
-        self._off_tier = bool(dynamic and eng is not None and eng.off_tier_drafts is not None
-                              and eng.off_tier_drafts.value)
 
     @property
     def setup(self) -> Setup:
@@ -231,7 +208,6 @@ class MixedPricer:
 
     def seconds(self, step) -> float:
         """Wall-clock seconds of one ``ScheduledStep`` (``dsdsim.serve.step``), engine terms included."""
-        s = self._setup
         k = int(step.k)
         if k < 0 or k > self.max_k:
             raise DsdsimError(f"K = {k} is outside 0..{self.max_k} for this setup")
@@ -243,20 +219,19 @@ class MixedPricer:
         if n == 0:
             return 0.0
         kk = float(k) if n_dec else 0.0
-        q = self.verify_tokens_per_request(k if n_dec else 0)
+        f = self._figures
+        sh = step_shape(f, float(n), kk, self.dynamic)      # decode only: the steady step's shape (n = n_dec)
+        q = sh.q
         prefill_tokens = float(pre_q.sum()) if n_pre else 0.0
         dec_sum = float(dec_c.sum()) if n_dec else 0.0
         tokens = n_dec * q + prefill_tokens
         # CUDA graphs: a decode-only step pads as the steady model does, a mixed one pads its tokens
-        dep = s.deployment
-        piecewise = False
         if n_pre == 0:     # the padded tokens spread over the sequences, attention included, as the steady step
-            graphs = self._spec_graphs if kk > 0 else self._graphs
-            q_seq, graphed = padded_tokens(graphs, float(n_dec), q, dep.cuda_graphs)
-            piecewise = piecewise_steps(graphs, float(n_dec), q, dep.cuda_graphs)
+            q_seq, graphed = sh.q_verify, sh.graphed
             padded = n_dec * q_seq
         else:
-            (padded, graphed), q_seq = self._mixed_padding(tokens, dep.cuda_graphs), q
+            (padded, graphed), q_seq = self._mixed_padding(tokens), q
+            sh = sh._replace(piecewise=False)
         gap = self._gaps[0 if graphed else 1]
         # verify pass: tokens, logits rows, each request over its context
         head_rows = padded if n_pre == 0 else n_dec * q + n_pre   # decode only: every padded row, as the steady step
@@ -275,40 +250,36 @@ class MixedPricer:
             mean_context = float(contexts.sum()) / n
         else:
             contexts, mean_context = dec_c, dec_sum / n
-        draft = self._draft_seconds(kk, n, contexts, mean_context, prefill_tokens - n_pre * (kk + 1))
-        overhead = float(s.hardware.step_overhead_s.value + _handoff_s(s) * (kk > 0))
-        device = verify + draft + overhead
-        if self._params is None:
-            return device
-        draft_passes = _draft_passes(s.drafter, kk)
-        if self._off_tier and self._draft:
-            draft_passes = draft_passes if kk > 0 else 1.0
-        et = engine_time(self._params, device, float(n), kk, draft_passes, tokens / n, *self._plan.small_kernel_s,
-                         self.dynamic, self._split_ops, draft, piecewise)
-        return float(device + et.added_s)
+        draft = self._draft_seconds(kk, n, contexts, mean_context, prefill_tokens - n_pre * (kk + 1), sh)
+        device = verify + draft + sh.overhead_s
+        et = engine_seconds(f, device, float(n), kk, sh, self._plan.small_kernel_s, self.dynamic, draft, tokens / n)
+        return float(device) if et is None else float(device + et.added_s)
 
-    def _mixed_padding(self, tokens: float, graphs_on: bool) -> tuple[float, bool]:
-        g = self._graphs
-        if not graphs_on:
+    def _mixed_padding(self, tokens: float) -> tuple[float, bool]:
+        """(tokens, graphed) of a step mixing prefill chunks with decodes: the token count padded to the next
+        capture size (piecewise graphs, attention outside them), eager past the largest."""
+        f = self._figures
+        if not f.graphs_on:
             return tokens, False
+        g = f.graphs
         if g is None or g.capture_sizes is None:
             return tokens, True
-        size, ok = _next_size(g.capture_sizes, float(tokens))
+        size, ok = next_capture_size(g.capture_sizes, float(tokens))
         return (size, True) if ok else (tokens, False)
 
     def _draft_seconds(self, kk: float, n: int, contexts: np.ndarray, mean_context: float,
-                       extra_first_tokens: float) -> float:
-        """The draft passes for the n scheduled requests at their contexts (after this step's chunk for prefills)."""
-        if not self._draft or (kk == 0 and not self._off_tier):
+                       extra_first_tokens: float, sh) -> float:
+        """The draft passes for the n scheduled requests at their contexts (after this step's chunk for prefills),
+        in a step of shape ``sh`` (``step_shape``)."""
+        if not self._draft or (kk == 0 and not sh.off_tier):
             return 0.0
-        s = self._setup
-        _, graphed = padded_tokens(self._spec_graphs, float(n), 1.0, _draft_graphs_on(s))
+        graphed = sh.draft_graphed
         gap = self._gaps[0 if graphed else 1]
         total = 0.0
         if n == 1 or self._linear:     # every request of a draft pass runs the same q: one group at the mean context
-            points = self._plan.draft.points(float(n), kk, mean_context, first_at_zero=self._off_tier)
+            points = self._plan.draft.points(float(n), kk, mean_context, first_at_zero=sh.off_tier)
         else:
-            points = self._plan.draft.points(np.ones(n), kk, contexts, first_at_zero=self._off_tier)
+            points = self._plan.draft.points(np.ones(n), kk, contexts, first_at_zero=sh.off_tier)
         first = points[0][0]
         for (ops, token_table, head_table), (p, times) in zip(self._draft, points):
             runs = 1.0 if times is None else times if type(times) is float else float(np.max(times))

@@ -6,9 +6,10 @@ q = 1 pass sampled once. Everything broadcasts over numpy arrays of batch, k and
 
 Everything the spec objects fix is worked out once into the step's program (``step_plan``, kept on the Setup:
 ``setup_plan``): the passes as plans (``dsdsim.cost.plan``) with each operator's rates and float ``timer``, the
-memory figures, the launch gaps, and the row tables (``RowTables``: every operator sized by one row count, at every
-count). A grid gathers from those tables and evaluates the rest with numpy (``_grid_step``: each operator's
-``demand`` and ``seconds``); one point reads the same tables summed per size function and times the rest with their
+memory figures, the launch gaps, and the row tables (``dsdsim.cost.rowtable.RowTables``: every operator sized by one
+row count, at every count). The shape decisions every path shares (padding, graphs, draft passes, the engine's
+terms) are ``dsdsim.cost.program.step_shape``. A grid gathers from those tables and evaluates the rest with numpy
+(``_grid_step``: each operator's ``demand`` and ``seconds``); one point reads the same tables summed per size function and times the rest with their
 float timers (``_one_step``). Each operator's own seconds, the memory and the records are worked out only when read
 (``PassCost.op_times``, ``StepCost.memory``).
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import math
-from array import array
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
@@ -28,24 +28,23 @@ import numpy as np
 
 from dsdsim.cost.drafters.base import DraftPlan
 from dsdsim.cost.drafts import draft_plan
-from dsdsim.cost.engine import (EngineTime, engine_time, graphs_of, graphs_on, padded_by_k, padded_tokens,
-                               piecewise_steps, small_kernel_s)
+from dsdsim.cost.engine import EngineTime, engine_time, small_kernel_s
+from dsdsim.cost.program import engine_seconds, setup_figures, step_shape
+from dsdsim.cost.rowtable import RowTables
 from dsdsim.specs.engine import EngineParams
 from dsdsim.cost import ops as op_kinds
 from dsdsim.cost.layers import PassContext, head_plan, layer_groups, layer_plan, pass_plan
 from dsdsim.cost.memo import by_value
 from dsdsim.cost.memory import PP_DRAFTER_ERROR, MemoryFigures, MemoryUse, memory_figures, stage_layers
-from dsdsim.cost.num import as_float, num, where
+from dsdsim.cost.num import num, where
 from dsdsim.cost.ops import OpKind
 from dsdsim.cost.plan import PassPoint, PlanOp, dp_ranks, records, stage_layer_ranges, tokens
-from dsdsim.cost.timing import (OpRates, OpTime, in_place, launch_overhead, rates_of, seconds, seconds_at_two_gaps,
-                                sum_by_shape, timer)
+from dsdsim.cost.timing import OpRates, OpTime, in_place, launch_overhead, rates_of, seconds, sum_by_shape, timer
 from dsdsim.errors import DsdsimError
 from dsdsim.defaults import DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_HARDWARE, DEFAULT_MODEL
 from dsdsim.records import frozen
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterSpec
-from dsdsim.specs.drafters import DraftPasses, drafter_info
 from dsdsim.specs.engine import EngineSpec
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import ModelSpec
@@ -251,49 +250,24 @@ def setup_plan(s: Setup) -> StepPlan:
     return plan
 
 
-def _verify_tokens(drafter: Optional[DrafterSpec], kk):
-    """q: tokens per sequence the verify pass checks (a tree verifies TOKENS + 1 when K > 0; else K + 1)."""
-    tree = drafter.tree if drafter is not None else None
-    return where(kk > 0, tree.tokens + 1.0, 1.0) if tree is not None else kk + 1.0
-
-
-def _handoff_s(s: Setup) -> float:
-    """The drafter's hand-off, charged per speculative step only without an engine spec (an engine's terms hold it)."""
-    return s.drafter.handoff_s if (s.engine is None and s.drafter is not None
-                                   and not s.drafter.info.host_only) else 0.0
-
-
-def _draft_graphs_on(s: Setup) -> bool:
-    """Whether the draft passes replay CUDA graphs: the deployment runs them and the engine graphs its drafter."""
-    graphs = s.engine.cuda_graphs if s.engine is not None else None
-    return bool(s.deployment.cuda_graphs and (graphs is None or graphs.draft_graphs))
-
-
-def _off_tier_drafts(s: Setup, dynamic: bool) -> bool:
-    eng = s.engine
-    return bool(dynamic and eng is not None and eng.off_tier_drafts is not None and eng.off_tier_drafts.value)
-
-
 def _one_step(s: Setup, plan: StepPlan, b: float, kk: float, c: float, dynamic: bool) -> StepCost:
     """One point in Python floats: each pass's operators sized by one row count read from the step program's row
     tables (``RowTables``, one summed table per size), the others' ``timer``; the engine terms. Each operator's own
     seconds, the memory and the operator records are worked out only when asked for."""
-    f = _point_figures(s)
+    f = setup_figures(s, plan)
     hw = s.hardware
-    q = (f.tree_q if kk > 0 else 1.0) if f.tree_q is not None else kk + 1.0   # _verify_tokens
-    graphs = graphs_of(f.graphs, dynamic, kk > 0)
-    q_verify, graphed = padded_tokens(graphs, b, q, f.graphs_on)
+    sh = step_shape(f, b, kk, dynamic)
+    graphed = sh.graphed
     # rejection sampling reads target and draft probabilities: two sweeps over the logits when speculating
-    verify_point = PassPoint(b, q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=2.0 if kk > 0 else 1.0)
+    verify_point = PassPoint(b, sh.q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=2.0 if kk > 0 else 1.0)
     parts = [(plan.verify, verify_point, None)]
     verify = PassCost(_point_seconds(plan, hw, 0, verify_point, None, graphed), parts, None, hw, graphed,
                       [plan.verify_timed], plan.gaps[0 if graphed else 1])
-    off_tier = dynamic and f.off_tier_drafts
     draft_s = 0.0
     if plan.draft is not None:
-        draft_graphed = f.draft_on and padded_tokens(graphs, b, 1.0, True)[1]   # draft passes: graphed, not padded
+        draft_graphed = sh.draft_graphed
         parts = [(dp.ops, p, times) for dp, (p, times) in zip(plan.draft.passes,
-                                                               plan.draft.points(b, kk, c, first_at_zero=off_tier))]
+                                                               plan.draft.points(b, kk, c, first_at_zero=sh.off_tier))]
         for i, (_, p, times) in enumerate(parts, start=1):
             if times != 0.0:
                 draft_s += _point_seconds(plan, hw, i, p, times, draft_graphed)
@@ -301,44 +275,9 @@ def _one_step(s: Setup, plan: StepPlan, b: float, kk: float, c: float, dynamic: 
                          plan.gaps[0 if draft_graphed else 1])
     else:
         draft = PassCost(0.0, [], [], hw)
-    overhead = f.overhead_s + f.handoff_s if kk > 0 else f.overhead_s
-    passes = 1.0 if off_tier and plan.draft is not None and kk == 0 else _draft_passes(s.drafter, kk)
-    et = None
-    piecewise = piecewise_steps(graphs, b, q, f.graphs_on)
-    if f.params is not None:
-        et = engine_time(f.params, verify.time_s + draft_s + overhead, b, kk, passes, q, *plan.small_kernel_s,
-                         dynamic, f.layers, draft_s, piecewise)
-    return StepCost(s.model, hw, s.deployment, s.drafter, b, kk, c, verify, draft, overhead, plan.memory, s.engine,
-                    et, b * q_verify, graphed, passes, q, dynamic, plan.stage_ops, piecewise)
-
-
-class _PointFigures(NamedTuple):
-    """What a point reads of its Setup besides the step program, looked up once per Setup (``_point_figures``)."""
-
-    graphs: Optional[object]          # the engine's CudaGraphs (None: graphs of every size, or no engine)
-    graphs_on: bool                   # the deployment runs CUDA graphs
-    draft_on: bool                    # ... and the draft passes replay them too
-    tree_q: Optional[float]           # a draft tree's verified tokens + 1 (None: a chain, q = K + 1)
-    off_tier_drafts: bool             # the engine's K = 0 tier of a dynamic server still runs the first draft pass
-    overhead_s: float                 # the hardware's step_overhead_s
-    handoff_s: float                  # the drafter's hand-off, where charged (``_handoff_s``)
-    params: Optional[EngineParams]    # the engine's figures (None: kernels only)
-    layers: int                       # the engine's per-layer units (``ModelSpec.graph_split_ops``)
-
-
-def _point_figures(s: Setup) -> _PointFigures:
-    f = s.__dict__.get("_point_figures")
-    if f is None:
-        eng, dep = s.engine, s.deployment
-        graphs = graphs_on(eng.cuda_graphs, s.hardware, s.model.architecture) if eng is not None else None
-        tree = s.drafter.tree if s.drafter is not None else None
-        f = _PointFigures(graphs, bool(dep.cuda_graphs), _draft_graphs_on(s),
-                          float(tree.tokens + 1) if tree is not None else None, _off_tier_drafts(s, True),
-                          float(s.hardware.step_overhead_s.value), float(_handoff_s(s)),
-                          (s.engine_params or _engine_params(eng, s.drafter)) if eng is not None else None,
-                          s.model.graph_split_ops)
-        object.__setattr__(s, "_point_figures", f)      # as ``setup_plan``: not a field, outside eq and hash
-    return f
+    et = engine_seconds(f, verify.time_s + draft_s + sh.overhead_s, b, kk, sh, plan.small_kernel_s, dynamic, draft_s)
+    return StepCost(s.model, hw, s.deployment, s.drafter, b, kk, c, verify, draft, sh.overhead_s, plan.memory,
+                    s.engine, et, b * sh.q_verify, graphed, sh.passes, sh.q, dynamic, plan.stage_ops, sh.piecewise)
 
 
 def _point_seconds(plan: StepPlan, hw: HardwareSpec, index: int, p: PassPoint, times: Optional[float],
@@ -358,7 +297,7 @@ def _point_seconds(plan: StepPlan, hw: HardwareSpec, index: int, p: PassPoint, t
         i = int(rows)
         if i == rows and i <= _POINT_TABLE_ROWS:
             if i >= g.rows:                  # the tables grow to hold this row count
-                g.graphed, g.eager = plan.tables.point_sums(g.members, hw, i, g.key)
+                g.graphed, g.eager = plan.tables.of(g.members, hw).floats(i)
                 g.rows = len(g.graphed)
             summed = (g.graphed if graphed else g.eager)[i]
             total += summed if times is None else summed * times
@@ -371,13 +310,13 @@ def _point_seconds(plan: StepPlan, hw: HardwareSpec, index: int, p: PassPoint, t
 
 
 class _RowGroup:
-    """The operators of a pass sharing one row-count size function, for ``_point_seconds``: their (Timed, count),
-    their key in the row tables, and the summed tables once read (graphed, eager: arrays of ``rows`` floats)."""
+    """The operators of a pass sharing one row-count size function, for ``_point_seconds``: their (Timed, count)
+    and their summed table's floats once read (graphed, eager: arrays of ``rows`` floats)."""
 
-    __slots__ = ("size", "members", "key", "graphed", "eager", "rows")
+    __slots__ = ("size", "members", "graphed", "eager", "rows")
 
     def __init__(self, size: Callable, members: list[tuple[Timed, float]]):
-        self.size, self.members, self.key = size, members, RowTables.key(members)
+        self.size, self.members = size, members
         self.graphed, self.eager, self.rows = [], [], 0
 
 
@@ -413,39 +352,25 @@ def _op_seconds(parts: list, timed: list[list[Timed]], gap: float) -> list:
 
 def _grid_step(s: Setup, plan: StepPlan, b, kk, c, dynamic: bool) -> StepCost:
     """A grid of points in numpy arrays: each planned operator's ``demand`` and ``seconds`` over the grid."""
-    m, hw, dep, eng = s.model, s.hardware, s.deployment, s.engine
-    q = _verify_tokens(s.drafter, kk)
-    graphs = graphs_on(eng.cuda_graphs, hw, m.architecture) if eng is not None else None
-    q_verify, graphed = padded_by_k(graphs, dynamic, b, kk, q, dep.cuda_graphs)
-    # draft passes (at K > 0 only): graphed, not padded
-    _, draft_graphed = padded_tokens(graphs_of(graphs, dynamic, True), b, 1.0, _draft_graphs_on(s))
+    f = setup_figures(s, plan)
+    hw = s.hardware
+    sh = step_shape(f, b, kk, dynamic)
     sampling_passes = where(kk > 0, 2.0, 1.0)   # rejection sampling reads target and draft probabilities
-    verify_point = PassPoint(b, q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=sampling_passes)
-    verify = _pass_cost([(plan.verify, verify_point, None)], [plan.verify_timed], hw, graphed, plan.tables)
+    verify_point = PassPoint(b, sh.q_verify, c, dp_ranks=plan.dp_ranks, sampling_passes=sampling_passes)
+    verify = _pass_cost([(plan.verify, verify_point, None)], [plan.verify_timed], hw, sh.graphed, plan.tables)
     draft = PassCost(0.0, [], [], hw)
-    off_tier = _off_tier_drafts(s, dynamic)
     if plan.draft is not None:
-        points = plan.draft.points(b, kk, c, first_at_zero=off_tier)
+        points = plan.draft.points(b, kk, c, first_at_zero=sh.off_tier)
         parts = [(dp.ops, p, times) for dp, (p, times) in zip(plan.draft.passes, points)]
-        draft = _pass_cost(parts, plan.draft_timed, hw, draft_graphed, plan.tables)
+        draft = _pass_cost(parts, plan.draft_timed, hw, sh.draft_graphed, plan.tables)
     shape = np.broadcast_shapes(np.shape(b), np.shape(kk), np.shape(c))
-    overhead = hw.step_overhead_s.value + _handoff_s(s) * (kk > 0)
-    overhead = np.broadcast_to(overhead, shape).astype(float)
-    et = None
-    passes = _draft_passes(s.drafter, kk)
-    if off_tier and plan.draft is not None:
-        passes = where(kk > 0, passes, 1.0)
-    # the speculative graphs at every K: K = 0 (q = 1) never replays a PIECEWISE graph
-    piecewise = piecewise_steps(graphs_of(graphs, dynamic, True), b, q, dep.cuda_graphs)
-    if eng is not None:
-        params = s.engine_params or _engine_params(eng, s.drafter)
-        device = verify.time_s + draft.time_s + overhead
-        et = engine_time(params, device, b, kk, passes, q, *plan.small_kernel_s, dynamic, m.graph_split_ops,
-                         draft.time_s, piecewise)
-    padded, graphed = np.broadcast_to(b * q_verify, shape), np.broadcast_to(graphed, shape)
-    piecewise = np.broadcast_to(piecewise, shape)
-    return StepCost(m, hw, dep, s.drafter, np.asarray(b), np.asarray(kk), np.asarray(c), verify, draft, overhead,
-                    plan.memory, eng, et, padded, graphed, passes, np.asarray(q), dynamic, plan.stage_ops, piecewise)
+    overhead = np.broadcast_to(sh.overhead_s, shape).astype(float)
+    et = engine_seconds(f, verify.time_s + draft.time_s + overhead, b, kk, sh, plan.small_kernel_s, dynamic,
+                        draft.time_s)
+    padded, graphed = np.broadcast_to(b * sh.q_verify, shape), np.broadcast_to(sh.graphed, shape)
+    return StepCost(s.model, hw, s.deployment, s.drafter, np.asarray(b), np.asarray(kk), np.asarray(c), verify, draft,
+                    overhead, plan.memory, s.engine, et, padded, graphed, sh.passes, np.asarray(sh.q), dynamic,
+                    plan.stage_ops, np.broadcast_to(sh.piecewise, shape))
 
 
 class Timed(NamedTuple):
@@ -553,27 +478,6 @@ def _timed(plan: list[PlanOp], hw: HardwareSpec, moe_family: Optional[str]) -> l
     return out
 
 
-@by_value
-def _engine_params(engine: EngineSpec, drafter: Optional[DrafterSpec]) -> EngineParams:
-    """An engine spec's own figures for a drafter (once per pair of spec objects: overlap may depend on it)."""
-    if drafter is None:
-        return EngineParams.of(engine)
-    return EngineParams.of(engine, drafter_kind=drafter.kind.value, tree=drafter.tree is not None)
-
-
-def _draft_passes(drafter: Optional[DrafterSpec], k: np.ndarray) -> np.ndarray:
-    """Sequential draft passes per step: K (a tree: its steps); one for parallel drafters (Medusa, DFlash, PARD);
-    none for host lookups (n-gram, suffix) — the kind's ``DrafterInfo.passes``."""
-    passes = drafter_info(drafter.kind).passes if drafter is not None else DraftPasses.none
-    if passes is DraftPasses.none:
-        return 0.0 if type(k) is float else np.zeros(np.shape(k))
-    if passes is DraftPasses.one:
-        return as_float(k > 0)
-    if drafter.tree is not None:
-        return where(k > 0, float(drafter.tree.steps), 0.0)
-    return num(k)
-
-
 def _pass_cost(parts: list, timed: list[list[Timed]], hw: HardwareSpec, graphed,
                tables: Optional["RowTables"] = None) -> PassCost:
     """The time of each operator of ``parts`` ((plan, sizes, times the pass runs or None) per pass), replayed under
@@ -615,13 +519,13 @@ def _pass_cost(parts: list, timed: list[list[Timed]], hw: HardwareSpec, graphed,
             if index is None or not members:
                 continue
             lazy = True
-            summed = tables.gather(tables.summed([(t, c) for _, t, c in members], hw, int(index.max())), index, g)
+            summed = tables.of([(t, c) for _, t, c in members], hw).gather(index, g)
             totals.append(summed if times is None else summed * times)
             for position, t, count in members:
                 op_seconds[position] = (t, index, count, times)
     if lazy:
         def resolve() -> list:
-            return [tables.gather(tables.table(x[0], hw, int(x[1].max())), x[1], g) * x[2] * (1.0 if x[3] is None else x[3])
+            return [tables.of([(x[0], 1.0)], hw).gather(x[1], g) * x[2] * (1.0 if x[3] is None else x[3])
                     if type(x) is tuple else x for x in op_seconds]
         return PassCost(sum_by_shape(totals), parts, resolve, hw, g, timed)
     return PassCost(sum_by_shape(op_seconds), parts, op_seconds, hw, g, timed)
@@ -642,80 +546,6 @@ def _row_index(rows: np.ndarray) -> Optional[np.ndarray]:
     if index.min() < 0 or index.max() > _TABLE_MAX_ROWS:
         return None
     return index
-
-
-class RowTables:
-    """Seconds of one occurrence of each operator sized by one row count (GEMMs, norms, activations, collectives,
-    the embedding, the lm_head) at every count 0..n, replayed from a graph and launched eagerly: evaluated once per
-    step program as numpy arrays (the same equations, ``seconds``), grown by doubling, so a grid reads such
-    operators with one gather per size instead of evaluating each point by point. The values are those of evaluating
-    the operator at the grid's own counts."""
-
-    def __init__(self):
-        self._tables: dict[int, tuple[Timed, np.ndarray]] = {}      # id(Timed) -> (it, (2, n) graphed and eager)
-        self._sums: dict[tuple, np.ndarray] = {}                    # ((id, count), ...) -> (2, n) weighted sum
-        self._point_sums: dict[tuple, tuple[array, array]] = {}     # the same as arrays of floats, points'
-
-    def table(self, t: Timed, hw: HardwareSpec, top: int) -> np.ndarray:
-        hit = self._tables.get(id(t))
-        if hit is None or hit[1].shape[1] <= top:
-            hit = self._tables[id(t)] = (t, _row_table(t, hw, _table_size(top, 0 if hit is None else hit[1].shape[1])))
-        return hit[1]
-
-    def point_sums(self, members: list[tuple[Timed, float]], hw: HardwareSpec, top: int, key: tuple
-                   ) -> tuple[array, array]:
-        """sum(count x table) of ``members`` as arrays of floats (graphed, eager): what one point reads, each entry
-        a Python float. Summed as ``summed`` sums, but the members' own tables are not kept (a point never asks for
-        one operator's seconds from them)."""
-        hit = self._point_sums.get(key)
-        if hit is None or len(hit[0]) <= top:
-            n = _table_size(top, 0 if hit is None else len(hit[0]))
-            summed = None
-            for t, c in members:
-                own = self._tables.get(id(t))
-                part = (own[1][:, :n] if own is not None and own[1].shape[1] >= n else _row_table(t, hw, n)) * c
-                summed = part if summed is None else summed + part
-            hit = self._point_sums[key] = (array("d", summed[0].tobytes()), array("d", summed[1].tobytes()))
-        return hit
-
-    @staticmethod
-    def key(members: list[tuple[Timed, float]]) -> tuple:
-        return tuple((id(t), c) for t, c in members)
-
-    def summed(self, members: list[tuple[Timed, float]], hw: HardwareSpec, top: int) -> np.ndarray:
-        """sum(count x table) of ``members``, in their order."""
-        key = self.key(members)
-        hit = self._sums.get(key)
-        if hit is None or hit.shape[1] <= top:
-            hit = None
-            for t, c in members:
-                part = self.table(t, hw, top) * c
-                hit = part if hit is None else hit + part
-            self._sums[key] = hit
-        return hit
-
-    @staticmethod
-    def gather(table: np.ndarray, index: np.ndarray, graphed):
-        if graphed is True:
-            return table[0][index]
-        if graphed is False:
-            return table[1][index]
-        return np.where(graphed, table[0][index], table[1][index])
-
-
-def _row_table(t: Timed, hw: HardwareSpec, n: int) -> np.ndarray:
-    """(2, n): one occurrence of ``t`` at every row count 0..n-1, replayed from a graph and launched eagerly (one
-    evaluation for both: ``seconds_at_two_gaps``)."""
-    rows = np.arange(n, dtype=float)
-    both = seconds_at_two_gaps(t.rates, t.demand(rows), launch_overhead(hw, True), launch_overhead(hw, False))
-    return np.stack([np.broadcast_to(s, rows.shape) for s in both])
-
-
-def _table_size(top: int, held: int = 0) -> int:
-    """Rows a table is built over to hold row count ``top``: whole blocks of 1024 past it, and twice the rows it held
-    when it has to grow (a sweep of rising sizes rebuilds it a few times, not at every block)."""
-    need = max(1024, -(-(top + 1) // 1024) * 1024)
-    return max(need, 2 * held)
 
 
 def step_time_grid(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional[Deployment] = None,
