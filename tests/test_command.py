@@ -137,6 +137,8 @@ def test_a_group_in_a_group():
     (["run", "--rounds", "0"], "Invalid value for '--rounds': must be >= 1, got '0'"),
     (["run", "--size"], "Option '--size' requires an argument."),
     (["run", "--eager=yes"], "Option '--eager' does not take a value."),
+    (["run", "-ez"], "No such option: -z"),
+    (["run", "-es"], "Option '-s' requires an argument."),
     (["run", "--sizes", "2"], "No such option: --sizes (did you mean --size?)"),
     (["run", "--no-eager"], "No such option: --no-eager (did you mean --eager?)"),
     (["run", "surplus", "more"], "Got unexpected extra arguments (surplus more)"),

@@ -4,9 +4,10 @@ A command is a function registered on an ``App`` (``@app.command()``); each para
 an argument (``Argument``), declared in its default or in ``Annotated[type, Option(...)]``, and a parameter typed
 ``Invocation`` receives which options the user typed. The types are those the commands use: ``str``, ``int``,
 ``float``, ``bool`` (a flag, or ``--x/--no-x``), ``Path``, an ``Enum`` (its values are the choices),
-``Optional[...]`` and ``List[...]`` (a repeatable option). Help is laid out as click lays it out, and usage errors
-use click's words ("No such option: --speed", "Invalid value for '--tp': ..."), raised as ``UsageError`` for
-``dsdsim.cli.app`` to print in one line.
+``Optional[...]`` and ``List[...]`` (a repeatable option). The command line is split by a stdlib ``argparse``
+parser built from the declarations (``_parser``); the values are converted here, in the order typed. Help is laid
+out as click lays it out, and usage errors use click's words ("No such option: --speed", "Invalid value for '--tp':
+..."), raised as ``UsageError`` for ``dsdsim.cli.app`` to print in one line.
 
 Why not typer: importing typer (and the click it bundles, and pydantic's adapters it parses options with) and
 building its click command cost some 120 M instructions, about a tenth of `dsdsim predict` on defaults. Here a
@@ -14,6 +15,7 @@ registration only stores the function; the one command a run names is read (``in
 """
 from __future__ import annotations
 
+import argparse
 import enum
 import inspect
 import sys
@@ -324,56 +326,88 @@ def _parse(invocation: Invocation, params: list[Param], argv: list[str],
 def _read_tokens(invocation: Invocation, params: list[Param], argv: list[str],
                  stop_at_positional: bool) -> tuple[dict, list[str], list[str]]:
     """(what was typed for each parameter, in the order first typed: strings, or a flag's bools; the positional
-    words; what follows the first positional when ``stop_at_positional``)."""
-    by_flag = {f: p for p in params if p.kind == "option" for f in p.opts + p.off}
+    words; what follows the first positional when ``stop_at_positional``), split by a stdlib ``argparse`` parser
+    built from the declarations (``_parser``); its errors are reworded as click words them."""
+    parser, by_name = _parser(params, stop_at_positional)
+    try:
+        ns, extra = parser.parse_known_args(argv)
+    except argparse.ArgumentError as exc:
+        p = by_name.get(exc.argument_name)
+        if p is None:
+            raise UsageError(str(exc), invocation) from None
+        flag = _typed_flag(p, argv)
+        if p.flag and not flag.startswith("--"):      # -ez: a flag in a cluster, then a letter no option has
+            raise UsageError(f"No such option: -{_after_in_cluster(flag, argv)}", invocation) from None
+        raise UsageError(f"Option {flag!r} does not take a value." if p.flag else
+                         f"Option {flag!r} requires an argument.", invocation) from None
     typed: dict[Param, list] = {}
+    for p, value in getattr(ns, "_typed", ()):
+        typed.setdefault(p, []).append(value)
     free: list[str] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        i += 1
-        if token == "--" or not token.startswith("-") or token == "-":
-            if stop_at_positional:
-                return typed, free, argv[i:] if token == "--" else argv[i - 1:]
-            if token == "--":
-                free.extend(argv[i:])
-                break
-            free.append(token)
-            continue
-        for flag, attached in _pieces(token, by_flag):
-            p = by_flag.get(flag)
-            if p is None:
-                raise UsageError(f"No such option: {flag}{_did_you_mean(flag, by_flag)}", invocation)
-            if p.flag:
-                if attached is not None:
-                    raise UsageError(f"Option {flag!r} does not take a value.", invocation)
-                value: Any = flag not in p.off
-            elif attached is not None:
-                value = attached
-            elif i < len(argv):
-                value = argv[i]
-                i += 1
-            else:
-                raise UsageError(f"Option {flag!r} requires an argument.", invocation)
-            typed.setdefault(p, []).append(value)
-    return typed, free, []
-
-
-def _pieces(token: str, by_flag: dict) -> list[tuple[str, Optional[str]]]:
-    """(flag, value written into the token or None) of each option one token holds: ``--tp=2``, ``--tp``,
-    ``-b8``, or a cluster of short flags whose last may take the rest as its value (``-es8``)."""
-    if token.startswith("--"):
-        flag, eq, attached = token.partition("=")
-        return [(flag, attached if eq else None)]
-    out = []
-    for j in range(1, len(token)):
-        flag = "-" + token[j]
-        p = by_flag.get(flag)
-        if p is not None and not p.flag and j + 1 < len(token):
-            out.append((flag, token[j + 1:]))
+    for i, token in enumerate(extra):
+        if token == "--":
+            free.extend(extra[i + 1:])
             break
-        out.append((flag, None))
-    return out
+        if token.startswith("-") and token != "-":
+            flag = token.partition("=")[0] if token.startswith("--") else token[:2]
+            known = {f for q in params if q.kind == "option" for f in q.opts + q.off}
+            raise UsageError(f"No such option: {flag}{_did_you_mean(flag, known)}", invocation)
+        free.append(token)
+    return typed, free, list(getattr(ns, "_rest", []) or [])
+
+
+class _Typed(argparse.Action):
+    """Records each option as typed, in order, as (parameter, value): a flag its bool, an option its string."""
+
+    def __init__(self, option_strings, dest, param: Param = None, value: Any = None, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.param, self.value = param, value
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if not hasattr(namespace, "_typed"):
+            namespace._typed = []
+        namespace._typed.append((self.param, self.value if self.nargs == 0 else values))
+
+
+def _parser(params: list[Param], stop_at_positional: bool) -> tuple[argparse.ArgumentParser, dict]:
+    """An ``argparse`` parser of ``params``' options (every spelling: ``--tp=2``, ``-b8``, ``-es8``), that leaves
+    the positional words and unknown options to the caller and, for a group, everything from its first positional
+    on; and the parameter of each option as argparse names it in its errors."""
+    parser = argparse.ArgumentParser(prog="", add_help=False, allow_abbrev=False, exit_on_error=False)
+    by_name = {}
+    for p in params:
+        if p.kind != "option":
+            continue
+        for flags, value in ((p.opts, True), (p.off, False)):
+            if not flags:
+                continue
+            action = parser.add_argument(*flags, action=_Typed, dest=p.name, default=argparse.SUPPRESS, param=p,
+                                         value=value, **({"nargs": 0} if p.flag else {}))
+            by_name["/".join(action.option_strings)] = p
+    if stop_at_positional:
+        parser.add_argument("_rest", nargs=argparse.REMAINDER)
+    return parser, by_name
+
+
+def _after_in_cluster(flag: str, argv: list[str]) -> str:
+    """The letter after short flag ``flag`` in the cluster of short flags that holds it (``-ez``: z)."""
+    for token in argv:
+        if token.startswith("-") and not token.startswith("--") and flag[1] in token[1:-1]:
+            return token[token.index(flag[1], 1) + 1]
+    return "?"
+
+
+def _typed_flag(p: Param, argv: list[str]) -> str:
+    """The spelling of ``p``'s option the user typed last (for an error that quotes it): ``--name``,
+    ``--name=VALUE``, or a short flag, alone or in a cluster of short flags."""
+    for token in reversed(argv):
+        for flag in p.opts + p.off:
+            if flag.startswith("--"):
+                if token == flag or token.startswith(flag + "="):
+                    return flag
+            elif token.startswith("-") and not token.startswith("--") and flag[1] in token[1:]:
+                return flag
+    return p.opts[0]
 
 
 def _values(invocation: Invocation, params: list[Param], typed: dict) -> dict[str, Any]:

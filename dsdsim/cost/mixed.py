@@ -193,6 +193,7 @@ class MixedPricer:
         self._draft_grouped = [[(t, _once_fields(t)) for t in ops.sequences] for ops, _, _ in self._draft] \
             if self._linear else None
         self._figures = setup_figures(s, plan)
+        self._shapes: dict[tuple[int, float], object] = {}    # (requests, K) -> its StepShape
         self._gaps = (launch_overhead(hw, True), launch_overhead(hw, False))
         self._tree_tokens = s.drafter.tree.tokens if s.drafter is not None and s.drafter.tree is not None else None
 
@@ -220,7 +221,9 @@ class MixedPricer:
             return 0.0
         kk = float(k) if n_dec else 0.0
         f = self._figures
-        sh = step_shape(f, float(n), kk, self.dynamic)      # decode only: the steady step's shape (n = n_dec)
+        sh = self._shapes.get((n, kk))
+        if sh is None:      # decode only: the steady step's shape (n = n_dec); a few (n, K) pairs recur all run
+            sh = self._shapes[(n, kk)] = step_shape(f, float(n), kk, self.dynamic)
         q = sh.q
         prefill_tokens = float(pre_q.sum()) if n_pre else 0.0
         dec_sum = float(dec_c.sum()) if n_dec else 0.0

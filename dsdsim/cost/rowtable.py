@@ -65,7 +65,10 @@ class RowTable:
 
     def seconds(self, rows: int, graphed: bool) -> float:
         """One row count's seconds."""
-        return self.floats(rows)[0 if graphed else 1][rows]
+        f = self._floats
+        if f is None or rows >= len(f[0]):
+            f = self.floats(rows)
+        return f[0 if graphed else 1][rows]
 
     def gather(self, index: np.ndarray, graphed) -> np.ndarray:
         """The seconds at an array of row counts; ``graphed`` True, False or an array (the gap chosen per entry)."""
