@@ -42,7 +42,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
              engine=DEFAULT_ENGINE, workload: str = DEFAULT_WORKLOAD, policies: Optional[str] = None,
              requests: Optional[int] = None, input_len: str = DEFAULT_INPUT_LEN, output_len: str = DEFAULT_OUTPUT_LEN,
              acceptance=None, max_num_seqs: Optional[int] = None, max_num_batched_tokens: Optional[int] = None,
-             scheduling: Optional[str] = None, slo: Optional[str] = None, seed: int = DEFAULT_SEED, executor: Optional[str] = "local",
+             kv_cache_tokens: Optional[int] = None, scheduling: Optional[str] = None, slo: Optional[str] = None,
+             seed: int = DEFAULT_SEED, executor: Optional[str] = "local",
              progress: Optional[Callable[[int, int], None]] = None):
     """Serve ``requests`` requests of ``workload`` once per policy on one server; a SimulationReport (a
     SimulationResult whose ``to_json()`` is the command's JSON).
@@ -51,9 +52,11 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     policies then default to ``none``), engine: as ``dsdsim.resolve`` takes them. workload, policies, requests,
     input_len, output_len, acceptance, slo, seed: the texts and numbers of ``dsdsim simulate``'s options of the same
     names (requests None: 1000, or a trace's own rows). max_num_seqs, max_num_batched_tokens: the scheduler's
-    limits (vLLM's; None: its defaults). scheduling: the rule that builds each step (``vllm``, ``prefill-first``,
-    or one registered with ``dsdsim.serve.scheduler.register_rule``; None: the engine's). executor: ``local`` (this process, the default here), ``processes`` or a
-    Dask scheduler address. progress(done, total): called as the run goes."""
+    limits (vLLM's; None: its defaults). kv_cache_tokens: the KV cache as the server reports it (vLLM's "GPU KV
+    cache size: N tokens"; None: sized from the deployment's memory_utilization). scheduling: the rule that builds
+    each step (``vllm``, ``prefill-first``, or one registered with ``dsdsim.serve.scheduler.register_rule``; None:
+    the engine's). executor: ``local`` (this process, the default here), ``processes`` or a Dask scheduler address.
+    progress(done, total): called as the run goes."""
     from dsdsim.serve.scheduler import SchedulerConfig
     from dsdsim.serve.sweep import Simulation, check_executor, checked, simulate_many
     from dsdsim.specs.setup import resolve
@@ -66,7 +69,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     limits = {"memory_utilization": setup.deployment.memory_utilization}
     if scheduling is not None:
         limits["rule"] = scheduling
-    for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
+    for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens),
+                        ("kv_cache_tokens", kv_cache_tokens)):
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise DsdsimError(f"{name} must be a whole number >= 1, got {value!r}")

@@ -18,13 +18,14 @@ from dsdsim.serve.sweep import (Bracket, Simulation, bracket_load, largest_loads
 SMALL = ("--requests", "24", "--workload", "closed:8", "--input-len", "128", "--output-len", "48")
 POLICY_KEYS = {"name", "output_tokens_per_s", "requests_per_s", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
                "goodput_requests_per_s", "mean_batch", "k_histogram", "batch_seconds", "preemptions", "duration_s",
-               "steps"}
+               "steps", "kv_cache_tokens", "kv_cache_source"}
 STATS = {"mean", "p50", "p90", "p99"}
 CSV_COLUMNS = (["model", "hardware", "tp", "drafter", "engine", "workload", "requests", "seed", "policy",
                 "output_tokens_per_s", "requests_per_s"]
                + [f"{lat}_{s}" for lat in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms") for s in ("mean", "p50", "p90",
                                                                                                 "p99")]
-               + ["goodput_requests_per_s", "mean_batch", "k_histogram", "preemptions", "duration_s", "steps"])
+               + ["goodput_requests_per_s", "mean_batch", "k_histogram", "preemptions", "kv_cache_tokens", "duration_s",
+                  "steps"])
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,24 @@ def test_output_dash_is_standard_output_and_a_file_is_written_whole(cli, tmp_pat
     assert (tmp_path / "run.csv").read_text().startswith("model,hardware,tp,")   # the suffix picks the format
 
 
+def test_the_kv_cache_is_sized_from_memory_or_given(cli):
+    """By default the cache is what the memory share leaves (the plain server holds no drafter: a larger cache);
+    --kv-cache-tokens and --num-gpu-blocks (x 16) give it, and a cache too small for the clients preempts."""
+    code, out, err = cli("simulate", *SMALL, "--format", "json")
+    sized = {p["name"]: (p["kv_cache_tokens"], p["kv_cache_source"]) for p in json.loads(out)["policies"]}
+    assert sized["none"][0] > sized["fixed:3"][0] == sized["dsd"][0] > 100_000
+    assert {source for _, source in sized.values()} == {"memory"}
+    # 8 clients x (128 + 48 + drafts) tokens need some 100 blocks: 40 blocks preempt
+    code, out, err = cli("simulate", *SMALL, "--num-gpu-blocks", "40", "--format", "json")
+    small = json.loads(out)["policies"]
+    assert code == 0 and {(p["kv_cache_tokens"], p["kv_cache_source"]) for p in small} == {(640, "given")}
+    assert all(p["preemptions"] > 0 for p in small)
+    code, out, err = cli("simulate", *SMALL, "--kv-cache-tokens", "647")
+    assert code == 0 and "KV cache: none, fixed:3, dsd 640 tokens (as given)" in " ".join(out.split())
+
+
 @pytest.mark.parametrize("argv", [
+    ["--kv-cache-tokens", "100", "--num-gpu-blocks", "10"], ["--kv-cache-tokens", "0"], ["--kv-cache-tokens", "100"],
     ["--workload", "poison:3"], ["--workload", "closed:x"], ["--workload", "rollout:3"],
     ["--sweep", "rollout:1,2"], ["--sweep", "poisson:1,x"], ["--policies", "none,fixd:3"], ["--slo", "ttft=x"],
     ["--input-len", "abc"], ["--executor", "ssh://host"], ["--requests", "0"],

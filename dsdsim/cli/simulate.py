@@ -67,6 +67,13 @@ class ServeArgs:
     max_num_batched_tokens: Annotated[Optional[int], Option(
         "--max-num-batched-tokens", help="Most tokens in one step, prefill chunks and drafts included (vLLM's "
                                          "max_num_batched_tokens; default 8192)")] = None
+    kv_cache_tokens: Annotated[Optional[int], Option(
+        "--kv-cache-tokens", metavar="N",
+        help="The KV cache in tokens, as your server reports it (vLLM's log: 'GPU KV cache size: N tokens'); "
+             "default: sized from --memory-utilization of the GPU's memory less weights and activations")] = None
+    num_gpu_blocks: Annotated[Optional[int], Option(
+        "--num-gpu-blocks", metavar="N",
+        help="The KV cache in blocks of 16 tokens (vLLM's --num-gpu-blocks-override)")] = None
     scheduling: Annotated[Optional[str], Option(
         "--scheduling", metavar="RULE",
         help="How each step is built: vllm (running requests, then waiting ones mixed in: vLLM V1) or "
@@ -100,13 +107,19 @@ class ServeArgs:
         values = {"memory_utilization": memory_utilization}
         if self.scheduling is not None:
             values["rule"] = self.scheduling
+        if self.kv_cache_tokens is not None and self.num_gpu_blocks is not None:
+            raise DsdsimError("give the KV cache once: --kv-cache-tokens (tokens) or --num-gpu-blocks (blocks of "
+                              "16 tokens), not both")
         for name, option in (("max_num_seqs", "--max-num-seqs"),
-                             ("max_num_batched_tokens", "--max-num-batched-tokens")):
+                             ("max_num_batched_tokens", "--max-num-batched-tokens"),
+                             ("kv_cache_tokens", "--kv-cache-tokens"), ("num_gpu_blocks", "--num-gpu-blocks")):
             value = getattr(self, name)
             if value is not None:
                 if value < 1:
                     raise DsdsimError(f"{option} must be >= 1, got {value}")
                 values[name] = value
+        if "num_gpu_blocks" in values:
+            values["kv_cache_tokens"] = values.pop("num_gpu_blocks") * SchedulerConfig.block_size
         return SchedulerConfig(**values)
 
 

@@ -69,7 +69,7 @@ def policy_row(policy: Mapping[str, Any]) -> dict:
     row["goodput_requests_per_s"] = policy.get("goodput_requests_per_s")
     row["mean_batch"] = policy.get("mean_batch")
     row["k_histogram"] = " ".join(f"{k}:{n}" for k, n in _k_items(policy.get("k_histogram") or {}))
-    for key in ("preemptions", "duration_s", "steps"):
+    for key in ("preemptions", "kv_cache_tokens", "duration_s", "steps"):
         row[key] = policy.get(key)
     return row
 
@@ -242,10 +242,29 @@ def _footer(policies: Sequence[Mapping[str, Any]]) -> list[str]:
     steps = [p.get("steps") for p in policies if p.get("steps") is not None]
     units = _UNITS + (_GOODPUT if any(p.get("goodput_requests_per_s") is not None for p in policies) else "")
     if not durations:
-        return [units, servers_line(policies)]
-    return [units, servers_line(policies), f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, {min(steps):,}-{max(steps):,} "
+        return [units, servers_line(policies)] + kv_cache_line(policies)
+    return [units, servers_line(policies)] + kv_cache_line(policies) + [f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, {min(steps):,}-{max(steps):,} "
             "engine steps per policy; as vllm bench serve counts them: TPOT (e2e - TTFT) / (output tokens - 1) per "
             "request, ITL the gaps between a request's successive emissions (a step's tokens stream as one chunk)"]
+
+
+def kv_cache_line(policies: Sequence[Mapping[str, Any]]) -> list[str]:
+    """['KV cache: none 355,232 tokens; fixed:3, dsd 338,176 (...)']: each server's cache once, and where it came
+    from; [] where the policies carry none."""
+    by_size: dict[int, list[str]] = {}
+    given = False
+    for p in policies:
+        if p.get("kv_cache_tokens") is not None:
+            by_size.setdefault(int(p["kv_cache_tokens"]), [])
+            if p["name"] not in by_size[int(p["kv_cache_tokens"])]:
+                by_size[int(p["kv_cache_tokens"])].append(p["name"])
+            given = given or p.get("kv_cache_source") == "given"
+    if not by_size:
+        return []
+    sizes = "; ".join(f"{', '.join(names)} {tokens:,}" for tokens, names in by_size.items())
+    why = ("as given" if given else "sized from --memory-utilization of the GPU's memory less the weights, the drafter "
+           "and a pass's activations; --kv-cache-tokens N takes your server's own, vLLM's log line 'GPU KV cache size'")
+    return [f"KV cache: {sizes} tokens ({why})"]
 
 
 # --- plan --simulate -----------------------------------------------------------------------------------------------

@@ -86,6 +86,8 @@ class PolicyResult:
     k_budget_limited_steps: int = 0        # steps whose K the token budget or the free blocks lowered
     # decoding batch size -> seconds of steps at it (what predict --batch-weights reads)
     batch_seconds: dict = field(default_factory=dict)
+    kv_cache_tokens: Optional[int] = None  # the KV cache the run had (whole blocks), all requests together
+    kv_cache_given: bool = False           # ... as given (SchedulerConfig.kv_cache_tokens), not sized from memory
     ttft_s: np.ndarray = field(default=None, repr=False)       # per request
     e2e_s: np.ndarray = field(default=None, repr=False)
     sent_s: np.ndarray = field(default=None, repr=False)
@@ -105,6 +107,9 @@ class PolicyResult:
             "k_histogram": {str(k): int(v) for k, v in sorted(self.k_histogram.items())},
             "batch_seconds": {str(b): round(float(v), 6) for b, v in sorted(self.batch_seconds.items())},
             "preemptions": self.preemptions,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "kv_cache_source": None if self.kv_cache_tokens is None else (
+                "given" if self.kv_cache_given else "memory"),
             "duration_s": self.duration_s,
             "steps": self.steps,
         }
@@ -132,8 +137,9 @@ def tpot_seconds(ttft_s: np.ndarray, e2e_s: np.ndarray, output_len: np.ndarray) 
 def policy_result(name: str, sent_s: np.ndarray, first_s: np.ndarray, finish_s: np.ndarray,
                   output_len: np.ndarray, itl_s: np.ndarray, timeline: Timeline, preemptions: int,
                   slo: Optional[Slo], mean_acceptance_length: float = 1.0,
-                  k_budget_limited_steps: int = 0) -> PolicyResult:
-    """The figures of one run from its per-request times (seconds) and per-step timeline."""
+                  k_budget_limited_steps: int = 0, kv_cache: Optional[tuple[int, bool]] = None) -> PolicyResult:
+    """The figures of one run from its per-request times (seconds) and per-step timeline; ``kv_cache``: (the
+    cache's tokens, whether they were given rather than sized from memory)."""
     ttft = first_s - sent_s
     e2e = finish_s - sent_s
     tpot = tpot_seconds(ttft, e2e, output_len)
@@ -159,4 +165,6 @@ def policy_result(name: str, sent_s: np.ndarray, first_s: np.ndarray, finish_s: 
         batch_seconds=batch_seconds,
         duration_s=duration, steps=int(timeline.requests.size), timeline=timeline,
         mean_acceptance_length=float(mean_acceptance_length), k_budget_limited_steps=int(k_budget_limited_steps),
-        ttft_s=ttft, e2e_s=e2e, sent_s=sent_s, finish_s=finish_s)
+        ttft_s=ttft, e2e_s=e2e, sent_s=sent_s, finish_s=finish_s,
+        kv_cache_tokens=None if kv_cache is None else int(kv_cache[0]),
+        kv_cache_given=bool(kv_cache is not None and kv_cache[1]))

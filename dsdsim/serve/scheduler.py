@@ -58,6 +58,9 @@ class SchedulerConfig:
         ``vllm/config/scheduler.py`` is 2048).
     block_size: tokens per KV block (16, vLLM's block size on CUDA GPUs, ``CacheConfig.block_size``).
     memory_utilization: GPU memory share for weights, activations and KV (``gpu_memory_utilization``, default 0.9).
+    kv_cache_tokens: the KV cache in tokens, all requests together, as the server reports it (vLLM's log line "GPU KV
+        cache size: N tokens"; ``--num-gpu-blocks-override`` x the block size); None: sized from memory_utilization
+        of the GPU's memory less the weights, the drafter and a pass's activations (``MixedPricer.kv_capacity_tokens``).
     chunked_prefill: split prompts across steps (always on in vLLM V1).
     mixed_prefill: a step runs prefill chunks and decodes together (vLLM V1); False: a step is a prefill batch or a
         decode batch, prefills first whenever one can be formed (SGLang without ``--enable-mixed-chunk``). None: what
@@ -70,13 +73,14 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 8192
     block_size: int = 16
     memory_utilization: float = 0.9
+    kv_cache_tokens: Optional[int] = None
     chunked_prefill: bool = True
     mixed_prefill: Optional[bool] = None
     rule: Optional[str] = None
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
-            if name == "max_num_seqs" and self.max_num_seqs is None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_tokens"):
+            if name in ("max_num_seqs", "kv_cache_tokens") and getattr(self, name) is None:
                 continue
             v = whole_number(getattr(self, name), name)
             if v < 1:

@@ -207,9 +207,11 @@ def _check_window(setup, ins: np.ndarray, outs: np.ndarray) -> None:
 
 
 def _kv_blocks(pricer, cfg: SchedulerConfig) -> int:
-    """KV blocks of the cache: the pricer's tokens at the memory share // block_size. A pricer whose
-    ``kv_capacity_tokens`` also takes ``max_num_batched_tokens`` (MixedPricer: the activations of such a pass are
-    reserved, as vLLM profiles one) is given it."""
+    """KV blocks of the cache: ``cfg.kv_cache_tokens`` where given, else the pricer's tokens at the memory share,
+    // block_size. A pricer whose ``kv_capacity_tokens`` also takes ``max_num_batched_tokens`` (MixedPricer: the
+    activations of such a pass are reserved, as vLLM profiles one) is given it."""
+    if cfg.kv_cache_tokens is not None:
+        return cfg.kv_cache_tokens // cfg.block_size
     fn = pricer.kv_capacity_tokens
     try:
         takes = "max_num_batched_tokens" in inspect.signature(fn).parameters
@@ -227,9 +229,12 @@ def _run(policy: Policy, pricer, arrivals, ins, outs, concurrency, cfg: Schedule
     worst = int(np.max(-(-(ins + outs + 2 * la) // cfg.block_size)))
     if worst > blocks:
         i = int(np.argmax(ins + outs))
+        given = cfg.kv_cache_tokens is not None
+        held = "given by --kv-cache-tokens" if given else f"at memory utilization {cfg.memory_utilization:g}"
         raise DsdsimError(f"policy {policy.name}: request {i} ({int(ins[i])} input + {int(outs[i])} output tokens) "
-                          f"needs {worst} KV blocks but the cache holds {blocks} ({blocks * cfg.block_size} tokens at "
-                          f"memory utilization {cfg.memory_utilization:g}); shorten the lengths or add memory")
+                          f"needs {worst} KV blocks but the cache holds {blocks} ({blocks * cfg.block_size} tokens "
+                          f"{held}); shorten the lengths or "
+                          + ("give a larger cache" if given else "add memory"))
     if not cfg.chunked_prefill and int((ins + outs).max()) > cfg.max_num_batched_tokens:
         raise DsdsimError(f"without chunked prefill max_num_batched_tokens ({cfg.max_num_batched_tokens}) must hold "
                           "a whole prompt (and a preempted request's recompute); raise it or enable chunked prefill")
@@ -293,4 +298,4 @@ def _run(policy: Policy, pricer, arrivals, ins, outs, concurrency, cfg: Schedule
     itl = np.concatenate(gaps) if gaps else np.zeros(0)
     mal = 1.0 + accepted_sum / verifies if verifies else 1.0
     return policy_result(policy.name, sch.send_t, sch.first_t, sch.finish_t, outs, itl, timeline, sch.preemptions,
-                         slo, mal, limited)
+                         slo, mal, limited, kv_cache=(blocks * cfg.block_size, cfg.kv_cache_tokens is not None))
