@@ -100,6 +100,10 @@ def test_short_flags_cluster_and_the_last_may_take_the_rest_as_its_value():
 def test_values_that_look_like_options_are_taken_by_the_option_before_them():
     assert _run("run", "--rate", "-1")["rate"] == -1.0
     assert _run("run", "-o", "-")["out"] == Path("-")
+    assert _run("run", "--output", "-1%")["out"] == Path("-1%")
+    assert _run("run", "-o", "-x")["out"] == Path("-x")
+    seen = _run("run", "-eo", "--sweeps")
+    assert seen["eager"] is True and seen["out"] == Path("--sweeps") and seen["sweeps"] is True
 
 
 def test_the_last_value_wins_and_a_repeatable_option_keeps_them_all():

@@ -330,7 +330,7 @@ def _read_tokens(invocation: Invocation, params: list[Param], argv: list[str],
     built from the declarations (``_parser``); its errors are reworded as click words them."""
     parser, by_name = _parser(params, stop_at_positional)
     try:
-        ns, extra = parser.parse_known_args(argv)
+        ns, extra = parser.parse_known_args(_values_attached(params, argv))
     except argparse.ArgumentError as exc:
         p = by_name.get(exc.argument_name)
         if p is None:
@@ -354,6 +354,30 @@ def _read_tokens(invocation: Invocation, params: list[Param], argv: list[str],
             raise UsageError(f"No such option: {flag}{_did_you_mean(flag, known)}", invocation)
         free.append(token)
     return typed, free, list(getattr(ns, "_rest", []) or [])
+
+
+def _values_attached(params: list[Param], argv: list[str]) -> list[str]:
+    """``argv`` with each option that takes a value joined to the word after it where that word starts with "-"
+    (``--tolerance -1%`` as ``--tolerance=-1%``, ``-b -5,8`` as ``-b-5,8``): argparse would read such a word as an
+    option, where click, and the user, mean the value (an out-of-range value then gets its own error)."""
+    long = {f for p in params if p.kind == "option" and not p.flag for f in p.opts if f.startswith("--")}
+    short_value = {f[1] for p in params if p.kind == "option" and not p.flag for f in p.opts if not f.startswith("--")}
+    short_flag = {f[1] for p in params if p.kind == "option" and p.flag for f in p.opts + p.off
+                  if not f.startswith("--")}
+    out, i = [], 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return out + argv[i:]
+        takes = token in long or (len(token) >= 2 and token[0] == "-" and token[1] != "-" and token[-1] in short_value
+                                  and all(c in short_flag for c in token[1:-1]))
+        if takes and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(token + ("=" if token.startswith("--") else "") + argv[i + 1])
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
 
 
 class _Typed(argparse.Action):
