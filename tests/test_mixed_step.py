@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dsdsim.cost.memory import profile_peak_bytes
 from dsdsim.cost.mixed import MixedPricer
 from dsdsim.cost.step import simulate_step
 from dsdsim.errors import DsdsimError
@@ -80,13 +81,42 @@ def test_kv_capacity_is_the_memory_left_after_the_weights():
     s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), None)
     pricer = MixedPricer(s)
     per_token = 32 * 2 * 8 * 128 * 2          # layers x (k, v) x kv heads x head dim x bf16 bytes
-    left = s.hardware.memory_capacity * 0.9 - 2 * s.model.params_total
+    left = s.hardware.engine_memory_bytes * 0.9 - 2 * s.model.params_total
     tokens = pricer.kv_capacity_tokens(0.9)
     assert tokens * per_token <= left
-    assert tokens * per_token >= left - 8192 * 4e5 - 2 * 8192 * 128256 * 4   # activations of an 8,192-token pass
+    assert tokens * per_token >= left - 8192 * 4e5 - 2 * 256 * 128256 * 4   # an 8,192-token pass, 256 rows sampled
     assert pricer.kv_capacity_tokens(0.5) < tokens
     with pytest.raises(DsdsimError, match="memory utilization"):
         pricer.kv_capacity_tokens(1.5)
+
+
+GIB = 2 ** 30
+
+
+def test_the_kv_pool_is_what_vllm_logged_for_llama_3_8b_on_an_h100():
+    """vllm-project/vllm PR #10511 (2024-12-14), `vllm serve meta-llama/Meta-Llama-3-8B` on one H100 80GB at 0.90:
+    total_gpu_memory 79.22GiB, model weights 14.96GiB, non_torch_memory 1.79GiB, PyTorch activation peak memory
+    1.26GiB, available_kv_cache_memory 53.29GiB (max_num_batched_tokens 8192, max_num_seqs 256). dsdsim does not
+    model the non-torch memory: its pool is the logged one plus at most that 1.79 GiB."""
+    s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), None)   # Llama-3.1-8B: Llama-3-8B's shapes
+    assert s.hardware.engine_memory_bytes / GIB == pytest.approx(79.22, abs=0.05)   # the spec: 79.19 (PR #26836)
+    figures = MixedPricer(s)._plan.memory
+    assert figures.weights_bytes / GIB == pytest.approx(14.96, abs=0.01)
+    peak = profile_peak_bytes(figures, s.model.vocab_size, 8192, 256)
+    assert peak / GIB == pytest.approx(1.26, rel=0.12)
+    pool = MixedPricer(s).kv_capacity_tokens(0.9, max_num_batched_tokens=8192, max_num_seqs=256) \
+        * float(figures.kv.bytes(1.0, 1.0)) / GIB
+    assert 53.29 < pool < 53.29 + 1.79 + 0.15
+
+
+def test_the_profile_run_samples_one_row_per_request():
+    s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), None)
+    figures = MixedPricer(s)._plan.memory
+    row = 2 * 128256 * 4                          # one request's fp32 logits, twice
+    forward = 8192 * figures.act_elements_per_token * 2
+    assert profile_peak_bytes(figures, 128256, 8192, 256) == forward + 256 * row
+    assert profile_peak_bytes(figures, 128256, 8192, 1024) == forward + 1024 * row
+    assert profile_peak_bytes(figures, 128256, 100, 256) == 100 * figures.act_elements_per_token * 2 + 100 * row
 
 
 def test_k_outside_the_drafter_is_refused():

@@ -304,6 +304,8 @@ def spec_from_probe(r: ProbeResult, name: Optional[str] = None) -> HardwareSpec:
         "description": f"{r.device_name}, measured by dsdsim probe",
         "vendor": _vendor(r.device_name),
         "memory_bytes": fig(r.memory_bytes, "device memory reported by the driver" if cuda else "physical RAM"),
+        **({"memory_reported_bytes": fig(r.memory_bytes, "torch.cuda.get_device_properties().total_memory: what "
+                                         "an engine's memory share is taken of")} if cuda else {}),
         "memory_bandwidth_bytes_per_s": fig(
             r.bandwidth_bytes_per_s,
             f"copy of {_mib(r.bandwidth_bytes_per_s * r.bandwidth_timing.median_s / 2)} MiB, read + write counted"),

@@ -181,6 +181,24 @@ class MemoryFigures:
                          capacity_bytes=self.capacity_bytes, state_bytes=self.states(b, q, k))
 
 
+def profile_peak_bytes(figures: MemoryFigures, vocab_size: int, max_num_batched_tokens: int,
+                       max_num_seqs: int) -> float:
+    """The PyTorch activation peak of vLLM's profile run, which it reserves before it sizes the KV cache: a forward
+    pass of ``max_num_batched_tokens`` tokens (the widest layer's activations, ``act_elements_per_token``), and the
+    sampler over the last token of each of min(tokens, ``max_num_seqs``) dummy requests: their logits in fp32, held
+    twice (the cast and the probabilities), over the whole vocabulary on every rank (V1's ``LogitsProcessor``
+    all-gathers the logits: ``Platform.use_all_gather`` is true under V1).
+    Source: ``vllm/v1/worker/gpu_model_runner.py`` ``profile_run``: ``_dummy_run(self.max_num_tokens)``, whose dummy
+    batch has ``num_reqs = min(num_tokens, max_num_reqs)`` requests and one logit index each, then
+    ``_dummy_sampler_run(last_hidden_states)`` (its speculative dummy, one draft token per request, runs after the
+    sampler's tensors are freed). For Meta-Llama-3-8B at 8,192 tokens and 256 sequences this gives 1.15 GiB, where
+    vLLM logged "PyTorch activation peak memory 1.26GiB" (vllm-project/vllm PR #10511)."""
+    tokens = float(max_num_batched_tokens)
+    forward = tokens * figures.act_elements_per_token * figures.act_bytes_per_element
+    sampler = 2.0 * min(tokens, float(max_num_seqs)) * vocab_size * 4.0
+    return forward + sampler
+
+
 @by_value
 def memory_figures(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter: Optional[DrafterSpec],
                    draft_model: Optional[ModelSpec] = None) -> MemoryFigures:
@@ -208,7 +226,7 @@ def memory_figures(model: ModelSpec, hw: HardwareSpec, dep: Deployment, drafter:
     return MemoryFigures(weight_bytes_per_gpu(model, dep), kv_layout(model, dep),
                          tree.tokens if tree is not None else None, 4 * model.hidden_size + 3 * (_widest_ffn(model) // dep.tp),
                          dep.act_dtype.bytes_per_element, model.vocab_size / dep.tp, draft_w, draft_kv, factors,
-                         hw.memory_capacity * dep.memory_utilization,
+                         hw.engine_memory_bytes * dep.memory_utilization,
                          state_bytes_per_sequence=_state_bytes_per_sequence(model, dep))
 
 
@@ -302,7 +320,7 @@ def stage_memory_figures(model: ModelSpec, hw: HardwareSpec, dep: Deployment) ->
         vocab = model.vocab_size / dep.tp if stage == dep.pp - 1 else 0.0
         out.append(MemoryFigures(stage_weight_bytes(model, dep, stage), _stage_kv_layout(groups, dep), None,
                                  4 * model.hidden_size + 3 * (widest // dep.tp), dep.act_dtype.bytes_per_element,
-                                 vocab, None, None, (), hw.memory_capacity * dep.memory_utilization,
+                                 vocab, None, None, (), hw.engine_memory_bytes * dep.memory_utilization,
                                  state_bytes_per_sequence=state))
     return tuple(out)
 

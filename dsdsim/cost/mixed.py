@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from dsdsim.cost.engine import next_capture_size
+from dsdsim.cost.memory import profile_peak_bytes
 from dsdsim.cost.ops import OpKind
 from dsdsim.cost.plan import PassPoint, PlanOp
 from dsdsim.cost.program import engine_seconds, setup_figures, step_shape
@@ -298,18 +299,22 @@ class MixedPricer:
             total += one * runs
         return total
 
-    def kv_capacity_tokens(self, memory_utilization: float, max_num_batched_tokens: int = 8192) -> int:
+    def kv_capacity_tokens(self, memory_utilization: float, max_num_batched_tokens: int = 8192,
+                           max_num_seqs: int = 256) -> int:
         """Tokens of KV cache (all requests together, the busiest rank) that fit beside the weights, the drafter and
-        the activations of a ``max_num_batched_tokens`` pass in ``memory_utilization`` of the GPU's memory (as vLLM
-        sizes its cache after profiling a pass of that many tokens). Every layer counts every token (a sliding
-        window's layers too: what a cache without a hybrid allocator holds)."""
+        the peak of vLLM's profile run in ``memory_utilization`` of the GPU's memory as the driver reports it
+        (``HardwareSpec.engine_memory_bytes``; vLLM's ``total_gpu_memory``). Every layer counts every token (a
+        sliding window's layers too: what a cache without a hybrid allocator holds). The memory outside PyTorch's
+        allocator that vLLM also subtracts (CUDA context, NCCL and all-reduce buffers: its ``non_torch_memory``, 0.2-3.6
+        GiB in its logs) is not modelled."""
         if not 0 < memory_utilization <= 1:
             raise DsdsimError(f"memory utilization must be in (0, 1], got {memory_utilization!r}")
         s = self._setup
         figures = self._plan.memory
-        use = figures.use(float(max_num_batched_tokens), 0.0, 0.0)
+        use = figures.use(0.0, 0.0, 0.0)
         weights = float(use.weights_bytes) + (figures.draft_weights_bytes or 0.0)
-        free = s.hardware.memory_capacity * memory_utilization - weights - float(use.activation_bytes)
+        free = (s.hardware.engine_memory_bytes * memory_utilization - weights
+                - profile_peak_bytes(figures, s.model.vocab_size, max_num_batched_tokens, max_num_seqs))
         per_token = float(figures.kv.bytes(1.0, 1.0))
         if figures.draft_kv is not None:
             per_token += float(figures.draft_kv.bytes(1.0, 1.0))

@@ -262,8 +262,9 @@ def kv_cache_line(policies: Sequence[Mapping[str, Any]]) -> list[str]:
     if not by_size:
         return []
     sizes = "; ".join(f"{', '.join(names)} {tokens:,}" for tokens, names in by_size.items())
-    why = ("as given" if given else "sized from --memory-utilization of the GPU's memory less the weights, the drafter "
-           "and a pass's activations; --kv-cache-tokens N takes your server's own, vLLM's log line 'GPU KV cache size'")
+    why = ("as given" if given else "sized from --memory-utilization of the GPU's memory as the driver reports it, less "
+           "the weights, the drafter and vLLM's profile-run peak; --kv-cache-tokens N takes your server's own, vLLM's "
+           "log line 'GPU KV cache size'")
     return [f"KV cache: {sizes} tokens ({why})"]
 
 

@@ -60,7 +60,8 @@ class SchedulerConfig:
     memory_utilization: GPU memory share for weights, activations and KV (``gpu_memory_utilization``, default 0.9).
     kv_cache_tokens: the KV cache in tokens, all requests together, as the server reports it (vLLM's log line "GPU KV
         cache size: N tokens"; ``--num-gpu-blocks-override`` x the block size); None: sized from memory_utilization
-        of the GPU's memory less the weights, the drafter and a pass's activations (``MixedPricer.kv_capacity_tokens``).
+        of the GPU's memory as the driver reports it, less the weights, the drafter and the peak of vLLM's profile run
+        (``MixedPricer.kv_capacity_tokens``).
     chunked_prefill: split prompts across steps (always on in vLLM V1).
     mixed_prefill: a step runs prefill chunks and decodes together (vLLM V1); False: a step is a prefill batch or a
         decode batch, prefills first whenever one can be formed (SGLang without ``--enable-mixed-chunk``). None: what

@@ -209,7 +209,8 @@ def _check_window(setup, ins: np.ndarray, outs: np.ndarray) -> None:
 def _kv_blocks(pricer, cfg: SchedulerConfig) -> int:
     """KV blocks of the cache: ``cfg.kv_cache_tokens`` where given, else the pricer's tokens at the memory share,
     // block_size. A pricer whose ``kv_capacity_tokens`` also takes ``max_num_batched_tokens`` (MixedPricer: the
-    activations of such a pass are reserved, as vLLM profiles one) is given it."""
+    peak of a profile run of that many tokens and max_num_seqs requests is reserved, as vLLM profiles one) is given
+    both."""
     if cfg.kv_cache_tokens is not None:
         return cfg.kv_cache_tokens // cfg.block_size
     fn = pricer.kv_capacity_tokens
@@ -217,8 +218,8 @@ def _kv_blocks(pricer, cfg: SchedulerConfig) -> int:
         takes = "max_num_batched_tokens" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         takes = False
-    tokens = fn(cfg.memory_utilization, max_num_batched_tokens=cfg.max_num_batched_tokens) if takes else fn(
-        cfg.memory_utilization)
+    tokens = fn(cfg.memory_utilization, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                max_num_seqs=cfg.max_num_seqs) if takes else fn(cfg.memory_utilization)
     return int(tokens) // cfg.block_size
 
 

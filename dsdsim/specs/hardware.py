@@ -386,6 +386,10 @@ class HardwareSpec(FrozenSpec):
     generation: Optional[GenerationTag] = None       # absent (a user's or a probed spec): engines use their default
     compute_capability: Optional[CapabilityTag] = None   # NVIDIA parts: engines' per-capability defaults
     memory_bytes: Figure
+    # The device memory as the driver reports it (torch.cuda.mem_get_info's total, which vLLM logs as
+    # total_gpu_memory and takes gpu_memory_utilization of): below the marketed figure by the driver's reserve, and
+    # in GiB where the vendor writes GB. Absent: memory_bytes (``engine_memory_bytes``).
+    memory_reported_bytes: Optional[Figure] = None
     memory_bandwidth_bytes_per_s: Figure
     peak_flops_per_s: dict[DType, Figure]
     last_level_cache_bytes: Figure
@@ -417,11 +421,11 @@ class HardwareSpec(FrozenSpec):
                 f"{f.value:g} bytes/s is outside {lo:g}..{hi:g}; write bandwidth in bytes/s (3.35 TB/s -> 3.35e+12)")
         return f
 
-    @field_validator("memory_bytes")
+    @field_validator("memory_bytes", "memory_reported_bytes")
     @classmethod
-    def _memory_units(cls, f: Figure) -> Figure:
+    def _memory_units(cls, f: Optional[Figure]) -> Optional[Figure]:
         lo, hi = _MEMORY_RANGE
-        if not lo <= f.value <= hi:
+        if f is not None and not lo <= f.value <= hi:
             raise ValueError(f"{f.value:g} bytes is outside {lo:g}..{hi:g}; write capacity in bytes (80 GB -> 80.0e+9)")
         return f
 
@@ -445,6 +449,15 @@ class HardwareSpec(FrozenSpec):
         if f.value < 1 or f.value != int(f.value):
             raise ValueError(f"{f.value:g} must be a positive whole number")
         return f
+
+    @model_validator(mode="after")
+    def _reported_memory(self) -> "HardwareSpec":
+        reported = self.memory_reported_bytes
+        if reported is not None and not 0.85 <= reported.value / self.memory_bytes.value <= 1.08:
+            raise ValueError(
+                f"memory_reported_bytes {reported.value:g} is not within 0.85-1.08 x memory_bytes "
+                f"({self.memory_bytes.value:g}); write both in bytes (a driver's 79.22 GiB -> 85.06e+9)")
+        return self
 
     @model_validator(mode="after")
     def _dense_peaks(self) -> "HardwareSpec":
@@ -474,6 +487,13 @@ class HardwareSpec(FrozenSpec):
     @property
     def memory_capacity(self) -> float:
         return self.memory_bytes.value
+
+    @property
+    def engine_memory_bytes(self) -> float:
+        """What a serving engine sizes its memory share from: the driver's figure where the spec gives one
+        (``memory_reported_bytes``), else the marketed ``memory_bytes``."""
+        reported = self.memory_reported_bytes
+        return reported.value if reported is not None else self.memory_bytes.value
 
     @property
     def bandwidth(self) -> float:
