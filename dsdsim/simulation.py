@@ -42,8 +42,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
              engine=DEFAULT_ENGINE, workload: str = DEFAULT_WORKLOAD, policies: Optional[str] = None,
              requests: Optional[int] = None, input_len: str = DEFAULT_INPUT_LEN, output_len: str = DEFAULT_OUTPUT_LEN,
              acceptance=None, max_num_seqs: Optional[int] = None, max_num_batched_tokens: Optional[int] = None,
-             kv_cache_tokens: Optional[int] = None, scheduling: Optional[str] = None, slo: Optional[str] = None,
-             seed: int = DEFAULT_SEED, executor: Optional[str] = "local",
+             kv_cache_tokens: Optional[int] = None, mem_fraction_static: Optional[float] = None,
+             scheduling: Optional[str] = None, slo: Optional[str] = None, seed: int = DEFAULT_SEED, executor: Optional[str] = "local",
              progress: Optional[Callable[[int, int], None]] = None):
     """Serve ``requests`` requests of ``workload`` once per policy on one server; a SimulationReport (a
     SimulationResult whose ``to_json()`` is the command's JSON).
@@ -53,9 +53,11 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     input_len, output_len, acceptance, slo, seed: the texts and numbers of ``dsdsim simulate``'s options of the same
     names (requests None: 1000, or a trace's own rows). max_num_seqs, max_num_batched_tokens: the scheduler's
     limits (vLLM's; None: its defaults). kv_cache_tokens: the KV cache as the server reports it (vLLM's "GPU KV
-    cache size: N tokens"; None: sized from the deployment's memory_utilization). scheduling: the rule that builds
-    each step (``vllm``, ``prefill-first``, or one registered with ``dsdsim.serve.scheduler.register_rule``; None:
-    the engine's). executor: ``local`` (this process, the default here), ``processes`` or a Dask scheduler address.
+    cache size: N tokens"; None: sized as the engine sizes it, vLLM from the deployment's memory_utilization).
+    mem_fraction_static: an SGLang server's memory share (None: SGLang's own for its release). scheduling: the rule
+    that builds each step (``vllm``, ``prefill-first``, or one registered with
+    ``dsdsim.serve.scheduler.register_rule``; None: the engine's). executor: ``local`` (this process, the default
+    here), ``processes`` or a Dask scheduler address.
     progress(done, total): called as the run goes."""
     from dsdsim.serve.scheduler import SchedulerConfig
     from dsdsim.serve.sweep import Simulation, check_executor, checked, simulate_many
@@ -75,6 +77,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise DsdsimError(f"{name} must be a whole number >= 1, got {value!r}")
             limits[name] = value
+    if mem_fraction_static is not None:
+        limits["mem_fraction_static"] = mem_fraction_static
     check_executor(executor)
     job = checked(Simulation(setup, workload, policies, requests=requests, input_len=input_len,
                              output_len=output_len, acceptance=acceptance, scheduler=SchedulerConfig(**limits),

@@ -109,6 +109,16 @@ def test_the_kv_pool_is_what_vllm_logged_for_llama_3_8b_on_an_h100():
     assert 53.29 < pool < 53.29 + 1.79 + 0.15
 
 
+def test_the_kv_pool_of_gemma_4_31b_fp8_on_an_h100_nvl_without_the_hybrid_manager():
+    """seongyun1104/depthchart RESULTS.md §4 (vLLM 0.23, Gemma-4-31B-it-qat-FP8, KV fp8, one H100 NVL): GPU KV pool
+    123,520 tokens with the hybrid manager force-disabled (every layer holds every token, as dsdsim's cache does).
+    vLLM's defaults assumed: gpu_memory_utilization 0.9, and on a GPU of >= 70 GiB max_num_seqs 1024 and
+    max_num_batched_tokens 8192 (``EngineArgs.get_batch_defaults``)."""
+    s = resolve("gemma-4-31b", "h100-nvl", Deployment(tp=1, dtype=DType.fp8, kv_dtype=DType.fp8), None)
+    tokens = MixedPricer(s).kv_capacity_tokens(0.9, max_num_batched_tokens=8192, max_num_seqs=1024)
+    assert tokens == pytest.approx(123_520, rel=0.05)
+
+
 def test_the_profile_run_samples_one_row_per_request():
     s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), None)
     figures = MixedPricer(s)._plan.memory

@@ -18,7 +18,7 @@ from dsdsim.serve.sweep import (Bracket, Simulation, bracket_load, largest_loads
 SMALL = ("--requests", "24", "--workload", "closed:8", "--input-len", "128", "--output-len", "48")
 POLICY_KEYS = {"name", "output_tokens_per_s", "requests_per_s", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
                "goodput_requests_per_s", "mean_batch", "k_histogram", "batch_seconds", "preemptions", "duration_s",
-               "steps", "kv_cache_tokens", "kv_cache_source"}
+               "steps", "kv_cache_tokens", "kv_cache_source", "kv_cache_rule", "kv_cache_memory_share"}
 STATS = {"mean", "p50", "p90", "p99"}
 CSV_COLUMNS = (["model", "hardware", "tp", "drafter", "engine", "workload", "requests", "seed", "policy",
                 "output_tokens_per_s", "requests_per_s"]
@@ -119,12 +119,31 @@ def test_the_kv_cache_is_sized_from_memory_or_given(cli):
     assert code == 0 and "KV cache: none, fixed:3, dsd 640 tokens (as given)" in " ".join(out.split())
 
 
+def test_an_sglang_server_sizes_its_cache_by_mem_fraction_static(cli):
+    """SGLang's share is its own default for the release unless --mem-fraction-static gives it; the JSON and the
+    footer say which share and rule sized each server's cache."""
+    code, out, err = cli("simulate", *SMALL, "-e", "sglang@0.5.4", "--format", "json")
+    assert code == 0, err
+    by_name = {p["name"]: p for p in json.loads(out)["policies"]}
+    # (81,091 - 13,440) / 81,091 MiB: the spec's driver total of an H100 (SGLang reads nvidia-smi's 81,559: 0.835)
+    assert by_name["none"]["kv_cache_memory_share"] == 0.834
+    assert by_name["fixed:3"]["kv_cache_memory_share"] == 0.809     # + 2 GiB for the EAGLE drafter
+    assert "SGLang 0.5.4" in by_name["none"]["kv_cache_rule"] and "default" in by_name["none"]["kv_cache_rule"]
+    code, out, err = cli("simulate", *SMALL, "-e", "sglang@0.5.4", "--mem-fraction-static", "0.7")
+    text = " ".join(out.split())
+    assert code == 0 and " at 0.7 (SGLang 0.5.4: that share (mem_fraction_static, given)" in text, text
+    code, out, err = cli("simulate", *SMALL, "--format", "json")
+    vllm = json.loads(out)["policies"][0]
+    assert vllm["kv_cache_memory_share"] == 0.9 and vllm["kv_cache_rule"].startswith("vLLM")
+
+
 @pytest.mark.parametrize("argv", [
     ["--kv-cache-tokens", "100", "--num-gpu-blocks", "10"], ["--kv-cache-tokens", "0"], ["--kv-cache-tokens", "100"],
     ["--workload", "poison:3"], ["--workload", "closed:x"], ["--workload", "rollout:3"],
     ["--sweep", "rollout:1,2"], ["--sweep", "poisson:1,x"], ["--policies", "none,fixd:3"], ["--slo", "ttft=x"],
     ["--input-len", "abc"], ["--executor", "ssh://host"], ["--requests", "0"],
-    ["--workload", "closed:4", "--sweep", "closed:1,2"],
+    ["--workload", "closed:4", "--sweep", "closed:1,2"], ["--mem-fraction-static", "0.8"],
+    ["-e", "sglang", "--mem-fraction-static", "1.2"],
 ], ids=" ".join)
 def test_bad_input_is_one_line_and_writes_nothing(cli, tmp_path, argv):
     target = tmp_path / "out.json"

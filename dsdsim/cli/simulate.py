@@ -70,10 +70,15 @@ class ServeArgs:
     kv_cache_tokens: Annotated[Optional[int], Option(
         "--kv-cache-tokens", metavar="N",
         help="The KV cache in tokens, as your server reports it (vLLM's log: 'GPU KV cache size: N tokens'); "
-             "default: sized from --memory-utilization of the GPU's memory less weights and activations")] = None
+             "default: sized as the engine sizes it (vLLM: --memory-utilization of the GPU's memory less weights and "
+             "the profile run's peak; SGLang: --mem-fraction-static)")] = None
     num_gpu_blocks: Annotated[Optional[int], Option(
         "--num-gpu-blocks", metavar="N",
         help="The KV cache in blocks of 16 tokens (vLLM's --num-gpu-blocks-override)")] = None
+    mem_fraction_static: Annotated[Optional[float], Option(
+        "--mem-fraction-static", metavar="F",
+        help="An SGLang server's share of the GPU's memory for weights and KV cache (SGLang's --mem-fraction-static); "
+             "default: the share SGLang picks for its release, GPU and tp")] = None
     scheduling: Annotated[Optional[str], Option(
         "--scheduling", metavar="RULE",
         help="How each step is built: vllm (running requests, then waiting ones mixed in: vLLM V1) or "
@@ -118,6 +123,8 @@ class ServeArgs:
                 if value < 1:
                     raise DsdsimError(f"{option} must be >= 1, got {value}")
                 values[name] = value
+        if self.mem_fraction_static is not None:
+            values["mem_fraction_static"] = self.mem_fraction_static
         if "num_gpu_blocks" in values:
             values["kv_cache_tokens"] = values.pop("num_gpu_blocks") * SchedulerConfig.block_size
         return SchedulerConfig(**values)

@@ -31,10 +31,12 @@ does), MoE expert overlap among the tokens of one sequence (the T tokens route i
 """
 from __future__ import annotations
 
+from typing import Optional
 
 import numpy as np
 
 from dsdsim.cost.engine import next_capture_size
+from dsdsim.cost.kvpool import MIB, sglang_pool_rule, sglang_pool_tokens
 from dsdsim.cost.memory import profile_peak_bytes
 from dsdsim.cost.ops import OpKind
 from dsdsim.cost.plan import PassPoint, PlanOp
@@ -163,6 +165,15 @@ def _requests(q: np.ndarray, c: np.ndarray) -> PassPoint:
     if q.size == 1:
         return PassPoint(1.0, float(q[0]), float(c[0]))
     return PassPoint(np.ones(q.size), q, c)
+
+
+@frozen
+class KvPool:
+    """A server's KV cache: its tokens, the share of the GPU's memory that sized it, and the rule in words."""
+
+    tokens: int
+    fraction: float
+    rule: str
 
 
 class MixedPricer:
@@ -300,29 +311,62 @@ class MixedPricer:
         return total
 
     def kv_capacity_tokens(self, memory_utilization: float, max_num_batched_tokens: int = 8192,
-                           max_num_seqs: int = 256) -> int:
-        """Tokens of KV cache (all requests together, the busiest rank) that fit beside the weights, the drafter and
-        the peak of vLLM's profile run in ``memory_utilization`` of the GPU's memory as the driver reports it
-        (``HardwareSpec.engine_memory_bytes``; vLLM's ``total_gpu_memory``). Every layer counts every token (a
-        sliding window's layers too: what a cache without a hybrid allocator holds). The memory outside PyTorch's
-        allocator that vLLM also subtracts (CUDA context, NCCL and all-reduce buffers: its ``non_torch_memory``, 0.2-3.6
-        GiB in its logs) is not modelled."""
+                           max_num_seqs: int = 256, lookahead: int = 0,
+                           mem_fraction_static: Optional[float] = None) -> int:
+        """Tokens of KV cache (all requests together, the busiest rank) as the engine sizes it: ``kv_pool``'s."""
+        return self.kv_pool(memory_utilization, max_num_batched_tokens, max_num_seqs, lookahead,
+                            mem_fraction_static).tokens
+
+    def kv_pool(self, memory_utilization: float, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
+                lookahead: int = 0, mem_fraction_static: Optional[float] = None) -> "KvPool":
+        """The KV cache as the engine sizes it, in tokens (the busiest rank), with the rule that sized it.
+
+        vLLM (and an engine that says nothing else): what fits beside the weights, the drafter and the peak of vLLM's
+        profile run in ``memory_utilization`` of the GPU's memory as the driver reports it
+        (``HardwareSpec.engine_memory_bytes``; vLLM's ``total_gpu_memory``); the drafter's layers share the pool. The
+        memory outside PyTorch's allocator that vLLM also subtracts (CUDA context, NCCL and all-reduce buffers: its
+        ``non_torch_memory``, 0.2-3.6 GiB in its logs) is not modelled.
+        SGLang: ``mem_fraction_static`` (given, else the release's default) of that memory less the weights, over one
+        token's cell (``dsdsim.cost.kvpool``); ``max_num_seqs`` and ``lookahead`` size the headroom of releases up to
+        0.5.6. Every layer counts every token (a sliding window's layers too: what a cache without a hybrid
+        allocator holds)."""
         if not 0 < memory_utilization <= 1:
             raise DsdsimError(f"memory utilization must be in (0, 1], got {memory_utilization!r}")
         s = self._setup
         figures = self._plan.memory
-        use = figures.use(0.0, 0.0, 0.0)
-        weights = float(use.weights_bytes) + (figures.draft_weights_bytes or 0.0)
-        free = (s.hardware.engine_memory_bytes * memory_utilization - weights
+        target_weights = float(figures.use(0.0, 0.0, 0.0).weights_bytes)
+        draft_weights = figures.draft_weights_bytes or 0.0
+        cell, draft_cell = float(figures.kv.bytes(1.0, 1.0)), self._draft_cell_bytes()
+        memory = s.hardware.engine_memory_bytes
+        if s.engine is not None and s.engine.name == "sglang":
+            release = s.engine.newest_release or "0.5.12"
+            dep = s.deployment
+            rule = sglang_pool_rule(release, memory / MIB, dep.tp, dep.pp,
+                                    s.drafter.kind.value if s.drafter is not None else None, dep.dp_attention,
+                                    mem_fraction_static)
+            tokens = sglang_pool_tokens(rule, memory, target_weights, draft_weights, cell, draft_cell, max_num_seqs,
+                                        lookahead)
+            how = "given" if rule.given else "its default on this GPU"
+            return KvPool(tokens, rule.fraction, f"SGLang {release}: that share (mem_fraction_static, {how}) of the "
+                          "GPU's memory less the weights" + (", the drafter's too" if rule.draft_in_pool else ""))
+        if mem_fraction_static is not None:
+            raise DsdsimError("--mem-fraction-static is SGLang's; this engine sizes its cache from "
+                              "--memory-utilization (vLLM's gpu_memory_utilization)")
+        free = (memory * memory_utilization - target_weights - draft_weights
                 - profile_peak_bytes(figures, s.model.vocab_size, max_num_batched_tokens, max_num_seqs))
-        per_token = float(figures.kv.bytes(1.0, 1.0))
+        per_token = cell + draft_cell
+        tokens = 0 if free <= 0 or per_token <= 0 else int(free // per_token)
+        return KvPool(tokens, memory_utilization, "vLLM: that share (gpu_memory_utilization) of the GPU's memory "
+                      "less the weights, the drafter and the profile run's peak")
+
+    def _draft_cell_bytes(self) -> float:
+        """One token's cache in the drafter's own layers (a draft model's cache, or an EAGLE / MTP head's)."""
+        figures = self._plan.memory
         if figures.draft_kv is not None:
-            per_token += float(figures.draft_kv.bytes(1.0, 1.0))
-        elif figures.draft_kv_factors:
+            return float(figures.draft_kv.bytes(1.0, 1.0))
+        if figures.draft_kv_factors:
             own = figures.kv.bytes_per_element
             for factor in figures.draft_kv_factors:
                 own *= factor
-            per_token += own
-        if free <= 0 or per_token <= 0:
-            return 0
-        return int(free // per_token)
+            return float(own)
+        return 0.0

@@ -249,23 +249,34 @@ def _footer(policies: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def kv_cache_line(policies: Sequence[Mapping[str, Any]]) -> list[str]:
-    """['KV cache: none 355,232 tokens; fixed:3, dsd 338,176 (...)']: each server's cache once, and where it came
-    from; [] where the policies carry none."""
-    by_size: dict[int, list[str]] = {}
-    given = False
+    """['KV cache: none 451,888; fixed:3, dsd 431,904 tokens at 0.9 (vLLM: ...)']: each server's cache once, at the
+    share of the GPU's memory that sized it, and the rule; [] where the policies carry none."""
+    by_size: dict[tuple, list[str]] = {}
+    given, rules = False, []
     for p in policies:
         if p.get("kv_cache_tokens") is not None:
-            by_size.setdefault(int(p["kv_cache_tokens"]), [])
-            if p["name"] not in by_size[int(p["kv_cache_tokens"])]:
-                by_size[int(p["kv_cache_tokens"])].append(p["name"])
+            key = (int(p["kv_cache_tokens"]), p.get("kv_cache_memory_share"))
+            names = by_size.setdefault(key, [])
+            if p["name"] not in names:
+                names.append(p["name"])
             given = given or p.get("kv_cache_source") == "given"
+            rule = p.get("kv_cache_rule")
+            if rule and rule not in rules:
+                rules.append(rule)
     if not by_size:
         return []
-    sizes = "; ".join(f"{', '.join(names)} {tokens:,}" for tokens, names in by_size.items())
-    why = ("as given" if given else "sized from --memory-utilization of the GPU's memory as the driver reports it, less "
-           "the weights, the drafter and vLLM's profile-run peak; --kv-cache-tokens N takes your server's own, vLLM's "
-           "log line 'GPU KV cache size'")
-    return [f"KV cache: {sizes} tokens ({why})"]
+    shares = {share for _, share in by_size}
+    one_share = len(shares) == 1
+    sizes = "; ".join(f"{', '.join(names)} {tokens:,} tokens" + ("" if one_share or share is None else f" at {share:g}")
+                      for (tokens, share), names in by_size.items())
+    share = next(iter(shares)) if one_share else None
+    if given:
+        why = "as given"
+    else:
+        why = ("; ".join(rules) or "sized from --memory-utilization of the GPU's memory") + (
+            "; --kv-cache-tokens N takes your server's own: vLLM's log line 'GPU KV cache size', SGLang's "
+            "'KV Cache is allocated. #tokens'")
+    return [f"KV cache: {sizes}" + (f" at {share:g}" if share is not None else "") + f" ({why})"]
 
 
 # --- plan --simulate -----------------------------------------------------------------------------------------------

@@ -78,11 +78,13 @@ def fit_cases(corpus: list[tuple[CorpusFile, Case]], steps: dict[str, CaseSteps]
 
 
 def _stem_of(spec: EngineSpec) -> Optional[str]:
-    """The shipped (or catalog) file name a loaded spec came from."""
+    """The shipped (or catalog) file name a loaded spec came from (read as ``ENGINE@VERSION``, the range's file)."""
     from dsdsim.specs.catalog import engine_names, load_engine
 
+    base = spec if spec.release is None else spec.model_copy(update={"release": None})
     for stem in engine_names():
-        if load_engine(stem) is spec:
+        candidate = load_engine(stem)
+        if candidate is spec or (base is not spec and candidate == base):
             return stem
     return None
 

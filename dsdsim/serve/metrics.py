@@ -88,6 +88,8 @@ class PolicyResult:
     batch_seconds: dict = field(default_factory=dict)
     kv_cache_tokens: Optional[int] = None  # the KV cache the run had (whole blocks), all requests together
     kv_cache_given: bool = False           # ... as given (SchedulerConfig.kv_cache_tokens), not sized from memory
+    kv_cache_rule: Optional[str] = None    # ... and the engine rule that sized it, in words (MixedPricer.kv_pool)
+    kv_cache_memory_share: Optional[float] = None   # ... at that share of the GPU's memory
     ttft_s: np.ndarray = field(default=None, repr=False)       # per request
     e2e_s: np.ndarray = field(default=None, repr=False)
     sent_s: np.ndarray = field(default=None, repr=False)
@@ -110,6 +112,8 @@ class PolicyResult:
             "kv_cache_tokens": self.kv_cache_tokens,
             "kv_cache_source": None if self.kv_cache_tokens is None else (
                 "given" if self.kv_cache_given else "memory"),
+            "kv_cache_rule": None if self.kv_cache_given else self.kv_cache_rule,
+            "kv_cache_memory_share": None if self.kv_cache_given else self.kv_cache_memory_share,
             "duration_s": self.duration_s,
             "steps": self.steps,
         }
@@ -137,9 +141,10 @@ def tpot_seconds(ttft_s: np.ndarray, e2e_s: np.ndarray, output_len: np.ndarray) 
 def policy_result(name: str, sent_s: np.ndarray, first_s: np.ndarray, finish_s: np.ndarray,
                   output_len: np.ndarray, itl_s: np.ndarray, timeline: Timeline, preemptions: int,
                   slo: Optional[Slo], mean_acceptance_length: float = 1.0,
-                  k_budget_limited_steps: int = 0, kv_cache: Optional[tuple[int, bool]] = None) -> PolicyResult:
+                  k_budget_limited_steps: int = 0, kv_cache: Optional[tuple] = None) -> PolicyResult:
     """The figures of one run from its per-request times (seconds) and per-step timeline; ``kv_cache``: (the
-    cache's tokens, whether they were given rather than sized from memory)."""
+    cache's tokens, whether they were given rather than sized from memory[, the rule that sized it, in words, and the
+    share of the GPU's memory it took])."""
     ttft = first_s - sent_s
     e2e = finish_s - sent_s
     tpot = tpot_seconds(ttft, e2e, output_len)
@@ -167,4 +172,6 @@ def policy_result(name: str, sent_s: np.ndarray, first_s: np.ndarray, finish_s: 
         mean_acceptance_length=float(mean_acceptance_length), k_budget_limited_steps=int(k_budget_limited_steps),
         ttft_s=ttft, e2e_s=e2e, sent_s=sent_s, finish_s=finish_s,
         kv_cache_tokens=None if kv_cache is None else int(kv_cache[0]),
-        kv_cache_given=bool(kv_cache is not None and kv_cache[1]))
+        kv_cache_given=bool(kv_cache is not None and kv_cache[1]),
+        kv_cache_rule=kv_cache[2] if kv_cache is not None and len(kv_cache) > 2 else None,
+        kv_cache_memory_share=kv_cache[3] if kv_cache is not None and len(kv_cache) > 3 else None)

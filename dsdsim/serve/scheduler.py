@@ -61,7 +61,9 @@ class SchedulerConfig:
     kv_cache_tokens: the KV cache in tokens, all requests together, as the server reports it (vLLM's log line "GPU KV
         cache size: N tokens"; ``--num-gpu-blocks-override`` x the block size); None: sized from memory_utilization
         of the GPU's memory as the driver reports it, less the weights, the drafter and the peak of vLLM's profile run
-        (``MixedPricer.kv_capacity_tokens``).
+        (``MixedPricer.kv_pool``).
+    mem_fraction_static: an SGLang server's share of the GPU's memory for weights and KV (``--mem-fraction-static``);
+        None: the share SGLang picks for its release and GPU (``dsdsim.cost.kvpool``). Refused for other engines.
     chunked_prefill: split prompts across steps (always on in vLLM V1).
     mixed_prefill: a step runs prefill chunks and decodes together (vLLM V1); False: a step is a prefill batch or a
         decode batch, prefills first whenever one can be formed (SGLang without ``--enable-mixed-chunk``). None: what
@@ -75,6 +77,7 @@ class SchedulerConfig:
     block_size: int = 16
     memory_utilization: float = 0.9
     kv_cache_tokens: Optional[int] = None
+    mem_fraction_static: Optional[float] = None
     chunked_prefill: bool = True
     mixed_prefill: Optional[bool] = None
     rule: Optional[str] = None
@@ -87,6 +90,9 @@ class SchedulerConfig:
             if v < 1:
                 raise DsdsimError(f"{name} must be >= 1, got {v}")
             object.__setattr__(self, name, v)
+        mf = self.mem_fraction_static
+        if mf is not None and (isinstance(mf, bool) or not isinstance(mf, (int, float)) or not 0 < mf < 1):
+            raise DsdsimError(f"mem_fraction_static (SGLang's --mem-fraction-static) must be in (0, 1), got {mf!r}")
         mu = self.memory_utilization
         if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not 0 < mu <= 1:
             raise DsdsimError(f"memory_utilization must be in (0, 1], got {mu!r}")

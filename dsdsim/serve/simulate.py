@@ -206,32 +206,31 @@ def _check_window(setup, ins: np.ndarray, outs: np.ndarray) -> None:
                           f"{setup.model.name}'s window of {window} (vLLM refuses it); shorten the lengths")
 
 
-def _kv_blocks(pricer, cfg: SchedulerConfig) -> int:
-    """KV blocks of the cache: ``cfg.kv_cache_tokens`` where given, else the pricer's tokens at the memory share,
-    // block_size. A pricer whose ``kv_capacity_tokens`` also takes ``max_num_batched_tokens`` (MixedPricer: the
-    peak of a profile run of that many tokens and max_num_seqs requests is reserved, as vLLM profiles one) is given
-    both."""
+def _kv_blocks(pricer, cfg: SchedulerConfig, lookahead: int) -> tuple[int, Optional[str], Optional[float]]:
+    """KV blocks of the cache, the rule that sized it and the memory share it took: ``cfg.kv_cache_tokens`` where given, else the pricer's
+    ``kv_pool`` (MixedPricer: the engine's own rule, ``MixedPricer.kv_pool``), // block_size; a pricer with only
+    ``kv_capacity_tokens(memory_utilization)`` (a ``StepPricer``) is asked that."""
     if cfg.kv_cache_tokens is not None:
-        return cfg.kv_cache_tokens // cfg.block_size
-    fn = pricer.kv_capacity_tokens
-    try:
-        takes = "max_num_batched_tokens" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        takes = False
-    tokens = fn(cfg.memory_utilization, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                max_num_seqs=cfg.max_num_seqs) if takes else fn(cfg.memory_utilization)
-    return int(tokens) // cfg.block_size
+        return cfg.kv_cache_tokens // cfg.block_size, None, None
+    pool = getattr(pricer, "kv_pool", None)
+    if pool is not None:
+        kv = pool(cfg.memory_utilization, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                  max_num_seqs=cfg.max_num_seqs, lookahead=lookahead, mem_fraction_static=cfg.mem_fraction_static)
+        return int(kv.tokens) // cfg.block_size, kv.rule, float(kv.fraction)
+    if cfg.mem_fraction_static is not None:
+        raise DsdsimError("mem_fraction_static needs a pricer that knows the engine's KV pool rule (MixedPricer)")
+    return int(pricer.kv_capacity_tokens(cfg.memory_utilization)) // cfg.block_size, None, cfg.memory_utilization
 
 
 def _run(policy: Policy, pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig, draws: RequestAcceptance,
          slo: Optional[Slo], progress) -> PolicyResult:
-    blocks = _kv_blocks(pricer, cfg)
     la = policy.lookahead
+    blocks, kv_rule, kv_share = _kv_blocks(pricer, cfg, la)
     worst = int(np.max(-(-(ins + outs + 2 * la) // cfg.block_size)))
     if worst > blocks:
         i = int(np.argmax(ins + outs))
         given = cfg.kv_cache_tokens is not None
-        held = "given by --kv-cache-tokens" if given else f"at memory utilization {cfg.memory_utilization:g}"
+        held = "given by --kv-cache-tokens" if given else f"at a memory share of {kv_share:g}"
         raise DsdsimError(f"policy {policy.name}: request {i} ({int(ins[i])} input + {int(outs[i])} output tokens) "
                           f"needs {worst} KV blocks but the cache holds {blocks} ({blocks * cfg.block_size} tokens "
                           f"{held}); shorten the lengths or "
@@ -299,4 +298,4 @@ def _run(policy: Policy, pricer, arrivals, ins, outs, concurrency, cfg: Schedule
     itl = np.concatenate(gaps) if gaps else np.zeros(0)
     mal = 1.0 + accepted_sum / verifies if verifies else 1.0
     return policy_result(policy.name, sch.send_t, sch.first_t, sch.finish_t, outs, itl, timeline, sch.preemptions,
-                         slo, mal, limited, kv_cache=(blocks * cfg.block_size, cfg.kv_cache_tokens is not None))
+                         slo, mal, limited, kv_cache=(blocks * cfg.block_size, cfg.kv_cache_tokens is not None, kv_rule, kv_share))

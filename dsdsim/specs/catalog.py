@@ -488,7 +488,11 @@ def engine_and_file(name_or_path: "str | Path") -> tuple[EngineSpec, Path]:
 
 def _read_engine(text: str) -> tuple[EngineSpec, Path]:
     path = _engine_path(text)
-    return _load_engine_file(path, _stamp(path)), path
+    spec = _load_engine_file(path, _stamp(path))
+    family, at, version = text.partition("@")
+    if at and "/" not in text:      # ENGINE@VERSION: the spec of the range, knowing the release asked for
+        spec = spec.model_copy(update={"release": version.strip()})
+    return spec, path
 
 
 def _engine_path(text: str) -> Path:

@@ -408,6 +408,9 @@ class EngineSpec(FrozenSpec):
     versions: Optional[VersionRange] = None      # None: not a versioned engine (ideal, a user's own spec)
     label: str = ""                              # what this range is ("V1 with async scheduling for speculation")
     runner: Optional[str] = None                 # vLLM's model runner the spec prices: v1 or v2 (None: not vLLM V1)
+    # the release asked for (``ENGINE@VERSION``; set when the catalog reads the spec), None: the range as a whole. What
+    # differs between releases of one range without changing its step costs reads it (SGLang's KV pool rule).
+    release: Optional[str] = None
     description: str = ""
     release_notes: Optional[str] = None          # the releases and changes that bound the range, with sources
     terms: tuple[EngineTerm, ...] = ()
@@ -445,6 +448,15 @@ class EngineSpec(FrozenSpec):
     @property
     def version_label(self) -> str:
         return self.versions.label if self.versions is not None else "-"
+
+    @property
+    def newest_release(self) -> Optional[str]:
+        """The release asked for, else the newest the range names (its last, or the release it was checked
+        through); None for an unversioned spec or an open range checked through nothing."""
+        if self.release is not None:
+            return self.release
+        v = self.versions
+        return None if v is None else (v.last or v.checked_through)
 
     def term(self, name: str) -> EngineTerm:
         for t in self.terms:
