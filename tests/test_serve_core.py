@@ -232,11 +232,39 @@ def test_k_is_lowered_when_the_budget_cannot_hold_it():
 
 
 def test_oracle_picks_the_best_expected_rate():
-    f = FakePricer()
+    """A decode step: the K of the most expected tokens per second. A step with prefill chunks: the K whose drafts
+    beat, for their time, the rate the same requests decode at alone (tokens - rate x seconds)."""
+    f = FakePricer(a=3e-3, b=2e-5, d=1e-3)            # a draft costs 1 ms a step: the best decode K is 2
     pol = parse_policies("oracle:6")[0].bind(PolicyEnv(None, constant(0.8), 512, 256, f, 8))
-    view = StepView(np.full(40, 600.0), np.array([300.0]), np.array([0.0]), 1)
-    rates = [(40 * constant(0.8).tau(k) + 1) / f.seconds(view.scheduled(k)) for k in range(7)]
-    assert pol.k(41, view) == int(np.argmax(rates))
+    tau = [constant(0.8).tau(k) for k in range(7)]
+    decode = StepView(np.full(40, 600.0), np.zeros(0), np.zeros(0), 0)
+    rates = [40 * tau[k] / f.seconds(decode.scheduled(k)) for k in range(7)]
+    assert pol.k(40, decode) == int(np.argmax(rates)) == 2
+    mixed = StepView(np.full(40, 600.0), np.array([3000.0]), np.array([0.0]), 1)
+    alone = max(rates)
+    scores = [40 * tau[k] - alone * f.seconds(mixed.scheduled(k)) for k in range(7)]
+    assert pol.k(41, mixed) == int(np.argmax(scores)) == 2
+    # counting the completing prefill's token and the chunk's time in one rate would pick K = 6 here
+    naive = [(40 * tau[k] + 1) / f.seconds(mixed.scheduled(k)) for k in range(7)]
+    assert int(np.argmax(naive)) == 6
+
+
+def test_oracle_bounds_the_fixed_ks_on_one_pricer():
+    """Every policy priced by one pricer (one server): the oracle's run is at least the best fixed K's (a closed loop
+    of 16 whose steps are decode steps after the first prefills), within 0.1% for the different trajectories."""
+    f = FakePricer(a=4e-3, b=1e-4, c=0.0, d=3e-4)
+    names = ",".join(f"fixed:{k}" for k in range(1, 7)) + ",oracle:6"
+    r = run("closed:16", names, pricer=f, requests=64, output_len="200")
+    best_fixed = max(p.output_tokens_per_s for p in r.policies if p.name.startswith("fixed"))
+    assert r.policy("oracle:6").output_tokens_per_s >= 0.999 * best_fixed
+
+
+def test_oracle_bounds_the_dynamic_table_on_its_server(llama):
+    """Llama-3.1-8B on one H100, EAGLE-3, a closed loop of 64: the oracle and dsd on the same dynamic server; the
+    oracle at least dsd's throughput (within 0.1%), where it once lost to fixed:3 (K 4-5 in steps with prefills)."""
+    r = simulate(llama, "closed:64", "dsd,oracle", requests=200)
+    assert r.policy("oracle").output_tokens_per_s >= 0.999 * r.policy("dsd").output_tokens_per_s
+    assert max(r.policy("oracle").k_histogram) <= 3
 
 
 def test_adaptive_follows_sglangs_ema_rule():
@@ -252,6 +280,16 @@ def test_adaptive_follows_sglangs_ema_rule():
     assert pol.current == 1
     few = parse_policies("adaptive")[0].bind(PolicyEnv(None, constant(0.8), 512, 256, FakePricer(max_k=4), 4))
     assert few.candidates == (1, 3) and few.lookahead == 3
+
+
+@pytest.mark.parametrize("alpha, tier", [(0.95, 7), (0.15, 1), (0.7, 3)])
+def test_adaptive_moves_where_sglangs_bands_say(alpha, tier):
+    """A whole run at a flat acceptance: SGLang's rule leaves K = 3 only where the mean accepted drafts at K = 3 pass
+    3 - 0.5 (up: α³ + α² + α > 2.5, α above about 0.91) or fall to 1 - 0.75 (down: α below about 0.2); in between it
+    stays, by design (the hysteresis), as its thresholds do on the default acceptance."""
+    r = run("closed:8", "adaptive", requests=64, output_len="200", acceptance=alpha).policies[0]
+    last = r.timeline.k[r.timeline.decoding > 0][-20:]
+    assert set(last.tolist()) == {tier}
 
 
 def test_policies_never_exceed_the_drafter_and_need_one():

@@ -11,9 +11,16 @@ scheduled in the step, prefills included (what vLLM looks its dynamic table up b
                  context (``dsd_table``), looked up by the scheduled requests.
 * ``table:FILE`` a vLLM, SGLang or TensorRT-LLM table file (``dsdsim.serve.tables``), looked up the same way.
 * ``oracle[:MAXK]`` each step, the K in 0..MAXK (default min(8, the drafter's limit), as predict's axis; never above
-                 what the step's token budget and free blocks allow) with the most expected tokens per second for
-                 exactly this step: (D τ(K) + F) / T(K), D decoding requests, F prefills that complete (one token
-                 each), T from the pricer, τ the population's.
+                 what the step's token budget and free blocks allow) that serves the step's decoding requests best,
+                 priced by the pricer for exactly this step (its contexts, prefill chunks and padding), with τ the
+                 population's: in a decode step the most expected tokens per second, D τ(K) / T(K) (dsd's rule with
+                 the step in hand instead of a table by batch size); in a step with prefill chunks the K whose drafts
+                 beat, for their time, the rate r the same requests decode at alone (the best D τ(K) / T_decode(K)):
+                 the largest D τ(K) - r T(K). It does not plan across steps (a step's K moves the next step's token
+                 budget), so it bounds the dynamic policies on its server to within the noise of different
+                 trajectories (tests/test_serve_core.py), not exactly. Counting a completing prefill's token and the
+                 chunk's time in one rate, (D τ(K) + F) / T(K), as it once did, made a step with prefills look cheap
+                 to speculate in: on the default setup it ran K 4-5 in 7% of the steps and lost to fixed:3.
 * ``adaptive``   SGLang's adaptive speculative decoding (``python/sglang/srt/speculative/adaptive_spec_params.py``,
                  ``AdaptiveSpeculativeParams``; docs/advanced_features/adaptive_speculative_decoding.md): an EMA
                  (``ema_alpha`` 0.2) of the batch's mean accepted drafts per request after each verify step; after
@@ -166,15 +173,22 @@ class Oracle(Policy):
         return replace(self, lookahead=top, _tau=tau, _pricer=env.pricer)
 
     def k(self, num_requests: int, step: StepView) -> int:
-        d, f = step.decode_contexts.size, step.prefills_completing
+        d = step.decode_contexts.size
         if d == 0:
             return 0
-        best, best_rate = 0, -math.inf
-        for k in range(min(self.lookahead, step.k_max) + 1):
-            rate = (d * self._tau[k] + f) / self._pricer.seconds(step.scheduled(k))
-            if rate > best_rate:
-                best, best_rate = k, rate
-        return best
+        ks = range(min(self.lookahead, step.k_max) + 1)
+        tokens = [d * float(self._tau[k]) for k in ks]
+        seconds = [self._pricer.seconds(step.scheduled(k)) for k in ks]
+        if not step.prefill_tokens.size:          # a decode step: the most tokens per second
+            return max(ks, key=lambda k: tokens[k] / seconds[k])
+        # a step with prefill chunks: K's drafts are worth their time where they beat the rate the same requests
+        # decode at alone (the best tokens per second of their decode step): the most tokens - rate x seconds
+        rate = max(tokens[k] / self._pricer.seconds(ScheduledStep(k, step.decode_contexts, _NO_PREFILLS,
+                                                                  _NO_PREFILLS)) for k in ks)
+        return max(ks, key=lambda k: tokens[k] - rate * seconds[k])
+
+
+_NO_PREFILLS = np.zeros(0)
 
 
 @dataclass
