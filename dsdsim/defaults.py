@@ -41,4 +41,5 @@ DEFAULT_REQUESTS = 1000
 DEFAULT_INPUT_LEN = "512"
 DEFAULT_OUTPUT_LEN = "256"
 DEFAULT_POLICIES = "none,fixed:3,dsd"
+DEFAULT_ROUTER = "round-robin"          # simulate --router: which replica a request goes to (dsdsim.serve.fleet)
 DEFAULT_SEED = 0

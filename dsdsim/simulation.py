@@ -43,7 +43,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
              requests: Optional[int] = None, input_len: str = DEFAULT_INPUT_LEN, output_len: str = DEFAULT_OUTPUT_LEN,
              acceptance=None, max_num_seqs: Optional[int] = None, max_num_batched_tokens: Optional[int] = None,
              kv_cache_tokens: Optional[int] = None, mem_fraction_static: Optional[float] = None,
-             scheduling: Optional[str] = None, slo: Optional[str] = None, seed: int = DEFAULT_SEED, executor: Optional[str] = "local",
+             scheduling: Optional[str] = None, slo: Optional[str] = None, seed: int = DEFAULT_SEED,
+             replicas: int = 1, router: str = "round-robin", executor: Optional[str] = "local",
              progress: Optional[Callable[[int, int], None]] = None):
     """Serve ``requests`` requests of ``workload`` once per policy on one server; a SimulationReport (a
     SimulationResult whose ``to_json()`` is the command's JSON).
@@ -57,7 +58,9 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     mem_fraction_static: an SGLang server's memory share (None: SGLang's own for its release). scheduling: the rule
     that builds each step (``vllm``, ``prefill-first``, or one registered with
     ``dsdsim.serve.scheduler.register_rule``; None: the engine's). executor: ``local`` (this process, the default
-    here), ``processes`` or a Dask scheduler address.
+    here), ``processes`` or a Dask scheduler address. replicas, router: N copies of the server behind a router
+    (``round-robin``, ``least-loaded``; ``dsdsim.serve.fleet``), the workload the fleet's; each policy's result is
+    the fleet's, with each replica's under ``replicas``.
     progress(done, total): called as the run goes."""
     from dsdsim.serve.scheduler import SchedulerConfig
     from dsdsim.serve.sweep import Simulation, check_executor, checked, simulate_many
@@ -82,5 +85,5 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     check_executor(executor)
     job = checked(Simulation(setup, workload, policies, requests=requests, input_len=input_len,
                              output_len=output_len, acceptance=acceptance, scheduler=SchedulerConfig(**limits),
-                             slo=slo, seed=seed))
+                             slo=slo, seed=seed, replicas=replicas, router=router))
     return SimulationReport.of(simulate_many(job, [job.workload], executor=executor, progress=progress)[0])

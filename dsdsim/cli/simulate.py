@@ -20,8 +20,8 @@ from dsdsim.cli.options import (Acceptance, DeploymentArgs, Output, Plot, Simula
 from dsdsim.cli.output import (check_png, check_writable, emit, is_stdout, output_format, show_or_write,
                                warn, with_progress)
 from dsdsim.cli.params import option_fields, takes, without
-from dsdsim.defaults import (DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_POLICIES, DEFAULT_REQUESTS, DEFAULT_SEED,
-                             DEFAULT_WORKLOAD)
+from dsdsim.defaults import (DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_POLICIES, DEFAULT_REQUESTS, DEFAULT_ROUTER,
+                             DEFAULT_SEED, DEFAULT_WORKLOAD)
 from dsdsim.errors import DsdsimError
 from dsdsim.records import frozen
 
@@ -84,6 +84,14 @@ class ServeArgs:
         help="How each step is built: vllm (running requests, then waiting ones mixed in: vLLM V1) or "
              "prefill-first (a prefill batch whenever one can be formed: SGLang without mixed chunks); default: "
              "the engine's")] = None
+    replicas: Annotated[int, Option(
+        "--replicas", metavar="N",
+        help="Data-parallel copies of the server behind a router, each with its own scheduler, KV cache and K "
+             "policy; the workload is the fleet's (closed:C is C clients in all)")] = 1
+    router: Annotated[str, Option(
+        "--router", metavar="NAME",
+        help="Which replica a request goes to: round-robin (in turn) or least-loaded (fewest requests running and "
+             "waiting)")] = DEFAULT_ROUTER
     slo: Annotated[Optional[str], Option("--slo", metavar="ttft=MS,tpot=MS", help=SLO_HELP)] = None
     seed: Annotated[int, Option("--seed", help="Random seed of arrivals, lengths and acceptance")] = DEFAULT_SEED
     executor: Annotated[Optional[str], Option("--executor", metavar="local|processes|dask://HOST:PORT",
@@ -99,10 +107,14 @@ class ServeArgs:
         requests = self.requests
         if requests is None:       # a trace's request count is its own unless --requests is given
             requests = None if self.workload.strip().startswith("trace:") else DEFAULT_REQUESTS
+        from dsdsim.serve.fleet import check_replicas, router_named
+
+        check_replicas(self.replicas)
+        router_named(self.router)
         sim = Simulation(setup, self.workload, self.policies, requests=requests, input_len=self.input_len,
                          output_len=self.output_len, acceptance=acceptance,
                          scheduler=self.scheduler(memory_utilization), slo=slo if slo is not None else self.slo,
-                         seed=self.seed)
+                         seed=self.seed, replicas=self.replicas, router=self.router)
         return checked(sim)
 
     def scheduler(self, memory_utilization: float):

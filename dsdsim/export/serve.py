@@ -181,7 +181,8 @@ def simulation_view(setup, result, notes: Sequence[str] = ()):
                _columns(with_goodput))
     for p in policies:
         t.add_row(*_cells(p, with_goodput))
-    return Group(f"{setup_line(setup)}; workload {d['workload']} ({_describe(result)})", t, *_footer(policies),
+    fleet = f"; {d['replicas']} replicas behind a {d['router']} router" if d.get("replicas", 1) > 1 else ""
+    return Group(f"{setup_line(setup)}{fleet}; workload {d['workload']} ({_describe(result)})", t, *_footer(policies),
                  *notes)
 
 
@@ -237,13 +238,33 @@ def servers_line(policies: Sequence[Mapping[str, Any]]) -> str:
     return "servers: " + "; ".join(f"{', '.join(n)}: {server}" for server, n in by_server.items())
 
 
+def fleet_line(policies: Sequence[Mapping[str, Any]]) -> list[str]:
+    """['fleet: 2 replicas ...; per replica: none 28.4-28.6 req/s, TPOT p50 10.5-10.6 ms; ...']: [] for one server."""
+    parts = []
+    count = 0
+    for p in policies:
+        reps = p.get("replicas") or []
+        if not reps:
+            continue
+        count = len(reps)
+        rps = [r["requests_per_s"] for r in reps]
+        tpot = [r["tpot_ms"]["p50"] for r in reps]
+        served = [round(r["requests_per_s"] * r["duration_s"]) for r in reps]
+        parts.append(f"{p['name']} {min(rps):.3g}-{max(rps):.3g} req/s, TPOT p50 {min(tpot):.3g}-{max(tpot):.3g} ms, "
+                     f"{min(served):,}-{max(served):,} requests")
+    if not parts:
+        return []
+    return [f"fleet: {count} replicas, each its own scheduler, KV cache and K policy; the figures above are every "
+            f"request's, per replica: " + "; ".join(parts)]
+
+
 def _footer(policies: Sequence[Mapping[str, Any]]) -> list[str]:
     durations = [p.get("duration_s") for p in policies if p.get("duration_s") is not None]
     steps = [p.get("steps") for p in policies if p.get("steps") is not None]
     units = _UNITS + (_GOODPUT if any(p.get("goodput_requests_per_s") is not None for p in policies) else "")
     if not durations:
-        return [units, servers_line(policies)] + kv_cache_line(policies)
-    return [units, servers_line(policies)] + kv_cache_line(policies) + [f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, {min(steps):,}-{max(steps):,} "
+        return [units, servers_line(policies)] + fleet_line(policies) + kv_cache_line(policies)
+    return [units, servers_line(policies)] + fleet_line(policies) + kv_cache_line(policies) + [f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, {min(steps):,}-{max(steps):,} "
             "engine steps per policy; as vllm bench serve counts them: TPOT (e2e - TTFT) / (output tokens - 1) per "
             "request, ITL the gaps between a request's successive emissions (a step's tokens stream as one chunk)"]
 

@@ -90,6 +90,7 @@ class PolicyResult:
     kv_cache_given: bool = False           # ... as given (SchedulerConfig.kv_cache_tokens), not sized from memory
     kv_cache_rule: Optional[str] = None    # ... and the engine rule that sized it, in words (MixedPricer.kv_pool)
     kv_cache_memory_share: Optional[float] = None   # ... at that share of the GPU's memory
+    replicas: tuple = ()                   # a fleet's result: each replica's own (simulate --replicas N > 1)
     ttft_s: np.ndarray = field(default=None, repr=False)       # per request
     e2e_s: np.ndarray = field(default=None, repr=False)
     sent_s: np.ndarray = field(default=None, repr=False)
@@ -116,6 +117,7 @@ class PolicyResult:
             "kv_cache_memory_share": None if self.kv_cache_given else self.kv_cache_memory_share,
             "duration_s": self.duration_s,
             "steps": self.steps,
+            **({"replicas": [r.to_dict() for r in self.replicas]} if self.replicas else {}),
         }
 
 

@@ -244,6 +244,12 @@ class Scheduler:
             self.waiting.append(r)
             self._next += 1
 
+    def send(self, r: int, t: float) -> None:
+        """Request ``r``, sent at ``t`` by someone other than this server's own client (a fleet's router): it
+        waits for the next step. A server fed this way is built with every arrival at infinity."""
+        self.send_t[r] = t
+        self.waiting.append(r)
+
     def next_arrival(self) -> Optional[float]:
         """When the next unsent request arrives (None: all sent, or the client waits for a slot)."""
         if self._next >= self.n or (self._slots is not None and not self._slots):

@@ -18,6 +18,7 @@ the engine version's costs of such a server). A given ``pricer`` prices every po
 """
 from __future__ import annotations
 
+import heapq
 import inspect
 import math
 import re
@@ -30,6 +31,7 @@ from dsdsim.defaults import DEFAULT_REQUESTS
 from dsdsim.errors import DsdsimError, whole_number
 from dsdsim.records import frozen
 from dsdsim.specs.drafter import MAX_K
+from dsdsim.serve.fleet import DEFAULT_ROUTER, check_replicas, router_named
 from dsdsim.serve.lengths import parse_lengths
 from dsdsim.serve.metrics import PolicyResult, Slo, Timeline, policy_result
 from dsdsim.serve.policies import FixedK, NoSpeculation, Policy, PolicyEnv, StepView, parse_policies
@@ -52,10 +54,13 @@ class SimulationResult:
     requests: list[Request]
     seed: int
     context: int                           # the context the dsd table was predicted at (mean input + mean output / 2)
+    replicas: int = 1                      # data-parallel servers behind a router (each policy's fleet)
+    router: Optional[str] = None           # ... and the router's name (None: one server)
 
     def to_dict(self) -> dict:
         """The run without its setup (a sweep writes the setup once, above its loads)."""
-        return {"workload": self.workload.text, "requests": len(self.requests), "seed": self.seed,
+        fleet = {"replicas": self.replicas, "router": self.router} if self.replicas > 1 else {}
+        return {"workload": self.workload.text, "requests": len(self.requests), "seed": self.seed, **fleet,
                 "policies": [p.to_dict() for p in self.policies]}
 
     def policy(self, name: str) -> PolicyResult:
@@ -94,7 +99,8 @@ def parse_slo(text) -> Slo:
 
 def simulate(setup, workload, policies, *, requests: Optional[int] = None, input_len="512", output_len="256",
              acceptance=None, scheduler: Optional[SchedulerConfig] = None, slo=None, seed: int = 0, pricer=None,
-             progress: Optional[Callable[[float], None]] = None) -> SimulationResult:
+             progress: Optional[Callable[[float], None]] = None, replicas: int = 1,
+             router: str = DEFAULT_ROUTER) -> SimulationResult:
     """Serve ``requests`` requests of ``workload`` once per policy and report each.
 
     setup: a resolved ``dsdsim.specs.setup.Setup`` (None only with a ``pricer`` and policies that need no setup).
@@ -105,6 +111,8 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     scheduler: a SchedulerConfig (default: vLLM's, at the deployment's memory_utilization). slo: ``parse_slo`` text or an Slo; goodput is None without.
     seed: seeds the lengths, arrivals and acceptance draws. pricer: a StepPricer for every policy (default:
         MixedPricer per policy, module docstring). progress: called with the fraction done (0..1) as it runs.
+    replicas, router: N data-parallel copies of the server behind a router (``dsdsim.serve.fleet``): each with its
+        own scheduler, KV cache and bound policy; the workload is the fleet's (``closed:C`` is C clients in all).
     """
     if scheduler is None:          # vLLM's defaults, at the deployment's GPU memory share
         mu = getattr(getattr(setup, "deployment", None), "memory_utilization", None)
@@ -116,6 +124,8 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
         flag = getattr(getattr(setup, "engine", None), "mixed_prefill", None)
         cfg = replace(cfg, mixed_prefill=True if flag is None else bool(flag.value))
     seed = whole_number(seed, "seed")
+    replicas = check_replicas(replicas)
+    route = router_named(router)                # checked even for one replica: a typo is a typo
     wl = parse_workload(workload)
     pols = parse_policies(policies) if not (isinstance(policies, (list, tuple))
                                             and all(isinstance(p, Policy) for p in policies)) else list(policies)
@@ -158,10 +168,93 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     results = []
     for i, (policy, pr) in enumerate(bound):
         tick = None if progress is None else (lambda f, i=i: progress((i + f) / len(bound)))
-        results.append(_run(policy, pr, arrivals, ins, outs, wl.concurrency, configs[i], draws, slo, tick))
+        if replicas == 1:
+            results.append(_run(policy, pr, arrivals, ins, outs, wl.concurrency, configs[i], draws, slo, tick))
+            continue
+        env = PolicyEnv(setup, acc, context, configs[i].max_num_seqs, pr, int(pr.max_k))
+        copies = [policy] + [pols[i].bind(env) for _ in range(replicas - 1)]     # each replica its own state
+        results.append(_run_fleet(copies, pr, arrivals, ins, outs, wl.concurrency, configs[i], draws, slo, tick,
+                                  route if i == 0 else router_named(router)))
     if progress is not None:
         progress(1.0)
-    return SimulationResult(results, setup, wl, reqs, seed, context)
+    return SimulationResult(results, setup, wl, reqs, seed, context, replicas, router_named(router) and
+                            str(router).strip().lower() if replicas > 1 else None)
+
+
+def _run_fleet(policies: list[Policy], pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig,
+               draws: RequestAcceptance, slo: Optional[Slo], progress, router) -> PolicyResult:
+    """N replicas of one server behind ``router`` (``dsdsim.serve.fleet``), one bound policy each, co-simulated in
+    time order: the replica whose clock is earliest runs its next step, unless a request is due to be sent first
+    (an open loop's arrival, or a closed loop's client whose last request finished); then the router picks its
+    replica from every replica's requests running and waiting, and it waits for that replica's next step. The
+    fleet's figures are every request's; ``replicas`` holds each replica's over the requests it served."""
+    blocks, kv_rule, kv_share = _cache(policies[0], pricer, ins, outs, cfg)
+    n, count = ins.size, len(policies)
+    never = np.full(n, np.inf)                           # a replica's own client sends nothing: the router does
+    servers = [Server(p, pricer, Scheduler(never, ins, outs, cfg, blocks, p.lookahead), draws) for p in policies]
+    clocks = [0.0] * count
+    owner = np.full(n, -1, dtype=np.int64)
+    order = np.argsort(arrivals, kind="stable")
+    slots = None if concurrency is None else [0.0] * int(concurrency)     # heap: when each client slot freed
+    sent = finished = 0
+    next_tick = 0
+    while finished < n:
+        due = math.inf
+        if sent < n and (slots is None or slots):
+            a = float(arrivals[order[sent]])
+            due = a if slots is None else max(a, slots[0])
+        busy = [i for i in range(count) if not servers[i].sch.idle]
+        first = min(busy, key=lambda i: clocks[i]) if busy else None
+        if due <= (clocks[first] if first is not None else math.inf):
+            if due == math.inf:
+                raise AssertionError("no request left to send while some are unfinished")
+            r = int(order[sent])
+            t = due if slots is None else max(float(arrivals[r]), heapq.heappop(slots))
+            loads = [len(x.sch.run) + len(x.sch.waiting) for x in servers]
+            i = int(router.pick(loads, r))
+            if not 0 <= i < count:
+                raise DsdsimError(f"router picked replica {i}; there are {count} (0..{count - 1})")
+            if servers[i].sch.idle:
+                clocks[i] = max(clocks[i], t)
+            servers[i].sch.send(r, t)
+            owner[r] = i
+            sent += 1
+            continue
+        x = servers[first]
+        before = x.sch.finished
+        clocks[first] = x.step(clocks[first])
+        done = x.sch.finished - before
+        finished += done
+        if slots is not None:
+            for _ in range(done):
+                heapq.heappush(slots, clocks[first])
+        if progress is not None and finished >= next_tick:
+            progress(finished / n)
+            next_tick = finished + max(1, n // 100)
+    kv = (blocks * cfg.block_size, cfg.kv_cache_tokens is not None, kv_rule, kv_share)
+    replicas = tuple(x.result(outs, slo, kv, ids=np.flatnonzero(owner == i)) for i, x in enumerate(servers))
+    return _fleet_result(servers, owner, outs, slo, kv, replicas)
+
+
+def _fleet_result(servers: list[Server], owner: np.ndarray, outs, slo, kv: tuple, replicas: tuple) -> PolicyResult:
+    """Every request's figures, each from the replica that served it; the replicas' steps merged in time order."""
+    n = owner.size
+    send, first, finish = (np.full(n, np.nan) for _ in range(3))
+    for i, x in enumerate(servers):
+        mine = owner == i
+        send[mine], first[mine], finish[mine] = x.sch.send_t[mine], x.sch.first_t[mine], x.sch.finish_t[mine]
+    lines = [x.timeline() for x in servers]
+    t_end = np.concatenate([t.t_end_s for t in lines])
+    by_time = np.argsort(t_end, kind="stable")
+    timeline = Timeline(*(np.concatenate([getattr(t, f) for t in lines])[by_time]
+                          for f in ("t_end_s", "requests", "decoding", "k", "tokens")))
+    verifies = sum(x.verifies for x in servers)
+    mal = 1.0 + sum(x.accepted_sum for x in servers) / verifies if verifies else 1.0
+    itl = np.concatenate([x.itl() for x in servers])
+    result = policy_result(servers[0].policy.name, send, first, finish, np.asarray(outs), itl, timeline,
+                           sum(x.sch.preemptions for x in servers), slo, mal, sum(x.limited for x in servers),
+                           kv_cache=kv)
+    return replace(result, replicas=replicas)
 
 
 SERVERS = {"plain": "a server without speculation (no draft weights: more KV cache)",
@@ -222,8 +315,8 @@ def _kv_blocks(pricer, cfg: SchedulerConfig, lookahead: int) -> tuple[int, Optio
     return int(pricer.kv_capacity_tokens(cfg.memory_utilization)) // cfg.block_size, None, cfg.memory_utilization
 
 
-def _run(policy: Policy, pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig, draws: RequestAcceptance,
-         slo: Optional[Slo], progress) -> PolicyResult:
+def _cache(policy: Policy, pricer, ins, outs, cfg: SchedulerConfig) -> tuple[int, Optional[str], Optional[float]]:
+    """The server's KV blocks, rule and memory share (``_kv_blocks``), checked against the longest request."""
     la = policy.lookahead
     blocks, kv_rule, kv_share = _kv_blocks(pricer, cfg, la)
     worst = int(np.max(-(-(ins + outs + 2 * la) // cfg.block_size)))
@@ -238,22 +331,25 @@ def _run(policy: Policy, pricer, arrivals, ins, outs, concurrency, cfg: Schedule
     if not cfg.chunked_prefill and int((ins + outs).max()) > cfg.max_num_batched_tokens:
         raise DsdsimError(f"without chunked prefill max_num_batched_tokens ({cfg.max_num_batched_tokens}) must hold "
                           "a whole prompt (and a preempted request's recompute); raise it or enable chunked prefill")
-    sch = Scheduler(arrivals, ins, outs, cfg, blocks, la, concurrency)
-    n = sch.n
-    now, k_prev = 0.0, 0
-    t_end, n_req, n_dec, ks, toks, gaps = [], [], [], [], [], []
-    verifies, accepted_sum, limited = 0, 0, 0
-    next_tick = 0
-    sch.release(now)
-    while sch.finished < n:
-        if sch.idle:
-            nxt = sch.next_arrival()
-            if nxt is None:
-                raise AssertionError("no request left to arrive while some are unfinished")
-            now = max(now, nxt)
-            sch.release(now)
-            continue
-        plan = sch.schedule(k_prev)
+    return blocks, kv_rule, kv_share
+
+
+class Server:
+    """One server's run, a step at a time: its scheduler, its K policy and pricer, and what its steps recorded (the
+    timeline, the gaps between emissions, acceptance and budget counts). ``step(now)`` runs the next step from
+    ``now`` and returns when it ends; the caller sends requests between steps (``Scheduler.release``, or a fleet's
+    router through ``Scheduler.send``)."""
+
+    def __init__(self, policy: Policy, pricer, sch: Scheduler, draws: RequestAcceptance):
+        self.policy, self.pricer, self.sch, self.draws = policy, pricer, sch, draws
+        self.la = policy.lookahead
+        self.k_prev = 0
+        self.t_end, self.n_req, self.n_dec, self.ks, self.toks, self.gaps = [], [], [], [], [], []
+        self.verifies = self.accepted_sum = self.limited = 0
+
+    def step(self, now: float) -> float:
+        sch, policy, la = self.sch, self.policy, self.la
+        plan = sch.schedule(self.k_prev)
         if plan.num_requests == 0:
             raise AssertionError("a step scheduled nothing while requests wait")
         if plan.pre_ids.size:
@@ -267,35 +363,68 @@ def _run(policy: Policy, pricer, arrivals, ins, outs, concurrency, cfg: Schedule
                         plan.k_cap if plan.dec_ids.size else la)
         want = min(int(policy.k(plan.num_requests, view)), la)
         k = min(want, plan.k_cap) if plan.dec_ids.size else want
-        limited += int(k < want)
+        self.limited += int(k < want)
         sch.commit(plan, k)
-        step_s = float(pricer.seconds(ScheduledStep(k, view.decode_contexts, view.prefill_tokens,
-                                                    view.prefill_contexts)))
+        step_s = float(self.pricer.seconds(ScheduledStep(k, view.decode_contexts, view.prefill_tokens,
+                                                         view.prefill_contexts)))
         if not (math.isfinite(step_s) and step_s > 0):
             raise DsdsimError(f"the pricer gave {step_s!r} s for a step of {plan.num_requests} requests at K = {k}; "
                               "a step takes a positive, finite time")
         now += step_s
-        accepted = draws.accepted(plan.dec_ids, k, sch.generated[plan.dec_ids])
+        accepted = self.draws.accepted(plan.dec_ids, k, sch.generated[plan.dec_ids])
         if plan.dec_ids.size and k > 0:
-            verifies += int(plan.dec_ids.size)
-            accepted_sum += int(accepted.sum())
+            self.verifies += int(plan.dec_ids.size)
+            self.accepted_sum += int(accepted.sum())
             policy.observe(accepted, k)
         g, emitted = sch.finish(plan, now, accepted)
         if g.size:
-            gaps.append(g)
-        t_end.append(now)
-        n_req.append(plan.num_requests)
-        n_dec.append(int(plan.dec_ids.size))
-        ks.append(k)
-        toks.append(emitted)
+            self.gaps.append(g)
+        self.t_end.append(now)
+        self.n_req.append(plan.num_requests)
+        self.n_dec.append(int(plan.dec_ids.size))
+        self.ks.append(k)
+        self.toks.append(emitted)
         if plan.dec_ids.size:
-            k_prev = k
+            self.k_prev = k
+        return now
+
+    def timeline(self) -> Timeline:
+        return Timeline(np.asarray(self.t_end), np.asarray(self.n_req), np.asarray(self.n_dec), np.asarray(self.ks),
+                        np.asarray(self.toks))
+
+    def itl(self) -> np.ndarray:
+        return np.concatenate(self.gaps) if self.gaps else np.zeros(0)
+
+    def result(self, outs, slo: Optional[Slo], kv: tuple, ids: Optional[np.ndarray] = None) -> PolicyResult:
+        """The run's figures over the requests ``ids`` (None: all) it served."""
+        sch = self.sch
+        mal = 1.0 + self.accepted_sum / self.verifies if self.verifies else 1.0
+        pick = slice(None) if ids is None else ids
+        return policy_result(self.policy.name, sch.send_t[pick], sch.first_t[pick], sch.finish_t[pick],
+                             np.asarray(outs)[pick], self.itl(), self.timeline(), sch.preemptions, slo, mal,
+                             self.limited, kv_cache=kv)
+
+
+def _run(policy: Policy, pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig, draws: RequestAcceptance,
+         slo: Optional[Slo], progress) -> PolicyResult:
+    blocks, kv_rule, kv_share = _cache(policy, pricer, ins, outs, cfg)
+    sch = Scheduler(arrivals, ins, outs, cfg, blocks, policy.lookahead, concurrency)
+    server = Server(policy, pricer, sch, draws)
+    n = sch.n
+    now = 0.0
+    next_tick = 0
+    sch.release(now)
+    while sch.finished < n:
+        if sch.idle:
+            nxt = sch.next_arrival()
+            if nxt is None:
+                raise AssertionError("no request left to arrive while some are unfinished")
+            now = max(now, nxt)
+            sch.release(now)
+            continue
+        now = server.step(now)
         sch.release(now)
         if progress is not None and sch.finished >= next_tick:
             progress(sch.finished / n)
             next_tick = sch.finished + max(1, n // 100)
-    timeline = Timeline(np.asarray(t_end), np.asarray(n_req), np.asarray(n_dec), np.asarray(ks), np.asarray(toks))
-    itl = np.concatenate(gaps) if gaps else np.zeros(0)
-    mal = 1.0 + accepted_sum / verifies if verifies else 1.0
-    return policy_result(policy.name, sch.send_t, sch.first_t, sch.finish_t, outs, itl, timeline, sch.preemptions,
-                         slo, mal, limited, kv_cache=(blocks * cfg.block_size, cfg.kv_cache_tokens is not None, kv_rule, kv_share))
+    return server.result(outs, slo, (blocks * cfg.block_size, cfg.kv_cache_tokens is not None, kv_rule, kv_share))

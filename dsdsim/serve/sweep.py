@@ -152,6 +152,8 @@ class Simulation:
     scheduler: Any = None
     slo: Optional[str] = None
     seed: int = 0
+    replicas: int = 1                     # data-parallel servers behind the router (dsdsim.serve.fleet)
+    router: str = "round-robin"
 
     def at(self, workload: str, policies: Optional[str] = None, setup=None) -> "Simulation":
         """The same simulation at another workload (and policies, setup)."""
@@ -165,11 +167,14 @@ def checked(sim: Simulation) -> Simulation:
     from dsdsim.policy.predict import acceptance_for
     from dsdsim.serve.lengths import parse_lengths
     from dsdsim.serve.policies import parse_policies
+    from dsdsim.serve.fleet import check_replicas, router_named
     from dsdsim.serve.simulate import parse_slo
     from dsdsim.serve.workload import parse_workload
 
     parse_workload(sim.workload)
     parse_policies(sim.policies)
+    check_replicas(sim.replicas)
+    router_named(sim.router)
     parse_lengths(sim.input_len, "input length")
     parse_lengths(sim.output_len, "output length")
     if sim.slo:
@@ -197,7 +202,7 @@ def run_simulation(sim: Simulation, progress: Optional[Callable[[float], None]] 
 
     return simulate(sim.setup, sim.workload, sim.policies, requests=sim.requests, input_len=sim.input_len,
                     output_len=sim.output_len, acceptance=sim.acceptance, scheduler=sim.scheduler,
-                    slo=sim.slo or None, seed=sim.seed, progress=progress)
+                    slo=sim.slo or None, seed=sim.seed, progress=progress, replicas=sim.replicas, router=sim.router)
 
 
 def simulate_many(base: Simulation, workloads: Sequence[str], *, executor=None, progress: Progress = None) -> list:

@@ -1,0 +1,114 @@
+"""Many replicas behind a router (simulate --replicas N --router): closed-form checks against one server."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dsdsim.errors import DsdsimError
+from dsdsim.serve.fleet import ROUTERS, register_router
+from dsdsim.serve.simulate import simulate
+from test_serve_core import FakePricer
+
+
+def run(workload, policies="none,fixed:3,oracle", replicas=1, router="round-robin", **kw):
+    kw.setdefault("acceptance", 0.8)
+    kw.setdefault("requests", 120)
+    kw.setdefault("output_len", "64")
+    kw.setdefault("input_len", "128")
+    return simulate(None, workload, policies, pricer=FakePricer(), replicas=replicas, router=router, **kw)
+
+
+class _First:
+    def pick(self, loads, request):
+        return 0
+
+
+@pytest.fixture
+def first_router():
+    register_router("first", _First)
+    yield "first"
+    ROUTERS.pop("first")
+
+
+@pytest.mark.parametrize("workload", ["poisson:40", "closed:8", "rollout"])
+def test_a_fleet_whose_router_sends_everything_to_one_replica_is_that_server(first_router, workload):
+    """The fleet's co-simulation with every request on replica 0 gives the one server's run exactly, and the other
+    replica never steps: the fleet loop adds nothing of its own."""
+    one = run(workload)
+    two = run(workload, replicas=2, router=first_router)
+    for a, b in zip(one.policies, two.policies):
+        fleet = b.to_dict()
+        reps = fleet.pop("replicas")
+        assert fleet == a.to_dict()
+        assert reps[0] == a.to_dict() and reps[1]["steps"] == 0
+
+
+def test_n_replicas_of_n_closed_loops_are_n_servers():
+    """A closed loop of 2C clients on 2 round-robin replicas against C clients on one: each replica holds C requests
+    at a time, so its throughput is one server's and the fleet's twice it, at the same TPOT. Every draft accepted
+    (α = 1) makes each request's run the same whichever draws it has: the two are equal, not only alike."""
+    one = run("closed:8", requests=240, acceptance=1.0)
+    two = run("closed:16", requests=480, replicas=2, acceptance=1.0)
+    for a, b in zip(one.policies, two.policies):
+        assert b.output_tokens_per_s == pytest.approx(2 * a.output_tokens_per_s, rel=1e-9)
+        assert b.tpot_ms.p50 == pytest.approx(a.tpot_ms.p50, rel=1e-9)
+        assert [int(np.sum(r.e2e_s > 0)) for r in b.replicas] == [240, 240]
+
+
+def _trace(path, gap_s, n, lengths):
+    rows = ["arrival_s,input_len,output_len"] + [f"{i * gap_s:.6f},{128},{lengths(i)}" for i in range(n)]
+    path.write_text("\n".join(rows) + "\n")
+    return f"trace:{path}"
+
+
+def test_n_replicas_at_n_times_the_rate_are_one_server_at_the_rate(tmp_path):
+    """Evenly spaced arrivals: round-robin hands each of N replicas every N-th request, so each sees one server's
+    arrivals at 1/N of the rate: the same TTFT and TPOT (α = 1, as above), N times the request rate (to within the
+    first two replicas' head start in the fleet's duration)."""
+    one = run(_trace(tmp_path / "one.csv", 0.05, 100, lambda i: 64), requests=None, acceptance=1.0)
+    three = run(_trace(tmp_path / "three.csv", 0.05 / 3, 300, lambda i: 64), requests=None, replicas=3,
+                acceptance=1.0)
+    for a, b in zip(one.policies, three.policies):
+        assert b.requests_per_s == pytest.approx(3 * a.requests_per_s, rel=0.01)
+        assert b.ttft_ms.p50 == pytest.approx(a.ttft_ms.p50, rel=1e-9)
+        assert b.tpot_ms.p50 == pytest.approx(a.tpot_ms.p50, rel=1e-9)
+
+
+def test_least_loaded_balances_what_round_robin_cannot(tmp_path):
+    """Requests alternating long (400 tokens) and short (16): round-robin over 2 replicas gives one replica every
+    long request; least-loaded sends by requests in flight and splits the work, so the fleet's e2e tail is
+    shorter."""
+    wl = _trace(tmp_path / "alt.csv", 0.02, 200, lambda i: 400 if i % 2 == 0 else 16)
+    rr = run(wl, policies="fixed:3", requests=None, replicas=2).policies[0]
+    ll = run(wl, policies="fixed:3", requests=None, replicas=2, router="least-loaded").policies[0]
+    assert [int(np.sum(r.e2e_s > 0)) for r in rr.replicas] == [100, 100]   # the same count, not the same work
+    assert ll.e2e_ms.p99 < rr.e2e_ms.p99
+    assert ll.output_tokens_per_s >= 0.99 * rr.output_tokens_per_s
+
+
+def test_bad_fleets_are_refused():
+    with pytest.raises(DsdsimError, match="replicas must be in 1..1024"):
+        run("closed:2", replicas=0)
+    with pytest.raises(DsdsimError, match="prefix caching"):
+        run("closed:2", replicas=2, router="prefix-aware")
+    with pytest.raises(DsdsimError, match="unknown router 'rr'; use one of"):
+        run("closed:2", router="rr")
+
+
+def test_the_command_names_the_fleet_and_its_replicas(cli):
+    argv = ("simulate", "--requests", "40", "--workload", "closed:8", "--input-len", "64", "--output-len", "32",
+            "--replicas", "2", "--router", "least-loaded")
+    code, out, err = cli(*argv, "--format", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert (d["replicas"], d["router"]) == (2, "least-loaded")
+    for p in d["policies"]:
+        assert len(p["replicas"]) == 2 and sum(r["requests_per_s"] * r["duration_s"] for r in p["replicas"]) > 0
+        assert "replicas" not in p["replicas"][0]
+    code, out, err = cli(*argv)
+    text = " ".join(out.split())
+    assert code == 0 and "2 replicas behind a least-loaded router" in text and "fleet: 2 replicas" in text
+    code, out, err = cli("simulate", "--requests", "10", "--router", "prefix-aware")
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "prefix caching" in err
