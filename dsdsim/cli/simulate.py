@@ -373,14 +373,17 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
     names = [r.candidate for r in rows]
     recs = plan_load_records([r.to_dict() for r in rows], names, largest)
     kind = base.workload.split(":", 1)[0]
-    what = (f"load at which {100 * ATTAINMENT:g}% of requests meet {slo} ({kind} arrivals, the search starting at "
-            f"{base.workload}; {_requests_text(base.requests)}, input {base.input_len}, output {base.output_len} tokens)")
+    fleet = f" of {base.replicas} replicas behind a {base.router} router" if base.replicas > 1 else ""
+    what = (f"load at which {100 * ATTAINMENT:g}% of requests meet {slo} ({kind} arrivals{fleet}, the search starting "
+            f"at {base.workload}; {_requests_text(base.requests)}, input {base.input_len}, output {base.output_len} "
+            "tokens)")
     if fmt is TableFormat.json:
         from dsdsim.export.render import to_json
 
         return emit(to_json({"model": model, "itl_slo_ms": itl_slo_ms, "context": options.context, "drafter": drafter,
                              "dp_attention": dep.dp_attention, "candidates": recs,
                              "simulation": {"workload": base.workload, "requests": base.requests,
+                                            "replicas": base.replicas, "router": base.router,
                                             "input_len": base.input_len, "output_len": base.output_len,
                                             "slo": slo, "attainment": ATTAINMENT, "seed": base.seed,
                                             "columns": [load_column(x.policy, x.unit) for x in largest[:len(policies)]],
