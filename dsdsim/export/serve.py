@@ -182,8 +182,33 @@ def simulation_view(setup, result, notes: Sequence[str] = ()):
     for p in policies:
         t.add_row(*_cells(p, with_goodput))
     fleet = f"; {d['replicas']} replicas behind a {d['router']} router" if d.get("replicas", 1) > 1 else ""
-    return Group(f"{setup_line(setup)}{fleet}; workload {d['workload']} ({_describe(result)})", t, *_footer(policies),
-                 *notes)
+    measured = [versus_table(policies)] if any("vs_measured" in p for p in policies) else []
+    return Group(f"{setup_line(setup)}{fleet}; workload {d['workload']} ({_describe(result)})", t, *measured,
+                 *_footer(policies), *notes)
+
+
+def _ms(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def versus_table(policies: Sequence[Mapping[str, Any]]):
+    """Simulated against measured, per policy: p50 and p99 of TTFT, TPOT and e2e (simulated / measured and the
+    error), and the median over requests of the e2e error."""
+    t = _table("Simulated against the run the trace measured (ms: simulated / measured, error)",
+               ["policy", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "e2e p50", "e2e p99",
+                "per request e2e |err|"])
+    for p in policies:
+        vs = p.get("vs_measured")
+        if not vs:
+            continue
+        cells = []
+        for q in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            for k in ("p50", "p99"):
+                x, m, e = vs[q]["simulated"][k], vs[q]["measured"][k], vs[q]["rel_error"][k]
+                cells.append(f"{_ms(x)} / {_ms(m)} {e:+.0%}" if e is not None else f"{_ms(x)} / {_ms(m)}")
+        per = vs["e2e_ms"]["per_request_median_abs_rel_error"]
+        t.add_row(p["name"], *cells, "-" if per is None else f"{per:.1%}")
+    return t
 
 
 _UNITS = ("latencies in ms (p50/p99); batch: mean requests per step; K: share of the steps with a decoding request "

@@ -177,3 +177,27 @@ def policy_result(name: str, sent_s: np.ndarray, first_s: np.ndarray, finish_s: 
         kv_cache_given=bool(kv_cache is not None and kv_cache[1]),
         kv_cache_rule=kv_cache[2] if kv_cache is not None and len(kv_cache) > 2 else None,
         kv_cache_memory_share=kv_cache[3] if kv_cache is not None and len(kv_cache) > 3 else None)
+
+
+# --- a simulated run against the run it replays ---------------------------------------------------------------------
+
+
+def versus_measured(result: PolicyResult, ttft_s: np.ndarray, e2e_s: np.ndarray, output_len: np.ndarray) -> dict:
+    """A policy's simulated latencies against a benchmark's measured ones for the same requests (in request order):
+    per quantity (ttft, tpot, e2e; milliseconds) the measured and simulated mean / p50 / p90 / p99, the relative
+    error of each (simulated / measured - 1), and the median over requests of |simulated / measured - 1|."""
+    out = np.asarray(output_len)
+    measured = {"ttft": ttft_s, "e2e": e2e_s, "tpot": tpot_seconds(ttft_s, e2e_s, out)}
+    simulated = {"ttft": result.ttft_s, "e2e": result.e2e_s,
+                 "tpot": tpot_seconds(result.ttft_s, result.e2e_s, out)}
+    report = {}
+    for q in ("ttft", "tpot", "e2e"):
+        keep = out > 1 if q == "tpot" else np.ones(out.size, dtype=bool)
+        m, x = np.asarray(measured[q])[keep], np.asarray(simulated[q])[keep]
+        ms, xs = Stats.of(m).to_dict(), Stats.of(x).to_dict()
+        errors = {k: (xs[k] / ms[k] - 1.0 if ms[k] > 0 else None) for k in ms}
+        positive = m > 0
+        per_request = float(np.median(np.abs(x[positive] / m[positive] - 1.0))) if positive.any() else None
+        report[f"{q}_ms"] = {"measured": ms, "simulated": xs, "rel_error": errors,
+                             "per_request_median_abs_rel_error": per_request}
+    return report

@@ -33,7 +33,7 @@ from dsdsim.records import frozen
 from dsdsim.specs.drafter import MAX_K
 from dsdsim.serve.fleet import DEFAULT_ROUTER, check_replicas, router_named
 from dsdsim.serve.lengths import parse_lengths
-from dsdsim.serve.metrics import PolicyResult, Slo, Timeline, policy_result
+from dsdsim.serve.metrics import PolicyResult, Slo, Timeline, policy_result, versus_measured
 from dsdsim.serve.policies import FixedK, NoSpeculation, Policy, PolicyEnv, StepView, parse_policies
 from dsdsim.serve.requests import RequestAcceptance, draw_acceptance
 from dsdsim.serve.scheduler import Scheduler, SchedulerConfig
@@ -58,10 +58,25 @@ class SimulationResult:
     router: Optional[str] = None           # ... and the router's name (None: one server)
 
     def to_dict(self) -> dict:
-        """The run without its setup (a sweep writes the setup once, above its loads)."""
+        """The run without its setup (a sweep writes the setup once, above its loads). A trace that carries its
+        run's own latencies (a vllm bench serve result) adds ``vs_measured`` to each policy."""
         fleet = {"replicas": self.replicas, "router": self.router} if self.replicas > 1 else {}
+        policies = [p.to_dict() for p in self.policies]
+        for d, vs in zip(policies, self.versus_measured()):
+            d["vs_measured"] = vs
         return {"workload": self.workload.text, "requests": len(self.requests), "seed": self.seed, **fleet,
-                "policies": [p.to_dict() for p in self.policies]}
+                "policies": policies}
+
+    def versus_measured(self) -> list[dict]:
+        """Per policy, its latencies against the replayed run's (``dsdsim.serve.metrics.versus_measured``); [] when
+        the workload is not a trace that measured them."""
+        trace = self.workload.trace
+        if trace is None or trace.measured is None:
+            return []
+        n = len(self.requests)
+        outs = np.array([r.output_len for r in self.requests], dtype=np.int64)
+        m = trace.measured
+        return [versus_measured(p, m.ttft_s[:n], m.e2e_s[:n], outs) for p in self.policies]
 
     def policy(self, name: str) -> PolicyResult:
         for p in self.policies:

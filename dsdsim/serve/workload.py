@@ -55,6 +55,20 @@ class Trace:
     output_len: np.ndarray
     source: str
     concurrency: Optional[int] = None
+    # a vllm bench serve result without per-request submit times: its request_rate and burstiness, whose arrival
+    # process build_requests draws again (None: the arrival times as read)
+    rate: Optional[float] = None
+    burstiness: float = 1.0
+    measured: Optional["MeasuredRun"] = None       # a run's own latencies, request by request (a vllm result)
+
+
+@frozen
+class MeasuredRun:
+    """What a benchmark measured for each request of a trace, in the trace's order: seconds to the first token and
+    to the last (``ttfts``; ``request_complete_times - request_submit_times``, else ``ttft + sum(itls)``)."""
+
+    ttft_s: np.ndarray
+    e2e_s: np.ndarray
 
 
 @frozen
@@ -79,7 +93,8 @@ class Workload:
         if self.kind == "rollout":
             return "rollout: every request at t = 0, the batch drains"
         limit = f", {self.concurrency} in flight" if self.concurrency else ""
-        return f"trace {self.trace.source} ({self.trace.input_len.size} requests{limit})"
+        rate = f", arrivals drawn at the run's {self.trace.rate:g} requests/s" if self.trace.rate is not None else ""
+        return f"trace {self.trace.source} ({self.trace.input_len.size} requests{limit}{rate})"
 
 
 @frozen
@@ -143,7 +158,11 @@ def build_requests(workload: Workload, n: Optional[int], input_len: LengthDist, 
             n = rows
         if n > rows:
             raise DsdsimError(f"the trace {tr.source} has {rows} requests; ask for at most {rows}")
-        return [Request(float(tr.arrival_s[i]), int(tr.input_len[i]), int(tr.output_len[i]), i) for i in range(n)]
+        arrival = tr.arrival_s
+        if tr.rate is not None:         # the run's arrival process (vLLM's get_request: gamma gaps, first at 0)
+            gaps = rng.gamma(tr.burstiness, 1.0 / (tr.rate * tr.burstiness), size=rows)
+            arrival = np.cumsum(gaps) - gaps[0]
+        return [Request(float(arrival[i]), int(tr.input_len[i]), int(tr.output_len[i]), i) for i in range(n)]
     if n is None:
         raise DsdsimError("give the number of requests to simulate")
     ins = input_len.sample(rng, n)
@@ -254,7 +273,71 @@ def _vllm_result(obj: dict, p: Path) -> Trace:
         if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
             raise DsdsimError(f"trace {p.name}: max_concurrency must be a whole number >= 1 or null, got "
                               f"{kind_of(conc)}")
-    return Trace(np.zeros(ins_a.size), ins_a, outs_a, p.name, conc)
+    submit = _per_request(obj, "request_submit_times", keep, p)
+    complete = _per_request(obj, "request_complete_times", keep, p)
+    rate, burstiness = None, 1.0
+    if submit is not None:
+        arrival = submit - submit.min()
+    else:
+        arrival = np.zeros(ins_a.size)
+        rate = _rate(obj, p)
+        if rate is not None:
+            burstiness = _positive(obj.get("burstiness", 1.0), "burstiness", p)
+    order = np.argsort(arrival, kind="stable")
+    measured = _measured(obj, keep, submit, complete, p)
+    if measured is not None:
+        measured = MeasuredRun(measured.ttft_s[order], measured.e2e_s[order])
+    return Trace(arrival[order], ins_a[order], outs_a[order], p.name, conc, rate, burstiness, measured)
+
+
+def _per_request(obj: dict, key: str, keep: list[int], p: Path) -> Optional[np.ndarray]:
+    values = obj.get(key)
+    if values is None:
+        return None
+    if not isinstance(values, list) or len(values) <= max(keep):
+        raise DsdsimError(f"trace {p.name}: {key} must be a list with one number per request")
+    return np.asarray([_number(values[i], key, i, p) for i in keep])
+
+
+def _rate(obj: dict, p: Path) -> Optional[float]:
+    """The run's request_rate (vLLM writes "inf" for all at once): None where every request went at t = 0."""
+    rate = obj.get("request_rate")
+    if rate is None or (isinstance(rate, str) and rate.strip().lower() in ("inf", "infinity")):
+        return None
+    x = _number(rate, "request_rate", 0, p)
+    return None if math.isinf(x) else _positive(x, "request_rate", p)
+
+
+def _positive(v, key: str, p: Path) -> float:
+    x = _number(v, key, 0, p)
+    if not (math.isfinite(x) and x > 0):
+        raise DsdsimError(f"trace {p.name}: {key} must be a positive number, got {v!r}")
+    return x
+
+
+def _measured(obj: dict, keep: list[int], submit, complete, p: Path) -> Optional[MeasuredRun]:
+    """The run's own per-request latencies where it saved them (``ttfts``, with ``itls`` or the complete times)."""
+    ttfts = obj.get("ttfts")
+    if ttfts is None:
+        return None
+    ttft = _per_request(obj, "ttfts", keep, p)
+    if submit is not None and complete is not None:
+        e2e = complete - submit
+    else:
+        itls = obj.get("itls")
+        if not isinstance(itls, list) or len(itls) <= max(keep):
+            return None
+        e2e = []
+        for j, i in enumerate(keep):
+            gaps = itls[i]
+            if not isinstance(gaps, list):
+                raise DsdsimError(f"trace {p.name}: itls[{i}] must be a list of seconds")
+            e2e.append(ttft[j] + sum(_number(g, "itls", i, p) for g in gaps))
+        e2e = np.asarray(e2e)
+    if np.any(ttft < 0) or np.any(e2e < ttft):
+        raise DsdsimError(f"trace {p.name}: a request's ttft is negative or after its end; is the file a vllm bench "
+                          "serve result?")
+    return MeasuredRun(ttft, e2e)
 
 
 def _number(v, key: str, i: int, p: Path) -> float:
