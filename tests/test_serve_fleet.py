@@ -112,3 +112,39 @@ def test_the_command_names_the_fleet_and_its_replicas(cli):
     assert code == 0 and "2 replicas behind a least-loaded router" in text and "fleet: 2 replicas" in text
     code, out, err = cli("simulate", "--requests", "10", "--router", "prefix-aware")
     assert code != 0 and len(err.strip().splitlines()) == 1 and "prefix caching" in err
+
+
+def test_plan_finds_the_fewest_replicas_for_a_rate(cli):
+    """plan --simulate --fleet-qps: per policy, the fewest round-robin replicas meeting the SLO at the rate; the
+    answer is checked here by simulating N and N - 1 replicas of the same jobs."""
+    from dsdsim.serve.sweep import Simulation, meets, run_simulation
+    from dsdsim.serve.scheduler import SchedulerConfig
+    from dsdsim.specs.setup import resolve
+
+    argv = ("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--itl-slo-ms", "30", "--simulate", "--workload",
+            "poisson:8", "--slo", "ttft=200,tpot=15", "--requests", "60", "--policies", "none,dsd",
+            "--fleet-qps", "60", "--executor", "local")
+    code, out, err = cli(*argv, "-f", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    cand = d["candidates"][0]
+    assert d["simulation"]["fleet_qps"] == 60 and len(d["simulation"]["fleet_searches"]) == 2
+    setup = resolve("llama-3.1-8b", "h100-sxm", None, "eagle3")
+    for policy in ("none", "dsd"):
+        n = cand[f"replicas_for_qps_{policy}"]
+        assert n is not None and n >= 1
+        job = Simulation(setup, "poisson:60", policy, requests=60 * n, slo="ttft=200,tpot=15",
+                         scheduler=SchedulerConfig(), replicas=n)
+        assert meets(run_simulation(job).policies[0])
+        if n > 1:
+            fewer = Simulation(setup, "poisson:60", policy, requests=60 * (n - 1), slo="ttft=200,tpot=15",
+                               scheduler=SchedulerConfig(), replicas=n - 1)
+            assert not meets(run_simulation(fewer).policies[0])
+    assert cand["replicas_for_qps_dsd"] <= cand["replicas_for_qps_none"]
+    code, out, err = cli(*argv)
+    assert code == 0 and "Replicas for 60 requests/s meeting the SLO" in " ".join(out.split())
+    closed = [a if a != "poisson:8" else "closed:8" for a in argv]
+    code, out, err = cli(*closed)
+    assert code != 0 and "--fleet-qps needs an open-loop workload" in err and len(err.strip().splitlines()) == 1
+    code, out, err = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--itl-slo-ms", "30", "--fleet-qps", "60")
+    assert code != 0 and "--fleet-qps is for plan --simulate" in err

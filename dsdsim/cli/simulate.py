@@ -282,6 +282,10 @@ SIMULATE_FLAG = Annotated[bool, Option(
     "--simulate", help="Also simulate serving on each candidate: for each --policies policy, the largest load "
                        "(concurrency for --workload closed:C, QPS for poisson/gamma, starting there) at which 90% of "
                        "requests meet --slo (default tpot = --itl-slo-ms); a column per policy")]
+FLEET_QPS = Annotated[Optional[float], Option(
+    "--fleet-qps", metavar="QPS",
+    help="With --simulate and an open-loop --workload: also the fewest replicas of each candidate, behind --router, "
+         "that meet --slo at QPS requests/s, per policy (each replica serving --requests)")]
 
 _PLAN_SIMULATE_HELP = """
 
@@ -294,6 +298,8 @@ _PLAN_SIMULATE_HELP = """
     Example (serving):
       dsdsim plan -m llama-3.1-8b -g h100-sxm,h200-sxm --itl-slo-ms 30 --simulate --workload poisson:4 \\
           --slo ttft=500,tpot=30 --requests 300
+      dsdsim plan -m llama-3.1-8b -g h100-sxm --itl-slo-ms 30 --simulate --workload poisson:8 \\
+          --slo ttft=200,tpot=15 --requests 200 --fleet-qps 150        # how many replicas for 150 req/s
 """
 
 
@@ -306,22 +312,25 @@ def _extend_plan() -> None:
     names = [n for n, _, _ in serve_fields]
     params = list(inspect.signature(original).parameters.values())
     extra = [inspect.Parameter("simulate", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=False,
-                               annotation=SIMULATE_FLAG)]
+                               annotation=SIMULATE_FLAG),
+             inspect.Parameter("fleet_qps", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                               annotation=FLEET_QPS)]
     extra += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d, annotation=a)
               for n, a, d in serve_fields]
 
     @functools.wraps(original)
     def plan(**kwargs):
         simulate_ = kwargs.pop("simulate")
+        fleet_qps = kwargs.pop("fleet_qps")
         serve = ServeArgs(**{n: kwargs.pop(n) for n in names})
         if not simulate_:
-            typed = [f"--{n.replace('_', '-')}" for n in names if kwargs["ctx"].given(n)]
+            typed = [f"--{n.replace('_', '-')}" for n in names + ["fleet_qps"] if kwargs["ctx"].given(n)]
             if typed:
                 one = len(typed) == 1
                 raise DsdsimError(f"{', '.join(typed)} {'is' if one else 'are'} for plan --simulate; add --simulate "
                                   f"or drop {'it' if one else 'them'}")
             return original(**kwargs)
-        return _plan_simulated(serve, **kwargs)
+        return _plan_simulated(serve, fleet_qps=fleet_qps, **kwargs)
 
     plan.__signature__ = inspect.signature(original).replace(parameters=[*params, *extra])
     plan.__annotations__ = {p.name: p.annotation for p in [*params, *extra]}
@@ -337,11 +346,11 @@ def _group(cls, values: dict):
 
 
 def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_slo_ms: float,
-                    target_tokens_per_s, price_per_gpu_hour, fmt, output, **grouped) -> None:
-    from dsdsim.export.serve import load_column, plan_load_records, plan_with_loads
+                    target_tokens_per_s, price_per_gpu_hour, fmt, output, fleet_qps=None, **grouped) -> None:
+    from dsdsim.export.serve import load_column, plan_fleet_records, plan_load_records, plan_with_fleets, plan_with_loads
     from dsdsim.plan import plan_rows, require_a_valid_candidate
     from dsdsim.policy.options import PredictOptions
-    from dsdsim.serve.sweep import ATTAINMENT, largest_loads, load_of, split_policies
+    from dsdsim.serve.sweep import ATTAINMENT, fleet_sizes, largest_loads, load_of, split_policies
     from dsdsim.specs.setup import resolve
 
     check_writable(output)
@@ -358,7 +367,15 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
         serve = replace(serve, policies="none")       # -d none: the one policy that runs without a drafter
     slo = serve.slo if serve.slo is not None else f"tpot={itl_slo_ms:g}"
     base = serve.simulation(None, options.acceptance, deploy.memory_utilization, slo=slo)
-    load_of(base.workload)                     # a load to search (not a rollout or a trace), before any work
+    loads, _ = load_of(base.workload)          # a load to search (not a rollout or a trace), before any work
+    if fleet_qps is not None:
+        if loads.kind == "closed":
+            raise DsdsimError("--fleet-qps needs an open-loop workload (--workload poisson:QPS or gamma:QPS:CV): a "
+                              "closed loop's clients fix the load whatever the fleet")
+        if not fleet_qps > 0:
+            raise DsdsimError(f"--fleet-qps must be a positive number of requests/s, got {fleet_qps:g}")
+        if base.replicas > 1:
+            raise DsdsimError("--fleet-qps finds the number of replicas; drop --replicas")
     rows = with_progress("planning candidates", lambda progress: plan_rows(
         model, cands, itl_slo_ms, drafter=spec, engine=sim.engine, deployment=dep, options=options,
         target_tokens_per_s=target_tokens_per_s, price_per_gpu_hour=price_per_gpu_hour, progress=progress))
@@ -370,8 +387,13 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
     largest = with_progress(f"searching the load of {len(setups) * len(policies)} candidate x policy pairs",
                             lambda progress: largest_loads(setups, base, policies, executor=serve.executor,
                                                            progress=progress))
+    fleets = []
+    if fleet_qps is not None:
+        fleets = with_progress(f"sizing the fleets of {len(setups) * len(policies)} candidate x policy pairs",
+                               lambda progress: fleet_sizes(setups, base, policies, fleet_qps, largest,
+                                                            executor=serve.executor, progress=progress))
     names = [r.candidate for r in rows]
-    recs = plan_load_records([r.to_dict() for r in rows], names, largest)
+    recs = plan_fleet_records(plan_load_records([r.to_dict() for r in rows], names, largest), names, fleets)
     kind = base.workload.split(":", 1)[0]
     fleet = f" of {base.replicas} replicas behind a {base.router} router" if base.replicas > 1 else ""
     what = (f"load at which {100 * ATTAINMENT:g}% of requests meet {slo} ({kind} arrivals{fleet}, the search starting "
@@ -387,7 +409,10 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
                                             "input_len": base.input_len, "output_len": base.output_len,
                                             "slo": slo, "attainment": ATTAINMENT, "seed": base.seed,
                                             "columns": [load_column(x.policy, x.unit) for x in largest[:len(policies)]],
-                                            "searches": [x.to_dict() for x in largest]}}), output)
+                                            "searches": [x.to_dict() for x in largest],
+                                            **({"fleet_qps": fleet_qps,
+                                                "fleet_searches": [x.to_dict() for x in fleets]}
+                                               if fleet_qps is not None else {})}}), output)
     if fmt is TableFormat.csv:
         from dsdsim.export.engines import table_csv
 
@@ -396,7 +421,10 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
 
     layout = ", data-parallel attention" if dep.dp_attention else ""
     title = f"{model}: ITL SLO {itl_slo_ms:g} ms, context {options.context}, drafter {drafter}{layout}"
-    show_or_write(plan_with_loads(plan_table(title, rows), names, largest, what), output)
+    view = plan_with_loads(plan_table(title, rows), names, largest, what)
+    if fleets:
+        view = plan_with_fleets(view, rows, fleets, base.router)
+    show_or_write(view, output)
 
 
 _extend_plan()

@@ -349,6 +349,48 @@ def plan_load_records(records: Sequence[dict], candidates: Sequence[str], larges
     return out
 
 
+def fleet_column(policy: str) -> str:
+    """The flat column name of a fleet search: 'replicas_for_qps_dsd'."""
+    return f"replicas_for_qps_{policy}"
+
+
+def plan_fleet_records(records: Sequence[dict], candidates: Sequence[str], fleets: Sequence) -> list[dict]:
+    """Plan's records with one column per policy: the fewest replicas meeting the SLO at the fleet's rate (None
+    where the candidate was not searched or more than the search tries); unchanged without fleet searches."""
+    if not fleets:
+        return list(records)
+    by = {(x.candidate, x.policy): x for x in fleets}
+    policies = list(dict.fromkeys(x.policy for x in fleets))
+    return [{**rec, **{fleet_column(p): (by[(c, p)].replicas if (c, p) in by else None) for p in policies}}
+            for rec, c in zip(records, candidates)]
+
+
+def plan_with_fleets(view, rows: Sequence, fleets: Sequence, router: str):
+    """``view`` with a table of the fleet searches: per candidate and policy, the replicas and GPUs for the rate."""
+    from dsdsim.export.text import Group, Table
+    from dsdsim.serve.sweep import MAX_FLEET
+
+    by = {(x.candidate, x.policy): x for x in fleets}
+    policies = list(dict.fromkeys(x.policy for x in fleets))
+    qps = fleets[0].qps
+    t = Table(title=f"Replicas for {qps:g} requests/s meeting the SLO ({router}), simulated: replicas (GPUs)")
+    t.add_column("candidate", no_wrap=True)
+    for p in policies:
+        t.add_column(p, justify="right", no_wrap=True)
+    t.add_column("simulations", justify="right")
+    for r in rows:
+        found = [by.get((r.candidate, p)) for p in policies]
+        if all(x is None for x in found):
+            t.add_row(r.candidate, *["-" for _ in policies], "-")
+            continue
+        cells = ["-" if x is None else f"> {MAX_FLEET}" if x.replicas is None else f"{x.replicas} ({x.replicas * r.gpus})"
+                 for x in found]
+        t.add_row(r.candidate, *cells, str(sum(x.simulations for x in found if x is not None)))
+    note = (f"each fleet serves the rate with --requests per replica; '> {MAX_FLEET}': not met by {MAX_FLEET} "
+            "replicas")
+    return Group(*view.parts, t, note)
+
+
 def plan_with_loads(plan_group, candidates: Sequence[str], largest: Sequence, what: str):
     """plan_table's renderable as it is, then a table of the load searches: one row per candidate, one column per
     policy (plan's table already fills the width), and a line saying what they are (``what``: the load, the

@@ -406,6 +406,99 @@ def largest_loads(setups: Sequence[tuple[str, Any]], base: Simulation, policies:
     return map_jobs(search_largest_load, jobs, executor=executor, progress=progress)
 
 
+# --- how many replicas a rate needs ------------------------------------------------------------------------------
+
+MAX_FLEET = 64            # replicas a fleet search tries at most
+
+
+@frozen
+class FleetSearch:
+    """One fleet search: a candidate's simulation (one policy) at the fleet's rate, and the replicas to try first
+    (the rate over one replica's largest rate, rounded up)."""
+
+    candidate: str
+    base: Simulation                 # at the target workload: poisson:QPS or gamma:QPS:CV
+    start: int
+    attainment: float = ATTAINMENT
+
+
+@frozen
+class FleetSize:
+    """The fewest replicas of one (candidate, policy) behind the router that meet the SLO at ``qps`` (None: more
+    than MAX_FLEET), after ``simulations`` runs."""
+
+    candidate: str
+    policy: str
+    qps: float
+    replicas: Optional[int]
+    simulations: int
+
+    def to_dict(self) -> dict:
+        return {"candidate": self.candidate, "policy": self.policy, "qps": self.qps, "replicas": self.replicas,
+                "simulations": self.simulations}
+
+
+def search_fleet_size(job: FleetSearch, progress=None) -> FleetSize:
+    """The fewest replicas meeting the SLO (a module-level function: workers import it by name). Each fleet of N
+    serves N x the base's requests (each replica as many as one server did); more replicas never meet it less."""
+    per = job.base.requests
+    runs = 0
+    names = []
+
+    def ok(n: int) -> bool:
+        nonlocal runs
+        runs += 1
+        result = run_simulation(replace(job.base, replicas=n, requests=None if per is None else per * n))
+        names.append(result.policies[0].name)
+        return meets(result.policies[0], job.attainment)
+
+    lo, hi = 0, None                 # lo: the most replicas known to miss; hi: the fewest known to meet
+    n = max(1, min(job.start, MAX_FLEET))
+    if ok(n):
+        hi = n
+    else:
+        lo = n
+        while hi is None and lo < MAX_FLEET:
+            n = min(2 * lo, MAX_FLEET)
+            if ok(n):
+                hi = n
+            else:
+                lo = n
+    if hi is not None:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid
+    _, qps = load_of(job.base.workload)
+    return FleetSize(job.candidate, names[0] if names else job.base.policies, qps, hi, runs)
+
+
+def fleet_sizes(setups: Sequence[tuple[str, Any]], base: Simulation, policies: Sequence[str], qps: float,
+                largest: Sequence[LargestLoad] = (), *, attainment: float = ATTAINMENT, executor=None,
+                progress: Progress = None) -> list[FleetSize]:
+    """For each (candidate name, Setup) and policy text, the fewest replicas behind ``base.router`` that meet
+    ``base.slo`` at ``qps`` requests/s (``base.workload``'s open-loop kind); the search starts at ``qps`` over the
+    largest rate one replica met (``largest``, from ``largest_loads``), else at 1. One job per (candidate, policy)."""
+    if not base.slo:
+        raise DsdsimError("a fleet search needs an SLO (ttft=MS,tpot=MS) to judge each fleet by")
+    loads, _ = load_of(base.workload)
+    if loads.kind == "closed":
+        raise DsdsimError("replicas for a rate need an open-loop workload (poisson:QPS or gamma:QPS:CV); a closed "
+                          "loop's clients fix the load whatever the fleet")
+    if not (math.isfinite(qps) and qps > 0):
+        raise DsdsimError(f"the fleet's rate must be a positive number of requests/s, got {qps!r}")
+    one = {(x.candidate, x.policy): x.load for x in largest}
+    jobs = []
+    for name, setup in setups:
+        for p in policies:
+            single = one.get((name, p))
+            start = math.ceil(qps / single) if single else 1
+            jobs.append(FleetSearch(name, base.at(loads.workload(qps), policies=p, setup=setup), start, attainment))
+    return map_jobs(search_fleet_size, jobs, executor=executor, progress=progress)
+
+
 # --- executors ----------------------------------------------------------------------------------------------------
 
 
