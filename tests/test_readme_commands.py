@@ -51,6 +51,11 @@ def scratch(tmp_path, monkeypatch, clean_catalog):
     # what `dsdsim simulate --format json -o sim.json` writes, as far as `predict --batch-weights` reads it
     (tmp_path / "sim.json").write_text('{"policies": [{"name": "dsd", "batch_seconds": {"1": 0.5, "32": 2.0, '
                                        '"64": 6.0}}]}')
+    # what `vllm bench serve --save-result --save-detailed` writes, as far as a trace replay reads it
+    (tmp_path / "run.json").write_text('{"request_rate": 4.0, "burstiness": 1.0, "max_concurrency": null, '
+                                       '"input_lens": [128, 256, 64], "output_lens": [32, 16, 48], '
+                                       '"ttfts": [0.02, 0.03, 0.02], "itls": [[0.01], [0.01, 0.01], []], '
+                                       '"errors": ["", "", ""]}')
     (tmp_path / "docs").mkdir()
     monkeypatch.chdir(tmp_path)
     return tmp_path
