@@ -15,6 +15,11 @@ Pricers: without ``pricer`` each policy gets ``dsdsim.cost.mixed.MixedPricer``: 
 drafter (no draft weights: more KV cache), ``fixed:K`` the static server with the drafter, and the policies that
 change K (dsd, table, oracle, adaptive) the same server running a dynamic K table (``MixedPricer(dynamic=True)``:
 the engine version's costs of such a server). A given ``pricer`` prices every policy.
+
+Fleets: ``replicas`` > 1 serves the workload with that many copies of each policy's server behind a router
+(``dsdsim.serve.fleet``), co-simulated in time order (``_run_fleet``); each replica is a ``Server`` with its own
+scheduler, KV cache and bound policy. A trace that carries its run's own latencies (a vllm bench serve result) is
+compared with each policy's (``SimulationResult.versus_measured``).
 """
 from __future__ import annotations
 
@@ -140,7 +145,7 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
         cfg = replace(cfg, mixed_prefill=True if flag is None else bool(flag.value))
     seed = whole_number(seed, "seed")
     replicas = check_replicas(replicas)
-    route = router_named(router)                # checked even for one replica: a typo is a typo
+    router_named(router)                        # checked even for one replica: a typo is a typo
     wl = parse_workload(workload)
     pols = parse_policies(policies) if not (isinstance(policies, (list, tuple))
                                             and all(isinstance(p, Policy) for p in policies)) else list(policies)
@@ -189,10 +194,10 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
         env = PolicyEnv(setup, acc, context, configs[i].max_num_seqs, pr, int(pr.max_k))
         copies = [policy] + [pols[i].bind(env) for _ in range(replicas - 1)]     # each replica its own state
         results.append(_run_fleet(copies, pr, arrivals, ins, outs, wl.concurrency, configs[i], draws, slo, tick,
-                                  route if i == 0 else router_named(router)))
+                                  router_named(router)))           # each policy's fleet its own router state
     if progress is not None:
         progress(1.0)
-    return SimulationResult(results, setup, wl, reqs, seed, context, replicas, router_named(router) and
+    return SimulationResult(results, setup, wl, reqs, seed, context, replicas,
                             str(router).strip().lower() if replicas > 1 else None)
 
 
