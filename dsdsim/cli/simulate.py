@@ -146,7 +146,7 @@ class ServeArgs:
 
 
 @app.command()
-@takes(sim=without(SimulatedArgs, "draft_tree"), deploy=DeploymentArgs, serve=ServeArgs)
+@takes(sim=SimulatedArgs, deploy=DeploymentArgs, serve=ServeArgs)
 def simulate(
     ctx: Invocation,
     sim: SimulatedArgs,
@@ -206,6 +206,10 @@ def simulate(
     setup = resolve(sim.model, sim.hardware, deploy.deployment(), sim.drafter_spec(), sim.engine)
     if setup.drafter is None and not ctx.given("policies"):
         serve = replace(serve, policies="none")       # -d none: the one policy that runs without a drafter
+    elif setup.drafter is not None and setup.drafter.tree is not None and not ctx.given("policies"):
+        from dsdsim.serve.simulate import tree_depth
+
+        serve = replace(serve, policies=f"none,fixed:{tree_depth(setup.drafter.tree)}")   # the tree, or none
     job = serve.simulation(setup, acceptance, deploy.memory_utilization)
     quiet = fmt is TableFormat.json and (output is None or is_stdout(output))
     if loads is not None:

@@ -29,7 +29,14 @@ def setup_dict(setup) -> dict:
 
     engine = engine_text(setup.engine) if setup.engine is not None else None
     return {"model": setup.model.name, "hardware": setup.hardware.name, "tp": setup.deployment.tp,
-            "drafter": setup.drafter.label if setup.drafter is not None else "none", "engine": engine or "ideal"}
+            "drafter": _drafter_label(setup.drafter), "engine": engine or "ideal"}
+
+
+def _drafter_label(drafter) -> str:
+    """'eagle3', 'eagle3 (tree 3,2,8)', 'none'."""
+    if drafter is None:
+        return "none"
+    return drafter.label + (f" ({drafter.tree.label})" if drafter.tree is not None else "")
 
 
 def setup_line(setup) -> str:

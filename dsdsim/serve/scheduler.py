@@ -204,13 +204,22 @@ class Scheduler:
     """
 
     def __init__(self, arrival_s: Sequence[float], input_len: Sequence[int], output_len: Sequence[int],
-                 config: SchedulerConfig, kv_blocks: int, lookahead: int, concurrency: Optional[int] = None):
+                 config: SchedulerConfig, kv_blocks: int, lookahead: int, concurrency: Optional[int] = None,
+                 draft_tokens: Optional[Sequence[int]] = None):
         self.cfg = config if config.max_num_seqs is not None else config.for_server(None, False)
         self.arrival = np.asarray(arrival_s, dtype=float)
         self.in_len = np.asarray(input_len, dtype=np.int64)
         self.out_len = np.asarray(output_len, dtype=np.int64)
         n = self.n = self.in_len.size
         self.lookahead = int(lookahead)
+        # draft tokens a decoding request verifies at each K (0..lookahead): K for a chain; a draft tree's tokens at
+        # any K > 0 (SGLang allocates and verifies the tree's num_draft_tokens). The KV lookahead is the most of them.
+        self.chain = draft_tokens is None
+        self.drafts = (np.arange(self.lookahead + 1) if draft_tokens is None
+                       else np.asarray(draft_tokens, dtype=np.int64))
+        if self.drafts.size != self.lookahead + 1:
+            raise DsdsimError(f"draft_tokens needs one count per K in 0..{self.lookahead}, got {self.drafts.size}")
+        self.kv_lookahead = int(self.drafts[-1])
         self.total_blocks = int(kv_blocks)
         self.free = int(kv_blocks)
         self.computed = np.zeros(n, dtype=np.int64)      # tokens in the KV cache
@@ -271,19 +280,20 @@ class Scheduler:
         budget and the free blocks, preempting when blocks run out; then, with ``admit`` and no preemption, waiting
         requests FCFS. Without ``admit`` (a decode batch) running requests still prefilling wait for a prefill
         batch."""
-        cfg, bs, la = self.cfg, self.cfg.block_size, self.lookahead
+        cfg, bs, la = self.cfg, self.cfg.block_size, self.kv_lookahead
         separate = not admit
         budget = cfg.max_num_batched_tokens
-        k_guess = min(int(k_guess), la)
+        k_guess = min(int(k_guess), self.lookahead)
+        q_guess = 1 + int(self.drafts[k_guess])      # tokens a decoding request brings at that K
         preempted = False
         ids = np.asarray(self.run, dtype=np.int64)
         comp = self.computed[ids]
         dec = self.decoding[ids]
         if dec.all():                              # the common step: every running request decodes
-            want = np.full(ids.size, 1 + k_guess, dtype=np.int64)
-            need = _ceil_div(comp + (1 + k_guess + la), bs)
+            want = np.full(ids.size, q_guess, dtype=np.int64)
+            need = _ceil_div(comp + (q_guess + la), bs)
         else:
-            want = np.where(dec, 1 + k_guess, 0 if separate else self.in_len[ids] + self.generated[ids] - comp)
+            want = np.where(dec, q_guess, 0 if separate else self.in_len[ids] + self.generated[ids] - comp)
             need = None
         total = int(want.sum())
         if total <= budget:
@@ -406,13 +416,17 @@ class Scheduler:
         d = int(dec_ids.size)
         if d == 0:
             return self.lookahead
-        la, bs = self.lookahead, self.cfg.block_size
-        cap = min(la, (self.cfg.max_num_batched_tokens - prefill_tokens - d) // d)
+        la, bs = self.kv_lookahead, self.cfg.block_size
+        room = (self.cfg.max_num_batched_tokens - prefill_tokens - d) // d      # draft tokens each can bring
+        if self.chain:
+            cap = min(self.lookahead, room)
+        else:                             # the largest K whose draft tokens fit (a tree: its tokens, or none)
+            cap = max((k for k in range(self.lookahead + 1) if self.drafts[k] <= room), default=0)
         if cap <= max(covered, 0):
             return max(int(cap), 0)
         comp, held = self.computed[dec_ids], self.held[dec_ids]
         while cap > max(covered, 0):      # K = 0 always fits: each decoding request holds its granted tokens' blocks
-            if int(np.maximum(_ceil_div(comp + 1 + cap + la, bs) - held, 0).sum()) <= self.free:
+            if int(np.maximum(_ceil_div(comp + 1 + int(self.drafts[cap]) + la, bs) - held, 0).sum()) <= self.free:
                 break
             cap -= 1
         return max(int(cap), 0)
@@ -422,7 +436,7 @@ class Scheduler:
         if plan.dec_ids.size == 0 or k <= max(plan.covered_k, 0):
             return
         ids = plan.dec_ids
-        need = _ceil_div(self.computed[ids] + 1 + k + self.lookahead, self.cfg.block_size)
+        need = _ceil_div(self.computed[ids] + 1 + int(self.drafts[k]) + self.kv_lookahead, self.cfg.block_size)
         extra = np.maximum(need - self.held[ids], 0)
         self.free -= int(extra.sum())
         self.held[ids] += extra

@@ -162,11 +162,10 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     out_dist = parse_lengths(output_len, "--output-len", side="output")
     tree = setup.drafter.tree if setup is not None and setup.drafter is not None else None
     if tree is not None:
-        raise DsdsimError("draft trees are not simulated: a scheduled step carries one K per decoding request, not a "
-                          "tree's shape; simulate the chain (a drafter without a tree)")
+        check_tree_policies(pols, tree)
     from dsdsim.policy.predict import acceptance_for
 
-    acc = acceptance_for(acceptance, None)
+    acc = acceptance_for(acceptance, tree)
     rng_requests, rng_acceptance = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     reqs = build_requests(wl, requests, in_dist, out_dist, rng_requests)
     ins = np.array([r.input_len for r in reqs], dtype=np.int64)
@@ -184,17 +183,20 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
         bound.append((p.bind(PolicyEnv(setup, acc, context, c.max_num_seqs, pr, int(pr.max_k))), pr))
     # one stream per request of output_len + MAX_K uniforms, whichever policies run: a policy's draws do not depend
     # on the others simulated with it
-    draws = draw_acceptance(acc, outs, max([MAX_K] + [b.lookahead for b, _ in bound]), rng_acceptance)
+    draws = draw_acceptance(acc, outs, max([MAX_K] + [b.lookahead for b, _ in bound]), rng_acceptance,
+                            tree_steps=None if tree is None else tree_depth(tree))
     results = []
     for i, (policy, pr) in enumerate(bound):
         tick = None if progress is None else (lambda f, i=i: progress((i + f) / len(bound)))
+        drafts = None if tree is None or policy.lookahead == 0 else [0] + [tree.tokens] * policy.lookahead
         if replicas == 1:
-            results.append(_run(policy, pr, arrivals, ins, outs, wl.concurrency, configs[i], draws, slo, tick))
+            results.append(_run(policy, pr, arrivals, ins, outs, wl.concurrency, configs[i], draws, slo, tick,
+                                drafts))
             continue
         env = PolicyEnv(setup, acc, context, configs[i].max_num_seqs, pr, int(pr.max_k))
         copies = [policy] + [pols[i].bind(env) for _ in range(replicas - 1)]     # each replica its own state
         results.append(_run_fleet(copies, pr, arrivals, ins, outs, wl.concurrency, configs[i], draws, slo, tick,
-                                  router_named(router)))           # each policy's fleet its own router state
+                                  router_named(router), drafts))   # each policy's fleet its own router state
     if progress is not None:
         progress(1.0)
     return SimulationResult(results, setup, wl, reqs, seed, context, replicas,
@@ -202,16 +204,17 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
 
 
 def _run_fleet(policies: list[Policy], pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig,
-               draws: RequestAcceptance, slo: Optional[Slo], progress, router) -> PolicyResult:
+               draws: RequestAcceptance, slo: Optional[Slo], progress, router, drafts=None) -> PolicyResult:
     """N replicas of one server behind ``router`` (``dsdsim.serve.fleet``), one bound policy each, co-simulated in
     time order: the replica whose clock is earliest runs its next step, unless a request is due to be sent first
     (an open loop's arrival, or a closed loop's client whose last request finished); then the router picks its
     replica from every replica's requests running and waiting, and it waits for that replica's next step. The
     fleet's figures are every request's; ``replicas`` holds each replica's over the requests it served."""
-    blocks, kv_rule, kv_share = _cache(policies[0], pricer, ins, outs, cfg)
+    blocks, kv_rule, kv_share = _cache(policies[0], pricer, ins, outs, cfg, drafts)
     n, count = ins.size, len(policies)
     never = np.full(n, np.inf)                           # a replica's own client sends nothing: the router does
-    servers = [Server(p, pricer, Scheduler(never, ins, outs, cfg, blocks, p.lookahead), draws) for p in policies]
+    servers = [Server(p, pricer, Scheduler(never, ins, outs, cfg, blocks, p.lookahead, None, drafts), draws)
+               for p in policies]
     clocks = [0.0] * count
     owner = np.full(n, -1, dtype=np.int64)
     order = np.argsort(arrivals, kind="stable")
@@ -277,6 +280,24 @@ def _fleet_result(servers: list[Server], owner: np.ndarray, outs, slo, kv: tuple
     return replace(result, replicas=replicas)
 
 
+def tree_depth(tree) -> int:
+    """Draft tokens one step of a tree can accept: a path at most ``steps`` deep and ``tokens`` long."""
+    return min(tree.steps, tree.tokens)
+
+
+def check_tree_policies(policies: list[Policy], tree) -> None:
+    """A draft tree's server verifies its tree every speculative step (SGLang's EAGLE trees: --speculative-num-steps,
+    -eagle-topk, -num-draft-tokens): ``none`` and ``fixed:DEPTH`` (the tree) run; a K table, the oracle and the
+    adaptive rule pick a chain's K, which a tree does not have."""
+    depth = tree_depth(tree)
+    for p in policies:
+        if isinstance(p, NoSpeculation) or (isinstance(p, FixedK) and p.fixed == depth):
+            continue
+        raise DsdsimError(f"policy {p.name}: the drafter runs a draft tree ({tree.label}), verified whole every "
+                          f"step; simulate none and fixed:{depth} (its {depth} draft steps), or a chain drafter for "
+                          "the policies that change K")
+
+
 SERVERS = {"plain": "a server without speculation (no draft weights: more KV cache)",
            "static": "a server with that fixed K, holding the drafter",
            "dynamic": "one server running a dynamic K table, at the K the policy picks each step"}
@@ -335,11 +356,13 @@ def _kv_blocks(pricer, cfg: SchedulerConfig, lookahead: int) -> tuple[int, Optio
     return int(pricer.kv_capacity_tokens(cfg.memory_utilization)) // cfg.block_size, None, cfg.memory_utilization
 
 
-def _cache(policy: Policy, pricer, ins, outs, cfg: SchedulerConfig) -> tuple[int, Optional[str], Optional[float]]:
+def _cache(policy: Policy, pricer, ins, outs, cfg: SchedulerConfig,
+           drafts=None) -> tuple[int, Optional[str], Optional[float]]:
     """The server's KV blocks, rule and memory share (``_kv_blocks``), checked against the longest request."""
     la = policy.lookahead
     blocks, kv_rule, kv_share = _kv_blocks(pricer, cfg, la)
-    worst = int(np.max(-(-(ins + outs + 2 * la) // cfg.block_size)))
+    ahead = la if drafts is None else int(drafts[-1])      # a tree's draft tokens, else K
+    worst = int(np.max(-(-(ins + outs + 2 * ahead) // cfg.block_size)))
     if worst > blocks:
         i = int(np.argmax(ins + outs))
         given = cfg.kv_cache_tokens is not None
@@ -426,9 +449,9 @@ class Server:
 
 
 def _run(policy: Policy, pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig, draws: RequestAcceptance,
-         slo: Optional[Slo], progress) -> PolicyResult:
-    blocks, kv_rule, kv_share = _cache(policy, pricer, ins, outs, cfg)
-    sch = Scheduler(arrivals, ins, outs, cfg, blocks, policy.lookahead, concurrency)
+         slo: Optional[Slo], progress, drafts=None) -> PolicyResult:
+    blocks, kv_rule, kv_share = _cache(policy, pricer, ins, outs, cfg, drafts)
+    sch = Scheduler(arrivals, ins, outs, cfg, blocks, policy.lookahead, concurrency, drafts)
     server = Server(policy, pricer, sch, draws)
     n = sch.n
     now = 0.0

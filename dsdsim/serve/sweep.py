@@ -165,14 +165,18 @@ def checked(sim: Simulation) -> Simulation:
     """``sim`` with its texts checked (workload, policies, lengths, SLO: a one-line error before any work) and its
     acceptance read here into an Acceptance (a metrics file is read once, in this process, not by every worker)."""
     from dsdsim.policy.predict import acceptance_for
+    from dsdsim.serve.fleet import check_replicas, router_named
     from dsdsim.serve.lengths import parse_lengths
     from dsdsim.serve.policies import parse_policies
-    from dsdsim.serve.fleet import check_replicas, router_named
-    from dsdsim.serve.simulate import parse_slo
+    from dsdsim.serve.simulate import check_tree_policies, parse_slo
     from dsdsim.serve.workload import parse_workload
 
     parse_workload(sim.workload)
-    parse_policies(sim.policies)
+    policies = parse_policies(sim.policies)
+    drafter = getattr(sim.setup, "drafter", None)
+    tree = drafter.tree if drafter is not None else None
+    if tree is not None:
+        check_tree_policies(policies, tree)
     check_replicas(sim.replicas)
     router_named(sim.router)
     parse_lengths(sim.input_len, "input length")
@@ -180,8 +184,10 @@ def checked(sim: Simulation) -> Simulation:
     if sim.slo:
         parse_slo(sim.slo)
     if sim.acceptance is None:
+        if tree is not None:
+            acceptance_for(None, tree)             # a tree has no default acceptance: one line, before any work
         return sim
-    return replace(sim, acceptance=acceptance_for(sim.acceptance, None))
+    return replace(sim, acceptance=acceptance_for(sim.acceptance, tree))
 
 
 def split_policies(text: str) -> list[str]:
