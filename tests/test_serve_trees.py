@@ -61,3 +61,14 @@ def test_the_command_simulates_a_tree(cli):
     assert "drafter eagle3 (tree 3,2,8)" in text and "fixed:3" in text
     code, out, err = cli("simulate", "--requests", "10", "-e", "sglang", "--draft-tree", "3,2,8")
     assert code != 0 and "needs the mean acceptance length measured with it" in err
+
+
+def test_plan_simulates_a_tree_candidate(cli):
+    code, out, err = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--itl-slo-ms", "30", "-e", "sglang",
+                         "--draft-tree", "3,2,8", "-a", "al=2.6@tree", "--simulate", "--workload", "poisson:8",
+                         "--slo", "ttft=300,tpot=20", "--requests", "40", "--executor", "local", "-f", "json")
+    assert code == 0, err
+    import json
+
+    cand = json.loads(out)["candidates"][0]
+    assert {"max_qps_none", "max_qps_fixed:3"} <= set(cand)

@@ -97,7 +97,7 @@ class ServeArgs:
     executor: Annotated[Optional[str], Option("--executor", metavar="local|processes|dask://HOST:PORT",
                                               help=EXECUTOR_HELP)] = None
 
-    def simulation(self, setup, acceptance, memory_utilization: float, slo: Optional[str] = None):
+    def simulation(self, setup, acceptance, memory_utilization: float, slo: Optional[str] = None, tree=None):
         """The Simulation job these options describe on ``setup`` (texts checked here, before any work)."""
         from dsdsim.serve.sweep import Simulation, check_executor, checked
 
@@ -115,7 +115,7 @@ class ServeArgs:
                          output_len=self.output_len, acceptance=acceptance,
                          scheduler=self.scheduler(memory_utilization), slo=slo if slo is not None else self.slo,
                          seed=self.seed, replicas=self.replicas, router=self.router)
-        return checked(sim)
+        return checked(sim, tree)
 
     def scheduler(self, memory_utilization: float):
         """The SchedulerConfig: the scheduler's defaults where an option is not given."""
@@ -369,8 +369,13 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
     cands = comma_items(candidates, f"--candidates {candidates!r}", "h100-sxm:tp8,h200-sxm:tp4")
     if spec is None and not ctx.given("policies"):
         serve = replace(serve, policies="none")       # -d none: the one policy that runs without a drafter
+    elif spec.tree is not None and not ctx.given("policies"):
+        from dsdsim.serve.simulate import tree_depth
+
+        serve = replace(serve, policies=f"none,fixed:{tree_depth(spec.tree)}")   # the tree, or none
     slo = serve.slo if serve.slo is not None else f"tpot={itl_slo_ms:g}"
-    base = serve.simulation(None, options.acceptance, deploy.memory_utilization, slo=slo)
+    base = serve.simulation(None, options.acceptance, deploy.memory_utilization, slo=slo,
+                            tree=spec.tree if spec is not None else None)
     loads, _ = load_of(base.workload)          # a load to search (not a rollout or a trace), before any work
     if fleet_qps is not None:
         if loads.kind == "closed":

@@ -161,9 +161,10 @@ class Simulation:
                        setup=self.setup if setup is None else setup)
 
 
-def checked(sim: Simulation) -> Simulation:
+def checked(sim: Simulation, tree=None) -> Simulation:
     """``sim`` with its texts checked (workload, policies, lengths, SLO: a one-line error before any work) and its
-    acceptance read here into an Acceptance (a metrics file is read once, in this process, not by every worker)."""
+    acceptance read here into an Acceptance (a metrics file is read once, in this process, not by every worker).
+    ``tree``: the draft tree of a job whose setup comes later (plan's candidates)."""
     from dsdsim.policy.predict import acceptance_for
     from dsdsim.serve.fleet import check_replicas, router_named
     from dsdsim.serve.lengths import parse_lengths
@@ -174,7 +175,7 @@ def checked(sim: Simulation) -> Simulation:
     parse_workload(sim.workload)
     policies = parse_policies(sim.policies)
     drafter = getattr(sim.setup, "drafter", None)
-    tree = drafter.tree if drafter is not None else None
+    tree = drafter.tree if drafter is not None else tree     # a setup's tree, else the one given (plan's base job)
     if tree is not None:
         check_tree_policies(policies, tree)
     check_replicas(sim.replicas)
