@@ -88,3 +88,25 @@ def test_mem_fraction_static_is_refused_for_vllm():
     s = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), None, engine="vllm")
     with pytest.raises(DsdsimError, match="SGLang"):
         MixedPricer(s).kv_pool(0.9, mem_fraction_static=0.8)
+
+
+@pytest.mark.parametrize("engine, hardware, tokens", [
+    ("vllm", "h100-sxm", 8192),            # >= 70 GiB and not an A100
+    ("vllm", "a100-sxm-80gb", 2048),       # the A100 carve-out (vllm-project/vllm PR #17885)
+    ("vllm", "rtx-4090", 2048),            # under 70 GiB
+    ("vllm", "b200", 16384),               # >= 160 GiB from 0.28
+    ("vllm@0.24", "b200", 8192),           # ... not before
+    ("sglang@0.5.4", "h200-sxm", 8192),    # 0.5.3 on: chunked_prefill_size by GPU tier
+    ("sglang@0.5.4", "rtx-4090", 2048),
+    ("sglang@0.5.1", "mi300x", 16384),     # 0.4.10-0.5.2: 16384 from 160 GiB
+    ("sglang@0.4.6", "l4", 2048),          # 0.4.x: 2048 below 25,000 MiB
+    ("sglang@0.4.6", "h100-sxm", 8192),
+])
+def test_the_step_token_budget_is_the_engines_default_for_the_gpu(engine, hardware, tokens):
+    from dsdsim.serve.scheduler import SchedulerConfig, default_batched_tokens
+    from dsdsim.specs.catalog import load_hardware
+
+    hw, eng = load_hardware(hardware), load_engine(engine)
+    assert default_batched_tokens(eng, hw) == tokens
+    assert SchedulerConfig().for_server(eng, False, hw).max_num_batched_tokens == tokens
+    assert SchedulerConfig(max_num_batched_tokens=4096).for_server(eng, False, hw).max_num_batched_tokens == 4096

@@ -66,7 +66,8 @@ class ServeArgs:
         "--max-num-seqs", help="Most requests in one step (vLLM's max_num_seqs; default 256)")] = None
     max_num_batched_tokens: Annotated[Optional[int], Option(
         "--max-num-batched-tokens", help="Most tokens in one step, prefill chunks and drafts included (vLLM's "
-                                         "max_num_batched_tokens; default 8192)")] = None
+                                         "max_num_batched_tokens; default: the engine's for the GPU, vLLM 8192 on "
+                                         ">= 70 GiB but the A100, else 2048; SGLang its chunked_prefill_size)")] = None
     kv_cache_tokens: Annotated[Optional[int], Option(
         "--kv-cache-tokens", metavar="N",
         help="The KV cache in tokens, as your server reports it (vLLM's log: 'GPU KV cache size: N tokens'); "

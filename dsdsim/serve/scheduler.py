@@ -53,9 +53,10 @@ class SchedulerConfig:
         (H100, H200, MI300X) vLLM's default is 1024 since V1. 256 keeps the table and the batches in the range most
         deployments set. None: that default, or the engine's own limit for a speculative server where its spec
         states one (SGLang: 48 running requests, ``EngineSpec.speculative_max_requests``; ``for_server``).
-    max_num_batched_tokens: tokens per step. 8192 is vLLM V1's ``vllm serve`` default with chunked prefill on GPUs of
-        >= 70 GiB other than the A100 (same function; 2048 on smaller GPUs; the SchedulerConfig fallback in
-        ``vllm/config/scheduler.py`` is 2048).
+    max_num_batched_tokens: tokens per step. None: the engine's default for the GPU (``default_batched_tokens``):
+        vLLM's ``vllm serve`` 8192 on GPUs of >= 70 GiB other than the A100, 2048 on the others (same function), and
+        16384 on GPUs of >= 160 GiB from 0.28; SGLang's ``chunked_prefill_size`` for its release and GPU; 8192
+        without a GPU to judge by.
     block_size: tokens per KV block (16, vLLM's block size on CUDA GPUs, ``CacheConfig.block_size``).
     memory_utilization: GPU memory share for weights, activations and KV (``gpu_memory_utilization``, default 0.9).
     kv_cache_tokens: the KV cache in tokens, all requests together, as the server reports it (vLLM's log line "GPU KV
@@ -73,7 +74,7 @@ class SchedulerConfig:
     """
 
     max_num_seqs: Optional[int] = None
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: Optional[int] = None
     block_size: int = 16
     memory_utilization: float = 0.9
     kv_cache_tokens: Optional[int] = None
@@ -84,7 +85,7 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_tokens"):
-            if name in ("max_num_seqs", "kv_cache_tokens") and getattr(self, name) is None:
+            if name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens") and getattr(self, name) is None:
                 continue
             v = whole_number(getattr(self, name), name)
             if v < 1:
@@ -96,20 +97,27 @@ class SchedulerConfig:
         mu = self.memory_utilization
         if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not 0 < mu <= 1:
             raise DsdsimError(f"memory_utilization must be in (0, 1], got {mu!r}")
-        if self.max_num_seqs is not None and self.max_num_batched_tokens < self.max_num_seqs:
+        if (self.max_num_seqs is not None and self.max_num_batched_tokens is not None
+                and self.max_num_batched_tokens < self.max_num_seqs):
             raise DsdsimError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
                               f"({self.max_num_seqs}), as vLLM requires")
         if self.rule is not None:
             rule_named(self.rule)
 
-    def for_server(self, engine, speculative: bool) -> "SchedulerConfig":
-        """These limits with max_num_seqs settled for one server: as given, else the engine's limit for a
-        speculative server where its spec states one, else DEFAULT_MAX_NUM_SEQS."""
-        if self.max_num_seqs is not None:
+    def for_server(self, engine, speculative: bool, hardware=None, tp: int = 1) -> "SchedulerConfig":
+        """These limits settled for one server: max_num_seqs as given, else the engine's limit for a speculative
+        server where its spec states one, else DEFAULT_MAX_NUM_SEQS; max_num_batched_tokens as given, else the
+        engine's default on ``hardware`` (``default_batched_tokens``)."""
+        if self.max_num_seqs is not None and self.max_num_batched_tokens is not None:
             return self
-        limit = getattr(engine, "speculative_max_requests", None) if speculative else None
-        seqs = min(DEFAULT_MAX_NUM_SEQS, limit.value) if limit is not None else DEFAULT_MAX_NUM_SEQS
-        return replace(self, max_num_seqs=seqs)        # __post_init__ checks it against max_num_batched_tokens
+        seqs = self.max_num_seqs
+        if seqs is None:
+            limit = getattr(engine, "speculative_max_requests", None) if speculative else None
+            seqs = min(DEFAULT_MAX_NUM_SEQS, limit.value) if limit is not None else DEFAULT_MAX_NUM_SEQS
+        tokens = self.max_num_batched_tokens
+        if tokens is None:
+            tokens = max(default_batched_tokens(engine, hardware, tp), seqs)
+        return replace(self, max_num_seqs=seqs, max_num_batched_tokens=tokens)   # __post_init__ checks the pair
 
     @property
     def rule_name(self) -> str:
@@ -140,6 +148,41 @@ class Plan:
 
 _NONE = np.zeros(0, dtype=np.int64)
 DEFAULT_MAX_NUM_SEQS = 256      # SchedulerConfig.max_num_seqs where neither it nor the engine says otherwise
+DEFAULT_BATCHED_TOKENS = 8192   # SchedulerConfig.max_num_batched_tokens without a GPU to judge by
+GIB = float(1 << 30)
+
+
+def default_batched_tokens(engine, hardware, tp: int = 1) -> int:
+    """The tokens one step may schedule when the server is given none, by engine, release and GPU.
+
+    vLLM (``EngineArgs.get_batch_defaults``, ``vllm/engine/arg_utils.py``, the API server's): 8192 on a GPU of >= 70
+    GiB whose name is not an A100 ("Setting large max_num_batched_tokens for A100 reduces throughput, see PR
+    #17885"), 2048 otherwise; from 0.28, 16384 on GPUs of >= 160 GiB ("for GPUs like B200/B300 with >= 160GB memory,
+    use the largest defaults", as a reading of v0.28.0's arg_utils.py quotes it; that release not read here). SGLang: its
+    ``chunked_prefill_size`` (``server_args.py``): up to 0.4.9 2048 below 25,000 MiB, else 8192; 0.4.10-0.5.2 2048
+    below 35 GiB, 8192 below 160, else 16384; from 0.5.3 ``dsdsim.cost.kvpool.sglang_defaults``. The GPU's memory is
+    the driver's total (``HardwareSpec.engine_memory_bytes``)."""
+    if hardware is None:
+        return DEFAULT_BATCHED_TOKENS
+    from dsdsim.cost.kvpool import sglang_defaults
+    from dsdsim.specs.engine import parse_version
+
+    memory = float(hardware.engine_memory_bytes)
+    release_text = getattr(engine, "newest_release", None) if engine is not None else None
+    release = parse_version(release_text) if release_text else None
+    if engine is not None and engine.name == "sglang":
+        mib = memory / (1 << 20)
+        release = release or (0, 5, 12)
+        if release < (0, 4, 10):
+            return 2048 if mib < 25_000 else 8192
+        if release < (0, 5, 3):
+            return 2048 if memory < 35 * GIB else 8192 if memory < 160 * GIB else 16384
+        return sglang_defaults(release, mib, tp)[0]
+    if memory >= 160 * GIB and (release is None or release >= (0, 28)):
+        return 16384
+    if memory >= 70 * GIB and "a100" not in hardware.name.lower():
+        return 8192
+    return 2048
 
 
 class SchedulingRule(Protocol):
@@ -206,7 +249,8 @@ class Scheduler:
     def __init__(self, arrival_s: Sequence[float], input_len: Sequence[int], output_len: Sequence[int],
                  config: SchedulerConfig, kv_blocks: int, lookahead: int, concurrency: Optional[int] = None,
                  draft_tokens: Optional[Sequence[int]] = None):
-        self.cfg = config if config.max_num_seqs is not None else config.for_server(None, False)
+        self.cfg = (config if config.max_num_seqs is not None and config.max_num_batched_tokens is not None
+                    else config.for_server(None, False))
         self.arrival = np.asarray(arrival_s, dtype=float)
         self.in_len = np.asarray(input_len, dtype=np.int64)
         self.out_len = np.asarray(output_len, dtype=np.int64)

@@ -178,7 +178,8 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     configs = []
     for p in pols:
         pr = pricers.for_policy(p)
-        c = cfg.for_server(getattr(setup, "engine", None), server_kind(p) != "plain")   # SGLang: 48 with a drafter
+        c = cfg.for_server(getattr(setup, "engine", None), server_kind(p) != "plain",   # SGLang: 48 with a drafter
+                           getattr(setup, "hardware", None), getattr(getattr(setup, "deployment", None), "tp", 1))
         configs.append(c)
         bound.append((p.bind(PolicyEnv(setup, acc, context, c.max_num_seqs, pr, int(pr.max_k))), pr))
     # one stream per request of output_len + MAX_K uniforms, whichever policies run: a policy's draws do not depend
