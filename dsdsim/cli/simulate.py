@@ -19,7 +19,7 @@ from dsdsim.cli.command import Invocation, Option, echo
 from dsdsim.cli.options import (Acceptance, DeploymentArgs, Output, Plot, SimulatedArgs, TableFmt, TableFormat)
 from dsdsim.cli.output import (check_png, check_writable, emit, is_stdout, output_format, show_or_write,
                                warn, with_progress)
-from dsdsim.cli.params import option_fields, takes, without
+from dsdsim.cli.params import option_fields, takes
 from dsdsim.defaults import (DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_POLICIES, DEFAULT_REQUESTS, DEFAULT_ROUTER,
                              DEFAULT_SEED, DEFAULT_WORKLOAD)
 from dsdsim.errors import DsdsimError

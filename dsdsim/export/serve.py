@@ -194,10 +194,6 @@ def simulation_view(setup, result, notes: Sequence[str] = ()):
                  *_footer(policies), *notes)
 
 
-def _ms(x: float) -> str:
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
-
-
 def versus_table(policies: Sequence[Mapping[str, Any]]):
     """Simulated against measured, per policy: p50 and p99 of TTFT, TPOT and e2e (simulated / measured and the
     error), and the median over requests of the e2e error."""

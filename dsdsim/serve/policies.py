@@ -35,7 +35,6 @@ the pricer's ``max_k``; with no drafter (``max_k`` 0) every policy but ``none`` 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional

@@ -24,7 +24,6 @@ compared with each policy's (``SimulationResult.versus_measured``).
 from __future__ import annotations
 
 import heapq
-import inspect
 import math
 import re
 from dataclasses import replace
