@@ -110,6 +110,9 @@ def test_the_command_names_the_fleet_and_its_replicas(cli):
     code, out, err = cli(*argv)
     text = " ".join(out.split())
     assert code == 0 and "2 replicas behind a least-loaded router" in text and "fleet: 2 replicas" in text
+    code, out, err = cli("simulate", "--requests", "20", "--sweep", "poisson:10,20", "--replicas", "2",
+                         "--executor", "local")
+    assert code == 0 and "2 replicas behind a round-robin router; workloads" in " ".join(out.split())
     code, out, err = cli("simulate", "--requests", "10", "--router", "prefix-aware")
     assert code != 0 and len(err.strip().splitlines()) == 1 and "prefix caching" in err
 

@@ -244,7 +244,8 @@ def sweep_view(setup, sweep, notes: Sequence[str] = ()):
             t.add_row(f"{pt.load:g}" if j == 0 else "", *_cells(p, with_goodput),
                       end_section=j == len(policies) - 1 and i < len(points) - 1)
     kinds = ", ".join(pt.workload for pt in points)
-    return Group(f"{setup_line(setup)}; workloads {kinds}", t, *_footer([p for pt in points
+    fleet = f"; {first['replicas']} replicas behind a {first['router']} router" if first.get("replicas", 1) > 1 else ""
+    return Group(f"{setup_line(setup)}{fleet}; workloads {kinds}", t, *_footer([p for pt in points
                                                                           for p in pt.result.to_dict()["policies"]]),
                  *notes)
 
