@@ -619,3 +619,31 @@ def test_an_sglang_speculative_server_runs_at_most_48_requests_unless_told():
     assert max(told.timeline.requests) == 64
     v = resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), "eagle3", engine="vllm")
     assert max(simulate(v, "closed:64", "fixed:2", **args).policies[0].timeline.requests) == 64
+
+
+class AheadPricer(FakePricer):
+    """A server that schedules a step ahead (vLLM's async scheduling): ``schedules_ahead``."""
+
+    schedules_ahead = True
+
+
+def test_a_server_scheduling_ahead_carries_a_request_its_drafts_finished_one_more_step():
+    """Two requests one after the other (closed:1), 9 output tokens, K = 3, every draft accepted: the first finishes
+    on its second decode step (1 -> 5 -> 9 tokens) only because its drafts were accepted, so a server scheduling
+    ahead runs it once more in the next step that decodes (the second request's first decode; its prefill step
+    carries it on): that step prices 1 + K more tokens at the rider's context (in + 9 - 1), and the second
+    request's end comes exactly that much later."""
+    kw = dict(requests=2, input_len="100", output_len="9", acceptance=1.0)
+    base = run("closed:1", "fixed:3", pricer=FakePricer(), **kw).policies[0]
+    f = AheadPricer()
+    ahead = run("closed:1", "fixed:3", pricer=f, **kw).policies[0]
+    extra = f.b * 4 + f.c * (100 + 9 - 1)
+    assert ahead.e2e_s[1] - base.e2e_s[1] == pytest.approx(extra, rel=1e-9)
+    assert ahead.ttft_s[1] == pytest.approx(base.ttft_s[1], rel=1e-12)
+    assert ahead.e2e_s[0] == pytest.approx(base.e2e_s[0]) and ahead.steps == base.steps
+    # 10 tokens end 1 -> 5 -> 9 -> 10: the last step needs one token, which finishes it even if every draft is
+    # rejected; the scheduler knows it is done: no rider
+    kw["output_len"] = "10"
+    base = run("closed:1", "fixed:3", pricer=FakePricer(), **kw).policies[0]
+    ahead = run("closed:1", "fixed:3", pricer=AheadPricer(), **kw).policies[0]
+    assert ahead.e2e_s[1] == pytest.approx(base.e2e_s[1], rel=1e-12)

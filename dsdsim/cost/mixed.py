@@ -208,6 +208,11 @@ class MixedPricer:
         self._shapes: dict[tuple[int, float], object] = {}    # (requests, K) -> its StepShape
         self._gaps = (launch_overhead(hw, True), launch_overhead(hw, False))
         self._tree_tokens = s.drafter.tree.tokens if s.drafter is not None and s.drafter.tree is not None else None
+        params = self._figures.params
+        # the server schedules step n + 1 before step n's acceptance is back (vLLM's async scheduling, SGLang's
+        # overlap scheduler): its speculative steps overlap the host (EngineSpec.overlap)
+        self.schedules_ahead = bool(params is not None and self.max_k > 0
+                                    and (params.dynamic if dynamic else params.speculative).overlaps)
 
     @property
     def setup(self) -> Setup:

@@ -387,6 +387,12 @@ class Server:
         self.policy, self.pricer, self.sch, self.draws = policy, pricer, sch, draws
         self.la = policy.lookahead
         self.k_prev = 0
+        # a server that schedules a step ahead (``schedules_ahead``: vLLM's async scheduling, SGLang's overlap)
+        # cannot know that a request's accepted drafts finished it: the request rides the next step too, its
+        # tokens discarded (vLLM's Scheduler skips a request only when it is done even if every draft is rejected:
+        # num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens)
+        self.ahead = bool(getattr(pricer, "schedules_ahead", False)) and self.la > 0
+        self.riders = _EMPTY               # contexts of the requests riding this step after they finished
         self.t_end, self.n_req, self.n_dec, self.ks, self.toks, self.gaps = [], [], [], [], [], []
         self.verifies = self.accepted_sum = self.limited = 0
 
@@ -404,11 +410,13 @@ class Server:
             pre_ctx, completing = _EMPTY, 0
         view = StepView(sch.computed[plan.dec_ids].astype(float), plan.pre_chunks.astype(float), pre_ctx, completing,
                         plan.k_cap if plan.dec_ids.size else la)
-        want = min(int(policy.k(plan.num_requests, view)), la)
+        riders = self.riders if plan.dec_ids.size else _EMPTY     # they ride a step that decodes (a prefill batch
+        want = min(int(policy.k(plan.num_requests + riders.size, view)), la)   # carries them on)
         k = min(want, plan.k_cap) if plan.dec_ids.size else want
         self.limited += int(k < want)
         sch.commit(plan, k)
-        step_s = float(self.pricer.seconds(ScheduledStep(k, view.decode_contexts, view.prefill_tokens,
+        decode_contexts = view.decode_contexts if not riders.size else np.concatenate([view.decode_contexts, riders])
+        step_s = float(self.pricer.seconds(ScheduledStep(k, decode_contexts, view.prefill_tokens,
                                                          view.prefill_contexts)))
         if not (math.isfinite(step_s) and step_s > 0):
             raise DsdsimError(f"the pricer gave {step_s!r} s for a step of {plan.num_requests} requests at K = {k}; "
@@ -419,11 +427,19 @@ class Server:
             self.verifies += int(plan.dec_ids.size)
             self.accepted_sum += int(accepted.sum())
             policy.observe(accepted, k)
+        before = sch.generated[plan.dec_ids] if self.ahead and k > 0 else None
         g, emitted = sch.finish(plan, now, accepted)
+        if plan.dec_ids.size:
+            self.riders = _EMPTY
+        if before is not None and plan.dec_ids.size:
+            left = sch.out_len[plan.dec_ids]
+            rides = (sch.generated[plan.dec_ids] >= left) & (before + 1 < left)   # its drafts finished it
+            if rides.any():
+                self.riders = sch.computed[plan.dec_ids[rides]].astype(float)
         if g.size:
             self.gaps.append(g)
         self.t_end.append(now)
-        self.n_req.append(plan.num_requests)
+        self.n_req.append(plan.num_requests)          # the scheduler's steps: riders are priced, not counted
         self.n_dec.append(int(plan.dec_ids.size))
         self.ks.append(k)
         self.toks.append(emitted)
