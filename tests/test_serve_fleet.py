@@ -151,3 +151,14 @@ def test_plan_finds_the_fewest_replicas_for_a_rate(cli):
     assert code != 0 and "--fleet-qps needs an open-loop workload" in err and len(err.strip().splitlines()) == 1
     code, out, err = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--itl-slo-ms", "30", "--fleet-qps", "60")
     assert code != 0 and "--fleet-qps is for plan --simulate" in err
+
+
+def test_plan_says_when_a_load_search_never_failed(cli):
+    """A TPOT-only SLO over 30 requests is met at any rate (they all fit one batch): the note says what that means;
+    with a TTFT target the search finds a failing load and the note stays silent."""
+    argv = ("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--itl-slo-ms", "30", "--simulate", "--workload",
+            "poisson:8", "--policies", "none", "--executor", "local")
+    code, out, err = cli(*argv, "--requests", "30")
+    assert code == 0 and "a load met up to the largest tried" in " ".join(out.split())
+    code, out, err = cli(*argv, "--requests", "60", "--slo", "ttft=200,tpot=15")
+    assert code == 0 and "a load met up to the largest tried" not in " ".join(out.split())

@@ -417,6 +417,9 @@ def plan_with_loads(plan_group, candidates: Sequence[str], largest: Sequence, wh
         t.add_row(cand, *[_load_cell(x) for x in found], str(sum(x.simulations for x in found if x is not None)))
     notes = [f"max {unit}: the largest {what}; '>= x': met up to the largest load tried, '< x': not met at the "
              "smallest; '-': not simulated (the candidate is not feasible)"]
+    if any(x.load is not None and x.failing is None for x in largest):
+        notes.append("a load met up to the largest tried: its requests may all fit one batch (a burst the server "
+                     "absorbs, not a steady load); give more --requests, or a ttft= target in --slo")
     return Group(*plan_group.parts, t, *notes)
 
 
