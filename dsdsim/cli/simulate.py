@@ -205,12 +205,7 @@ def simulate(
 
         loads = parse_loads(sweep)
     setup = resolve(sim.model, sim.hardware, deploy.deployment(), sim.drafter_spec(), sim.engine)
-    if setup.drafter is None and not ctx.given("policies"):
-        serve = replace(serve, policies="none")       # -d none: the one policy that runs without a drafter
-    elif setup.drafter is not None and setup.drafter.tree is not None and not ctx.given("policies"):
-        from dsdsim.serve.simulate import tree_depth
-
-        serve = replace(serve, policies=f"none,fixed:{tree_depth(setup.drafter.tree)}")   # the tree, or none
+    serve = _default_policies(ctx, serve, setup.drafter)
     job = serve.simulation(setup, acceptance, deploy.memory_utilization)
     quiet = fmt is TableFormat.json and (output is None or is_stdout(output))
     if loads is not None:
@@ -244,6 +239,18 @@ def _sweep(job, loads, setup, executor, fmt, output: Optional[Path], plot: Optio
         _save_plot(SweepDisplay.from_sweep(result, plot_title(views.setup_line(setup), what)), plot)
     _write(fmt, output, lambda: views.sweep_dict(setup, result), lambda: views.sweep_csv(setup, result),
            lambda: views.sweep_view(setup, result, _notes(job)))
+
+
+def _default_policies(ctx: Invocation, serve: "ServeArgs", drafter) -> "ServeArgs":
+    """``serve`` with the policies that can run where --policies was not given: ``none`` without a drafter (-d
+    none), ``none,fixed:D`` for a draft tree (its server verifies the tree or nothing)."""
+    if ctx.given("policies") or (drafter is not None and drafter.tree is None):
+        return serve
+    if drafter is None:
+        return replace(serve, policies="none")
+    from dsdsim.serve.simulate import tree_depth
+
+    return replace(serve, policies=f"none,fixed:{tree_depth(drafter.tree)}")
 
 
 def _save_plot(display, plot: Path) -> None:
@@ -368,12 +375,7 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
     from dsdsim.errors import comma_items
 
     cands = comma_items(candidates, f"--candidates {candidates!r}", "h100-sxm:tp8,h200-sxm:tp4")
-    if spec is None and not ctx.given("policies"):
-        serve = replace(serve, policies="none")       # -d none: the one policy that runs without a drafter
-    elif spec.tree is not None and not ctx.given("policies"):
-        from dsdsim.serve.simulate import tree_depth
-
-        serve = replace(serve, policies=f"none,fixed:{tree_depth(spec.tree)}")   # the tree, or none
+    serve = _default_policies(ctx, serve, spec)
     slo = serve.slo if serve.slo is not None else f"tpot={itl_slo_ms:g}"
     base = serve.simulation(None, options.acceptance, deploy.memory_utilization, slo=slo,
                             tree=spec.tree if spec is not None else None)

@@ -158,6 +158,16 @@ class MemoryFigures:
         held = where(k > 0, 1.0 + q, 1.0)
         return sequences_per_rank(self.kv.dep, batch) * held * self.state_bytes_per_sequence
 
+    @property
+    def head_kv_bytes_per_token(self) -> float:
+        """One token's cache in an EAGLE / MTP head's own layers (``draft_kv_factors``; 0 without them)."""
+        if not self.draft_kv_factors:
+            return 0.0
+        own = self.kv.bytes_per_element
+        for factor in self.draft_kv_factors:
+            own = own * factor
+        return own
+
     def use(self, batch, k, context) -> MemoryUse:
         b = num(batch)
         k = num(k)
@@ -173,10 +183,7 @@ class MemoryFigures:
             if self.draft_kv is not None:
                 draft = draft + self.draft_kv.bytes(tokens_per_seq, b)
             elif self.draft_kv_factors:
-                own = sequences_per_rank(self.kv.dep, b) * tokens_per_seq * self.kv.bytes_per_element
-                for factor in self.draft_kv_factors:
-                    own = own * factor
-                draft = draft + own
+                draft = draft + sequences_per_rank(self.kv.dep, b) * tokens_per_seq * self.head_kv_bytes_per_token
         return MemoryUse(weights_bytes=self.weights_bytes, kv_bytes=kv, activation_bytes=act, draft_bytes=draft,
                          capacity_bytes=self.capacity_bytes, state_bytes=self.states(b, q, k))
 

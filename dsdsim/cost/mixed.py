@@ -369,9 +369,4 @@ class MixedPricer:
         figures = self._plan.memory
         if figures.draft_kv is not None:
             return float(figures.draft_kv.bytes(1.0, 1.0))
-        if figures.draft_kv_factors:
-            own = figures.kv.bytes_per_element
-            for factor in figures.draft_kv_factors:
-                own *= factor
-            return float(own)
-        return 0.0
+        return float(figures.head_kv_bytes_per_token)

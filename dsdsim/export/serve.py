@@ -337,20 +337,43 @@ def load_column(policy: str, unit: str) -> str:
     return f"max_{unit.lower()}_{policy}"
 
 
+def _by_candidate(searches: Sequence) -> tuple[dict, list[str]]:
+    """The searches by (candidate, policy), and the policies in the order searched."""
+    return {(x.candidate, x.policy): x for x in searches}, list(dict.fromkeys(x.policy for x in searches))
+
+
+def _with_search_columns(records: Sequence[dict], candidates: Sequence[str], searches: Sequence, column, value):
+    """Plan's records with one column per policy (``column(policy)``): ``value(search)`` where the candidate was
+    searched, else None."""
+    by, policies = _by_candidate(searches)
+    return [{**rec, **{column(p): (value(by[(c, p)]) if (c, p) in by else None) for p in policies}}
+            for rec, c in zip(records, candidates)]
+
+
+def _search_table(title: str, candidates: Sequence[str], searches: Sequence, cell):
+    """One row per candidate, one column per policy (``cell(search)``), and the simulations each row took."""
+    from dsdsim.export.text import Table
+
+    by, policies = _by_candidate(searches)
+    t = Table(title=title)
+    t.add_column("candidate", no_wrap=True)
+    for p in policies:
+        t.add_column(p, justify="right", no_wrap=True)
+    t.add_column("simulations", justify="right")
+    for cand in candidates:
+        found = [by.get((cand, p)) for p in policies]
+        if all(x is None for x in found):
+            t.add_row(cand, *["-" for _ in policies], "-")
+            continue
+        t.add_row(cand, *[cell(x) for x in found], str(sum(x.simulations for x in found if x is not None)))
+    return t
+
+
 def plan_load_records(records: Sequence[dict], candidates: Sequence[str], largest: Sequence) -> list[dict]:
     """Plan's candidate records (asdict(PlanRow)) with one column per policy: the largest load meeting the SLO
     (None where the candidate was not searched or no load met it)."""
-    by = {(x.candidate, x.policy): x for x in largest}
-    policies = list(dict.fromkeys(x.policy for x in largest))
     unit = largest[0].unit if largest else "load"
-    out = []
-    for rec, cand in zip(records, candidates):
-        extra = {}
-        for p in policies:
-            x = by.get((cand, p))
-            extra[load_column(p, unit)] = None if x is None else x.load
-        out.append({**rec, **extra})
-    return out
+    return _with_search_columns(records, candidates, largest, lambda p: load_column(p, unit), lambda x: x.load)
 
 
 def fleet_column(policy: str) -> str:
@@ -361,35 +384,23 @@ def fleet_column(policy: str) -> str:
 def plan_fleet_records(records: Sequence[dict], candidates: Sequence[str], fleets: Sequence) -> list[dict]:
     """Plan's records with one column per policy: the fewest replicas meeting the SLO at the fleet's rate (None
     where the candidate was not searched or more than the search tries); unchanged without fleet searches."""
-    if not fleets:
-        return list(records)
-    by = {(x.candidate, x.policy): x for x in fleets}
-    policies = list(dict.fromkeys(x.policy for x in fleets))
-    return [{**rec, **{fleet_column(p): (by[(c, p)].replicas if (c, p) in by else None) for p in policies}}
-            for rec, c in zip(records, candidates)]
+    return _with_search_columns(records, candidates, fleets, fleet_column, lambda x: x.replicas)
 
 
 def plan_with_fleets(view, rows: Sequence, fleets: Sequence, router: str):
     """``view`` with a table of the fleet searches: per candidate and policy, the replicas and GPUs for the rate."""
-    from dsdsim.export.text import Group, Table
+    from dsdsim.export.text import Group
     from dsdsim.serve.sweep import MAX_FLEET
 
-    by = {(x.candidate, x.policy): x for x in fleets}
-    policies = list(dict.fromkeys(x.policy for x in fleets))
-    qps = fleets[0].qps
-    t = Table(title=f"Replicas for {qps:g} requests/s meeting the SLO ({router}), simulated: replicas (GPUs)")
-    t.add_column("candidate", no_wrap=True)
-    for p in policies:
-        t.add_column(p, justify="right", no_wrap=True)
-    t.add_column("simulations", justify="right")
-    for r in rows:
-        found = [by.get((r.candidate, p)) for p in policies]
-        if all(x is None for x in found):
-            t.add_row(r.candidate, *["-" for _ in policies], "-")
-            continue
-        cells = ["-" if x is None else f"> {MAX_FLEET}" if x.replicas is None else f"{x.replicas} ({x.replicas * r.gpus})"
-                 for x in found]
-        t.add_row(r.candidate, *cells, str(sum(x.simulations for x in found if x is not None)))
+    gpus = {r.candidate: r.gpus for r in rows}
+
+    def cell(x) -> str:
+        if x is None:
+            return "-"
+        return f"> {MAX_FLEET}" if x.replicas is None else f"{x.replicas} ({x.replicas * gpus[x.candidate]})"
+
+    t = _search_table(f"Replicas for {fleets[0].qps:g} requests/s meeting the SLO ({router}), simulated: replicas "
+                      "(GPUs)", [r.candidate for r in rows], fleets, cell)
     note = (f"each fleet serves the rate with --requests per replica; '> {MAX_FLEET}': not met by {MAX_FLEET} "
             "replicas")
     return Group(*view.parts, t, note)
@@ -399,22 +410,10 @@ def plan_with_loads(plan_group, candidates: Sequence[str], largest: Sequence, wh
     """plan_table's renderable as it is, then a table of the load searches: one row per candidate, one column per
     policy (plan's table already fills the width), and a line saying what they are (``what``: the load, the
     workload, the SLO and its attainment)."""
-    from dsdsim.export.text import Group, Table
+    from dsdsim.export.text import Group
 
-    by = {(x.candidate, x.policy): x for x in largest}
-    policies = list(dict.fromkeys(x.policy for x in largest))
     unit = largest[0].unit if largest else "load"
-    t = Table(title=f"Largest {unit} meeting the SLO, per policy (simulated)")
-    t.add_column("candidate", no_wrap=True)
-    for p in policies:
-        t.add_column(p, justify="right", no_wrap=True)
-    t.add_column("simulations", justify="right")
-    for cand in candidates:
-        found = [by.get((cand, p)) for p in policies]
-        if all(x is None for x in found):
-            t.add_row(cand, *["-" for _ in policies], "-")
-            continue
-        t.add_row(cand, *[_load_cell(x) for x in found], str(sum(x.simulations for x in found if x is not None)))
+    t = _search_table(f"Largest {unit} meeting the SLO, per policy (simulated)", candidates, largest, _load_cell)
     notes = [f"max {unit}: the largest {what}; '>= x': met up to the largest load tried, '< x': not met at the "
              "smallest; '-': not simulated (the candidate is not feasible)"]
     if any(x.load is not None and x.failing is None for x in largest):
