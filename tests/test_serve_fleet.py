@@ -162,3 +162,14 @@ def test_plan_says_when_a_load_search_never_failed(cli):
     assert code == 0 and "a load met up to the largest tried" in " ".join(out.split())
     code, out, err = cli(*argv, "--requests", "60", "--slo", "ttft=200,tpot=15")
     assert code == 0 and "a load met up to the largest tried" not in " ".join(out.split())
+
+
+def test_a_fleets_timeline_plot_draws_one_replica():
+    """The fleet's merged steps interleave the replicas' batches; the timeline plot draws its first replica's."""
+    from dsdsim.export.serve_plots import policy_timeline
+
+    p = run("closed:8", "fixed:3", replicas=2).policies[0]
+    t, b, k = policy_timeline(p)
+    np.testing.assert_array_equal(t, p.replicas[0].timeline.t_end_s)
+    np.testing.assert_array_equal(b, p.replicas[0].timeline.requests)
+    assert p.timeline.t_end_s.size == sum(r.timeline.t_end_s.size for r in p.replicas) > t.size

@@ -23,8 +23,9 @@ _COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:
 def policy_timeline(policy) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(seconds at each step's end, requests in the step, K of the step) of a PolicyResult, as float arrays; K is
     NaN for a step without a decoding request (prefill chunks only: nothing is verified). A step is drawn over the
-    interval that ends at its end (``where="pre"``)."""
-    tl = policy.timeline
+    interval that ends at its end (``where="pre"``). A fleet's: its first replica's (the fleet's merged steps
+    interleave the replicas' batches)."""
+    tl = policy.replicas[0].timeline if policy.replicas else policy.timeline
     k = np.asarray(tl.k, dtype=float)
     k = np.where(np.asarray(tl.decoding) > 0, k, np.nan)
     return np.asarray(tl.t_end_s, dtype=float), np.asarray(tl.requests, dtype=float), k
@@ -66,7 +67,8 @@ class TimelineDisplay(_Display):
             ax.set_ylim(0, b_max * 1.08)
             ax.set_ylabel("requests")
             ax.grid(True, alpha=0.3)
-            ax.set_title(f"policy {p.name}", fontsize=9, loc="left")
+            one = f" (replica 1 of {len(p.replicas)})" if p.replicas else ""
+            ax.set_title(f"policy {p.name}{one}", fontsize=9, loc="left")
             tk = ax.twinx()
             tk.step(t, k, where="pre", color="crimson", lw=1.0, label="K (draft tokens)")
             tk.set_ylim(-0.3, k_max + 0.6)
