@@ -575,3 +575,59 @@ def test_vllm_graphs_gpt_oss_to_1024_tokens():
 
     assert [top("gpt-oss-120b", e) for e in ("vllm@0.20", "vllm@0.26", "vllm")] == [1024, 1024, 1024]
     assert top("llama-3.1-8b", "vllm@0.20") == 512
+
+
+def test_tensorrt_llm_before_1_0_is_priced_eager_and_says_so():
+    """TensorRT-LLM's PyTorch backend ran without CUDA graphs unless configured before PR #5480 (first in 1.0):
+    trtllm@0.20 and @0.21 are priced eager with one warning; 1.0 and the range as a whole replay graphs; an eager
+    step costs the hardware's eager launch gap per kernel more than a graphed one."""
+    import warnings
+
+    from dsdsim.errors import ArgumentWarning
+
+    def step(engine):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            s = simulate_step("llama-3.1-8b", "h100-sxm", None, "eagle3", 8, 3, engine=engine)
+        return s, [str(w.message) for w in caught if issubclass(w.category, ArgumentWarning)]
+
+    (old, said), (new, quiet), (line, _) = step("trtllm@0.21"), step("trtllm@1.0"), step("trtllm")
+    assert not old.verify_graphed and new.verify_graphed and line.verify_graphed
+    assert len(said) == 1 and "0.21 ran without CUDA graphs" in said[0] and "trtllm@1.0" in said[0]
+    assert not quiet
+    assert old.step_time_s > new.step_time_s
+    g = load_engine("trtllm").cuda_graphs
+    assert [g.off_by_default(r) for r in ("0.20", "0.21.0", "1.0", "1.3.0rc27", None)] == [True, True, False, False,
+                                                                                          False]
+
+
+def test_model_runner_v1_graphs_the_drafters_first_pass_by_its_tokens():
+    """vLLM model runner V1 (EagleProposer.propose) graphs the drafter's first pass over B x (K + 1) tokens only
+    while they fit the largest capture (512 on an H100), the later passes while B does: at K = 3, batch 128 (512
+    tokens) every pass replays a graph, batch 129 (516) runs its first pass eager and its later passes graphed. The
+    extra time is the first pass's eager launch gaps, the same at one point, over a grid and in a serving step.
+    Model runner V2 graphs the first pass as the target (batch 129 graphed, as before)."""
+    from dsdsim.cost.mixed import MixedPricer
+    from dsdsim.serve.step import ScheduledStep
+    from dsdsim.specs.setup import resolve
+
+    def passes(step):
+        flags = {}
+        for t in step.draft.op_times:
+            flags.setdefault(t.op.name.split(".")[0], set()).add(bool(np.all(t.cuda_graphs)))
+        return flags
+
+    v1 = [simulate_step("llama-3.1-8b", "h100-sxm", None, "eagle3", b, 3, engine="vllm@0.20") for b in (128, 129)]
+    assert passes(v1[0]) == {"pass1": {True}, "passN": {True}}
+    assert passes(v1[1]) == {"pass1": {False}, "passN": {True}}
+    assert v1[1].draft.time_s > v1[0].draft.time_s
+    grid = simulate_step("llama-3.1-8b", "h100-sxm", None, "eagle3", np.array([128.0, 129.0]), 3, engine="vllm@0.20")
+    assert grid.step_time_s[1] == pytest.approx(v1[1].step_time_s, rel=1e-9)
+    flags = {t.op.name.split(".")[0]: list(np.broadcast_to(t.cuda_graphs, (2,))) for t in grid.draft.op_times}
+    assert flags == {"pass1": [True, False], "passN": [True, True]}
+    # the serving step of 129 decodes at the point's context prices its first pass eager too
+    pricer = MixedPricer(resolve("llama-3.1-8b", "h100-sxm", None, "eagle3", "vllm@0.20"))
+    serving = [pricer.seconds(ScheduledStep(3, np.full(b, 1024.0), np.zeros(0), np.zeros(0))) for b in (128, 129)]
+    assert serving == pytest.approx([v.step_time_s for v in v1], rel=1e-6)
+    v2 = simulate_step("llama-3.1-8b", "h100-sxm", None, "eagle3", 129, 3, engine="vllm")
+    assert passes(v2) == {"pass1": {True}, "passN": {True}}

@@ -174,6 +174,13 @@ def _multiples(graphs: CudaGraphs, q: float) -> tuple[int, ...]:
     return tuple(sorted(kept))
 
 
+def largest_capture(graphs: CudaGraphs, q: float) -> int:
+    """The largest token count ``graphs`` replay for passes of q tokens per sequence (its capture sizes rounded to
+    multiples of q where the engine rounds them; 0 where none is left)."""
+    sizes = _multiples(graphs, q) if graphs.multiple_of_verify_tokens else graphs.capture_sizes
+    return sizes[-1] if sizes else 0
+
+
 # vllm/config/vllm.py@v0.29.0 VllmConfig._set_cudagraph_sizes: the request counts of the uniform decode sizes
 _REQUEST_COUNTS = (1, 2, 4, *range(8, 256, 8), *range(256, 8193, 16))
 

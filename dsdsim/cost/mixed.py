@@ -35,7 +35,7 @@ from typing import Optional
 
 import numpy as np
 
-from dsdsim.cost.engine import next_capture_size
+from dsdsim.cost.engine import graphs_of, largest_capture, next_capture_size
 from dsdsim.cost.kvpool import MIB, sglang_pool_rule, sglang_pool_tokens
 from dsdsim.cost.memory import profile_peak_bytes
 from dsdsim.cost.ops import OpKind
@@ -294,7 +294,6 @@ class MixedPricer:
         if not self._draft or (kk == 0 and not sh.off_tier):
             return 0.0
         graphed = sh.draft_graphed
-        gap = self._gaps[0 if graphed else 1]
         total = 0.0
         if n == 1 or self._linear:     # every request of a draft pass runs the same q: one group at the mean context
             points = self._plan.draft.points(float(n), kk, mean_context, first_at_zero=sh.off_tier)
@@ -306,14 +305,27 @@ class MixedPricer:
             if runs == 0.0:
                 continue
             rows = p.tokens if type(p.tokens) is float else float(np.sum(p.tokens))
-            if p is first and extra_first_tokens > 0:
-                rows += extra_first_tokens
+            g = graphed
+            if p is first:
+                if extra_first_tokens > 0:
+                    rows += extra_first_tokens
+                g = self._first_pass_graphed(rows, sh)
             head_rows = p.head_rows if type(p.head_rows) is float else float(np.sum(p.head_rows))
-            one = token_table.seconds(int(round(rows)), graphed) + head_table.seconds(int(round(head_rows)), graphed)
+            one = token_table.seconds(int(round(rows)), g) + head_table.seconds(int(round(head_rows)), g)
             if ops.sequences:
-                one += _sequence_seconds(ops.sequences, p, gap)
+                one += _sequence_seconds(ops.sequences, p, self._gaps[0 if g else 1])
             total += one * runs
         return total
+
+    def _first_pass_graphed(self, tokens: float, sh) -> bool:
+        """Whether the first draft pass, over ``tokens`` (the decodes' verified tokens and the prefills' chunks),
+        replays a graph: as the later passes, or where the engine graphs it by tokens (``draft_first_pass_by_tokens``)
+        while they fit its largest capture."""
+        f = self._figures
+        if not f.first_by_tokens or not sh.draft_graphed:
+            return sh.draft_graphed
+        graphs = graphs_of(f.graphs, self.dynamic, True)
+        return graphs is None or graphs.capture_sizes is None or tokens <= largest_capture(graphs, float(sh.q))
 
     def kv_capacity_tokens(self, memory_utilization: float, max_num_batched_tokens: int = 8192,
                            max_num_seqs: int = 256, lookahead: int = 0,

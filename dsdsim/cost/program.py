@@ -42,6 +42,8 @@ class SetupFigures(NamedTuple):
     layers: int                       # the engine's per-layer units (``ModelSpec.graph_split_ops``)
     drafter: Optional[DrafterSpec]
     has_draft: bool                   # the step program has draft passes (a drafter with GPU passes)
+    first_by_tokens: bool             # the first draft pass graphs by its token count (``CudaGraphs``)
+    first_q_tree: Optional[float]     # a draft tree's first-pass tokens per sequence, its steps + 1 (None: K + 1)
 
 
 def setup_figures(s: Setup, plan) -> SetupFigures:
@@ -56,7 +58,9 @@ def setup_figures(s: Setup, plan) -> SetupFigures:
                          float(tree.tokens + 1) if tree is not None else None, off_tier_drafts(s),
                          float(s.hardware.step_overhead_s.value), float(handoff_s(s)),
                          (s.engine_params or engine_params(eng, s.drafter)) if eng is not None else None,
-                         s.model.graph_split_ops, s.drafter, plan.draft is not None)
+                         s.model.graph_split_ops, s.drafter, plan.draft is not None,
+                         bool(graphs is not None and graphs.draft_first_pass_by_tokens),
+                         float(tree.steps + 1) if tree is not None else None)
         object.__setattr__(s, "_setup_figures", f)      # a frozen dataclass: not a field, outside eq and hash
     return f
 
@@ -69,6 +73,7 @@ class StepShape(NamedTuple):
     graphed: object           # the verify pass replays a CUDA graph
     piecewise: object         # ... a PIECEWISE one (attention launched eagerly per split op)
     draft_graphed: object     # the draft passes replay graphs (padded by batch, not by tokens)
+    first_draft_graphed: object   # ... the first one (by its tokens where the engine graphs it so)
     passes: object            # sequential draft passes
     overhead_s: object        # the step's overhead besides kernels and engine terms
     off_tier: bool            # a dynamic server whose K = 0 tier runs the first draft pass
@@ -86,20 +91,28 @@ def step_shape(f: SetupFigures, b, kk, dynamic: bool) -> StepShape:
         q_verify, graphed = padded_tokens(graphs, b, q, f.graphs_on)
         piecewise = piecewise_steps(graphs, b, q, f.graphs_on)
         draft_graphed = f.draft_on and padded_tokens(graphs, b, 1.0, True)[1]
+        first_graphed = draft_graphed
+        if f.first_by_tokens and f.draft_on:
+            q_first = (f.first_q_tree if spec else 1.0) if f.first_q_tree is not None else kk + 1.0
+            first_graphed = padded_tokens(graphs, b, q_first, True)[1]
         overhead = f.overhead_s + f.handoff_s if spec else f.overhead_s
         passes = 1.0 if off_tier and f.has_draft and kk == 0 else draft_passes(f.drafter, kk)
-        return StepShape(q, q_verify, graphed, piecewise, draft_graphed, passes, overhead, off_tier)
+        return StepShape(q, q_verify, graphed, piecewise, draft_graphed, first_graphed, passes, overhead, off_tier)
     q = verify_tokens(f.drafter, kk)
     q_verify, graphed = padded_by_k(f.graphs, dynamic, b, kk, q, f.graphs_on)
     # K = 0 (q = 1) never replays a PIECEWISE graph: the speculative graphs answer for every K
     spec_graphs = graphs_of(f.graphs, dynamic, True)
     piecewise = piecewise_steps(spec_graphs, b, q, f.graphs_on)
     _, draft_graphed = padded_tokens(spec_graphs, b, 1.0, f.draft_on)      # draft passes run at K > 0 only
+    first_graphed = draft_graphed
+    if f.first_by_tokens and f.draft_on:
+        q_first = where(kk > 0, f.first_q_tree, 1.0) if f.first_q_tree is not None else kk + 1.0
+        first_graphed = padded_tokens(spec_graphs, b, q_first, True)[1]
     overhead = f.overhead_s + f.handoff_s * (kk > 0)
     passes = draft_passes(f.drafter, kk)
     if off_tier and f.has_draft:
         passes = where(kk > 0, passes, 1.0)
-    return StepShape(q, q_verify, graphed, piecewise, draft_graphed, passes, overhead, off_tier)
+    return StepShape(q, q_verify, graphed, piecewise, draft_graphed, first_graphed, passes, overhead, off_tier)
 
 
 def engine_seconds(f: SetupFigures, device_s, b, kk, shape: StepShape, small_kernel_s: tuple[float, float],

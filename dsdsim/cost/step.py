@@ -26,7 +26,7 @@ from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
-from dsdsim.cost.drafters.base import DraftPlan
+from dsdsim.cost.drafters.base import DraftPlan, DraftRole
 from dsdsim.cost.drafts import draft_plan
 from dsdsim.cost.engine import EngineTime, engine_time, small_kernel_s
 from dsdsim.cost.program import engine_seconds, setup_figures, step_shape
@@ -64,6 +64,8 @@ class PassCost:
                                               # giving them (a grid gathers them from its tables when asked), or
                                               # None: one point's, each operator's timer at launch gap ``gap``
         self._hardware = hardware
+        # whether each pass replays a CUDA graph, and its launch gap: one for all, or a list with one per pass
+        # (a drafter whose first pass graphs by its tokens, the later ones by batch: ``per_pass``)
         self._cuda_graphs = cuda_graphs
         self._gap = gap
 
@@ -75,10 +77,11 @@ class PassCost:
 
     @functools.cached_property
     def op_times(self) -> list[OpTime]:
-        ops = [o for plan, p, times in self._parts for o in records(plan, p, times)]
+        graphs = per_pass(self._cuda_graphs, len(self._parts))
+        ops = [(o, g) for (plan, p, times), g in zip(self._parts, graphs) for o in records(plan, p, times)]
         rates = [r.rates for timed in self._timed for r in timed]
-        return [OpTime(o, t, self._hardware, self._cuda_graphs, rate)
-                for o, t, rate in zip(ops, self._op_seconds, rates)]
+        return [OpTime(o, t, self._hardware, g, rate)
+                for (o, g), t, rate in zip(ops, self._op_seconds, rates)]
 
     @property
     def flops(self) -> np.ndarray:
@@ -265,14 +268,14 @@ def _one_step(s: Setup, plan: StepPlan, b: float, kk: float, c: float, dynamic: 
                       [plan.verify_timed], plan.gaps[0 if graphed else 1])
     draft_s = 0.0
     if plan.draft is not None:
-        draft_graphed = sh.draft_graphed
+        graphs = draft_pass_graphs(plan.draft, sh)
         parts = [(dp.ops, p, times) for dp, (p, times) in zip(plan.draft.passes,
                                                                plan.draft.points(b, kk, c, first_at_zero=sh.off_tier))]
-        for i, (_, p, times) in enumerate(parts, start=1):
+        for i, ((_, p, times), g) in enumerate(zip(parts, per_pass(graphs, len(parts))), start=1):
             if times != 0.0:
-                draft_s += _point_seconds(plan, hw, i, p, times, draft_graphed)
-        draft = PassCost(draft_s, parts, None, hw, draft_graphed, plan.draft_timed,
-                         plan.gaps[0 if draft_graphed else 1])
+                draft_s += _point_seconds(plan, hw, i, p, times, g)
+        gaps = [plan.gaps[0 if g else 1] for g in graphs] if type(graphs) is list else plan.gaps[0 if graphs else 1]
+        draft = PassCost(draft_s, parts, None, hw, graphs, plan.draft_timed, gaps)
     else:
         draft = PassCost(0.0, [], [], hw)
     et = engine_seconds(f, verify.time_s + draft_s + sh.overhead_s, b, kk, sh, plan.small_kernel_s, dynamic, draft_s)
@@ -337,11 +340,26 @@ _POINT_TABLE_ROWS = 1 << 14   # a point reads row tables up to this many rows (l
                               # as far as the points asked: 8 bytes a row, graphed and eager, per size function
 
 
-def _op_seconds(parts: list, timed: list[list[Timed]], gap: float) -> list:
-    """Each operator's seconds per step at one point (in plan order), from its ``timer``: what ``PassCost``
-    gives explain; a pass that runs zero times is not evaluated (its operators take 0 s)."""
+def draft_pass_graphs(draft: DraftPlan, sh):
+    """Whether the draft passes of a step of shape ``sh`` (``step_shape``) replay CUDA graphs: one flag for all,
+    or a list with one per pass where the first pass graphs apart (by its tokens) from the later ones."""
+    first, rest = sh.first_draft_graphed, sh.draft_graphed
+    if first is rest or (type(first) is bool and type(rest) is bool and first == rest):
+        return rest
+    return [first if dp.role is DraftRole.first else rest for dp in draft.passes]
+
+
+def per_pass(value, n: int) -> list:
+    """A per-pass list (``PassCost``'s flags and gaps) of n passes from one value for all, or the list itself."""
+    return value if type(value) is list else [value] * n
+
+
+def _op_seconds(parts: list, timed: list[list[Timed]], gap) -> list:
+    """Each operator's seconds per step at one point (in plan order), from its ``timer`` at launch gap ``gap`` (one,
+    or one per pass): what ``PassCost`` gives explain; a pass that runs zero times is not evaluated (its operators
+    take 0 s)."""
     op_seconds = []
-    for (_, p, times), ops in zip(parts, timed):
+    for (_, p, times), ops, gap in zip(parts, timed, per_pass(gap, len(parts))):
         if times == 0.0:
             op_seconds += [0.0] * len(ops)
             continue
@@ -362,7 +380,7 @@ def _grid_step(s: Setup, plan: StepPlan, b, kk, c, dynamic: bool) -> StepCost:
     if plan.draft is not None:
         points = plan.draft.points(b, kk, c, first_at_zero=sh.off_tier)
         parts = [(dp.ops, p, times) for dp, (p, times) in zip(plan.draft.passes, points)]
-        draft = _pass_cost(parts, plan.draft_timed, hw, sh.draft_graphed, plan.tables)
+        draft = _pass_cost(parts, plan.draft_timed, hw, draft_pass_graphs(plan.draft, sh), plan.tables)
     shape = np.broadcast_shapes(np.shape(b), np.shape(kk), np.shape(c))
     overhead = np.broadcast_to(sh.overhead_s, shape).astype(float)
     et = engine_seconds(f, verify.time_s + draft.time_s + overhead, b, kk, sh, plan.small_kernel_s, dynamic,
@@ -486,14 +504,12 @@ def _pass_cost(parts: list, timed: list[list[Timed]], hw: HardwareSpec, graphed,
 
     With ``tables`` (a grid), the operators sized by one whole row count read their seconds from the step program's
     ``RowTables``: those sharing a size are summed as tables (times their counts) and gathered once over the grid;
-    each operator's own array over the grid is gathered only when its records are asked for (``PassCost.op_times``)."""
-    g = graphed
-    if type(g) is not bool:
-        g = np.asarray(g, dtype=bool)
-        g = True if g.all() else False if not g.any() else g   # mixed: the launch gap chosen per point
-    gap = launch_overhead(hw, g)
+    each operator's own array over the grid is gathered only when its records are asked for (``PassCost.op_times``).
+    ``graphed``: one flag (or array) for every pass, or a list with one per pass (``draft_pass_graphs``)."""
+    flags = [_graph_flag(g) for g in graphed] if type(graphed) is list else [_graph_flag(graphed)] * len(parts)
     op_seconds, totals, lazy = [], [], False
-    for (plan, p, times), ops in zip(parts, timed):
+    for (plan, p, times), ops, g in zip(parts, timed, flags):
+        gap = launch_overhead(hw, g)
         if type(times) is float and times == 0.0:
             op_seconds += [0.0] * len(ops)
             continue
@@ -522,13 +538,22 @@ def _pass_cost(parts: list, timed: list[list[Timed]], hw: HardwareSpec, graphed,
             summed = tables.of([(t, c) for _, t, c in members], hw).gather(index, g)
             totals.append(summed if times is None else summed * times)
             for position, t, count in members:
-                op_seconds[position] = (t, index, count, times)
+                op_seconds[position] = (t, index, count, times, g)
+    g = flags if type(graphed) is list else _graph_flag(graphed) if not flags else flags[0]
     if lazy:
         def resolve() -> list:
-            return [tables.of([(x[0], 1.0)], hw).gather(x[1], g) * x[2] * (1.0 if x[3] is None else x[3])
+            return [tables.of([(x[0], 1.0)], hw).gather(x[1], x[4]) * x[2] * (1.0 if x[3] is None else x[3])
                     if type(x) is tuple else x for x in op_seconds]
         return PassCost(sum_by_shape(totals), parts, resolve, hw, g, timed)
     return PassCost(sum_by_shape(op_seconds), parts, op_seconds, hw, g, timed)
+
+
+def _graph_flag(graphed):
+    """One pass's CUDA-graph flag: a bool, or over a grid a bool array (True / False where it is all one)."""
+    if type(graphed) is bool:
+        return graphed
+    g = np.asarray(graphed, dtype=bool)
+    return True if g.all() else False if not g.any() else g   # mixed: the launch gap chosen per point
 
 
 _TABLE_FROM = 512          # grids of at least this many rows per operator read its seconds from a table

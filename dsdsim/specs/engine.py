@@ -280,12 +280,29 @@ class CudaGraphs(FrozenSpec):
     # model runner V2 0.25-0.28: CudaGraphManager._init_candidates / dispatch; FULL first from 0.29, PR #53407)
     piecewise_raw_sizes: bool = False
     draft_graphs: bool = True            # draft passes replay graphs too (padded by batch)
+    # the drafter's first pass (B x q tokens, over the tokens verified last step) replays a graph only while its
+    # token count is within the largest capture size, padded by tokens to the next one, where the later passes graph
+    # by batch (vLLM model runner V1 from 0.9: EagleProposer.propose pads num_tokens with pad_for_cudagraph while
+    # num_tokens <= max_cudagraph_capture_size, PIECEWISE, else runs eager). False: as the later passes
+    draft_first_pass_by_tokens: bool = False
+    # the first release whose server runs these graphs by default; an ENGINE@VERSION before it is priced eager, as
+    # such a server ran unless configured (TensorRT-LLM PyTorch backend: graphs on by default from PR #5480, 1.0).
+    # None: every release of the range runs them by default
+    default_from: Optional[str] = None
     source: str = Field(min_length=1)
     verified: Verified
     note: Optional[str] = None
 
+    def off_by_default(self, release: Optional[str]) -> bool:
+        """Whether a server of ``release`` (None: the range as a whole, priced at its newest) ran without these
+        graphs unless configured (``default_from``)."""
+        return (self.default_from is not None and release is not None
+                and parse_version(release) < parse_version(self.default_from))
+
     @model_validator(mode="after")
     def _sizes(self) -> "CudaGraphs":
+        if self.default_from is not None:
+            parse_version(self.default_from)      # a release number, or one line naming it
         lists = [self.capture_sizes, self.speculative_capture_sizes, *(self.capture_sizes_by_capability or {}).values(),
                  *(self.capture_sizes_by_architecture or {}).values()]
         for s in lists:

@@ -130,6 +130,10 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
         files.append(path)
     if eng is not None and eng.calibration is not None:
         hw = calibrated_hardware(hw, eng)
+    if eng is not None and dep.cuda_graphs and eng.cuda_graphs is not None \
+            and eng.cuda_graphs.off_by_default(eng.release):
+        dep = dep.model_copy(update={"cuda_graphs": False})
+        _warn_graphs_off(eng)
     if eng is not None and eng.value_projection is not None and eng.value_projection.value:
         m = m.with_value_projections()      # e.g. vLLM's Gemma-4: the k_proj loaded again as a v_proj
     params = None
@@ -155,6 +159,16 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
         raise DsdsimError(f"{m.name} has no MTP module (num_nextn_predict_layers = 0); "
                           "choose eagle3, eagle or draft-model:MODEL")
     return setup, [f for f in files if f is not None]
+
+
+def _warn_graphs_off(eng: EngineSpec) -> None:
+    """A release that ran without CUDA graphs unless configured is priced eager, and says so (one line)."""
+    g = eng.cuda_graphs
+    warnings.warn(ArgumentWarning(
+        f"{eng.name} {eng.release} ran without CUDA graphs unless configured (on by default from {g.default_from}: "
+        f"the engine spec's cuda_graphs.default_from); priced eager. For a server started with CUDA graphs give "
+        f"--engine {eng.name}@{g.default_from} (the {eng.name} spec prices its releases alike otherwise)"),
+        stacklevel=3)
 
 
 def _check_drafter_against_target(d, draft_model, m: ModelSpec):
