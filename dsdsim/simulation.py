@@ -43,8 +43,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
              requests: Optional[int] = None, input_len: str = DEFAULT_INPUT_LEN, output_len: str = DEFAULT_OUTPUT_LEN,
              acceptance=None, max_num_seqs: Optional[int] = None, max_num_batched_tokens: Optional[int] = None,
              kv_cache_tokens: Optional[int] = None, mem_fraction_static: Optional[float] = None,
-             scheduling: Optional[str] = None, slo: Optional[str] = None, seed: int = DEFAULT_SEED,
-             replicas: int = 1, router: str = "round-robin", executor: Optional[str] = "local",
+             scheduling: Optional[str] = None, prefix_cache_hit: float = 0.0, slo: Optional[str] = None,
+             seed: int = DEFAULT_SEED, replicas: int = 1, router: str = "round-robin", executor: Optional[str] = "local",
              progress: Optional[Callable[[int, int], None]] = None):
     """Serve ``requests`` requests of ``workload`` once per policy on one server; a SimulationReport (a
     SimulationResult whose ``to_json()`` is the command's JSON).
@@ -55,7 +55,9 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     names (requests None: 1000, or a trace's own rows). max_num_seqs, max_num_batched_tokens: the scheduler's
     limits (vLLM's; None: its defaults). kv_cache_tokens: the KV cache as the server reports it (vLLM's "GPU KV
     cache size: N tokens"; None: sized as the engine sizes it, vLLM from the deployment's memory_utilization).
-    mem_fraction_static: an SGLang server's memory share (None: SGLang's own for its release). scheduling: the rule
+    mem_fraction_static: an SGLang server's memory share (None: SGLang's own for its release). prefix_cache_hit:
+    the share of each prompt found in the prefix cache on admission (``SchedulerConfig.prefix_cache_hit``; 0: none).
+    scheduling: the rule
     that builds each step (``vllm``, ``prefill-first``, or one registered with
     ``dsdsim.serve.scheduler.register_rule``; None: the engine's). executor: ``local`` (this process, the default
     here), ``processes`` or a Dask scheduler address. replicas, router: N copies of the server behind a router
@@ -82,6 +84,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
             limits[name] = value
     if mem_fraction_static is not None:
         limits["mem_fraction_static"] = mem_fraction_static
+    if prefix_cache_hit:
+        limits["prefix_cache_hit"] = prefix_cache_hit
     check_executor(executor)
     job = checked(Simulation(setup, workload, policies, requests=requests, input_len=input_len,
                              output_len=output_len, acceptance=acceptance, scheduler=SchedulerConfig(**limits),

@@ -647,3 +647,19 @@ def test_a_server_scheduling_ahead_carries_a_request_its_drafts_finished_one_mor
     base = run("closed:1", "fixed:3", pricer=FakePricer(), **kw).policies[0]
     ahead = run("closed:1", "fixed:3", pricer=AheadPricer(), **kw).policies[0]
     assert ahead.e2e_s[1] == pytest.approx(base.e2e_s[1], rel=1e-12)
+
+
+def test_a_rider_takes_a_seat_in_the_step_it_rides(tmp_path):
+    """max_num_seqs 2, three requests at t = 0, K = 3, every draft accepted: A (9 output tokens) finishes on its
+    third step only because its drafts were accepted, B (30) keeps decoding. A server scheduling ahead still holds A
+    in its running list in the next step (vLLM's async scheduling), so that step has no seat for C: C's prefill waits
+    one step, where a server that knows A is done admits C beside B at once."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_len,output_len\n0,100,9\n0,100,30\n0,100,5\n")
+    cfg = SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=1024)
+    steps = {}
+    for name, pricer in (("base", FakePricer()), ("ahead", AheadPricer())):
+        run(f"trace:{trace}", "fixed:3", pricer=pricer, acceptance=1.0, scheduler=cfg)
+        steps[name] = [(s.decode_contexts.size, s.prefill_tokens.size) for s in pricer.steps[:5]]
+    assert steps["base"][:4] == [(0, 2), (2, 0), (2, 0), (1, 1)]     # C's prefill beside B once A is done
+    assert steps["ahead"][:5] == [(0, 2), (2, 0), (2, 0), (2, 0), (1, 1)]   # B + rider A; then B beside C

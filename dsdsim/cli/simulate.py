@@ -80,6 +80,11 @@ class ServeArgs:
         "--mem-fraction-static", metavar="F",
         help="An SGLang server's share of the GPU's memory for weights and KV cache (SGLang's --mem-fraction-static); "
              "default: the share SGLang picks for its release, GPU and tp")] = None
+    prefix_cache_hit: Annotated[float, Option(
+        "--prefix-cache-hit", metavar="SHARE",
+        help="The share of each prompt the server finds in its prefix cache, 0 to 1 (vLLM's /metrics: "
+             "prefix_cache_hits / prefix_cache_queries; an RL rollout of G samples per prompt finds (G - 1) / G of "
+             "the prompt): that share, in whole blocks, starts computed; default 0 (random prompts)")] = 0.0
     scheduling: Annotated[Optional[str], Option(
         "--scheduling", metavar="RULE",
         help="How each step is built: vllm (running requests, then waiting ones mixed in: vLLM V1) or "
@@ -138,6 +143,11 @@ class ServeArgs:
                 values[name] = value
         if self.mem_fraction_static is not None:
             values["mem_fraction_static"] = self.mem_fraction_static
+        if not 0 <= self.prefix_cache_hit < 1:
+            raise DsdsimError(f"--prefix-cache-hit must be in [0, 1), got {self.prefix_cache_hit:g}; 0.5 means half "
+                              "of every prompt is served from the cache")
+        if self.prefix_cache_hit:
+            values["prefix_cache_hit"] = self.prefix_cache_hit
         if "num_gpu_blocks" in values:
             values["kv_cache_tokens"] = values.pop("num_gpu_blocks") * SchedulerConfig.block_size
         return SchedulerConfig(**values)

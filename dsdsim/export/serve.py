@@ -292,10 +292,23 @@ def _footer(policies: Sequence[Mapping[str, Any]]) -> list[str]:
     steps = [p.get("steps") for p in policies if p.get("steps") is not None]
     units = _UNITS + (_GOODPUT if any(p.get("goodput_requests_per_s") is not None for p in policies) else "")
     if not durations:
-        return [units, servers_line(policies)] + fleet_line(policies) + kv_cache_line(policies)
-    return [units, servers_line(policies)] + fleet_line(policies) + kv_cache_line(policies) + [f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, {min(steps):,}-{max(steps):,} "
+        return [units, servers_line(policies)] + fleet_line(policies) + kv_cache_line(policies) + \
+            prefix_cache_line(policies)
+    return [units, servers_line(policies)] + fleet_line(policies) + kv_cache_line(policies) + \
+        prefix_cache_line(policies) + [f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, {min(steps):,}-{max(steps):,} "
             "engine steps per policy; as vllm bench serve counts them: TPOT (e2e - TTFT) / (output tokens - 1) per "
             "request, ITL the gaps between a request's successive emissions (a step's tokens stream as one chunk)"]
+
+
+def prefix_cache_line(policies: Sequence[Mapping[str, Any]]) -> list[str]:
+    """['prefix cache: 49.2% of prompt tokens found ...'] where the run asked for prefix cache hits, else []."""
+    hits = [p["prefix_cache_hit"] for p in policies if p.get("prefix_cache_hit") is not None]
+    if not hits:
+        return []
+    share = f"{100 * min(hits):.1f}%" if max(hits) - min(hits) < 5e-4 else \
+        f"{100 * min(hits):.1f}-{100 * max(hits):.1f}%"
+    return [f"prefix cache: {share} of the prompt tokens admitted were found cached (--prefix-cache-hit, in whole "
+            "blocks, the last prompt token always computed); their blocks count as each request's own"]
 
 
 def kv_cache_line(policies: Sequence[Mapping[str, Any]]) -> list[str]:

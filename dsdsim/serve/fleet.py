@@ -11,7 +11,8 @@ state, SGLang's EMA); the fleet's figures are every request's, the replicas' eac
                     ``--policy shortest_queue``).
 
 ``register_router(name, factory)`` adds one: a factory of objects with ``pick(loads, request) -> replica``.
-Prefix-aware routing needs prefix caching, which the simulation does not model yet: it is refused by name.
+Prefix-aware routing needs to know which prompts share a prefix; the simulation's prefix cache is a hit share of
+every prompt (``SchedulerConfig.prefix_cache_hit``), so it is refused by name.
 """
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ class LeastLoaded:
 
 
 ROUTERS: dict[str, Callable[[], Router]] = {"round-robin": RoundRobin, "least-loaded": LeastLoaded}
-_NOT_MODELLED = {"prefix-aware": "prefix-aware routing routes by shared prompt prefixes, and the simulation does not "
-                                 "model prefix caching yet; use round-robin or least-loaded"}
+_NOT_MODELLED = {"prefix-aware": "prefix-aware routing routes by which prompts share a prefix, and the simulation "
+                                 "models prefix caching as a hit share of every prompt (--prefix-cache-hit), not "
+                                 "the prompts' prefixes; use round-robin or least-loaded with --prefix-cache-hit"}
 
 
 def register_router(name: str, factory: Callable[[], Router]) -> None:

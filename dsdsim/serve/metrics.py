@@ -91,6 +91,9 @@ class PolicyResult:
     kv_cache_rule: Optional[str] = None    # ... and the engine rule that sized it, in words (MixedPricer.kv_pool)
     kv_cache_memory_share: Optional[float] = None   # ... at that share of the GPU's memory
     replicas: tuple = ()                   # a fleet's result: each replica's own (simulate --replicas N > 1)
+    # prompt tokens found in the prefix cache over prompt tokens admitted, preemptions' readmissions included (None:
+    # no prefix cache hits asked for: SchedulerConfig.prefix_cache_hit 0)
+    prefix_cache_hit: Optional[float] = None
     ttft_s: np.ndarray = field(default=None, repr=False)       # per request
     e2e_s: np.ndarray = field(default=None, repr=False)
     sent_s: np.ndarray = field(default=None, repr=False)
@@ -117,6 +120,7 @@ class PolicyResult:
             "kv_cache_memory_share": None if self.kv_cache_given else self.kv_cache_memory_share,
             "duration_s": self.duration_s,
             "steps": self.steps,
+            **({"prefix_cache_hit": self.prefix_cache_hit} if self.prefix_cache_hit is not None else {}),
             **({"replicas": [r.to_dict() for r in self.replicas]} if self.replicas else {}),
         }
 
@@ -143,7 +147,8 @@ def tpot_seconds(ttft_s: np.ndarray, e2e_s: np.ndarray, output_len: np.ndarray) 
 def policy_result(name: str, sent_s: np.ndarray, first_s: np.ndarray, finish_s: np.ndarray,
                   output_len: np.ndarray, itl_s: np.ndarray, timeline: Timeline, preemptions: int,
                   slo: Optional[Slo], mean_acceptance_length: float = 1.0,
-                  k_budget_limited_steps: int = 0, kv_cache: Optional[tuple] = None) -> PolicyResult:
+                  k_budget_limited_steps: int = 0, kv_cache: Optional[tuple] = None,
+                  prefix_cache_hit: Optional[float] = None) -> PolicyResult:
     """The figures of one run from its per-request times (seconds) and per-step timeline; ``kv_cache``: (the
     cache's tokens, whether they were given rather than sized from memory[, the rule that sized it, in words, and the
     share of the GPU's memory it took])."""
@@ -176,7 +181,8 @@ def policy_result(name: str, sent_s: np.ndarray, first_s: np.ndarray, finish_s: 
         kv_cache_tokens=None if kv_cache is None else int(kv_cache[0]),
         kv_cache_given=bool(kv_cache is not None and kv_cache[1]),
         kv_cache_rule=kv_cache[2] if kv_cache is not None and len(kv_cache) > 2 else None,
-        kv_cache_memory_share=kv_cache[3] if kv_cache is not None and len(kv_cache) > 3 else None)
+        kv_cache_memory_share=kv_cache[3] if kv_cache is not None and len(kv_cache) > 3 else None,
+        prefix_cache_hit=prefix_cache_hit)
 
 
 # --- a simulated run against the run it replays ---------------------------------------------------------------------

@@ -27,9 +27,10 @@ without ``--enable-mixed-chunk``: a prefill batch whenever one can be formed, el
 (priority, a fairness cap) is a class with a ``name`` and ``schedule(scheduler, k_guess) -> Plan`` built from the
 Scheduler's own steps (``running_then_waiting``, ``prefill_batch``), passed to ``register_rule``.
 
-Not modelled: prefix caching, ``long_prefill_token_threshold`` and partial-prefill limits, priority scheduling,
+Prefix caching is a hit share of each prompt (``SchedulerConfig.prefix_cache_hit``), not a cache of shared blocks.
+Not modelled: ``long_prefill_token_threshold`` and partial-prefill limits, priority scheduling,
 ``max_model_len`` truncation (a request longer than the model's window is refused before the run), async scheduling's
-one-step lag, structured output, encoder budgets.
+lag beyond the requests it carries a step after they finish (``riding``), structured output, encoder budgets.
 """
 from __future__ import annotations
 
@@ -71,6 +72,14 @@ class SchedulerConfig:
         the engine spec says (``EngineSpec.mixed_prefill``; mixed where it says nothing).
     rule: the name of the ``SchedulingRule`` that builds each step (``RULES``); None: ``prefill-first`` where
         ``mixed_prefill`` is False, else ``vllm``.
+    prefix_cache_hit: the share of each prompt the server finds in its prefix cache when it admits the request
+        (vLLM's automatic prefix caching, on by default in V1; SGLang's radix cache): what the server's metrics
+        report as ``vllm:prefix_cache_hits`` over ``vllm:prefix_cache_queries``. The request starts with that share
+        of its prompt computed, in whole blocks (``KVCacheManager.get_computed_blocks`` matches full blocks only),
+        and always computes its last prompt token (vLLM recomputes it for the logits: ``num_computed_tokens`` at
+        most ``num_tokens - 1``); a preempted request finds the same share again. The blocks found are held by the
+        request as its own (vLLM shares them by reference count with the requests that wrote them: for prompts
+        shared by requests running together the cache's use is an upper bound). 0: no hits (random prompts).
     """
 
     max_num_seqs: Optional[int] = None
@@ -82,6 +91,7 @@ class SchedulerConfig:
     chunked_prefill: bool = True
     mixed_prefill: Optional[bool] = None
     rule: Optional[str] = None
+    prefix_cache_hit: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_tokens"):
@@ -103,6 +113,10 @@ class SchedulerConfig:
                               f"({self.max_num_seqs}), as vLLM requires")
         if self.rule is not None:
             rule_named(self.rule)
+        h = self.prefix_cache_hit
+        if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h < 1:
+            raise DsdsimError(f"prefix_cache_hit (the share of each prompt found in the prefix cache) must be in "
+                              f"[0, 1), got {h!r}; 0.5 means half of every prompt is served from the cache")
 
     def for_server(self, engine, speculative: bool, hardware=None, tp: int = 1) -> "SchedulerConfig":
         """These limits settled for one server: max_num_seqs as given, else the engine's limit for a speculative
@@ -270,6 +284,11 @@ class Scheduler:
         self.generated = np.zeros(n, dtype=np.int64)     # output tokens emitted
         self.held = np.zeros(n, dtype=np.int64)          # KV blocks allocated
         self.decoding = np.zeros(n, dtype=bool)          # prefill (or recompute) done: verifies 1 + K tokens a step
+        # prompt tokens found in the prefix cache on admission: the hit share in whole blocks, the last token computed
+        bs = self.cfg.block_size
+        self.cache_hit = np.minimum(np.floor(self.in_len * float(self.cfg.prefix_cache_hit) / bs).astype(np.int64) * bs,
+                                    np.maximum(self.in_len - 1, 0))
+        self.prompt_admitted = self.prompt_cached = 0    # prompt tokens admitted, and found in the cache, all runs
         self.send_t = np.full(n, np.nan)                 # when the client sent it (latencies start here)
         self.first_t = np.full(n, np.nan)
         self.finish_t = np.full(n, np.nan)
@@ -281,6 +300,11 @@ class Scheduler:
         self.waiting: deque[int] = deque()               # WAITING, FCFS; preempted requests go to the front
         self.finished = 0
         self.preemptions = 0
+        # requests riding the next step that decodes after their drafts finished them (a server scheduling a step
+        # ahead, set by its Server before each step): vLLM still holds them in its running list then, so in a step
+        # that decodes each takes a seat under max_num_seqs and 1 + K tokens of the budget (Server.riders)
+        self.riding = 0
+        self._riding_now = 0                             # ... in the step being built (0 where none decodes)
         self.rule = rule_named(config.rule_name)
 
     # ------------------------------------------------------------------------------------------- the client
@@ -326,13 +350,14 @@ class Scheduler:
         batch."""
         cfg, bs, la = self.cfg, self.cfg.block_size, self.kv_lookahead
         separate = not admit
-        budget = cfg.max_num_batched_tokens
         k_guess = min(int(k_guess), self.lookahead)
         q_guess = 1 + int(self.drafts[k_guess])      # tokens a decoding request brings at that K
         preempted = False
         ids = np.asarray(self.run, dtype=np.int64)
         comp = self.computed[ids]
         dec = self.decoding[ids]
+        riding = self._riding_now = self.riding if dec.any() else 0   # riders ride a step that decodes
+        budget = cfg.max_num_batched_tokens - riding * q_guess        # and verify in it too
         if dec.all():                              # the common step: every running request decodes
             want = np.full(ids.size, q_guess, dtype=np.int64)
             need = _ceil_div(comp + (q_guess + la), bs)
@@ -381,6 +406,7 @@ class Scheduler:
         decode batch runs instead)."""
         cfg, bs = self.cfg, self.cfg.block_size
         left = cfg.max_num_batched_tokens
+        self._riding_now = 0                         # riders wait for the decode batch
         ids, chunks = [], []
         for r in self.run:
             if self.decoding[r] or left <= 0:
@@ -434,8 +460,12 @@ class Scheduler:
         """Waiting requests FCFS while seats, tokens and blocks allow; their first (or only) prefill chunk."""
         cfg, bs = self.cfg, self.cfg.block_size
         ids, chunks, skipped = [], [], []
-        while self.waiting and left > 0 and len(self.run) < cfg.max_num_seqs:
+        while self.waiting and left > 0 and len(self.run) + self._riding_now < cfg.max_num_seqs:
             r = self.waiting[0]
+            if self.computed[r] == 0:               # a new or preempted request: its prompt's cached blocks
+                self.computed[r] = self.cache_hit[r]
+                self.prompt_admitted += int(self.in_len[r])
+                self.prompt_cached += int(self.cache_hit[r])
             pending = int(self.in_len[r] + self.generated[r] - self.computed[r])
             if not cfg.chunked_prefill and pending > left:
                 skipped.append(self.waiting.popleft())      # vLLM skips it this step and tries the next
@@ -457,9 +487,9 @@ class Scheduler:
     def _k_cap(self, dec_ids: np.ndarray, prefill_tokens: int, covered: int) -> int:
         """The largest K every decoding request can verify: the tokens left in the budget (prefill chunks + 1 + K per
         decoding request <= max_num_batched_tokens) and the blocks left in the cache."""
-        d = int(dec_ids.size)
-        if d == 0:
+        if dec_ids.size == 0:
             return self.lookahead
+        d = int(dec_ids.size) + self._riding_now         # riders verify the step's K too (their blocks are held)
         la, bs = self.kv_lookahead, self.cfg.block_size
         room = (self.cfg.max_num_batched_tokens - prefill_tokens - d) // d      # draft tokens each can bring
         if self.chain:

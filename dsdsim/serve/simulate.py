@@ -274,9 +274,12 @@ def _fleet_result(servers: list[Server], owner: np.ndarray, outs, slo, kv: tuple
     verifies = sum(x.verifies for x in servers)
     mal = 1.0 + sum(x.accepted_sum for x in servers) / verifies if verifies else 1.0
     itl = np.concatenate([x.itl() for x in servers])
+    admitted = sum(x.sch.prompt_admitted for x in servers)
+    hit = (sum(x.sch.prompt_cached for x in servers) / admitted if admitted else 0.0) \
+        if servers[0].sch.cfg.prefix_cache_hit > 0 else None
     result = policy_result(servers[0].policy.name, send, first, finish, np.asarray(outs), itl, timeline,
                            sum(x.sch.preemptions for x in servers), slo, mal, sum(x.limited for x in servers),
-                           kv_cache=kv)
+                           kv_cache=kv, prefix_cache_hit=hit)
     return replace(result, replicas=replicas)
 
 
@@ -398,6 +401,7 @@ class Server:
 
     def step(self, now: float) -> float:
         sch, policy, la = self.sch, self.policy, self.la
+        sch.riding = int(self.riders.size)
         plan = sch.schedule(self.k_prev)
         if plan.num_requests == 0:
             raise AssertionError("a step scheduled nothing while requests wait")
@@ -459,9 +463,11 @@ class Server:
         sch = self.sch
         mal = 1.0 + self.accepted_sum / self.verifies if self.verifies else 1.0
         pick = slice(None) if ids is None else ids
+        hit = (sch.prompt_cached / sch.prompt_admitted if sch.prompt_admitted else 0.0) \
+            if sch.cfg.prefix_cache_hit > 0 else None
         return policy_result(self.policy.name, sch.send_t[pick], sch.first_t[pick], sch.finish_t[pick],
                              np.asarray(outs)[pick], self.itl(), self.timeline(), sch.preemptions, slo, mal,
-                             self.limited, kv_cache=kv)
+                             self.limited, kv_cache=kv, prefix_cache_hit=hit)
 
 
 def _run(policy: Policy, pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig, draws: RequestAcceptance,
