@@ -155,7 +155,7 @@ def next_capture_size(sizes: tuple[int, ...], n: np.ndarray) -> tuple[np.ndarray
     if type(n) is float:
         idx = bisect_left(sizes, n)
         return (float(sizes[idx]), True) if idx < len(sizes) else (n, False)
-    arr = num(sizes)
+    arr = sizes if type(sizes) is np.ndarray else num(sizes)
     idx = np.searchsorted(arr, n, side="left")
     ok = idx < arr.size
     return np.where(ok, arr[np.minimum(idx, arr.size - 1)], n), ok
@@ -181,6 +181,12 @@ def largest_capture(graphs: CudaGraphs, q: float) -> int:
     return sizes[-1] if sizes else 0
 
 
+@lru_cache(maxsize=256)
+def _multiples_array(graphs: CudaGraphs, q: float) -> np.ndarray:
+    """``_multiples`` as a float array (what a grid searches), made once per spec and q."""
+    return num(_multiples(graphs, q))
+
+
 # vllm/config/vllm.py@v0.29.0 VllmConfig._set_cudagraph_sizes: the request counts of the uniform decode sizes
 _REQUEST_COUNTS = (1, 2, 4, *range(8, 256, 8), *range(256, 8193, 16))
 
@@ -190,6 +196,11 @@ def _next_multiple_size(graphs: CudaGraphs, b, q):
     if type(b) is float and type(q) is float:
         return next_capture_size(_multiples(graphs, q), b * q)
     b, q = np.asarray(b, dtype=float), np.asarray(q, dtype=float)
+    axis = _own_axis(b, q)
+    if axis is not None:      # a grid: q varies along an axis of its own (K), b along others: one column per q
+        cols = [next_capture_size(_multiples_array(graphs, qv), b * qv) for qv in q.ravel().tolist()]
+        return (np.concatenate([c[0] for c in cols], axis=axis),
+                np.concatenate([np.broadcast_to(c[1], c[0].shape) for c in cols], axis=axis))
     size = np.array(np.broadcast_to(b * q, np.broadcast_shapes(b.shape, q.shape)))
     ok = np.zeros(size.shape, dtype=bool)
     for qv in sorted(set(q.ravel().tolist())):   # a few values of q: each evaluated over b's own shape,
@@ -201,6 +212,17 @@ def _next_multiple_size(graphs: CudaGraphs, b, q):
             np.copyto(size, s, where=where_q)
             np.copyto(ok, o, where=where_q)
     return size, ok
+
+
+def _own_axis(b: np.ndarray, q: np.ndarray) -> Optional[int]:
+    """The one axis q varies along where b does not (a grid's K axis), or None: q a single value or sharing an axis
+    with b, or the two of different ranks."""
+    if q.ndim != b.ndim or q.ndim == 0:
+        return None
+    wide = [i for i, d in enumerate(q.shape) if d > 1]
+    if len(wide) != 1 or b.shape[wide[0]] != 1:
+        return None
+    return wide[0]
 
 
 def _uniform_decode_size(graphs: CudaGraphs, b, q):
