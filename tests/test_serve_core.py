@@ -42,7 +42,9 @@ class FakePricer:
 
     def seconds(self, step: ScheduledStep) -> float:
         self.steps.append(step)
-        tokens = float(step.prefill_tokens.sum()) + step.decode_contexts.size * (1 + step.k)
+        verified = (step.decode_contexts.size * (1 + step.k) if step.decode_tokens is None
+                    else float(step.decode_tokens.sum()))
+        tokens = float(step.prefill_tokens.sum()) + verified
         context = float(step.decode_contexts.sum() + step.prefill_contexts.sum())
         return self.a + self.b * tokens + self.c * context + self.d * step.k
 
@@ -185,9 +187,9 @@ def test_rollout_batch_drains():
     tl = p.timeline
     prefills = tl.requests - tl.decoding
     last = int(np.flatnonzero(prefills > 0)[-1])
-    assert tl.requests.max() > 250                   # nearly everyone in flight at once
+    assert tl.requests.max() > 150                   # most in flight at once (decoders take 1 + K tokens first)
+    assert int(np.argmax(tl.requests)) <= last + 1   # the peak while prompts are admitted
     assert np.all(np.diff(tl.requests[last:]) <= 0)
-    assert np.all(np.diff(tl.requests[:last + 1][: int(np.argmax(tl.requests)) + 1]) >= 0)
 
 
 def test_preemption_with_a_tiny_cache_and_everything_finishes():
@@ -217,15 +219,46 @@ def test_steps_respect_the_token_budget_and_max_num_seqs():
     assert any(s.prefill_tokens.size and s.decode_contexts.size for s in f.steps)     # chunked prefill mixes
 
 
-def test_k_is_lowered_when_the_budget_cannot_hold_it():
-    """max_num_batched_tokens 64 with 32 decoding requests: 1 + K <= 2 tokens each, so K <= 1 whatever the table."""
+def test_the_budget_trims_the_drafts_of_the_decoder_at_its_edge():
+    """vLLM's running pass: max_num_batched_tokens 64, 32 decoding requests at K = 5. The first 10 get 1 + 5 tokens
+    (60), the 11th the 4 left (its drafts trimmed to 3), the other 21 wait. Every draft accepted: the 10 emit 6 tokens
+    each and the trimmed one 4, 64 a step."""
     f = FakePricer()
     cfg = SchedulerConfig(max_num_seqs=32, max_num_batched_tokens=64)
+    p = run("closed:32", "fixed:5", pricer=f, requests=32, input_len="8", output_len="400", acceptance=1.0,
+            scheduler=cfg).policies[0]
+    decode_only = [i for i, s in enumerate(f.steps) if s.decode_contexts.size and not s.prefill_tokens.size]
+    trimmed = [i for i in decode_only if f.steps[i].decode_tokens is not None]
+    assert trimmed and all(f.steps[i].k == 5 for i in decode_only)
+    for i in trimmed[:20]:
+        s = f.steps[i]
+        assert s.decode_contexts.size == 11
+        assert s.decode_tokens.tolist() == [6.0] * 10 + [4.0]
+        assert p.timeline.tokens[i] == 64            # the trimmed request accepts at most its 3 drafts
+    assert p.k_budget_limited_steps >= len(trimmed)
+
+
+def test_k_is_lowered_for_every_decoder_where_the_rule_does_not_trim():
+    """The prefill-first rule (SGLang): max_num_batched_tokens 64 with 32 decoding requests: 1 + K <= 2 tokens each,
+    so K <= 1 whatever the table."""
+    f = FakePricer()
+    cfg = SchedulerConfig(max_num_seqs=32, max_num_batched_tokens=64, rule="prefill-first")
     p = run("closed:32", "fixed:5", pricer=f, requests=64, input_len="8", output_len="50",
             scheduler=cfg).policies[0]
     full = [s for s in f.steps if s.decode_contexts.size == 32]
-    assert full and all(s.k <= 1 for s in full)
+    assert full and all(s.k <= 1 and s.decode_tokens is None for s in full)
     assert p.k_budget_limited_steps > 0
+
+
+def test_a_fixed_k_runs_its_k_while_prompts_fill_the_budget():
+    """Every request at t = 0 and a budget of 2,048 tokens: the decoders bring 1 + 3 tokens to every step, before any
+    waiting prompt is given what is left (vLLM schedules RUNNING requests first); K never drops for the prompts."""
+    f = FakePricer()
+    p = run("rollout", "fixed:3", pricer=f, requests=300, input_len="uniform:10:500", output_len="lognormal:120:80",
+            scheduler=SchedulerConfig(max_num_seqs=512, max_num_batched_tokens=2048)).policies[0]
+    mixed = [s for s in f.steps if s.decode_contexts.size and s.prefill_tokens.size]
+    assert mixed and all(s.k == 3 for s in f.steps if s.decode_contexts.size)
+    assert set(p.k_histogram) == {3} or p.k_histogram.get(0, 0) <= 1
 
 
 # ---------------------------------------------------------------------------------------------- policies

@@ -160,6 +160,15 @@ def _sequence_seconds(ops: list[Timed], p: PassPoint, gap: float) -> float:
     return total
 
 
+def _decode_groups(q: np.ndarray, c: np.ndarray) -> list[tuple[float, float, float]]:
+    """(requests, q, mean context) of the decoders verifying each distinct number of tokens q."""
+    out = []
+    for qv in np.unique(q).tolist():
+        at = q == qv
+        out.append((float(np.count_nonzero(at)), qv, float(c[at].mean())))
+    return out
+
+
 def _requests(q: np.ndarray, c: np.ndarray) -> PassPoint:
     """The requests of a step as one pass point: arrays over them, or Python floats for a single request."""
     if q.size == 1:
@@ -244,9 +253,12 @@ class MixedPricer:
         q = sh.q
         prefill_tokens = float(pre_q.sum()) if n_pre else 0.0
         dec_sum = float(dec_c.sum()) if n_dec else 0.0
-        tokens = n_dec * q + prefill_tokens
-        # CUDA graphs: a decode-only step pads as the steady model does, a mixed one pads its tokens
-        if n_pre == 0:     # the padded tokens spread over the sequences, attention included, as the steady step
+        dec_q = None if step.decode_tokens is None or not n_dec else np.asarray(step.decode_tokens, dtype=float)
+        dec_tokens = n_dec * q if dec_q is None else float(dec_q.sum())
+        tokens = dec_tokens + prefill_tokens
+        # CUDA graphs: a uniform decode step pads as the steady model does; a mixed one, or one whose decoders the
+        # budget trimmed (vLLM: not a uniform decode batch), pads its tokens
+        if n_pre == 0 and dec_q is None:   # the padded tokens spread over the sequences, attention included
             q_seq, graphed = sh.q_verify, sh.graphed
             padded = n_dec * q_seq
         else:
@@ -254,23 +266,27 @@ class MixedPricer:
             sh = sh._replace(piecewise=False)
         gap = self._gaps[0 if graphed else 1]
         # verify pass: tokens, logits rows, each request over its context
-        head_rows = padded if n_pre == 0 else n_dec * q + n_pre   # decode only: every padded row, as the steady step
+        head_rows = padded if n_pre == 0 and dec_q is None else dec_tokens + n_pre   # uniform: every padded row
         passes = 2.0 if kk > 0 else 1.0
         verify = (self._verify_tokens.seconds(int(round(padded)), graphed)
                   + self._verify_head[passes].seconds(int(round(head_rows)), graphed))
         if self._verify.sequences and self._linear:
-            groups = ([(float(n_dec), q_seq, dec_sum / n_dec)] if n_dec else []) + \
+            groups = (_decode_groups(dec_q, dec_c) if dec_q is not None
+                      else [(float(n_dec), q_seq, dec_sum / n_dec)] if n_dec else []) + \
                 [(1.0, a, b) for a, b in zip(pre_q.tolist(), pre_c.tolist())]
             verify += _grouped_seconds(self._verify_grouped, groups, gap)
         elif self._verify.sequences:
-            p = _requests(np.concatenate([np.full(n_dec, q_seq), pre_q]), np.concatenate([dec_c, pre_c]))
+            p = _requests(np.concatenate([np.full(n_dec, q_seq) if dec_q is None else dec_q, pre_q]),
+                          np.concatenate([dec_c, pre_c]))
             verify += _sequence_seconds(self._verify.sequences, p, gap)
         if n_pre:      # the drafter reads each prefilling request at its context after this step's chunk
             contexts = np.concatenate([dec_c, pre_c + pre_q])
             mean_context = float(contexts.sum()) / n
         else:
             contexts, mean_context = dec_c, dec_sum / n
-        draft = self._draft_seconds(kk, n, contexts, mean_context, prefill_tokens - n_pre * (kk + 1), sh)
+        # the first draft pass runs over the tokens verified (the prefills' chunks, the trimmed decoders' fewer)
+        draft = self._draft_seconds(kk, n, contexts, mean_context,
+                                    prefill_tokens - n_pre * (kk + 1) + dec_tokens - n_dec * q, sh)
         device = verify + draft + sh.overhead_s
         et = engine_seconds(f, device, float(n), kk, sh, self._plan.small_kernel_s, self.dynamic, draft, tokens / n)
         return float(device) if et is None else float(device + et.added_s)
@@ -307,8 +323,8 @@ class MixedPricer:
             rows = p.tokens if type(p.tokens) is float else float(np.sum(p.tokens))
             g = graphed
             if p is first:
-                if extra_first_tokens > 0:
-                    rows += extra_first_tokens
+                if extra_first_tokens:
+                    rows = max(rows + extra_first_tokens, float(n))
                 g = self._first_pass_graphed(rows, sh)
             head_rows = p.head_rows if type(p.head_rows) is float else float(np.sum(p.head_rows))
             one = token_table.seconds(int(round(rows)), g) + head_table.seconds(int(round(head_rows)), g)

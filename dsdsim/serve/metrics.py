@@ -83,7 +83,7 @@ class PolicyResult:
     steps: int
     timeline: Timeline = field(repr=False)
     mean_acceptance_length: float = 1.0    # 1 + accepted drafts / verify passes (vLLM's), K > 0 passes only
-    k_budget_limited_steps: int = 0        # steps whose K the token budget or the free blocks lowered
+    k_budget_limited_steps: int = 0        # steps whose K the budget or the free blocks lowered, or trimmed (vLLM)
     # decoding batch size -> seconds of steps at it (what predict --batch-weights reads)
     batch_seconds: dict = field(default_factory=dict)
     kv_cache_tokens: Optional[int] = None  # the KV cache the run had (whole blocks), all requests together

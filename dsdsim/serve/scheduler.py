@@ -17,9 +17,16 @@ Mirrors ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``) with its de
    request is tried, as vLLM skips it).
 3. K. The step's K is decided after the set of requests is known (vLLM looks its dynamic table up by the number of
    requests scheduled, prefills included). Decoding requests were given 1 + K' tokens and blocks while the set was
-   built, K' the previous step's K; the policy's K is then capped (``Plan.k_cap``) by the tokens left in the budget
-   and the free blocks, so a larger K than K' is taken only where it fits, and every decoding request verifies the
-   same K (``ScheduledStep`` has one): when the budget squeezes one of them, the step's K is lowered for all.
+   built, K' the drafts they bring (the K the policy asked for in the previous step that decoded: vLLM's drafter
+   proposes at the table's K whatever the budget, and the next step's running pass gives those drafts the budget
+   before any waiting prompt); the policy's K is then capped (``Plan.k_cap``) by the tokens left in the budget and the
+   free blocks, so a larger K than K' is taken only where it fits for every decoding request.
+4. Trimming. Where the decoders' 1 + K' tokens do not all fit the budget, vLLM's running pass gives each
+   ``min(1 + K', budget left)`` and trims the speculative tokens of the one at the budget's edge to what it was given
+   (``del request.spec_token_ids[num_scheduled_spec_tokens:]`` in ``Scheduler.schedule``); those after it are not
+   scheduled. The step then has no single K: ``Plan.dec_drafts`` holds each decoder's drafts, the step is priced
+   over their tokens (``ScheduledStep.decode_tokens``) and each accepts at most its own. This is the ``vllm`` rule's
+   (a chain's); the ``prefill-first`` rule and trees lower the step's K for every decoder instead.
 
 The rule that builds a step is the one extension point (``SchedulingRule``, registered in ``RULES`` by name):
 ``vllm`` (the above: running requests, then waiting ones mixed into the same step) and ``prefill-first`` (SGLang
@@ -147,6 +154,8 @@ class Plan:
 
     dec_ids: decoding requests; pre_ids / pre_chunks: prefilling requests and the tokens each computes.
     k_cap: the largest K the token budget and the free blocks allow the decoding requests (0 without any).
+    dec_drafts: where vLLM's running pass trimmed the speculative tokens of the decoder at the budget's edge, the
+        drafts each decoding request may verify (at most k_cap; the step's K caps them again); None: k_cap for all.
     """
 
     dec_ids: np.ndarray
@@ -154,6 +163,7 @@ class Plan:
     pre_chunks: np.ndarray
     k_cap: int
     covered_k: int = -1          # the decoding requests already hold the blocks of this K (-1: not known)
+    dec_drafts: Optional[np.ndarray] = None   # drafts each decoder may verify where the budget trimmed some (vLLM)
 
     @property
     def num_requests(self) -> int:
@@ -204,6 +214,7 @@ class SchedulingRule(Protocol):
 
     name: str
     summary: str
+    trims_drafts: bool        # the budget trims the drafts of the decoder at its edge, as vLLM's running pass does
 
     def schedule(self, s: "Scheduler", k_guess: int) -> Plan: ...
 
@@ -214,6 +225,7 @@ class MixedChunked:
 
     name = "vllm"
     summary = "running requests, then waiting ones in the same step (chunked prefill mixed with decodes; vLLM V1)"
+    trims_drafts = True
 
     def schedule(self, s: "Scheduler", k_guess: int) -> Plan:
         return s.running_then_waiting(k_guess, admit=True)
@@ -225,6 +237,7 @@ class PrefillFirst:
 
     name = "prefill-first"
     summary = "a prefill batch whenever one can be formed, else the decode batch (SGLang without mixed chunks)"
+    trims_drafts = False
 
     def schedule(self, s: "Scheduler", k_guess: int) -> Plan:
         plan = s.prefill_batch()
@@ -306,6 +319,9 @@ class Scheduler:
         self.riding = 0
         self._riding_now = 0                             # ... in the step being built (0 where none decodes)
         self.rule = rule_named(config.rule_name)
+        # vLLM's running pass trims the drafts of the decoder at the budget's edge (a chain's, under a rule that
+        # says so: SchedulingRule.trims_drafts); elsewhere the budget lowers the step's K for every decoder
+        self.trims = bool(self.chain and self.lookahead > 0 and getattr(self.rule, "trims_drafts", False))
 
     # ------------------------------------------------------------------------------------------- the client
 
@@ -397,6 +413,11 @@ class Scheduler:
             pre_ids = np.concatenate([ids[~dec], np.asarray(new_ids, dtype=np.int64)])
             pre_chunks = np.concatenate([grant[~dec], np.asarray(new_chunks, dtype=np.int64)])
             dec_ids = ids[dec]
+        if total > budget and admit and self.trims and dec_ids.size and k_guess > 0:
+            # vLLM trims the drafts of the decoder at the budget's edge; the budget is spent: no K above K'
+            drafts = grant[dec] - 1
+            trimmed = drafts if int(drafts.min()) < k_guess else None
+            return Plan(dec_ids, pre_ids, pre_chunks, k_guess, k_guess, trimmed)
         covered = k_guess if total <= budget else -1     # every decoding request holds the blocks of this K
         return Plan(dec_ids, pre_ids, pre_chunks, self._k_cap(dec_ids, int(pre_chunks.sum()), covered), covered)
 

@@ -48,6 +48,15 @@ MAX_REQUESTS = 1_000_000
 _EMPTY = np.zeros(0)
 
 
+def _own_drafts(dec_drafts: Optional[np.ndarray], k: int) -> Optional[np.ndarray]:
+    """The drafts each decoder verifies at the step's K where the budget trimmed some (``Plan.dec_drafts``);
+    None where every decoder verifies K."""
+    if dec_drafts is None or k == 0:
+        return None
+    own = np.minimum(dec_drafts, k)
+    return None if int(own.min()) >= k else own.astype(np.int64)
+
+
 @frozen
 class SimulationResult:
     """Every policy's result on the same requests."""
@@ -417,20 +426,24 @@ class Server:
         riders = self.riders if plan.dec_ids.size else _EMPTY     # they ride a step that decodes (a prefill batch
         want = min(int(policy.k(plan.num_requests + riders.size, view)), la)   # carries them on)
         k = min(want, plan.k_cap) if plan.dec_ids.size else want
-        self.limited += int(k < want)
+        own = _own_drafts(plan.dec_drafts, k) if plan.dec_ids.size else None   # the budget trimmed some (vLLM)
+        self.limited += int(k < want or own is not None)
         sch.commit(plan, k)
         decode_contexts = view.decode_contexts if not riders.size else np.concatenate([view.decode_contexts, riders])
+        tokens = None if own is None else np.concatenate([1.0 + own, np.full(riders.size, 1.0 + k)])
         step_s = float(self.pricer.seconds(ScheduledStep(k, decode_contexts, view.prefill_tokens,
-                                                         view.prefill_contexts)))
+                                                         view.prefill_contexts, tokens)))
         if not (math.isfinite(step_s) and step_s > 0):
             raise DsdsimError(f"the pricer gave {step_s!r} s for a step of {plan.num_requests} requests at K = {k}; "
                               "a step takes a positive, finite time")
         now += step_s
         accepted = self.draws.accepted(plan.dec_ids, k, sch.generated[plan.dec_ids])
+        if own is not None:                            # a trimmed request accepts at most the drafts it verified
+            accepted = np.minimum(accepted, own)
         if plan.dec_ids.size and k > 0:
             self.verifies += int(plan.dec_ids.size)
             self.accepted_sum += int(accepted.sum())
-            policy.observe(accepted, k)
+            policy.observe(accepted if own is None else accepted[own == k], k)
         before = sch.generated[plan.dec_ids] if self.ahead and k > 0 else None
         g, emitted = sch.finish(plan, now, accepted)
         if plan.dec_ids.size:
@@ -447,7 +460,9 @@ class Server:
         self.n_dec.append(int(plan.dec_ids.size))
         self.ks.append(k)
         self.toks.append(emitted)
-        if plan.dec_ids.size:
+        if sch.trims:               # the drafts the decoders bring to the next step: under vLLM's rule the K its
+            self.k_prev = want      # table gives the step, whatever budget was left (a prompt completing drafts too)
+        elif plan.dec_ids.size:
             self.k_prev = k
         return now
 

@@ -8,7 +8,7 @@ its own context, plus the draft passes and the engine's terms.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Optional, Protocol
 
 import numpy as np
 
@@ -19,16 +19,21 @@ from dsdsim.records import frozen
 class ScheduledStep:
     """One step's work. Arrays are float64, one entry per request in the step.
 
-    k: draft tokens per decoding request this step (0: plain decoding); every decoding request verifies the same K.
+    k: draft tokens per decoding request this step (0: plain decoding): the drafter's K, and every decoding request's
+        but those ``decode_tokens`` trims.
     decode_contexts: tokens already in each decoding request's KV cache before the step.
     prefill_tokens: prompt tokens each prefilling request computes this step (its chunk).
     prefill_contexts: tokens already cached for each prefilling request (its earlier chunks).
+    decode_tokens: tokens each decoding request verifies where the token budget trimmed some of their drafts (vLLM's
+        running pass: 1 + its own drafts, at most 1 + K); None: 1 + K each (a tree's tokens + 1). The drafter still
+        ran K passes for every request: vLLM trims drafts already proposed.
     """
 
     k: int
     decode_contexts: np.ndarray
     prefill_tokens: np.ndarray
     prefill_contexts: np.ndarray
+    decode_tokens: Optional[np.ndarray] = None
 
     @property
     def num_requests(self) -> int:
