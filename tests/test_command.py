@@ -111,6 +111,13 @@ def test_the_last_value_wins_and_a_repeatable_option_keeps_them_all():
     assert seen["size"] == 3 and seen["extra"] == [Path("a"), Path("b")]
 
 
+def test_a_repeatable_option_takes_every_word_up_to_the_next_option():
+    """``--measurements run-*.json``: the shell gives the files as words after one option."""
+    seen = _run("run", "--extra", "a", "b", "c", "-s", "4", "--extra", "d", "--eager")
+    assert seen["extra"] == [Path("a"), Path("b"), Path("c"), Path("d")] and seen["size"] == 4 and seen["eager"]
+    assert _error("run", "--extra") == "Option '--extra' requires an argument."
+
+
 def test_a_flag_and_its_off_switch():
     assert _run("run", "--no-sweeps")["sweeps"] is False
     assert _run("run", "--no-sweeps", "--sweeps")["sweeps"] is True

@@ -296,8 +296,12 @@ def calibrate(
         None, "--measurements", help="Your measured points: vllm bench serve --save-result JSON files, SGLang "
                                      "bench_serving JSON lines (K in the file name: run-k3.jsonl), or a CSV "
                                      "batch_size,k,context,itl_ms,acceptance_length (itl_ms per output token); "
-                                     "repeatable, mixed K and batch: fits the deployment's shape and writes an "
-                                     "engine spec"),
+                                     "one or more after it (a shell glob), mixed K and batch: fits the "
+                                     "deployment's shape and writes an engine spec"),
+    replay: bool = Option(False, "--replay",
+                          help="--measurements: fit through the serving simulation, replaying each run saved "
+                               "with vllm bench serve --save-detailed (its requests, client limit and arrivals) "
+                               "at the figures being fitted; prints each run's measured vs replayed mean TPOT"),
     plan: Optional[int] = Option(None, "--plan", metavar="N",
                                  help="Say which N (batch, K) points to measure to pin the figures "
                                       "--measurements fits, with the command lines that measure them"),
@@ -330,6 +334,10 @@ def calibrate(
       posteriori, soft-L1 loss). Prints each figure beside its prior and bounds (and which sit on a bound), every
       point measured vs fitted with its leave-one-out error, and writes one engine spec --name that predict,
       explain, simulate and plan take (--engine FILE).
+    --replay (with --measurements): a serving run's mean TPOT is no steady step (the batch ramps and drains,
+      prefills land in some steps); each run saved with --save-detailed is replayed through the simulator at the
+      fitted figures and the fit's targets are corrected by measured / replayed, two rounds (about a second a run
+      a round).
     --plan N: the N points that pin those figures best (greedy D-optimal design over the feasible batch x K grid)
       and the vllm bench serve (or SGLang bench_serving, with --engine sglang) command lines that measure them.
     --report: efficiencies (compute; memory for GEMMs, attention and vector kernels), launch and step overhead and
@@ -340,12 +348,16 @@ def calibrate(
     Examples:
       dsdsim calibrate --plan 6 -m llama-3.1-70b -g h100-sxm --tp 8
       dsdsim calibrate --measurements dsdsim-b*-k*.json -m llama-3.1-70b -g h100-sxm --tp 8 --name my-vllm -o my-vllm.yaml
+      dsdsim calibrate --measurements run-*.json --replay -m llama-3.1-8b -g h100-sxm --name my-vllm -o my-vllm.yaml
       dsdsim calibrate -r out/report.json -g my-cpu.yaml -o my-cpu-calibrated.yaml"""
     import json as _json
 
     if sum(x is not None and x != [] for x in (report, measurements, plan)) != 1:
         raise DsdsimError("give exactly one of --plan N (which points to measure), --measurements (fit your points) "
                           "or --report (fit a hardware spec to a validation report)")
+    if replay and not measurements:
+        raise DsdsimError("--replay fits through the simulator the runs given with --measurements; add "
+                          "--measurements RUN.json ... (vllm bench serve --save-result --save-detailed files)")
     from dsdsim.cli.options import deployment_from_options
 
     if plan is not None:
@@ -362,7 +374,7 @@ def calibrate(
 
         dep = deployment_from_options(tp, ep, dtype, kv_dtype, 0.0)
         return calibrate_measurements(measurements, model or DEFAULT_MODEL, hardware or DEFAULT_HARDWARE, dep,
-                                      drafter, engine, context, name, output, date)
+                                      drafter, engine, context, name, output, date, replay)
     if hardware is None:
         raise DsdsimError("calibrate --report needs --hardware (the spec the report was predicted with)")
     if not report.is_file():

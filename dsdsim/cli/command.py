@@ -4,7 +4,8 @@ A command is a function registered on an ``App`` (``@app.command()``); each para
 an argument (``Argument``), declared in its default or in ``Annotated[type, Option(...)]``, and a parameter typed
 ``Invocation`` receives which options the user typed. The types are those the commands use: ``str``, ``int``,
 ``float``, ``bool`` (a flag, or ``--x/--no-x``), ``Path``, an ``Enum`` (its values are the choices),
-``Optional[...]`` and ``List[...]`` (a repeatable option). The command line is split by a stdlib ``argparse``
+``Optional[...]`` and ``List[...]`` (a repeatable option; a command's takes every word up to the next option,
+so a shell glob gives it its files). The command line is split by a stdlib ``argparse``
 parser built from the declarations (``_parser``); the values are converted here, in the order typed. Help is laid
 out as click lays it out, and usage errors use click's words ("No such option: --speed", "Invalid value for '--tp':
 ..."), raised as ``UsageError`` for ``dsdsim.cli.app`` to print in one line.
@@ -390,7 +391,10 @@ class _Typed(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         if not hasattr(namespace, "_typed"):
             namespace._typed = []
-        namespace._typed.append((self.param, self.value if self.nargs == 0 else values))
+        if self.nargs == "+":             # a repeatable option given several words: --measurements a.json b.json
+            namespace._typed.extend((self.param, v) for v in values)
+        else:
+            namespace._typed.append((self.param, self.value if self.nargs == 0 else values))
 
 
 def _parser(params: list[Param], stop_at_positional: bool) -> tuple[argparse.ArgumentParser, dict]:
@@ -405,8 +409,11 @@ def _parser(params: list[Param], stop_at_positional: bool) -> tuple[argparse.Arg
         for flags, value in ((p.opts, True), (p.off, False)):
             if not flags:
                 continue
+            # a repeatable option of a command takes every word up to the next option (a shell glob's files); a
+            # group's would swallow the command name after it
+            nargs = {"nargs": 0} if p.flag else {"nargs": "+"} if p.multiple and not stop_at_positional else {}
             action = parser.add_argument(*flags, action=_Typed, dest=p.name, default=argparse.SUPPRESS, param=p,
-                                         value=value, **({"nargs": 0} if p.flag else {}))
+                                         value=value, **nargs)
             by_name["/".join(action.option_strings)] = p
     if stop_at_positional:
         parser.add_argument("_rest", nargs=argparse.REMAINDER)

@@ -9,7 +9,8 @@ from typing import Optional, Sequence
 from dsdsim.cli.app import list_app, show_app
 from dsdsim.cli.command import Argument, echo
 from dsdsim.cli.options import ShowFmt, ShowFormat
-from dsdsim.cli.output import check_fixed_format, check_writable, emit, show, with_status, write_atomic
+from dsdsim.cli.output import (check_fixed_format, check_writable, emit, show, with_progress, with_status,
+                               write_atomic)
 from dsdsim.errors import DsdsimError
 from dsdsim.export.render import kv_table, to_json
 from dsdsim.units import median_abs
@@ -224,9 +225,11 @@ def _resolved(model: str, hardware: str, deployment, drafter: str, engine: str):
 
 
 def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: str, deployment, drafter: str,
-                           engine: str, context: int, name: Optional[str], output: Path, date: Optional[str]) -> None:
+                           engine: str, context: int, name: Optional[str], output: Path, date: Optional[str],
+                           replay: bool = False) -> None:
     """The `calibrate --measurements` path: read, fit the figures (dsdsim.fit.shape), print them beside their priors
-    and bounds and every point measured vs fitted with its leave-one-out error, write NAME.yaml."""
+    and bounds and every point measured vs fitted with its leave-one-out error, write NAME.yaml. ``replay``: then
+    refit through the serving simulation (dsdsim.fit.replay) and print each run measured vs replayed."""
     from dsdsim.export.text import Group
 
     from dsdsim.fit.points import read_measurements
@@ -239,6 +242,14 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
     if is_shipped_engine(name):
         raise DsdsimError(f"--name {name!r} is a shipped engine spec; choose another name (e.g. {name}-mine)")
     check_writable(output)
+    runs = None
+    if replay:
+        from dsdsim.fit.replay import replayable_runs
+
+        runs = replayable_runs(measurements, context)
+        if not runs:
+            raise DsdsimError("--replay: none of the --measurements files holds its requests; save the runs with "
+                              "vllm bench serve --save-result --save-detailed (input_lens, output_lens)")
     points = read_measurements(measurements, context)
     setup = _resolved(model, hardware, deployment, drafter, engine)
     if setup.engine is not None and setup.engine.calibration is not None:
@@ -248,13 +259,24 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
         raise DsdsimError("the points include K > 0 but --drafter is none: name the drafter they were measured with")
     cal = with_status(f"fitting 5 figures to {len(points)} points (and {len(points)} leave-one-out fits)",
                       lambda: ShapeCalibration(setup).fit(points))
-    spec = cal.engine_spec(name, [Path(m).name for m in measurements], date or dt.date.today().isoformat())
-    show(Group(_figures_table(cal, len(points)), _points_table(cal, name, setup)))
+    fit = None
+    if runs:
+        from dsdsim.fit.replay import ITERATIONS, fit_through_replay
+
+        fit = with_progress(f"replaying {len(runs)} runs x {ITERATIONS + 1} rounds",
+                            lambda progress: fit_through_replay(cal, points, runs, progress=progress))
+        cal = fit.calibration
+    files = [Path(m).name for m in measurements]
+    spec = cal.engine_spec(name, files, date or dt.date.today().isoformat(), replayed=fit is not None)
+    show(Group(_figures_table(cal, len(points)), _points_table(cal, name, setup, replayed=fit is not None)))
+    if fit is not None:
+        show(_replay_table(fit))
     loo = [abs(x) for x in cal.loo_error_]
-    prior = [abs(f / p.itl_ms - 1) for f, p in zip(cal.prior_ms_, points)]
+    prior = [abs(f / p.itl_ms - 1) for f, p in zip(cal.prior_ms_, cal.points_)]
     show(f"leave-one-out |error|: median {100 * median_abs(loo):.1f}%, max {100 * max(loo):.1f}% (the shipped "
          f"figures: median {100 * median_abs(prior):.1f}%, max {100 * max(prior):.1f}%): expect the leave-one-out "
-         "error at the (batch, K) points you did not measure")
+         "error at the (batch, K) points you did not measure" +
+         (" (the steady model, against the replay-corrected targets)" if fit is not None else ""))
     for f in cal.figures_:
         if f.on_bound:
             echo(f"warning: {f.kind.label} sits on its {f.on_bound} bound ({figure_text(f.kind.unit, f.value)}): "
@@ -282,13 +304,31 @@ def _figures_table(cal, n: int):
     return t
 
 
-def _points_table(cal, name: str, setup):
+def _replay_table(fit):
     from dsdsim.export.text import Table
 
-    t = Table(title=f"engine {name}: {len(cal.points_)} points (base {setup.engine.name if setup.engine else 'none'}"
-                    f", {setup.model.name} on {setup.hardware.name}, tp {setup.deployment.tp})")
-    for col in ("batch", "K", "context", "AL", "measured ITL ms", "shipped ITL ms", "fitted ITL ms", "error",
-                "leave-one-out error"):
+    t = Table(title=f"the runs replayed through the serving simulation (their requests, client limit and arrivals): "
+                    f"mean TPOT, measured vs replayed at the steady fit's figures and at the final ones")
+    for col in ("run", "batch", "K", "measured ms", "steady fit ms", "error", "final ms", "error"):
+        t.add_column(col, justify="left" if col == "run" else "right")
+    first, last = fit.rounds[0], fit.final
+    for run, s0, s1, e0, e1 in zip(fit.runs, first.simulated_ms, last.simulated_ms, fit.errors(0), fit.errors()):
+        p = run.point
+        t.add_row(run.name, str(p.batch), str(p.k), f"{p.itl_ms:.3f}", f"{s0:.3f}", f"{100 * e0:+.1f}%",
+                  f"{s1:.3f}", f"{100 * e1:+.1f}%")
+    return t
+
+
+def _points_table(cal, name: str, setup, replayed: bool = False):
+    from dsdsim.export.text import Table
+
+    title = (f"engine {name}: {len(cal.points_)} points (base {setup.engine.name if setup.engine else 'none'}"
+             f", {setup.model.name} on {setup.hardware.name}, tp {setup.deployment.tp})")
+    if replayed:
+        title += "; the steady model against the replayed runs' corrected targets"
+    t = Table(title=title)
+    for col in ("batch", "K", "context", "AL", "target ITL ms" if replayed else "measured ITL ms", "shipped ITL ms",
+                "fitted ITL ms", "error", "leave-one-out error"):
         t.add_column(col, justify="right")
     for p, f0, f, loo in zip(cal.points_, cal.prior_ms_, cal.fitted_ms_, cal.loo_error_):
         t.add_row(str(p.batch), str(p.k), str(p.context), f"{p.acceptance_length:.2f}", f"{p.itl_ms:.3f}",

@@ -5,9 +5,11 @@ point at ``--max-concurrency B`` (the batch the point is at), the random dataset
 context is the plan's (prompt + half the output) and ``--ignore-eos`` keeps every output at its length:
 
     vLLM     vllm serve MODEL --speculative-config '{"method": ..., "num_speculative_tokens": K}'
-             vllm bench serve --max-concurrency B --num-prompts P --save-result --metadata num_speculative_tokens=K
+             vllm bench serve --max-concurrency B --num-prompts P --save-result --save-detailed
+             --metadata num_speculative_tokens=K
              (docs/reference/engines.md §1-2; the result JSON carries mean_tpot_ms, max_concurrency,
-             spec_decode_acceptance_length, completed, total_input_tokens, total_output_tokens)
+             spec_decode_acceptance_length, completed, total_input_tokens, total_output_tokens, and with
+             --save-detailed each request's lengths and latencies, which ``calibrate --replay`` replays)
     SGLang   python -m sglang.launch_server --speculative-algorithm EAGLE3 --speculative-num-steps K
              --speculative-eagle-topk 1 --speculative-num-draft-tokens K+1
              python -m sglang.bench_serving --max-concurrency B --num-prompts P --output-file ...-kK.jsonl
@@ -138,7 +140,7 @@ def bench_runs(setup, points, tau_of, engine: str, output_len: int = 256) -> lis
                 client = ["vllm", "bench", "serve", "--model", model, "--dataset-name", "random",
                           "--random-input-len", str(inp), "--random-output-len", str(output_len), "--ignore-eos",
                           "--max-concurrency", str(p.batch), "--num-prompts", str(n), "--save-result",
-                          "--result-filename", f"{stem}.json", "--metadata", f"num_speculative_tokens={k}"]
+                          "--save-detailed", "--result-filename", f"{stem}.json", "--metadata", f"num_speculative_tokens={k}"]
                 result = f"{stem}.json"
             else:
                 client = ["python", "-m", "sglang.bench_serving", "--backend", "sglang", "--dataset-name", "random",

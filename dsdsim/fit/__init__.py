@@ -6,6 +6,8 @@ values end in ``_``. Every fitted figure names what it was fitted on and is repr
     shape        ShapeCalibration: bandwidth, compute, launch gap and engine factors from those points, MAP with the
                  shipped figures as priors (dsdsim calibrate --measurements); plan_points: which points to measure
                  (dsdsim calibrate --plan N); the points cross-validation (dsdsim accuracy --cv points)
+    replay       the same fit through the serving simulation: each run saved with its requests replayed at the
+                 figures being fitted, its target corrected by measured / replayed (calibrate --replay)
     calibrate    Calibrator: hardware efficiencies from a validation report (dsdsim calibrate --report)
     kernels      KernelFigureFit: kernel-shape figures from a probe's sweeps (dsdsim probe); MoEFamilyFit: fused-MoE
                  family figures from published kernel timings (scripts/fit_kernels.py)

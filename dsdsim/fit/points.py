@@ -125,6 +125,12 @@ def _from_result(rec: dict, where: str, context: int, name_k: Optional[int] = No
                          *(lengths or (None, None)))
 
 
+def point_from_result(path: str | Path, rec: dict, context: int) -> MeasuredPoint:
+    """The point one benchmark result file measures (K from the result, else from its name: run-k3.json)."""
+    m = _NAME_K.search(Path(path).stem)
+    return _from_result(rec, Path(path).name, context, int(m.group(1)) if m else None)
+
+
 def _run_lengths(rec: dict, where: str) -> Optional[tuple[float, float]]:
     """(mean prompt, mean output) of a run's requests (``completed``, ``total_input_tokens``, ``total_output_tokens``
     of a vllm bench serve / SGLang bench_serving result), None where the result does not say: its requests decode at

@@ -305,9 +305,11 @@ class ShapeCalibration:
     def errors_(self) -> list[float]:
         return [f / p.itl_ms - 1.0 for f, p in zip(self.fitted_ms_, self.points_)]
 
-    def engine_spec(self, name: str, source_files: Sequence[str], date: str):
+    def engine_spec(self, name: str, source_files: Sequence[str], date: str, replayed: bool = False):
         """The base engine spec with this calibration (``EngineCalibration``: the hardware and term factors resolve
-        applies, each figure with its prior and bounds), named ``name``; provenance naming the points."""
+        applies, each figure with its prior and bounds), named ``name``; provenance naming the points. ``replayed``:
+        the points' targets were corrected by replaying their runs (``dsdsim.fit.replay``), and the provenance says
+        so (the residuals are against those targets)."""
         from dsdsim.specs.engine import CalibratedFigure, EngineCalibration, FitProvenance
 
         s = self.setup
@@ -317,7 +319,7 @@ class ShapeCalibration:
         ids = tuple(point_id(p) for p in self.points_)
         res = {i: round(e, 4) for i, e in zip(ids, self.errors_)}
         loo = [abs(e) for e in self.loo_error_ if e is not None]
-        source = f"dsdsim calibrate --measurements ({', '.join(source_files)})"
+        source = f"dsdsim calibrate --measurements{' --replay' if replayed else ''} ({', '.join(source_files)})"
         figs = tuple(CalibratedFigure(name=f.kind.name, label=f.kind.label, unit=f.kind.unit,
                                       value=_round(f.value), prior=_round(f.prior), range=(f.low, f.high),
                                       prior_sigma=f.kind.sigma, posterior_sigma=round(f.posterior_sigma, 4),
@@ -330,8 +332,12 @@ class ShapeCalibration:
                                 loo_median_abs_error=round(float(np.median(loo)), 4) if loo else None,
                                 loo_max_abs_error=round(float(max(loo)), 4) if loo else None,
                                 source=source, date=date)
-        fit = FitProvenance(method="dsdsim calibrate --measurements: maximum a posteriori (each figure's shipped "
-                                   "value its prior, log-normal, bounded), soft-L1 on log step time", date=date,
+        method = ("dsdsim calibrate --measurements: maximum a posteriori (each figure's shipped value its prior, "
+                  "log-normal, bounded), soft-L1 on log step time")
+        if replayed:
+            method += ("; each run saved with its requests replayed through the serving simulation and its target "
+                       "corrected by measured / replayed mean TPOT (dsdsim.fit.replay), residuals against the targets")
+        fit = FitProvenance(method=method, date=date,
                             cases=ids, residuals=res,
                             median_abs_residual=round(float(np.median(np.abs(list(res.values())))), 4),
                             max_abs_residual=round(float(np.max(np.abs(list(res.values())))), 4),

@@ -1,0 +1,138 @@
+"""Calibrating through the serving simulation: each measured run replayed, its mean TPOT against the simulated one.
+
+A serving benchmark's mean TPOT is not one steady step. The batch ramps up at the start and drains at the end, the
+prefills of new requests land in some steps and not others, the K table (or a fixed K) is looked up by the requests
+each step schedules. The steady fit (``dsdsim.fit.shape``) prices the average prefill load of a closed loop at the
+point's batch; a run saved with its requests (``vllm bench serve --save-result --save-detailed``: ``input_lens``,
+``output_lens``, its client limit and its arrivals) can be replayed through the simulator (``dsdsim.serve``)
+instead, at the figures being fitted.
+
+The fit stays the MAP fit of the five figures on the steady model; the replay corrects what it is fitted to. At
+figures f, a run's replay gives a mean TPOT S(f) where the steady model gives M(f); the next fit targets the
+measured TPOT m x M(f) / S(f), so that at its figures f' the replay gives S(f') = M(f') S(f) / M(f) = m wherever
+the ratio S / M moves less than the figures do (it is the run's shape: ramp, drain, prefill mix). ``ITERATIONS``
+such rounds; each round's replays are reported (``ReplayFit.rounds``).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from dsdsim.errors import DsdsimError
+from dsdsim.fit.points import MeasuredPoint, point_from_result
+from dsdsim.records import frozen
+
+ITERATIONS = 2       # replay rounds after the steady fit (the ratio S / M is the run's shape: it settles at once)
+
+
+@frozen
+class ReplayedRun:
+    """One measured run that can be replayed: its file, the point it measures, its mean TPOT (ms)."""
+
+    path: str
+    point: MeasuredPoint
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).name
+
+
+def replayable_runs(paths: Sequence[str | Path], context: int) -> list[ReplayedRun]:
+    """The runs among ``paths`` saved with their requests (a ``vllm bench serve --save-detailed`` result: one JSON
+    object with ``input_lens`` and ``output_lens``); CSV rows and SGLang's JSON lines hold no requests."""
+    out = []
+    for raw in paths:
+        path = Path(raw)
+        if path.suffix.lower() == ".csv":
+            continue
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8-sig"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("input_lens"), list) and isinstance(obj.get("output_lens"),
+                                                                                               list):
+            out.append(ReplayedRun(str(path), point_from_result(path, obj, context)))
+    return out
+
+
+def simulated_itl_ms(setup, run: ReplayedRun, seed: int = 0) -> float:
+    """The mean TPOT (ms, as vllm bench serve counts it) of ``run`` replayed on ``setup``: its requests, client
+    limit and arrivals, at its K (``none`` at K = 0) with its measured acceptance length."""
+    from dsdsim.serve.simulate import simulate
+
+    p = run.point
+    acceptance = f"al={p.acceptance_length:g}@{p.k}" if p.k > 0 else None
+    res = simulate(setup, f"trace:{run.path}", "none" if p.k == 0 else f"fixed:{p.k}", requests=None,
+                   acceptance=acceptance, seed=seed)
+    return float(res.policies[0].tpot_ms.mean)
+
+
+@frozen
+class ReplayRound:
+    """One round: each run's simulated mean TPOT (ms) at the round's figures, beside the steady model's."""
+
+    factors: tuple[float, ...]
+    simulated_ms: tuple[float, ...]
+    steady_ms: tuple[float, ...]
+
+
+@frozen
+class ReplayFit:
+    """The calibration through the replays: the runs, the rounds (the first at the steady fit's figures, the last
+    at the final figures) and the fitted ShapeCalibration (fitted to the corrected targets)."""
+
+    runs: tuple[ReplayedRun, ...]
+    rounds: tuple[ReplayRound, ...]
+    calibration: object
+
+    @property
+    def final(self) -> ReplayRound:
+        return self.rounds[-1]
+
+    def errors(self, i: int = -1) -> list[float]:
+        """Each run's replayed mean TPOT against its measured one, at round ``i``."""
+        r = self.rounds[i]
+        return [s / run.point.itl_ms - 1.0 for s, run in zip(r.simulated_ms, self.runs)]
+
+
+def fit_through_replay(cal, points: Sequence[MeasuredPoint], runs: Sequence[ReplayedRun],
+                       iterations: int = ITERATIONS, progress=None) -> ReplayFit:
+    """Refit ``cal`` (a fitted ``ShapeCalibration``) with the targets of the runs it can replay corrected by their
+    replays (module docstring). ``points``: every point fitted (the runs' among them, matched by batch, K and
+    context). Returns the rounds and the final calibration."""
+    from dsdsim.fit.shape import ShapeCalibration
+
+    if not runs:
+        raise DsdsimError("--replay needs runs saved with their requests: vllm bench serve --save-result "
+                          "--save-detailed (input_lens and output_lens in the JSON)")
+    key = {(p.batch, p.k, p.context): i for i, p in enumerate(points)}
+    at = [key.get((r.point.batch, r.point.k, r.point.context)) for r in runs]
+    if any(i is None for i in at):
+        raise DsdsimError("a replayed run is not among the fitted points")   # read from the same files: a bug
+    rounds = []
+    current = cal
+    total = iterations + 1
+    for n in range(total):
+        model = current._model
+        setups = (model._at(current.setup, current.factors_), model._at(model.plain, current.factors_))
+        sim = []
+        for j, r in enumerate(runs):
+            if progress is not None:
+                progress(n * len(runs) + j, total * len(runs))
+            sim.append(simulated_itl_ms(setups[0] if r.point.k > 0 else setups[1], r))
+        steady = [float(v) for v in current.predict_ms([r.point for r in runs])]
+        rounds.append(ReplayRound(tuple(float(v) for v in current.factors_), tuple(sim), tuple(steady)))
+        if n == total - 1:
+            break
+        ratio: dict[int, list[float]] = {}
+        for i, s, m in zip(at, sim, steady):
+            ratio.setdefault(i, []).append(m / s)
+        targets = [replace(p, itl_ms=p.itl_ms * float(np.mean(ratio[i]))) if i in ratio else p
+                   for i, p in enumerate(points)]
+        current = ShapeCalibration(cal.setup, cal.async_scheduling, cal.engine_method).fit(
+            targets, leave_one_out=n == total - 2)
+    return ReplayFit(tuple(runs), tuple(rounds), current)
