@@ -696,3 +696,17 @@ def test_a_rider_takes_a_seat_in_the_step_it_rides(tmp_path):
         steps[name] = [(s.decode_contexts.size, s.prefill_tokens.size) for s in pricer.steps[:5]]
     assert steps["base"][:4] == [(0, 2), (2, 0), (2, 0), (1, 1)]     # C's prefill beside B once A is done
     assert steps["ahead"][:5] == [(0, 2), (2, 0), (2, 0), (2, 0), (1, 1)]   # B + rider A; then B beside C
+
+
+def test_a_server_scheduling_ahead_learns_a_steps_acceptance_a_step_late():
+    """SGLang's overlap scheduler picks batch n + 1's K before batch n's acceptance is processed: the adaptive rule's
+    EMA lags a step. Every draft accepted, 8 requests of 400 tokens at t = 0 (no rider before the switch): the step
+    at which K leaves 3 comes exactly one step later than on a server that waits for the result."""
+    kw = dict(requests=8, input_len="100", output_len="400", acceptance=1.0)
+    first = {}
+    for name, pricer in (("waits", FakePricer()), ("ahead", AheadPricer())):
+        tl = run("rollout", "adaptive", pricer=pricer, **kw).policies[0].timeline
+        ks = tl.k[tl.decoding > 0]
+        first[name] = int(np.flatnonzero(ks != 3)[0])
+        assert ks[first[name]] == 7
+    assert first["ahead"] == first["waits"] + 1

@@ -37,7 +37,8 @@ Scheduler's own steps (``running_then_waiting``, ``prefill_batch``), passed to `
 Prefix caching is a hit share of each prompt (``SchedulerConfig.prefix_cache_hit``), not a cache of shared blocks.
 Not modelled: ``long_prefill_token_threshold`` and partial-prefill limits, priority scheduling,
 ``max_model_len`` truncation (a request longer than the model's window is refused before the run), async scheduling's
-lag beyond the requests it carries a step after they finish (``riding``), structured output, encoder budgets.
+lag beyond the requests it carries a step after they finish (``riding``) and the K policy learning a step's
+acceptance a step late (``Server``), structured output, encoder budgets.
 """
 from __future__ import annotations
 

@@ -405,6 +405,9 @@ class Server:
         # num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens)
         self.ahead = bool(getattr(pricer, "schedules_ahead", False)) and self.la > 0
         self.riders = _EMPTY               # contexts of the requests riding this step after they finished
+        # ... and its K policy learns step n's acceptance only after it has chosen step n + 1's K (SGLang's overlap
+        # scheduler processes batch n's result while batch n + 1 runs: the adaptive EMA lags a step)
+        self._unseen: Optional[tuple[np.ndarray, int]] = None
         self.t_end, self.n_req, self.n_dec, self.ks, self.toks, self.gaps = [], [], [], [], [], []
         self.verifies = self.accepted_sum = self.limited = 0
 
@@ -425,6 +428,9 @@ class Server:
                         plan.k_cap if plan.dec_ids.size else la)
         riders = self.riders if plan.dec_ids.size else _EMPTY     # they ride a step that decodes (a prefill batch
         want = min(int(policy.k(plan.num_requests + riders.size, view)), la)   # carries them on)
+        if self._unseen is not None:                  # the step before's acceptance, now that this K is chosen
+            policy.observe(*self._unseen)
+            self._unseen = None
         k = min(want, plan.k_cap) if plan.dec_ids.size else want
         own = _own_drafts(plan.dec_drafts, k) if plan.dec_ids.size else None   # the budget trimmed some (vLLM)
         self.limited += int(k < want or own is not None)
@@ -443,7 +449,11 @@ class Server:
         if plan.dec_ids.size and k > 0:
             self.verifies += int(plan.dec_ids.size)
             self.accepted_sum += int(accepted.sum())
-            policy.observe(accepted if own is None else accepted[own == k], k)
+            seen = (accepted if own is None else accepted[own == k], k)
+            if self.ahead:
+                self._unseen = seen
+            else:
+                policy.observe(*seen)
         before = sch.generated[plan.dec_ids] if self.ahead and k > 0 else None
         g, emitted = sch.finish(plan, now, accepted)
         if plan.dec_ids.size:
