@@ -307,8 +307,8 @@ def _figures_table(cal, n: int):
 def _replay_table(fit):
     from dsdsim.export.text import Table
 
-    t = Table(title=f"the runs replayed through the serving simulation (their requests, client limit and arrivals): "
-                    f"mean TPOT, measured vs replayed at the steady fit's figures and at the final ones")
+    t = Table(title="the runs replayed through the serving simulation (their requests, client limit and arrivals): "
+                    "mean TPOT, measured vs replayed at the steady fit's figures and at the final ones")
     for col in ("run", "batch", "K", "measured ms", "steady fit ms", "error", "final ms", "error"):
         t.add_column(col, justify="left" if col == "run" else "right")
     first, last = fit.rounds[0], fit.final

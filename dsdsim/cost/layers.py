@@ -134,12 +134,6 @@ def context_limit(attn: Attention, kv_budget: Optional[int] = None) -> Optional[
     return min(limits) if limits else None
 
 
-def effective_context(attn: Attention, context, kv_budget: Optional[int] = None):
-    """Keys a query attends to with ``context`` cached tokens: min(c, ``context_limit``)."""
-    limit = context_limit(attn, kv_budget)
-    return num(context) if limit is None else minimum(num(context), limit)
-
-
 def attention_plan(attn: Attention, hidden: int, pc: PassContext, kv_budget: Optional[int] = None,
                    qkv_in: Optional[int] = None) -> list[PlanOp]:
     """Projections, rotary, attention core and output projection for one layer (one rank), over the rows and

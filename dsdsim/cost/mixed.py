@@ -216,7 +216,6 @@ class MixedPricer:
         self._figures = setup_figures(s, plan)
         self._shapes: dict[tuple[int, float], object] = {}    # (requests, K) -> its StepShape
         self._gaps = (launch_overhead(hw, True), launch_overhead(hw, False))
-        self._tree_tokens = s.drafter.tree.tokens if s.drafter is not None and s.drafter.tree is not None else None
         params = self._figures.params
         # the server schedules step n + 1 before step n's acceptance is back (vLLM's async scheduling, SGLang's
         # overlap scheduler): its speculative steps overlap the host (EngineSpec.overlap)
@@ -226,12 +225,6 @@ class MixedPricer:
     @property
     def setup(self) -> Setup:
         return self._setup
-
-    def verify_tokens_per_request(self, k: int) -> float:
-        """q: tokens a decoding request brings at draft length K (a tree verifies its tokens + 1)."""
-        if k <= 0:
-            return 1.0
-        return float(self._tree_tokens + 1) if self._tree_tokens is not None else float(k + 1)
 
     def seconds(self, step) -> float:
         """Wall-clock seconds of one ``ScheduledStep`` (``dsdsim.serve.step``), engine terms included."""

@@ -194,11 +194,6 @@ class EngineFit:
         results, _ = score(cases, times, steps)
         return {r.id: r.rel_error for r in results if r.rel_error is not None}
 
-    def fitted_specs(self) -> dict[str, "EngineSpec"]:
-        """Every spec a case was predicted with, its fitted terms replaced (stem -> spec)."""
-        return {stem: spec.with_values(self._values_of(spec, self.values_), "fitted (dsdsim.fit.engine.EngineFit)")
-                for spec, stem, _ in self._specs.values()}
-
     def _values_of(self, spec: EngineSpec, values: dict[Parameter, float]) -> dict[str, float]:
         """term name -> value for the terms of ``spec`` that ``values`` holds (by the file defining each)."""
         stem, origins = self._spec_info(spec)

@@ -487,28 +487,6 @@ class EngineSpec(FrozenSpec):
         """Whether the version reads a dynamic K table, whose K = 0 tier is then its own kind of step."""
         return self.dynamic_k_table is not None and self.dynamic_k_table.value
 
-    def with_values(self, values: dict[str, float], source: str, verified: Verified = Verified.fitted,
-                    cases: tuple[str, ...] = (), fit: Optional[FitProvenance] = None,
-                    name: Optional[str] = None) -> "EngineSpec":
-        """A copy with some terms' values replaced (fitting and calibration)."""
-        for key in values:
-            self.term(key)
-        terms = []
-        for t in self.terms:
-            if t.name in values:
-                lo, hi = t.range
-                v = min(max(float(values[t.name]), lo), hi)
-                t = t.model_copy(update={"value": v, "source": source, "verified": verified,
-                                         "cases": tuple(cases) or None})
-                EngineTerm.model_validate(t.model_dump())
-            terms.append(t)
-        update: dict = {"terms": tuple(terms)}
-        if fit is not None:
-            update["fit"] = fit
-        if name is not None:
-            update["name"] = name
-        return self.model_copy(update=update)
-
 
 def _deep_merge(parent, child):
     """Mappings merge key by key (the child's value wins); anything else is replaced by the child's."""
