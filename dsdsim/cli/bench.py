@@ -337,7 +337,7 @@ def calibrate(
     --replay (with --measurements): a serving run's mean TPOT is no steady step (the batch ramps and drains,
       prefills land in some steps); each run saved with --save-detailed is replayed through the simulator at the
       fitted figures and the fit's targets are corrected by measured / replayed, two rounds (about a second a run
-      a round).
+      a round); the figures kept are the round's whose replays have the smallest median error.
     --plan N: the N points that pin those figures best (greedy D-optimal design over the feasible batch x K grid)
       and the vllm bench serve (or SGLang bench_serving, with --engine sglang) command lines that measure them.
     --report: efficiencies (compute; memory for GEMMs, attention and vector kernels), launch and step overhead and

@@ -267,8 +267,9 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
                             lambda progress: fit_through_replay(cal, points, runs, progress=progress))
         cal = fit.calibration
     files = [Path(m).name for m in measurements]
-    spec = cal.engine_spec(name, files, date or dt.date.today().isoformat(), replayed=fit is not None)
-    show(Group(_figures_table(cal, len(points)), _points_table(cal, name, setup, replayed=fit is not None)))
+    corrected = fit is not None and fit.kept > 0          # the figures kept were fitted to corrected targets
+    spec = cal.engine_spec(name, files, date or dt.date.today().isoformat(), replayed=corrected)
+    show(Group(_figures_table(cal, len(points)), _points_table(cal, name, setup, replayed=corrected)))
     if fit is not None:
         show(_replay_table(fit))
     loo = [abs(x) for x in cal.loo_error_]
@@ -276,7 +277,7 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
     show(f"leave-one-out |error|: median {100 * median_abs(loo):.1f}%, max {100 * max(loo):.1f}% (the shipped "
          f"figures: median {100 * median_abs(prior):.1f}%, max {100 * max(prior):.1f}%): expect the leave-one-out "
          "error at the (batch, K) points you did not measure" +
-         (" (the steady model, against the replay-corrected targets)" if fit is not None else ""))
+         (" (the steady model, against the replay-corrected targets)" if corrected else ""))
     for f in cal.figures_:
         if f.on_bound:
             echo(f"warning: {f.kind.label} sits on its {f.on_bound} bound ({figure_text(f.kind.unit, f.value)}): "
@@ -307,9 +308,13 @@ def _figures_table(cal, n: int):
 def _replay_table(fit):
     from dsdsim.export.text import Table
 
+    from dsdsim.fit.replay import KEEP_RULE
+
+    kept = "the steady fit's" if fit.kept == 0 else f"those of round {fit.kept}"
     t = Table(title="the runs replayed through the serving simulation (their requests, client limit and arrivals): "
-                    "mean TPOT, measured vs replayed at the steady fit's figures and at the final ones")
-    for col in ("run", "batch", "K", "measured ms", "steady fit ms", "error", "final ms", "error"):
+                    f"mean TPOT, measured vs replayed at the steady fit's figures and at the figures kept ({kept}: "
+                    f"{KEEP_RULE})")
+    for col in ("run", "batch", "K", "measured ms", "steady fit ms", "error", "kept ms", "error"):
         t.add_column(col, justify="left" if col == "run" else "right")
     first, last = fit.rounds[0], fit.final
     for run, s0, s1, e0, e1 in zip(fit.runs, first.simulated_ms, last.simulated_ms, fit.errors(0), fit.errors()):

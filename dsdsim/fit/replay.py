@@ -10,15 +10,17 @@ instead, at the figures being fitted.
 The fit stays the MAP fit of the five figures on the steady model; the replay corrects what it is fitted to. At
 figures f, a run's replay gives a mean TPOT S(f) where the steady model gives M(f); the next fit targets the
 measured TPOT m x M(f) / S(f), so that at its figures f' the replay gives S(f') = M(f') S(f) / M(f) = m wherever
-the ratio S / M moves less than the figures do (it is the run's shape: ramp, drain, prefill mix). ``ITERATIONS``
-such rounds; each round's replays are reported (``ReplayFit.rounds``).
+the ratio S / M moves less than the figures do (it is the run's shape: ramp, drain, prefill mix) and the steady
+model can meet every corrected target. ``ITERATIONS`` such rounds; each round's replays are reported
+(``ReplayFit.rounds``), and the figures kept are those of ``KEEP_RULE`` (the steady fit's where no round beats it:
+five figures cannot always meet the corrected targets together).
 """
 from __future__ import annotations
 
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -82,21 +84,26 @@ class ReplayRound:
 
 @frozen
 class ReplayFit:
-    """The calibration through the replays: the runs, the rounds (the first at the steady fit's figures, the last
-    at the final figures) and the fitted ShapeCalibration (fitted to the corrected targets)."""
+    """The calibration through the replays: the runs, the rounds (round 0 at the steady fit's figures, each next
+    one at the figures fitted to the targets the round before corrected), the round kept (``KEEP_RULE``) and its
+    ShapeCalibration (round 0: the steady fit; else fitted to that round's corrected targets)."""
 
     runs: tuple[ReplayedRun, ...]
     rounds: tuple[ReplayRound, ...]
+    kept: int
     calibration: object
 
     @property
     def final(self) -> ReplayRound:
-        return self.rounds[-1]
+        return self.rounds[self.kept]
 
-    def errors(self, i: int = -1) -> list[float]:
-        """Each run's replayed mean TPOT against its measured one, at round ``i``."""
-        r = self.rounds[i]
+    def errors(self, i: Optional[int] = None) -> list[float]:
+        """Each run's replayed mean TPOT against its measured one, at round ``i`` (None: the round kept)."""
+        r = self.rounds[self.kept if i is None else i]
         return [s / run.point.itl_ms - 1.0 for s, run in zip(r.simulated_ms, self.runs)]
+
+
+KEEP_RULE = "the round whose replays have the smallest median |error| against the measured mean TPOT"
 
 
 def fit_through_replay(cal, points: Sequence[MeasuredPoint], runs: Sequence[ReplayedRun],
@@ -113,7 +120,7 @@ def fit_through_replay(cal, points: Sequence[MeasuredPoint], runs: Sequence[Repl
     at = [key.get((r.point.batch, r.point.k, r.point.context)) for r in runs]
     if any(i is None for i in at):
         raise DsdsimError("a replayed run is not among the fitted points")   # read from the same files: a bug
-    rounds = []
+    rounds, targets_of = [], [None]
     current = cal
     total = iterations + 1
     for n in range(total):
@@ -133,6 +140,12 @@ def fit_through_replay(cal, points: Sequence[MeasuredPoint], runs: Sequence[Repl
             ratio.setdefault(i, []).append(m / s)
         targets = [replace(p, itl_ms=p.itl_ms * float(np.mean(ratio[i]))) if i in ratio else p
                    for i, p in enumerate(points)]
-        current = ShapeCalibration(cal.setup, cal.async_scheduling, cal.engine_method).fit(
-            targets, leave_one_out=n == total - 2)
-    return ReplayFit(tuple(runs), tuple(rounds), current)
+        targets_of.append(targets)
+        current = ShapeCalibration(cal.setup, cal.async_scheduling, cal.engine_method).fit(targets,
+                                                                                         leave_one_out=False)
+    score = [float(np.median(np.abs([s / r.point.itl_ms - 1.0 for s, r in zip(rd.simulated_ms, runs)])))
+             for rd in rounds]
+    kept = min(range(total), key=lambda i: (score[i], -i))       # ties: the later round
+    final = cal if kept == 0 else ShapeCalibration(cal.setup, cal.async_scheduling, cal.engine_method).fit(
+        targets_of[kept])                                          # with its leave-one-out errors
+    return ReplayFit(tuple(runs), tuple(rounds), kept, final)
