@@ -211,8 +211,6 @@ class MixedPricer:
         seq_ops = list(v.sequences) + [t for ops, _, _ in self._draft for t in ops.sequences]
         self._linear = _linear_in_context(seq_ops)      # requests of one q priced as one group at their mean context
         self._verify_grouped = [(t, _once_fields(t)) for t in v.sequences] if self._linear else None
-        self._draft_grouped = [[(t, _once_fields(t)) for t in ops.sequences] for ops, _, _ in self._draft] \
-            if self._linear else None
         self._figures = setup_figures(s, plan)
         self._shapes: dict[tuple[int, float], object] = {}    # (requests, K) -> its StepShape
         self._gaps = (launch_overhead(hw, True), launch_overhead(hw, False))
