@@ -710,3 +710,13 @@ def test_a_server_scheduling_ahead_learns_a_steps_acceptance_a_step_late():
         first[name] = int(np.flatnonzero(ks != 3)[0])
         assert ks[first[name]] == 7
     assert first["ahead"] == first["waits"] + 1
+
+
+def test_riders_never_take_the_whole_budget():
+    """A budget of 2 tokens, 2 seats, K = 5, every draft accepted, on a server scheduling ahead: the decoder at the
+    budget's edge verifies 1 draft, and a request its drafts finished would need 6 tokens to ride. It does not ride
+    (vLLM would run a step of riders alone, which emits nothing); every request still finishes, every token once."""
+    cfg = SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=2)
+    p = run("closed:2", "fixed:5", pricer=AheadPricer(), requests=12, input_len="8", output_len="9",
+            acceptance=1.0, scheduler=cfg).policies[0]
+    assert np.all(np.isfinite(p.finish_s)) and int(p.timeline.tokens.sum()) == 12 * 9

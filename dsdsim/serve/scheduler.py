@@ -351,6 +351,11 @@ class Scheduler:
         return float(self.arrival[int(self.order[self._next])])
 
     @property
+    def riding_now(self) -> int:
+        """The riders seated in the step just scheduled (``riding``, less those the budget leaves out)."""
+        return self._riding_now
+
+    @property
     def idle(self) -> bool:
         return not self.run and not self.waiting
 
@@ -373,8 +378,11 @@ class Scheduler:
         ids = np.asarray(self.run, dtype=np.int64)
         comp = self.computed[ids]
         dec = self.decoding[ids]
-        riding = self._riding_now = self.riding if dec.any() else 0   # riders ride a step that decodes
-        budget = cfg.max_num_batched_tokens - riding * q_guess        # and verify in it too
+        # riders ride a step that decodes and verify in it too; those whose tokens would leave the running requests
+        # no budget do not ride (vLLM would run a step of riders alone, which emits nothing)
+        riding = self.riding if dec.any() else 0
+        riding = self._riding_now = min(riding, max(cfg.max_num_batched_tokens - 1, 0) // q_guess)
+        budget = cfg.max_num_batched_tokens - riding * q_guess
         if dec.all():                              # the common step: every running request decodes
             want = np.full(ids.size, q_guess, dtype=np.int64)
             need = _ceil_div(comp + (q_guess + la), bs)

@@ -426,8 +426,9 @@ class Server:
             pre_ctx, completing = _EMPTY, 0
         view = StepView(sch.computed[plan.dec_ids].astype(float), plan.pre_chunks.astype(float), pre_ctx, completing,
                         plan.k_cap if plan.dec_ids.size else la)
-        riders = self.riders if plan.dec_ids.size else _EMPTY     # they ride a step that decodes (a prefill batch
-        want = min(int(policy.k(plan.num_requests + riders.size, view)), la)   # carries them on)
+        # riders ride a step that decodes, those the budget seated (a prefill batch carries them on)
+        riders = self.riders[:sch.riding_now] if plan.dec_ids.size else _EMPTY
+        want = min(int(policy.k(plan.num_requests + riders.size, view)), la)
         if self._unseen is not None:                  # the step before's acceptance, now that this K is chosen
             policy.observe(*self._unseen)
             self._unseen = None
