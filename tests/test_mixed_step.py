@@ -150,13 +150,14 @@ def test_k_outside_the_drafter_is_refused():
     assert pricer.seconds(_decode(0, [])) == 0.0
 
 
-def test_a_step_whose_drafts_the_budget_trimmed_costs_its_tokens():
+@pytest.mark.parametrize("model, tp", [("llama-3.1-8b", 1), ("gemma-3-27b", 2)])   # gemma: per-request attention
+def test_a_step_whose_drafts_the_budget_trimmed_costs_its_tokens(model, tp):
     """vLLM trims the drafts of the decoder at the budget's edge (``ScheduledStep.decode_tokens``): eager, the step of
     10 decoders at 1 + 5 tokens and one at 1 + 2 costs more than the 10 alone and less than 11 at 1 + 5; the drafter
     ran its 5 passes for all 11 either way. With graphs, it is not a uniform decode batch (its token count padded as
     a mixed step's, piecewise), and still costs more than the 10."""
     for graphs in (False, True):
-        pricer = MixedPricer(resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1, cuda_graphs=graphs), "eagle3"))
+        pricer = MixedPricer(resolve(model, "h100-sxm", Deployment(tp=tp, cuda_graphs=graphs), "eagle3"))
         ctx = np.full(11, 2000.0)
         trimmed = pricer.seconds(ScheduledStep(5, ctx, np.zeros(0), np.zeros(0), np.array([6.0] * 10 + [3.0])))
         full = pricer.seconds(_decode(5, ctx))
