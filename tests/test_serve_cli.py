@@ -17,15 +17,16 @@ from dsdsim.serve.sweep import (Bracket, Simulation, bracket_load, largest_loads
 
 SMALL = ("--requests", "24", "--workload", "closed:8", "--input-len", "128", "--output-len", "48")
 POLICY_KEYS = {"name", "output_tokens_per_s", "requests_per_s", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
-               "goodput_requests_per_s", "mean_batch", "k_histogram", "batch_seconds", "preemptions", "duration_s",
+               "goodput_requests_per_s", "mean_batch", "mean_acceptance_length", "k_histogram", "k_limited_steps",
+               "batch_seconds", "preemptions", "duration_s",
                "steps", "kv_cache_tokens", "kv_cache_source", "kv_cache_rule", "kv_cache_memory_share"}
 STATS = {"mean", "p50", "p90", "p99"}
 CSV_COLUMNS = (["model", "hardware", "tp", "drafter", "engine", "workload", "requests", "seed", "policy",
                 "output_tokens_per_s", "requests_per_s"]
                + [f"{lat}_{s}" for lat in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms") for s in ("mean", "p50", "p90",
                                                                                                 "p99")]
-               + ["goodput_requests_per_s", "mean_batch", "k_histogram", "preemptions", "kv_cache_tokens", "duration_s",
-                  "steps"])
+               + ["goodput_requests_per_s", "mean_batch", "mean_acceptance_length", "k_histogram", "k_limited_steps",
+                  "preemptions", "kv_cache_tokens", "duration_s", "steps"])
 
 
 @pytest.fixture(scope="module")

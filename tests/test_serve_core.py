@@ -29,7 +29,8 @@ from dsdsim.serve.workload import parse_workload, read_trace
 
 DATA = Path(__file__).parent / "data" / "serve"
 CONTRACT_KEYS = {"name", "output_tokens_per_s", "requests_per_s", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
-                 "goodput_requests_per_s", "mean_batch", "k_histogram", "batch_seconds", "preemptions", "duration_s",
+                 "goodput_requests_per_s", "mean_batch", "mean_acceptance_length", "k_histogram", "k_limited_steps",
+                 "batch_seconds", "preemptions", "duration_s",
                  "steps", "kv_cache_tokens", "kv_cache_source", "kv_cache_rule", "kv_cache_memory_share"}
 
 

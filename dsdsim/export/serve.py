@@ -75,7 +75,9 @@ def policy_row(policy: Mapping[str, Any]) -> dict:
             row[f"{lat}_{stat}"] = (policy.get(lat) or {}).get(stat)
     row["goodput_requests_per_s"] = policy.get("goodput_requests_per_s")
     row["mean_batch"] = policy.get("mean_batch")
+    row["mean_acceptance_length"] = policy.get("mean_acceptance_length")
     row["k_histogram"] = " ".join(f"{k}:{n}" for k, n in _k_items(policy.get("k_histogram") or {}))
+    row["k_limited_steps"] = policy.get("k_limited_steps")
     for key in ("preemptions", "kv_cache_tokens", "duration_s", "steps"):
         row[key] = policy.get(key)
     return row
