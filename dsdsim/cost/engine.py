@@ -151,11 +151,14 @@ def term_seconds(spec, step) -> list[tuple[object, float]]:
 
 
 def next_capture_size(sizes: tuple[int, ...], n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the smallest capture size >= n, whether there is one)."""
+    """(the smallest capture size >= n, whether there is one). ``sizes``: ascending, a tuple or a float array; none
+    at all: n, not held."""
     if type(n) is float:
         idx = bisect_left(sizes, n)
         return (float(sizes[idx]), True) if idx < len(sizes) else (n, False)
     arr = sizes if type(sizes) is np.ndarray else num(sizes)
+    if arr.size == 0:
+        return np.array(n, dtype=float), np.zeros(np.shape(n), dtype=bool)
     idx = np.searchsorted(arr, n, side="left")
     ok = idx < arr.size
     return np.where(ok, arr[np.minimum(idx, arr.size - 1)], n), ok
@@ -183,8 +186,10 @@ def largest_capture(graphs: CudaGraphs, q: float) -> int:
 
 @lru_cache(maxsize=256)
 def _multiples_array(graphs: CudaGraphs, q: float) -> np.ndarray:
-    """``_multiples`` as a float array (what a grid searches), made once per spec and q."""
-    return num(_multiples(graphs, q))
+    """``_multiples`` as a float array (what a grid searches), made once per spec and q; read-only, as it is shared."""
+    arr = np.array(_multiples(graphs, q), dtype=float)
+    arr.flags.writeable = False
+    return arr
 
 
 # vllm/config/vllm.py@v0.29.0 VllmConfig._set_cudagraph_sizes: the request counts of the uniform decode sizes
@@ -205,12 +210,10 @@ def _next_multiple_size(graphs: CudaGraphs, b, q):
     ok = np.zeros(size.shape, dtype=bool)
     for qv in sorted(set(q.ravel().tolist())):   # a few values of q: each evaluated over b's own shape,
                                                 # written where q has it (no np.unique: numpy.ma)
-        allowed = _multiples(graphs, float(qv))
-        if allowed:
-            s, o = next_capture_size(allowed, b * qv)
-            where_q = q == qv
-            np.copyto(size, s, where=where_q)
-            np.copyto(ok, o, where=where_q)
+        s, o = next_capture_size(_multiples_array(graphs, float(qv)), b * qv)
+        where_q = q == qv
+        np.copyto(size, s, where=where_q)
+        np.copyto(ok, o, where=where_q)
     return size, ok
 
 

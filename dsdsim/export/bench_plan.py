@@ -140,7 +140,8 @@ def bench_runs(setup, points, tau_of, engine: str, output_len: int = 256) -> lis
                 client = ["vllm", "bench", "serve", "--model", model, "--dataset-name", "random",
                           "--random-input-len", str(inp), "--random-output-len", str(output_len), "--ignore-eos",
                           "--max-concurrency", str(p.batch), "--num-prompts", str(n), "--save-result",
-                          "--save-detailed", "--result-filename", f"{stem}.json", "--metadata", f"num_speculative_tokens={k}"]
+                          "--save-detailed", "--result-filename", f"{stem}.json",
+                          "--metadata", f"num_speculative_tokens={k}"]
                 result = f"{stem}.json"
             else:
                 client = ["python", "-m", "sglang.bench_serving", "--backend", "sglang", "--dataset-name", "random",

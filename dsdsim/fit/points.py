@@ -127,8 +127,13 @@ def _from_result(rec: dict, where: str, context: int, name_k: Optional[int] = No
 
 def point_from_result(path: str | Path, rec: dict, context: int) -> MeasuredPoint:
     """The point one benchmark result file measures (K from the result, else from its name: run-k3.json)."""
-    m = _NAME_K.search(Path(path).stem)
-    return _from_result(rec, Path(path).name, context, int(m.group(1)) if m else None)
+    return _from_result(rec, Path(path).name, context, _name_k(Path(path)))
+
+
+def _name_k(path: Path) -> Optional[int]:
+    """K from a result file's name (dsdsim-b64-k3.jsonl: 3), None where the name gives none."""
+    m = _NAME_K.search(path.stem)
+    return int(m.group(1)) if m else None
 
 
 def _run_lengths(rec: dict, where: str) -> Optional[tuple[float, float]]:
@@ -158,8 +163,7 @@ def _read_json(path: Path, context: int) -> list[tuple[MeasuredPoint, str]]:
                 except ValueError:
                     raise DsdsimError(f"{path.name} line {n}: not JSON") from None
                 wheres.append(f"{path.name} line {n}")
-    m = _NAME_K.search(path.stem)
-    name_k = int(m.group(1)) if m else None
+    name_k = _name_k(path)
     out = []
     for rec, where in zip(records, wheres):
         if not isinstance(rec, dict):

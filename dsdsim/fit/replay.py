@@ -124,8 +124,7 @@ def fit_through_replay(cal, points: Sequence[MeasuredPoint], runs: Sequence[Repl
     current = cal
     total = iterations + 1
     for n in range(total):
-        model = current._model
-        setups = (model._at(current.setup, current.factors_), model._at(model.plain, current.factors_))
+        setups = current.fitted_setups()
         sim = []
         for j, r in enumerate(runs):
             if progress is not None:

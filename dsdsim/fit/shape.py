@@ -295,6 +295,12 @@ class ShapeCalibration:
         self._model = model
         return self
 
+    def fitted_setups(self) -> tuple:
+        """(the speculative setup, the plain one) with the fitted figures applied: the servers K > 0 and K = 0
+        points were measured on, as ``StepModel`` prices them."""
+        m = self._model
+        return m._at(m.setup, self.factors_), m._at(m.plain, self.factors_)
+
     def predict_ms(self, points: Sequence[MeasuredPoint], factors: Optional[np.ndarray] = None) -> np.ndarray:
         """ITL (ms) at ``points`` under the fitted figures (``factors``: others, e.g. ones for the shipped ones)."""
         arrays = point_arrays(points)

@@ -19,8 +19,9 @@ Mirrors ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``) with its de
    requests scheduled, prefills included). Decoding requests were given 1 + K' tokens and blocks while the set was
    built, K' the drafts they bring (under the ``vllm`` rule the K the policy asked for in the previous step: vLLM's
    drafter proposes at the table's K whatever the budget, a completing prompt too, and the next step's running pass
-   gives those drafts the budget before any waiting prompt; under the others the previous decode step's K); the policy's K is then capped (``Plan.k_cap``) by the tokens left in the budget and the
-   free blocks, so a larger K than K' is taken only where it fits for every decoding request.
+   gives those drafts the budget before any waiting prompt; under the others the previous decode step's K); the
+   policy's K is then capped (``Plan.k_cap``) by the tokens left in the budget and the free blocks, so a larger K
+   than K' is taken only where it fits for every decoding request.
 4. Trimming. Where the decoders' 1 + K' tokens do not all fit the budget, vLLM's running pass gives each
    ``min(1 + K', budget left)`` and trims the speculative tokens of the one at the budget's edge to what it was given
    (``del request.spec_token_ids[num_scheduled_spec_tokens:]`` in ``Scheduler.schedule``); those after it are not
