@@ -8,6 +8,8 @@ ramp, drain and prefill mix are not a steady step); the replay rounds bring ever
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -82,6 +84,13 @@ def test_the_replay_rounds_bring_every_run_to_its_measured_tpot(runs):
     assert np.median(last) < 0.5 * np.median(first) and last.max() < 0.05   # what is left: the steady fit's own residual
     assert fit.calibration.loo_error_                # the kept fit has its leave-one-out errors
     assert np.allclose(fit.calibration.factors_, fit.final.factors)
+    # the README quotes these runs: its ranges are this test's
+    text = " ".join((Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8").split())
+    quoted = re.search(r"steady fit's replays miss the measured mean TPOT by ([\d.]+)-([\d.]+)% and the replayed "
+                       r"fit's by ([\d.]+)-([\d.]+)%", text)
+    assert quoted, "the README no longer quotes the replay test's figures"
+    got = [f"{100 * v:.1f}" for v in (first.min(), first.max(), last.min(), last.max())]
+    assert list(quoted.groups()) == got
 
 
 def test_calibrate_replay_cli_writes_a_spec_that_says_how_it_was_fitted(cli, runs, tmp_path):
