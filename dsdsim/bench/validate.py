@@ -135,6 +135,18 @@ def check_drafter(drafter: Optional[str | DrafterSpec]) -> Optional[DrafterSpec]
     return d
 
 
+def native_dtype(model, hw, cuda: bool) -> DType:
+    """The dtype a validation runs in where none is given: the model's (bf16 unless it says fp16 or fp32), except on a
+    CPU whose measured GEMM peak in it is below its fp32 peak: a CPU without bf16 / fp16 instructions (AVX2 only, no
+    AVX512-BF16 or AMX) converts in software (~1 GFLOP/s) on some shapes and not others, which no roofline describes,
+    so it validates in fp32, the probe's own sweep dtype on a CPU."""
+    want = model.default_dtype if model.default_dtype in (DType.bf16, DType.fp16, DType.fp32) else DType.bf16
+    peaks = hw.peak_flops_per_s
+    if cuda or want is DType.fp32 or want not in peaks or DType.fp32 not in peaks:
+        return want
+    return want if peaks[want].value >= peaks[DType.fp32].value else DType.fp32
+
+
 def _resolve(cfg: ValidateConfig) -> _Run:
     """Load and reduce the model, pick the grid and dtype, and list the distinct operator shapes to time."""
     import torch
@@ -152,7 +164,7 @@ def _resolve(cfg: ValidateConfig) -> _Run:
     cuda = dev.startswith("cuda")
     grid = cfg.grid or (GPU_GRID if cuda and not cfg.quick else QUICK_GRID if cfg.quick else FULL_GRID)
     graphs = grid.graphs and cuda
-    wdt = cfg.dtype or (m.default_dtype if m.default_dtype in (DType.bf16, DType.fp16, DType.fp32) else DType.bf16)
+    wdt = cfg.dtype or native_dtype(m, hw, cuda)
     dep = Deployment(dtype=wdt, expert_dtype=wdt, act_dtype=wdt, kv_dtype=wdt, cuda_graphs=graphs)
     run = _Run(model_full, m, reduced, hw, dev, d, grid, graphs, wdt, dep, PassContext.build(m, hw, dep),
                cfg.acceptance or default_acceptance())
