@@ -45,7 +45,7 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
              kv_cache_tokens: Optional[int] = None, mem_fraction_static: Optional[float] = None,
              scheduling: Optional[str] = None, prefix_cache_hit: float = 0.0, slo: Optional[str] = None,
              seed: int = DEFAULT_SEED, replicas: int = 1, router: str = "round-robin", executor: Optional[str] = "local",
-             progress: Optional[Callable[[int, int], None]] = None):
+             shared_prefix: Optional[str] = None, progress: Optional[Callable[[int, int], None]] = None):
     """Serve ``requests`` requests of ``workload`` once per policy on one server; a SimulationReport (a
     SimulationResult whose ``to_json()`` is the command's JSON).
 
@@ -57,11 +57,13 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     cache size: N tokens"; None: sized as the engine sizes it, vLLM from the deployment's memory_utilization).
     mem_fraction_static: an SGLang server's memory share (None: SGLang's own for its release). prefix_cache_hit:
     the share of each prompt found in the prefix cache on admission (``SchedulerConfig.prefix_cache_hit``; 0: none).
+    shared_prefix: ``TOKENS:GROUPS``, each prompt one of GROUPS prefixes of TOKENS tokens followed by its
+    ``input_len`` tokens, found in each server's prefix cache of shared blocks (``dsdsim.serve.prefix``; None: none).
     scheduling: the rule
     that builds each step (``vllm``, ``prefill-first``, or one registered with
     ``dsdsim.serve.scheduler.register_rule``; None: the engine's). executor: ``local`` (this process, the default
     here), ``processes`` or a Dask scheduler address. replicas, router: N copies of the server behind a router
-    (``round-robin``, ``least-loaded``; ``dsdsim.serve.fleet``), the workload the fleet's; each policy's result is
+    (``round-robin``, ``least-loaded``, ``prefix-aware``; ``dsdsim.serve.fleet``), the workload the fleet's; each policy's result is
     the fleet's, with each replica's under ``replicas``.
     progress(done, total): called as the run goes."""
     from dsdsim.serve.scheduler import SchedulerConfig
@@ -89,5 +91,5 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     check_executor(executor)
     job = checked(Simulation(setup, workload, policies, requests=requests, input_len=input_len,
                              output_len=output_len, acceptance=acceptance, scheduler=SchedulerConfig(**limits),
-                             slo=slo, seed=seed, replicas=replicas, router=router))
+                             slo=slo, seed=seed, replicas=replicas, router=router, shared_prefix=shared_prefix))
     return SimulationReport.of(simulate_many(job, [job.workload], executor=executor, progress=progress)[0])

@@ -91,8 +91,6 @@ def test_least_loaded_balances_what_round_robin_cannot(tmp_path):
 def test_bad_fleets_are_refused():
     with pytest.raises(DsdsimError, match="replicas must be in 1..1024"):
         run("closed:2", replicas=0)
-    with pytest.raises(DsdsimError, match="prefix caching"):
-        run("closed:2", replicas=2, router="prefix-aware")
     with pytest.raises(DsdsimError, match="unknown router 'rr'; use one of"):
         run("closed:2", router="rr")
 
@@ -113,8 +111,11 @@ def test_the_command_names_the_fleet_and_its_replicas(cli):
     code, out, err = cli("simulate", "--requests", "20", "--sweep", "poisson:10,20", "--replicas", "2",
                          "--executor", "local")
     assert code == 0 and "2 replicas behind a round-robin router; workloads" in " ".join(out.split())
-    code, out, err = cli("simulate", "--requests", "10", "--router", "prefix-aware")
-    assert code != 0 and len(err.strip().splitlines()) == 1 and "prefix caching" in err
+    code, out, err = cli("simulate", "--requests", "30", "--replicas", "2", "--router", "prefix-aware",
+                         "--shared-prefix", "256:3", "--input-len", "32", "--output-len", "16")
+    text = " ".join(out.split())
+    assert code == 0, err
+    assert "2 replicas behind a prefix-aware router" in text and "(3 shared prefixes of 256 tokens" in text
 
 
 def test_plan_finds_the_fewest_replicas_for_a_rate(cli):

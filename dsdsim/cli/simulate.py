@@ -85,6 +85,12 @@ class ServeArgs:
         help="The share of each prompt the server finds in its prefix cache, 0 to 1 (vLLM's /metrics: "
              "prefix_cache_hits / prefix_cache_queries; an RL rollout of G samples per prompt finds (G - 1) / G of "
              "the prompt): that share, in whole blocks, starts computed; default 0 (random prompts)")] = 0.0
+    shared_prefix: Annotated[Optional[str], Option(
+        "--shared-prefix", metavar="TOKENS:GROUPS",
+        help="Prompts that share prefixes: each is one of GROUPS prefixes of TOKENS tokens, then its own --input-len "
+             "tokens (vllm bench serve's prefix_repetition, SGLang's generated-shared-prefix; an RL rollout of G "
+             "samples of N prompts: the prompt length and N). Each server keeps them in a prefix cache of shared "
+             "blocks, evicted oldest first; with --router prefix-aware requests follow their prefix")] = None
     scheduling: Annotated[Optional[str], Option(
         "--scheduling", metavar="RULE",
         help="How each step is built: vllm (running requests, then waiting ones mixed in: vLLM V1) or "
@@ -96,8 +102,9 @@ class ServeArgs:
              "policy; the workload is the fleet's (closed:C is C clients in all)")] = 1
     router: Annotated[str, Option(
         "--router", metavar="NAME",
-        help="Which replica a request goes to: round-robin (in turn) or least-loaded (fewest requests running and "
-             "waiting)")] = DEFAULT_ROUTER
+        help="Which replica a request goes to: round-robin (in turn), least-loaded (fewest requests running and "
+             "waiting) or prefix-aware (SGLang's cache-aware router: where its prefix went before, unless the "
+             "loads are out of balance)")] = DEFAULT_ROUTER
     slo: Annotated[Optional[str], Option("--slo", metavar="ttft=MS,tpot=MS", help=SLO_HELP)] = None
     seed: Annotated[int, Option("--seed", help="Random seed of arrivals, lengths and acceptance")] = DEFAULT_SEED
     executor: Annotated[Optional[str], Option("--executor", metavar="local|processes|dask://HOST:PORT",
@@ -120,7 +127,8 @@ class ServeArgs:
         sim = Simulation(setup, self.workload, self.policies, requests=requests, input_len=self.input_len,
                          output_len=self.output_len, acceptance=acceptance,
                          scheduler=self.scheduler(memory_utilization), slo=slo if slo is not None else self.slo,
-                         seed=self.seed, replicas=self.replicas, router=self.router)
+                         seed=self.seed, replicas=self.replicas, router=self.router,
+                         shared_prefix=self.shared_prefix)
         return checked(sim, tree)
 
     def scheduler(self, memory_utilization: float):
@@ -245,7 +253,7 @@ def _sweep(job, loads, setup, executor, fmt, output: Optional[Path], plot: Optio
         from dsdsim.export.serve_plots import SweepDisplay, plot_title
 
         what = (f"{loads.text} (one run per load), {_requests_text(job.requests)} "
-                f"each, input {job.input_len}, output {job.output_len} tokens")
+                f"each, input {_input_text(job)}, output {job.output_len} tokens")
         _save_plot(SweepDisplay.from_sweep(result, plot_title(views.setup_line(setup), what)), plot)
     _write(fmt, output, lambda: views.sweep_dict(setup, result), lambda: views.sweep_csv(setup, result),
            lambda: views.sweep_view(setup, result, _notes(job)))
@@ -287,12 +295,23 @@ def _progress(quiet: bool, label: str, run):
     return run(None) if quiet else with_progress(label, run)
 
 
+def _input_text(job) -> str:
+    """The prompts' lengths as given: '512', or '1024 shared (8 prefixes) + 512' with --shared-prefix."""
+    if not job.shared_prefix:
+        return str(job.input_len)
+    from dsdsim.serve.prefix import parse_shared_prefix
+
+    shared = parse_shared_prefix(job.shared_prefix)
+    return f"{shared.tokens} shared ({shared.groups} prefix{'es' if shared.groups != 1 else ''}) + {job.input_len}"
+
+
 def _workload_text(job) -> str:
-    return f"{job.workload}, {_requests_text(job.requests)}, input {job.input_len}, output {job.output_len} tokens"
+    return (f"{job.workload}, {_requests_text(job.requests)}, input {_input_text(job)}, output {job.output_len} "
+            "tokens")
 
 
 def _notes(job) -> list[str]:
-    lines = [f"lengths: input {job.input_len}, output {job.output_len} tokens; seed {job.seed}"]
+    lines = [f"lengths: input {_input_text(job)}, output {job.output_len} tokens; seed {job.seed}"]
     if job.slo:
         lines.append(f"SLO: {job.slo} (milliseconds)")
     return lines
@@ -419,7 +438,7 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
     kind = base.workload.split(":", 1)[0]
     fleet = f" of {base.replicas} replicas behind a {base.router} router" if base.replicas > 1 else ""
     what = (f"load at which {100 * ATTAINMENT:g}% of requests meet {slo} ({kind} arrivals{fleet}, the search starting "
-            f"at {base.workload}; {_requests_text(base.requests)}, input {base.input_len}, output {base.output_len} "
+            f"at {base.workload}; {_requests_text(base.requests)}, input {_input_text(base)}, output {base.output_len} "
             "tokens)")
     if fmt is TableFormat.json:
         from dsdsim.export.render import to_json

@@ -193,7 +193,7 @@ def simulation_view(setup, result, notes: Sequence[str] = ()):
     fleet = f"; {d['replicas']} replicas behind a {d['router']} router" if d.get("replicas", 1) > 1 else ""
     measured = [versus_table(policies)] if any("vs_measured" in p for p in policies) else []
     return Group(f"{setup_line(setup)}{fleet}; workload {d['workload']} ({_describe(result)})", t, *measured,
-                 *_footer(policies), *notes)
+                 *_footer(policies, d.get("shared_prefix")), *notes)
 
 
 def versus_table(policies: Sequence[Mapping[str, Any]]):
@@ -247,8 +247,8 @@ def sweep_view(setup, sweep, notes: Sequence[str] = ()):
                       end_section=j == len(policies) - 1 and i < len(points) - 1)
     kinds = ", ".join(pt.workload for pt in points)
     fleet = f"; {first['replicas']} replicas behind a {first['router']} router" if first.get("replicas", 1) > 1 else ""
-    return Group(f"{setup_line(setup)}{fleet}; workloads {kinds}", t, *_footer([p for pt in points
-                                                                          for p in pt.result.to_dict()["policies"]]),
+    every = [p for pt in points for p in pt.result.to_dict()["policies"]]
+    return Group(f"{setup_line(setup)}{fleet}; workloads {kinds}", t, *_footer(every, first.get("shared_prefix")),
                  *notes)
 
 
@@ -289,26 +289,31 @@ def fleet_line(policies: Sequence[Mapping[str, Any]]) -> list[str]:
             f"request's, per replica: " + "; ".join(parts)]
 
 
-def _footer(policies: Sequence[Mapping[str, Any]]) -> list[str]:
+def _footer(policies: Sequence[Mapping[str, Any]], shared: Optional[Mapping[str, Any]] = None) -> list[str]:
     durations = [p.get("duration_s") for p in policies if p.get("duration_s") is not None]
     steps = [p.get("steps") for p in policies if p.get("steps") is not None]
     units = _UNITS + (_GOODPUT if any(p.get("goodput_requests_per_s") is not None for p in policies) else "")
+    lines = [units, servers_line(policies)] + fleet_line(policies) + kv_cache_line(policies) + \
+        prefix_cache_line(policies, shared)
     if not durations:
-        return [units, servers_line(policies)] + fleet_line(policies) + kv_cache_line(policies) + \
-            prefix_cache_line(policies)
-    return [units, servers_line(policies)] + fleet_line(policies) + kv_cache_line(policies) + \
-        prefix_cache_line(policies) + [f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, {min(steps):,}-{max(steps):,} "
+        return lines
+    return lines + [f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, {min(steps):,}-{max(steps):,} "
             "engine steps per policy; as vllm bench serve counts them: TPOT (e2e - TTFT) / (output tokens - 1) per "
             "request, ITL the gaps between a request's successive emissions (a step's tokens stream as one chunk)"]
 
 
-def prefix_cache_line(policies: Sequence[Mapping[str, Any]]) -> list[str]:
-    """['prefix cache: 49.2% of prompt tokens found ...'] where the run asked for prefix cache hits, else []."""
+def prefix_cache_line(policies: Sequence[Mapping[str, Any]], shared: Optional[Mapping[str, Any]] = None) -> list[str]:
+    """['prefix cache: 49.2% of prompt tokens found ...'] where the run asked for prefix cache hits (a hit share, or
+    ``shared`` prefixes: the run's ``shared_prefix``), else []."""
     hits = [p["prefix_cache_hit"] for p in policies if p.get("prefix_cache_hit") is not None]
     if not hits:
         return []
     share = f"{100 * min(hits):.1f}%" if max(hits) - min(hits) < 5e-4 else \
         f"{100 * min(hits):.1f}-{100 * max(hits):.1f}%"
+    if shared:
+        return [f"prefix cache: {share} of the prompt tokens admitted were found cached ({shared['groups']:,} shared "
+                f"prefixes of {shared['tokens']:,} tokens, --shared-prefix): full blocks, shared by the requests "
+                "using them, the unused ones evicted oldest first"]
     return [f"prefix cache: {share} of the prompt tokens admitted were found cached (--prefix-cache-hit, in whole "
             "blocks, the last prompt token always computed); their blocks count as each request's own"]
 

@@ -9,19 +9,22 @@ state, SGLang's EMA); the fleet's figures are every request's, the replicas' eac
 * ``least-loaded``  the replica with the fewest requests running and waiting (ties: the lowest index), as a
                     load-balancing proxy counts outstanding requests (llm-d's load-aware scorer, SGLang's router
                     ``--policy shortest_queue``).
+* ``prefix-aware``  SGLang's router ``--policy cache_aware`` (``PrefixAware``): the replica whose requests share
+                    the longest prefix with this prompt, unless the loads are out of balance.
 
-``register_router(name, factory)`` adds one: a factory of objects with ``pick(loads, request) -> replica``.
-Prefix-aware routing needs to know which prompts share a prefix; the simulation's prefix cache is a hit share of
-every prompt (``SchedulerConfig.prefix_cache_hit``), so it is refused by name.
+``register_router(name, factory)`` adds one: a factory of objects with ``pick(loads, request) -> replica``, and
+optionally ``prepare(requests)``, called once with the prompts (``RoutedRequests``) before the first send.
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 from dsdsim.defaults import DEFAULT_ROUTER
 from dsdsim.errors import DsdsimError, whole_number
+from dsdsim.records import frozen
 
-__all__ = ["DEFAULT_ROUTER", "ROUTERS", "Router", "check_replicas", "register_router", "router_named"]
+__all__ = ["DEFAULT_ROUTER", "ROUTERS", "PrefixAware", "RoutedRequests", "Router", "check_replicas",
+           "register_router", "router_named"]
 MAX_REPLICAS = 1024
 
 
@@ -46,10 +49,71 @@ class LeastLoaded:
         return min(range(len(loads)), key=lambda i: (loads[i], i))
 
 
-ROUTERS: dict[str, Callable[[], Router]] = {"round-robin": RoundRobin, "least-loaded": LeastLoaded}
-_NOT_MODELLED = {"prefix-aware": "prefix-aware routing routes by which prompts share a prefix, and the simulation "
-                                 "models prefix caching as a hit share of every prompt (--prefix-cache-hit), not "
-                                 "the prompts' prefixes; use round-robin or least-loaded with --prefix-cache-hit"}
+@frozen
+class RoutedRequests:
+    """What a router may read of the requests: each prompt's length (tokens), the shared prefix it begins with (-1:
+    none; None: no prompt shares one) and that prefix's length, and the replicas."""
+
+    input_len: Sequence[int]
+    prefix: Optional[Sequence[int]]
+    prefix_tokens: int
+    replicas: int
+
+
+class PrefixAware:
+    """SGLang's router, ``--policy cache_aware`` (sgl-project/sglang ``sgl-router`` ``Router::CacheAware``,
+    ``select_generate_worker_from_text``; its defaults as ``sglang_router.launch_router`` 0.1.9 sets them):
+
+    1. The loads (requests sent to a replica and not finished) are out of balance when both max - min >
+       ``balance_abs_threshold`` (32) and max > ``balance_rel_threshold`` (1.0001) x min: then the least-loaded
+       replica (ties: the lowest index).
+    2. Else the router's approximate tree of every prompt it sent to each replica gives the longest match: the
+       prompt's prefix tokens where a prompt of the same prefix went there before (its own tokens match no other
+       prompt). Where the best match is more than ``cache_threshold`` (0.5) of the prompt, that replica (ties: the
+       lowest index); else the replica whose tree is smallest (fewest prompt tokens sent there that were new to it).
+    3. The prompt is inserted into the chosen replica's tree either way.
+
+    The router's trees are pruned to ``max_tree_size`` (2^24 characters) every ``eviction_interval`` (60 s): not
+    modelled, so a prefix counts as sent to a replica for the whole run. It knows what it sent, not what the replica
+    still caches: a prefix the replica evicted is still routed there."""
+
+    def __init__(self, cache_threshold: float = 0.5, balance_abs_threshold: int = 32,
+                 balance_rel_threshold: float = 1.0001) -> None:
+        self.cache_threshold = float(cache_threshold)
+        self.balance_abs_threshold = int(balance_abs_threshold)
+        self.balance_rel_threshold = float(balance_rel_threshold)
+        self._requests: Optional[RoutedRequests] = None
+        self._sent: list[set] = []                 # prefixes sent to each replica
+        self._tree: list[int] = []                 # tokens in each replica's tree
+
+    def prepare(self, requests: RoutedRequests) -> None:
+        self._requests = requests
+        self._sent = [set() for _ in range(requests.replicas)]
+        self._tree = [0] * requests.replicas
+
+    def pick(self, loads: Sequence[int], request: int) -> int:
+        reqs = self._requests
+        if reqs is None:
+            raise DsdsimError("the prefix-aware router reads the prompts: call prepare(requests) first")
+        count = len(loads)
+        group = int(reqs.prefix[request]) if reqs.prefix is not None else -1
+        length = int(reqs.input_len[request])
+        most, least = max(loads), min(loads)
+        matched = [reqs.prefix_tokens if group >= 0 and group in self._sent[i] else 0 for i in range(count)]
+        if most - least > self.balance_abs_threshold and most > self.balance_rel_threshold * least:
+            pick = min(range(count), key=lambda i: (loads[i], i))
+        elif max(matched) > self.cache_threshold * length:
+            pick = min(range(count), key=lambda i: (-matched[i], i))
+        else:
+            pick = min(range(count), key=lambda i: (self._tree[i], i))
+        self._tree[pick] += length - matched[pick]
+        if group >= 0:
+            self._sent[pick].add(group)
+        return pick
+
+
+ROUTERS: dict[str, Callable[[], Router]] = {"round-robin": RoundRobin, "least-loaded": LeastLoaded,
+                                           "prefix-aware": PrefixAware}
 
 
 def register_router(name: str, factory: Callable[[], Router]) -> None:
@@ -59,8 +123,6 @@ def register_router(name: str, factory: Callable[[], Router]) -> None:
 
 def router_named(name: str) -> Router:
     key = str(name).strip().lower()
-    if key in _NOT_MODELLED:
-        raise DsdsimError(f"router {key}: {_NOT_MODELLED[key]}")
     factory = ROUTERS.get(key)
     if factory is None:
         raise DsdsimError(f"unknown router {name!r}; use one of: {', '.join(sorted(ROUTERS))}")

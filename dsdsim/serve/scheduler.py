@@ -35,9 +35,10 @@ without ``--enable-mixed-chunk``: a prefill batch whenever one can be formed, el
 (priority, a fairness cap) is a class with a ``name`` and ``schedule(scheduler, k_guess) -> Plan`` built from the
 Scheduler's own steps (``running_then_waiting``, ``prefill_batch``), passed to ``register_rule``.
 
-Prefix caching is a hit share of each prompt (``SchedulerConfig.prefix_cache_hit``), not a cache of shared blocks.
-Not modelled: ``long_prefill_token_threshold`` and partial-prefill limits, priority scheduling,
-``max_model_len`` truncation (a request longer than the model's window is refused before the run), async scheduling's
+Prefix caching is either a hit share of each prompt (``SchedulerConfig.prefix_cache_hit``) or, where the prompts
+share prefixes (``groups``), a cache of shared blocks (``dsdsim.serve.prefix.PrefixCache``): found on admission,
+shared by reference, evicted oldest first when allocations need them. Not modelled: ``long_prefill_token_threshold``
+and partial-prefill limits, priority scheduling, ``max_model_len`` truncation (a request longer than the model's window is refused before the run), async scheduling's
 lag beyond the requests it carries a step after they finish (``riding``) and the K policy learning a step's
 acceptance a step late (``Server``), structured output, encoder budgets.
 """
@@ -52,6 +53,7 @@ import numpy as np
 
 from dsdsim.errors import DsdsimError, whole_number
 from dsdsim.records import frozen
+from dsdsim.serve.prefix import PrefixCache
 
 
 @frozen
@@ -273,11 +275,14 @@ class Scheduler:
 
     requests: (arrival_s, input_len, output_len) per request; concurrency: the client's limit on requests in flight
     (None: none); kv_blocks: blocks in the cache; lookahead: the server's num_speculative_tokens (0: no speculation).
+    groups: the shared prefix each prompt begins with (-1: none), with ``prefix_tokens`` its length: the server
+    keeps a prefix cache of their blocks (``dsdsim.serve.prefix.PrefixCache``); None: no shared prefixes.
     """
 
     def __init__(self, arrival_s: Sequence[float], input_len: Sequence[int], output_len: Sequence[int],
                  config: SchedulerConfig, kv_blocks: int, lookahead: int, concurrency: Optional[int] = None,
-                 draft_tokens: Optional[Sequence[int]] = None):
+                 draft_tokens: Optional[Sequence[int]] = None, groups: Optional[Sequence[int]] = None,
+                 prefix_tokens: int = 0):
         self.cfg = (config if config.max_num_seqs is not None and config.max_num_batched_tokens is not None
                     else config.for_server(None, False))
         self.arrival = np.asarray(arrival_s, dtype=float)
@@ -304,6 +309,15 @@ class Scheduler:
         self.cache_hit = np.minimum(np.floor(self.in_len * float(self.cfg.prefix_cache_hit) / bs).astype(np.int64) * bs,
                                     np.maximum(self.in_len - 1, 0))
         self.prompt_admitted = self.prompt_cached = 0    # prompt tokens admitted, and found in the cache, all runs
+        self.prefix: Optional[PrefixCache] = None         # the cache of shared prefixes, where prompts share them
+        if groups is not None:
+            if self.cfg.prefix_cache_hit > 0:
+                raise DsdsimError("give prefix caching once: a hit share (prefix_cache_hit) or prompts that share "
+                                  "prefixes, not both")
+            g = np.asarray(groups, dtype=np.int64)
+            if g.shape != (n,):
+                raise DsdsimError(f"groups needs one prefix per request ({n}), got shape {g.shape}")
+            self.prefix = PrefixCache(g, int(prefix_tokens) // bs, int(g.max(initial=-1)) + 1)
         self.send_t = np.full(n, np.nan)                 # when the client sent it (latencies start here)
         self.first_t = np.full(n, np.nan)
         self.finish_t = np.full(n, np.nan)
@@ -350,6 +364,11 @@ class Scheduler:
         if self._next >= self.n or (self._slots is not None and not self._slots):
             return None
         return float(self.arrival[int(self.order[self._next])])
+
+    @property
+    def caches_prefixes(self) -> bool:
+        """Whether prompts find cached tokens here (a hit share, or shared prefixes): the run reports the share."""
+        return self.prefix is not None or self.cfg.prefix_cache_hit > 0
 
     @property
     def riding_now(self) -> int:
@@ -480,8 +499,7 @@ class Scheduler:
 
     def _preempt(self, r: int) -> None:
         """Recompute preemption: blocks freed, KV forgotten, back to the front of the waiting queue."""
-        self.free += int(self.held[r])
-        self.held[r] = 0
+        self._release(np.asarray([r]))
         self.computed[r] = 0
         self.decoding[r] = False
         self.waiting.appendleft(r)
@@ -493,18 +511,22 @@ class Scheduler:
         ids, chunks, skipped = [], [], []
         while self.waiting and left > 0 and len(self.run) + self._riding_now < cfg.max_num_seqs:
             r = self.waiting[0]
-            if self.computed[r] == 0:               # a new or preempted request: its prompt's cached blocks
-                self.computed[r] = self.cache_hit[r]
-                self.prompt_admitted += int(self.in_len[r])
-                self.prompt_cached += int(self.cache_hit[r])
-            pending = int(self.in_len[r] + self.generated[r] - self.computed[r])
+            hit, shared, pinned = self._cached(r)   # a new or preempted request: its prompt's cached tokens
+            pending = int(self.in_len[r] + self.generated[r]) - hit
             if not cfg.chunked_prefill and pending > left:
                 skipped.append(self.waiting.popleft())      # vLLM skips it this step and tries the next
                 continue
             c = min(pending, left)
-            need = _ceil_div(int(self.computed[r]) + c, bs)
-            if need - int(self.held[r]) > self.free:
+            need = _ceil_div(hit + c, bs)
+            if need - shared + pinned > self.free:
                 break
+            if shared:                              # it takes its prefix's blocks: shared, held as found
+                self.prefix.take(r, shared)
+                self.free -= pinned
+                self.held[r] = shared
+            self.computed[r] = hit
+            self.prompt_admitted += int(self.in_len[r])
+            self.prompt_cached += hit
             self.waiting.popleft()
             self.free -= need - int(self.held[r])
             self.held[r] = need
@@ -514,6 +536,17 @@ class Scheduler:
             left -= c
         self.waiting.extendleft(reversed(skipped))
         return ids, chunks
+
+    def _cached(self, r: int) -> tuple[int, int, int]:
+        """What waiting request ``r`` (new, or preempted) finds cached, looked up at each try to admit it as vLLM's
+        ``get_computed_blocks`` is: (prompt tokens found, blocks of them shared with its prefix, blocks the free
+        count loses when it takes them). A hit share's tokens are the request's own blocks (none shared); a shared
+        prefix's blocks are taken only if it is admitted (``PrefixCache.take``)."""
+        if self.prefix is None:
+            return int(self.cache_hit[r]), 0, 0
+        bs = self.cfg.block_size
+        found, pinned = self.prefix.look(r, (int(self.in_len[r]) - 1) // bs, self.free)
+        return found * bs, found, pinned
 
     def _k_cap(self, dec_ids: np.ndarray, prefill_tokens: int, covered: int) -> int:
         """The largest K every decoding request can verify: the tokens left in the budget (prefill chunks + 1 + K per
@@ -557,6 +590,8 @@ class Scheduler:
         if plan.pre_ids.size:
             ids = plan.pre_ids
             self.computed[ids] += plan.pre_chunks
+            if self.prefix is not None:             # the prefix blocks written become the prefix's, shared
+                self.free -= self.prefix.written(ids, self.computed[ids], self.cfg.block_size, self.free)
             ntok = self.in_len[ids] + self.generated[ids]
             emits = ids[self.computed[ids] == ntok]
             if emits.size:
@@ -584,10 +619,19 @@ class Scheduler:
                 self._retire(finished, t_end)
         return (np.concatenate(gaps) if gaps else np.zeros(0)), emitted
 
+    def _release(self, ids: np.ndarray) -> None:
+        """Requests ``ids`` give their KV blocks back (finished or preempted): their own, and a shared prefix's where
+        they were the last to use it (to the prefix cache's queue, still counted free)."""
+        if self.prefix is None:
+            self.free += int(self.held[ids].sum())
+        else:
+            for r in ids.tolist():
+                self.free += self.prefix.release(r, int(self.held[r] - self.prefix.shared[r]))
+        self.held[ids] = 0
+
     def _retire(self, ids: np.ndarray, t_end: float) -> None:
         self.finish_t[ids] = t_end
-        self.free += int(self.held[ids].sum())
-        self.held[ids] = 0
+        self._release(ids)
         gone = set(ids.tolist())
         self.run = [r for r in self.run if r not in gone]
         self.finished += len(gone)

@@ -35,10 +35,11 @@ from dsdsim.defaults import DEFAULT_REQUESTS
 from dsdsim.errors import DsdsimError, whole_number
 from dsdsim.records import frozen
 from dsdsim.specs.drafter import MAX_K
-from dsdsim.serve.fleet import DEFAULT_ROUTER, check_replicas, router_named
+from dsdsim.serve.fleet import DEFAULT_ROUTER, RoutedRequests, check_replicas, router_named
 from dsdsim.serve.lengths import parse_lengths
 from dsdsim.serve.metrics import PolicyResult, Slo, Timeline, policy_result, versus_measured
 from dsdsim.serve.policies import FixedK, NoSpeculation, Policy, PolicyEnv, StepView, parse_policies
+from dsdsim.serve.prefix import SharedPrefix, parse_shared_prefix
 from dsdsim.serve.requests import RequestAcceptance, draw_acceptance
 from dsdsim.serve.scheduler import Scheduler, SchedulerConfig
 from dsdsim.serve.step import ScheduledStep
@@ -69,15 +70,17 @@ class SimulationResult:
     context: int                           # the context the dsd table was predicted at (mean input + mean output / 2)
     replicas: int = 1                      # data-parallel servers behind a router (each policy's fleet)
     router: Optional[str] = None           # ... and the router's name (None: one server)
+    shared_prefix: Optional[SharedPrefix] = None   # the prompts' shared prefixes (None: none)
 
     def to_dict(self) -> dict:
         """The run without its setup (a sweep writes the setup once, above its loads). A trace that carries its
         run's own latencies (a vllm bench serve result) adds ``vs_measured`` to each policy."""
         fleet = {"replicas": self.replicas, "router": self.router} if self.replicas > 1 else {}
+        shared = {"shared_prefix": self.shared_prefix.to_dict()} if self.shared_prefix is not None else {}
         policies = [p.to_dict() for p in self.policies]
         for d, vs in zip(policies, self.versus_measured()):
             d["vs_measured"] = vs
-        return {"workload": self.workload.text, "requests": len(self.requests), "seed": self.seed, **fleet,
+        return {"workload": self.workload.text, "requests": len(self.requests), "seed": self.seed, **shared, **fleet,
                 "policies": policies}
 
     def versus_measured(self) -> list[dict]:
@@ -128,7 +131,7 @@ def parse_slo(text) -> Slo:
 def simulate(setup, workload, policies, *, requests: Optional[int] = None, input_len="512", output_len="256",
              acceptance=None, scheduler: Optional[SchedulerConfig] = None, slo=None, seed: int = 0, pricer=None,
              progress: Optional[Callable[[float], None]] = None, replicas: int = 1,
-             router: str = DEFAULT_ROUTER) -> SimulationResult:
+             router: str = DEFAULT_ROUTER, shared_prefix=None) -> SimulationResult:
     """Serve ``requests`` requests of ``workload`` once per policy and report each.
 
     setup: a resolved ``dsdsim.specs.setup.Setup`` (None only with a ``pricer`` and policies that need no setup).
@@ -141,6 +144,9 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
         MixedPricer per policy, module docstring). progress: called with the fraction done (0..1) as it runs.
     replicas, router: N data-parallel copies of the server behind a router (``dsdsim.serve.fleet``): each with its
         own scheduler, KV cache and bound policy; the workload is the fleet's (``closed:C`` is C clients in all).
+    shared_prefix: ``TOKENS:GROUPS`` or a SharedPrefix: each prompt begins with one of GROUPS prefixes of TOKENS
+        tokens, then its ``input_len`` tokens; each server keeps a prefix cache of their blocks
+        (``dsdsim.serve.prefix``). None: no shared prefixes.
     """
     if scheduler is None:          # vLLM's defaults, at the deployment's GPU memory share
         mu = getattr(getattr(setup, "deployment", None), "memory_utilization", None)
@@ -174,8 +180,16 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     from dsdsim.policy.predict import acceptance_for
 
     acc = acceptance_for(acceptance, tree)
-    rng_requests, rng_acceptance = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
-    reqs = build_requests(wl, requests, in_dist, out_dist, rng_requests)
+    shared = parse_shared_prefix(shared_prefix)
+    if shared is not None and cfg.prefix_cache_hit > 0:
+        raise DsdsimError("give prefix caching once: a hit share of every prompt (--prefix-cache-hit) or prompts "
+                          "that share prefixes (--shared-prefix), not both")
+    # three streams: requests, acceptance, and which prefix each prompt shares (spawn(3)'s first two are spawn(2)'s)
+    rng_requests, rng_acceptance, rng_prefix = (np.random.default_rng(s)
+                                                for s in np.random.SeedSequence(seed).spawn(3))
+    reqs = build_requests(wl, requests, in_dist, out_dist, rng_requests, shared, rng_prefix)
+    groups = np.array([r.prefix for r in reqs], dtype=np.int64) if shared is not None else None
+    prefixes = (groups, shared.tokens) if shared is not None else None
     ins = np.array([r.input_len for r in reqs], dtype=np.int64)
     outs = np.array([r.output_len for r in reqs], dtype=np.int64)
     arrivals = np.array([r.arrival_s for r in reqs], dtype=float)
@@ -200,20 +214,21 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
         drafts = None if tree is None or policy.lookahead == 0 else [0] + [tree.tokens] * policy.lookahead
         if replicas == 1:
             results.append(_run(policy, pr, arrivals, ins, outs, wl.concurrency, configs[i], draws, slo, tick,
-                                drafts))
+                                drafts, prefixes))
             continue
         env = PolicyEnv(setup, acc, context, configs[i].max_num_seqs, pr, int(pr.max_k))
         copies = [policy] + [pols[i].bind(env) for _ in range(replicas - 1)]     # each replica its own state
         results.append(_run_fleet(copies, pr, arrivals, ins, outs, wl.concurrency, configs[i], draws, slo, tick,
-                                  router_named(router), drafts))   # each policy's fleet its own router state
+                                  router_named(router), drafts, prefixes))   # each policy's fleet its own router
     if progress is not None:
         progress(1.0)
     return SimulationResult(results, setup, wl, reqs, seed, context, replicas,
-                            str(router).strip().lower() if replicas > 1 else None)
+                            str(router).strip().lower() if replicas > 1 else None, shared)
 
 
 def _run_fleet(policies: list[Policy], pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig,
-               draws: RequestAcceptance, slo: Optional[Slo], progress, router, drafts=None) -> PolicyResult:
+               draws: RequestAcceptance, slo: Optional[Slo], progress, router, drafts=None,
+               prefixes: Optional[tuple] = None) -> PolicyResult:
     """N replicas of one server behind ``router`` (``dsdsim.serve.fleet``), one bound policy each, co-simulated in
     time order: the replica whose clock is earliest runs its next step, unless a request is due to be sent first
     (an open loop's arrival, or a closed loop's client whose last request finished); then the router picks its
@@ -222,8 +237,13 @@ def _run_fleet(policies: list[Policy], pricer, arrivals, ins, outs, concurrency,
     blocks, kv_rule, kv_share = _cache(policies[0], pricer, ins, outs, cfg, drafts)
     n, count = ins.size, len(policies)
     never = np.full(n, np.inf)                           # a replica's own client sends nothing: the router does
-    servers = [Server(p, pricer, Scheduler(never, ins, outs, cfg, blocks, p.lookahead, None, drafts), draws)
+    servers = [Server(p, pricer, Scheduler(never, ins, outs, cfg, blocks, p.lookahead, None, drafts,
+                                           *(prefixes or ())), draws)
                for p in policies]
+    prepare = getattr(router, "prepare", None)            # a router that reads the prompts (prefix-aware)
+    if prepare is not None:
+        prepare(RoutedRequests(ins, None if prefixes is None else prefixes[0],
+                               0 if prefixes is None else prefixes[1], count))
     clocks = [0.0] * count
     owner = np.full(n, -1, dtype=np.int64)
     order = np.argsort(arrivals, kind="stable")
@@ -285,7 +305,7 @@ def _fleet_result(servers: list[Server], owner: np.ndarray, outs, slo, kv: tuple
     itl = np.concatenate([x.itl() for x in servers])
     admitted = sum(x.sch.prompt_admitted for x in servers)
     hit = (sum(x.sch.prompt_cached for x in servers) / admitted if admitted else 0.0) \
-        if servers[0].sch.cfg.prefix_cache_hit > 0 else None
+        if servers[0].sch.caches_prefixes else None
     result = policy_result(servers[0].policy.name, send, first, finish, np.asarray(outs), itl, timeline,
                            sum(x.sch.preemptions for x in servers), slo, mal, sum(x.limited for x in servers),
                            kv_cache=kv, prefix_cache_hit=hit)
@@ -490,16 +510,16 @@ class Server:
         mal = 1.0 + self.accepted_sum / self.verifies if self.verifies else 1.0
         pick = slice(None) if ids is None else ids
         hit = (sch.prompt_cached / sch.prompt_admitted if sch.prompt_admitted else 0.0) \
-            if sch.cfg.prefix_cache_hit > 0 else None
+            if sch.caches_prefixes else None
         return policy_result(self.policy.name, sch.send_t[pick], sch.first_t[pick], sch.finish_t[pick],
                              np.asarray(outs)[pick], self.itl(), self.timeline(), sch.preemptions, slo, mal,
                              self.limited, kv_cache=kv, prefix_cache_hit=hit)
 
 
 def _run(policy: Policy, pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig, draws: RequestAcceptance,
-         slo: Optional[Slo], progress, drafts=None) -> PolicyResult:
+         slo: Optional[Slo], progress, drafts=None, prefixes: Optional[tuple] = None) -> PolicyResult:
     blocks, kv_rule, kv_share = _cache(policy, pricer, ins, outs, cfg, drafts)
-    sch = Scheduler(arrivals, ins, outs, cfg, blocks, policy.lookahead, concurrency, drafts)
+    sch = Scheduler(arrivals, ins, outs, cfg, blocks, policy.lookahead, concurrency, drafts, *(prefixes or ()))
     server = Server(policy, pricer, sch, draws)
     n = sch.n
     now = 0.0

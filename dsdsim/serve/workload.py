@@ -31,6 +31,7 @@ import numpy as np
 from dsdsim.errors import DsdsimError, kind_of
 from dsdsim.records import frozen
 from dsdsim.serve.lengths import LengthDist
+from dsdsim.serve.prefix import SharedPrefix, assign_groups
 from dsdsim.specs.io import read_text
 
 WORKLOAD_FORMS = ("closed:C", "poisson:QPS", "gamma:QPS:CV", "rollout", "trace:FILE")
@@ -99,12 +100,14 @@ class Workload:
 
 @frozen
 class Request:
-    """One request: when the client wants to send it (s), its prompt and output lengths (tokens), its index."""
+    """One request: when the client wants to send it (s), its prompt and output lengths (tokens), its index, and
+    the shared prefix its prompt begins with (-1: none; ``dsdsim.serve.prefix``)."""
 
     arrival_s: float
     input_len: int
     output_len: int
     id: int
+    prefix: int = -1
 
 
 def parse_workload(text) -> Workload:
@@ -148,9 +151,20 @@ def parse_workload(text) -> Workload:
 
 
 def build_requests(workload: Workload, n: Optional[int], input_len: LengthDist, output_len: LengthDist,
-                   rng: np.random.Generator) -> list[Request]:
+                   rng: np.random.Generator, shared: Optional[SharedPrefix] = None,
+                   rng_prefix: Optional[np.random.Generator] = None) -> list[Request]:
     """``n`` requests of the workload, sorted by arrival. Lengths come from the distributions (a trace gives its own,
-    and n = None takes all its rows). Draw order: input lengths, output lengths, then inter-arrival times."""
+    and n = None takes all its rows). Draw order: input lengths, output lengths, then inter-arrival times. With
+    ``shared`` prefixes each prompt is its prefix's tokens followed by the input length drawn for it, the prefixes
+    dealt out from their own stream ``rng_prefix`` (``assign_groups``), so the draws above do not move."""
+    if shared is not None:
+        if workload.kind == "trace":
+            raise DsdsimError("a trace gives each request's whole prompt length; shared prefixes are for generated "
+                              "workloads (closed, poisson, gamma, rollout)")
+        reqs = build_requests(workload, n, input_len, output_len, rng)
+        groups = assign_groups(len(reqs), shared, rng_prefix if rng_prefix is not None else rng)
+        return [Request(r.arrival_s, r.input_len + shared.tokens, r.output_len, r.id, int(g))
+                for r, g in zip(reqs, groups)]
     if workload.kind == "trace":
         tr = workload.trace
         rows = tr.input_len.size
