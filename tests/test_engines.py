@@ -70,7 +70,9 @@ def test_version_ranges_of_one_engine_do_not_overlap_and_cover_their_releases():
     assert resolve_engine_name("vllm@0.27.1") == "vllm-0.24"
     assert resolve_engine_name("vllm@0.29.0") == "vllm-0.29"
     assert resolve_engine_name("vllm") == "vllm-0.29"          # the current release line
-    assert resolve_engine_name("sglang@v0.4.10.post1") == "sglang-0.4-0.5.11"
+    assert resolve_engine_name("sglang@v0.4.10.post1") == "sglang-0.4.7-0.5.11"
+    assert resolve_engine_name("sglang@0.4.4") == "sglang-0.4-0.4.4"
+    assert resolve_engine_name("sglang@0.4.6") == "sglang-0.4.5-0.4.6"
 
 
 @pytest.mark.parametrize("name,fragment", [
@@ -468,6 +470,29 @@ def test_sglang_speculative_servers_run_48_requests_unless_told_and_predict_says
     assert code == 0 and any("runs at most 48 requests on a speculative server" in n for n in notes)
     code, out, _ = cli("predict", "-e", "sglang", "-b", "1-48", "-f", "json")
     assert not any("runs at most 48" in n for n in json.loads(out)["notes"])
+
+
+def test_sglang_before_0_4_5_graphs_speculative_batches_1_to_32_exactly_and_the_draft_extend_eagerly():
+    """SGLang 0.4.4 (the EAGLE-3 paper's release) sets disable_cuda_graph_padding for EAGLE and captures range(1, 33)
+    for a speculative server (get_batch_sizes_to_capture@v0.4.4), with a pool of 32 requests; 0.4.5-0.4.6 pad to
+    their first speculative list; neither has a draft-extend graph runner (v0.4.7). So at 0.4.4 every speculative
+    batch to 32 replays an exact graph and batch 33 and up run eager (target and drafter), the plain server still pads;
+    the first draft pass (the draft extend) runs eager at 0.4.4-0.4.6 and replays a graph from 0.4.7."""
+    old = load_engine("sglang@0.4.4")
+    assert old.speculative_max_requests.value == 32 and old.cuda_graphs.speculative_capture_sizes == tuple(range(1, 33))
+    steps = {b: simulate_step(engine="sglang@0.4.4", batch=b, k=3) for b in (24, 32, 33, 48)}
+    assert [steps[b].verify_graphed for b in (24, 32, 33, 48)] == [True, True, False, False]
+    assert [steps[b].verify_padded_tokens for b in (24, 32, 33)] == [96.0, 128.0, 132.0]     # B x 4 tokens, unpadded
+    assert simulate_step(engine="sglang@0.4.4", batch=33, k=0).verify_graphed           # the plain server pads to 40
+    grid = simulate_step(engine="sglang@0.4.4", batch=np.array([32.0, 33.0]), k=np.array([3.0, 3.0]))
+    assert list(grid.verify_graphed) == [True, False]
+    assert grid.step_time_s[1] == pytest.approx(float(steps[33].step_time_s), rel=1e-12)
+    for engine, flags in (("sglang@0.4.4", {False, True}), ("sglang@0.4.6", {False, True}), ("sglang@0.4.7", {True})):
+        s = simulate_step(engine=engine, batch=8, k=3)
+        assert {bool(t.cuda_graphs) for t in s.draft.op_times} == flags, engine     # the first pass eager, or none
+    eager_first = simulate_step(engine="sglang@0.4.6", batch=8, k=3)
+    graphed_first = simulate_step(engine="sglang@0.4.7", batch=8, k=3)
+    assert eager_first.draft.time_s > graphed_first.draft.time_s
 
 
 def test_sglang_speculative_steps_pad_to_the_speculative_capture_list():

@@ -276,7 +276,8 @@ def graphs_on(graphs: Optional[CudaGraphs], hw: HardwareSpec, architecture: Opti
 def graphs_of(graphs: Optional[CudaGraphs], dynamic: bool, speculative: bool = False) -> Optional[CudaGraphs]:
     """The graphs a step replays: a fixed-K server's ``graphs``; for a server running a dynamic K table, the same
     with its own rounding where the spec states one (``dynamic_multiple_of_verify_tokens``); for a speculative step
-    (K > 0), the speculative server's own capture list where the spec states one (``speculative_capture_sizes``)."""
+    (K > 0), the speculative server's own capture list where the spec states one (``speculative_capture_sizes``, padded
+    as ``speculative_padding`` says)."""
     if graphs is None:
         return None
     update = {}
@@ -285,6 +286,8 @@ def graphs_of(graphs: Optional[CudaGraphs], dynamic: bool, speculative: bool = F
         update["multiple_of_verify_tokens"] = graphs.dynamic_multiple_of_verify_tokens
     if speculative and graphs.speculative_capture_sizes is not None:
         update["capture_sizes"] = graphs.speculative_capture_sizes
+        if graphs.speculative_padding is not None:
+            update["padding"] = graphs.speculative_padding
     return graphs.model_copy(update=update) if update else graphs
 
 

@@ -329,6 +329,8 @@ class MixedPricer:
         replays a graph: as the later passes, or where the engine graphs it by tokens (``draft_first_pass_by_tokens``)
         while they fit its largest capture."""
         f = self._figures
+        if not f.first_on:
+            return False
         if not f.first_by_tokens or not sh.draft_graphed:
             return sh.draft_graphed
         graphs = graphs_of(f.graphs, self.dynamic, True)

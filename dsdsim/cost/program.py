@@ -43,6 +43,7 @@ class SetupFigures(NamedTuple):
     drafter: Optional[DrafterSpec]
     has_draft: bool                   # the step program has draft passes (a drafter with GPU passes)
     first_by_tokens: bool             # the first draft pass graphs by its token count (``CudaGraphs``)
+    first_on: bool                    # ... replays a graph at all (False: SGLang's eager draft extend before 0.4.7)
     first_q_tree: Optional[float]     # a draft tree's first-pass tokens per sequence, its steps + 1 (None: K + 1)
 
 
@@ -60,6 +61,7 @@ def setup_figures(s: Setup, plan) -> SetupFigures:
                          (s.engine_params or engine_params(eng, s.drafter)) if eng is not None else None,
                          s.model.graph_split_ops, s.drafter, plan.draft is not None,
                          bool(graphs is not None and graphs.draft_first_pass_by_tokens),
+                         bool(graphs is None or graphs.draft_extend_graphs),
                          float(tree.steps + 1) if tree is not None else None)
         object.__setattr__(s, "_setup_figures", f)      # a frozen dataclass: not a field, outside eq and hash
     return f
@@ -91,7 +93,7 @@ def step_shape(f: SetupFigures, b, kk, dynamic: bool) -> StepShape:
         q_verify, graphed = padded_tokens(graphs, b, q, f.graphs_on)
         piecewise = piecewise_steps(graphs, b, q, f.graphs_on)
         draft_graphed = f.draft_on and padded_tokens(graphs, b, 1.0, True)[1]
-        first_graphed = draft_graphed
+        first_graphed = draft_graphed and f.first_on
         if f.first_by_tokens and f.draft_on:
             q_first = (f.first_q_tree if spec else 1.0) if f.first_q_tree is not None else kk + 1.0
             first_graphed = padded_tokens(graphs, b, q_first, True)[1]
@@ -104,7 +106,7 @@ def step_shape(f: SetupFigures, b, kk, dynamic: bool) -> StepShape:
     spec_graphs = graphs_of(f.graphs, dynamic, True)
     piecewise = piecewise_steps(spec_graphs, b, q, f.graphs_on)
     _, draft_graphed = padded_tokens(spec_graphs, b, 1.0, f.draft_on)      # draft passes run at K > 0 only
-    first_graphed = draft_graphed
+    first_graphed = draft_graphed if f.first_on else False
     if f.first_by_tokens and f.draft_on:
         q_first = where(kk > 0, f.first_q_tree, 1.0) if f.first_q_tree is not None else kk + 1.0
         first_graphed = padded_tokens(spec_graphs, b, q_first, True)[1]

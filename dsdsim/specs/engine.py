@@ -275,6 +275,9 @@ class CudaGraphs(FrozenSpec):
     # a speculative server's own capture list where the engine captures another one when speculating (SGLang:
     # get_batch_sizes_to_capture's finer list for EAGLE / NEXTN); its steps at K > 0 and its draft passes replay it
     speculative_capture_sizes: Optional[tuple[int, ...]] = None
+    # ... and how that server pads a batch between its sizes, where it differs (SGLang before 0.4.5 sets
+    # disable_cuda_graph_padding for EAGLE: a batch not captured runs eager); None: as ``padding``
+    speculative_padding: Optional[GraphPadding] = None
     # the raw capture sizes are captured as PIECEWISE graphs too, and a uniform decode batch whose next token count
     # is a raw size before the next FULL (rounded) one replays it, attention launched eagerly per split op (vLLM
     # model runner V2 0.25-0.28: CudaGraphManager._init_candidates / dispatch; FULL first from 0.29, PR #53407)
@@ -285,6 +288,9 @@ class CudaGraphs(FrozenSpec):
     # by batch (vLLM model runner V1 from 0.9: EagleProposer.propose pads num_tokens with pad_for_cudagraph while
     # num_tokens <= max_cudagraph_capture_size, PIECEWISE, else runs eager). False: as the later passes
     draft_first_pass_by_tokens: bool = False
+    # the drafter's first pass over the tokens verified last step (SGLang's draft extend after decode) replays a
+    # graph as the later passes do; False: it runs eager (SGLang before 0.4.7 has no EAGLEDraftExtendCudaGraphRunner)
+    draft_extend_graphs: bool = True
     # the first release whose server runs these graphs by default; an ENGINE@VERSION before it is priced eager, as
     # such a server ran unless configured (TensorRT-LLM PyTorch backend: graphs on by default from PR #5480, 1.0).
     # None: every release of the range runs them by default
@@ -309,6 +315,8 @@ class CudaGraphs(FrozenSpec):
             if s is not None:
                 if not s or any(x < 1 for x in s) or list(s) != sorted(set(s)):
                     raise ValueError("capture_sizes must be whole numbers >= 1, increasing, without repeats")
+        if self.speculative_padding is not None and self.speculative_capture_sizes is None:
+            raise ValueError("speculative_padding needs speculative_capture_sizes (the speculative server's list)")
         if (self.capture_sizes_by_capability or self.capture_sizes_by_architecture
                 or self.speculative_capture_sizes) and self.capture_sizes is None:
             raise ValueError("speculative capture sizes, or sizes by capability or architecture, need capture_sizes "
