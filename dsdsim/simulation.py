@@ -45,7 +45,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
              kv_cache_tokens: Optional[int] = None, mem_fraction_static: Optional[float] = None,
              scheduling: Optional[str] = None, prefix_cache_hit: float = 0.0, slo: Optional[str] = None,
              seed: int = DEFAULT_SEED, replicas: int = 1, router: str = "round-robin", executor: Optional[str] = "local",
-             shared_prefix: Optional[str] = None, progress: Optional[Callable[[int, int], None]] = None):
+             shared_prefix: Optional[str] = None, multi_turn: Optional[str] = None,
+             progress: Optional[Callable[[int, int], None]] = None):
     """Serve ``requests`` requests of ``workload`` once per policy on one server; a SimulationReport (a
     SimulationResult whose ``to_json()`` is the command's JSON).
 
@@ -59,6 +60,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     the share of each prompt found in the prefix cache on admission (``SchedulerConfig.prefix_cache_hit``; 0: none).
     shared_prefix: ``TOKENS:GROUPS``, each prompt one of GROUPS prefixes of TOKENS tokens followed by its
     ``input_len`` tokens, found in each server's prefix cache of shared blocks (``dsdsim.serve.prefix``; None: none).
+    multi_turn: ``TURNS[:THINK_S]``, the requests conversations of TURNS turns, each turn's prompt the conversation so
+    far and a new message, sent THINK_S seconds after the reply before it (None: single requests).
     scheduling: the rule
     that builds each step (``vllm``, ``prefill-first``, or one registered with
     ``dsdsim.serve.scheduler.register_rule``; None: the engine's). executor: ``local`` (this process, the default
@@ -91,5 +94,6 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     check_executor(executor)
     job = checked(Simulation(setup, workload, policies, requests=requests, input_len=input_len,
                              output_len=output_len, acceptance=acceptance, scheduler=SchedulerConfig(**limits),
-                             slo=slo, seed=seed, replicas=replicas, router=router, shared_prefix=shared_prefix))
+                             slo=slo, seed=seed, replicas=replicas, router=router, shared_prefix=shared_prefix,
+                             multi_turn=multi_turn))
     return SimulationReport.of(simulate_many(job, [job.workload], executor=executor, progress=progress)[0])

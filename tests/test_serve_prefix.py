@@ -8,7 +8,7 @@ import pytest
 
 from dsdsim.errors import DsdsimError
 from dsdsim.serve.fleet import PrefixAware, RoutedRequests
-from dsdsim.serve.prefix import PrefixCache, SharedPrefix, assign_groups, parse_shared_prefix
+from dsdsim.serve.prefix import PrefixCache, Prompts, SharedPrefix, assign_groups, parse_shared_prefix
 from dsdsim.serve.scheduler import SchedulerConfig
 from dsdsim.serve.simulate import simulate
 from test_serve_core import FakePricer
@@ -125,17 +125,17 @@ def test_the_cache_evicts_the_oldest_unused_blocks_first():
     """Unit check of the queue: requests 0 and 1 write prefixes 0 and 1 (4 blocks each) and leave, their own blocks
     queued before their prefix's (tail first); once allocations have taken 6 of the 13 queued blocks, the oldest 6
     (request 0's own 2 and prefix 0's 4) are evicted and prefix 1 is still found."""
-    c = PrefixCache(np.array([0, 1, 0, 1]), prefix_blocks=4, groups=2)
+    c = PrefixCache(4, Prompts(np.array([0, 1, 0, 1]), 4 * BS), BS)
     for r in (0, 1):
         assert c.written(np.array([r]), np.array([4 * BS + 3]), BS, free=100) == 0
     assert list(c.cached) == [4, 4] and list(c.users) == [1, 1]
     assert c.release(0, own=2) == 6 and c.release(1, own=3) == 7
     assert c.evictable == 13 and list(c.queue.values()) == [2, 4, 3, 4]
-    assert c.look(2, most=10, free=13 - 6) == (0, 0) and c.cached[0] == 0 and c.evictable == 7
-    assert c.look(3, most=10, free=7) == (4, 4) and c.users[1] == 0          # looking takes nothing
-    c.take(3, 4)
+    assert c.look(2, most=10, free=13 - 6) == (0, 0, 0) and c.cached[0] == 0 and c.evictable == 7
+    assert c.look(3, most=10, free=7) == (4, 0, 4) and c.users[1] == 0          # looking takes nothing
+    c.take(3, 4, 0)
     assert c.users[1] == 1 and c.evictable == 3 and 1 not in c.queue
-    assert c.look(3, most=2, free=3) == (2, 0)                               # shared already: costs nothing
+    assert c.look(3, most=2, free=3) == (2, 0, 0)                               # shared already: costs nothing
 
 
 # --------------------------------------------------------------------------------------------------- fleets
@@ -193,3 +193,100 @@ def test_simulate_reports_the_shared_prefixes_and_the_share_found():
     for p in d["policies"]:
         assert 0 < p["prefix_cache_hit"] < 1
         assert all("prefix_cache_hit" in rep for rep in p["replicas"])
+
+
+# --------------------------------------------------------------------------------------------------- conversations
+
+
+def _found_in_conversations(requests) -> float:
+    """Closed form with a cache that keeps everything: every later turn finds the full blocks of the turn before's
+    context (its prompt and reply, less the reply's last token, which is never computed)."""
+    by_id = {q.id: q for q in requests}
+    found = 0
+    for q in requests:
+        if q.after >= 0:
+            prev = by_id[q.after]
+            found += (prev.input_len + prev.output_len - 1) // BS * BS
+    return found / sum(q.input_len for q in requests)
+
+
+def test_multi_turn_is_read_as_turns_and_a_think_time():
+    from dsdsim.serve.prefix import MultiTurn, parse_multi_turn
+
+    assert parse_multi_turn("8") == MultiTurn(8, 0.0) and parse_multi_turn("8:1.5") == MultiTurn(8, 1.5)
+    assert parse_multi_turn(None) is None
+    for bad, words in (("0", "1.."), ("8:x", "TURNS:THINK_S"), ("a", "TURNS"), ("2:1:1", "TURNS")):
+        with pytest.raises(DsdsimError, match=words):
+            parse_multi_turn(bad)
+
+
+def test_each_turn_is_the_conversation_so_far_and_a_new_message():
+    r = run(multi_turn="4", requests=10, input_len="uniform:10:50", output_len="uniform:5:30")
+    q = r.requests
+    assert [x.after for x in q] == [-1, 0, 1, 2, -1, 4, 5, 6, -1, 8]          # 10 requests: 4 + 4 + 2 turns
+    for x in q:
+        if x.after >= 0:
+            prev = q[x.after]
+            assert x.input_len > prev.input_len + prev.output_len and x.arrival_s == float("inf")
+
+
+def test_later_turns_find_the_turns_before_them():
+    """A cache that keeps everything: the share found is the closed form above, exactly, whatever the lengths and
+    however many conversations run at once."""
+    for workload in ("closed:1", "closed:6", "poisson:20"):
+        r = run(workload, policies="none,fixed:3", multi_turn="5", requests=60, input_len="uniform:10:80",
+                output_len="uniform:5:60")
+        for p in r.policies:
+            assert p.prefix_cache_hit == pytest.approx(_found_in_conversations(r.requests), rel=1e-12), workload
+
+
+def test_a_turn_is_sent_its_think_time_after_the_reply_before_it():
+    r = run("closed:3", multi_turn="4:0.25", requests=24)
+    p = r.policies[0]
+    for q in r.requests:
+        if q.after >= 0:
+            assert p.sent_s[q.id] == pytest.approx(p.finish_s[q.after] + 0.25, abs=1e-12)
+    assert max(p.timeline.requests) <= 3                                 # closed:3 holds three conversations
+
+
+def test_a_shared_prefix_and_its_conversations_chain():
+    """Conversations that begin with a shared prefix: a first turn finds the prefix (after its first writer), a later
+    turn the prefix and its conversation's context behind it."""
+    r = run(shared_prefix="160:2", multi_turn="3", requests=30, input_len="20", output_len="20")
+    by_id = {q.id: q for q in r.requests}
+    firsts = [q for q in r.requests if q.after < 0]
+    found = sum(160 for q in firsts) - 2 * 160                            # each prefix's first writer misses
+    found += sum((by_id[q.after].input_len + by_id[q.after].output_len - 1) // BS * BS
+                 for q in r.requests if q.after >= 0)
+    assert r.policies[0].prefix_cache_hit == pytest.approx(found / sum(q.input_len for q in r.requests), rel=1e-12)
+
+
+def test_a_preempted_request_finds_its_own_context_again():
+    c = PrefixCache(3, Prompts(None, 0, np.array([-1, 0, -1])), BS)
+    assert c.release(2, own=5, context=4) == 5                         # request 2 preempted: 4 full blocks kept
+    assert c.look(2, most=10, free=5) == (0, 4, 4)
+    c.take(2, 0, 4)
+    assert c.evictable == 1 and list(c.queue.values()) == [1]
+    assert c.release(0, own=3, context=3) == 3                         # turn 0 finished: turn 1 finds its context
+    assert c.look(1, most=2, free=4) == (0, 2, 2)                      # at most 2 blocks: the rest is garbage
+    c.take(1, 0, 2)
+    assert c.evictable == 2 and list(c.queue)[0] < 0
+
+
+def test_the_router_follows_a_conversation_whose_prompt_it_sent():
+    """Turn 2 (prompt 1,000 tokens) after turn 1 (600) went to replica 1: 600 of 1,000 tokens match there (> 0.5);
+    a second turn whose predecessor's prompt is under half of it goes by tree size."""
+    r = PrefixAware()
+    r.prepare(RoutedRequests(np.array([600, 900, 1000, 4000]), None, 0, 2, np.array([-1, -1, 0, 1])))
+    assert r.pick([0, 0], 1) == 0 and r.pick([1, 0], 0) == 1
+    assert r.pick([1, 1], 2) == 1             # 600 / 1000 of turn 1's prompt, sent to replica 1
+    assert r.pick([1, 1], 3) == 0             # 900 / 4000 matches too little: replica 0's tree (900) < 1's (1,000)
+
+
+def test_prefix_aware_fleets_keep_conversations_where_their_context_is():
+    kw = dict(multi_turn="6", requests=120, replicas=2, input_len="uniform:200:400", output_len="uniform:20:60",
+              policies="fixed:3")
+    aware, rr = run("closed:8", router="prefix-aware", **kw), run("closed:8", router="round-robin", **kw)
+    assert aware.policies[0].prefix_cache_hit > rr.policies[0].prefix_cache_hit
+    for x in (aware, rr):
+        assert sum(int(np.isfinite(rep.e2e_s).sum()) for rep in x.policies[0].replicas) == 120

@@ -91,6 +91,12 @@ class ServeArgs:
              "tokens (vllm bench serve's prefix_repetition, SGLang's generated-shared-prefix; an RL rollout of G "
              "samples of N prompts: the prompt length and N). Each server keeps them in a prefix cache of shared "
              "blocks, evicted oldest first; with --router prefix-aware requests follow their prefix")] = None
+    multi_turn: Annotated[Optional[str], Option(
+        "--multi-turn", metavar="TURNS[:THINK_S]",
+        help="Conversations: each of TURNS turns sends the conversation so far and a new --input-len message, "
+             "THINK_S seconds (default 0) after the reply to the turn before (vLLM's multi-turn benchmark); "
+             "the workload's arrivals start conversations (closed:C holds C at a time). Later turns find the "
+             "earlier ones in the prefix cache")] = None
     scheduling: Annotated[Optional[str], Option(
         "--scheduling", metavar="RULE",
         help="How each step is built: vllm (running requests, then waiting ones mixed in: vLLM V1) or "
@@ -128,7 +134,7 @@ class ServeArgs:
                          output_len=self.output_len, acceptance=acceptance,
                          scheduler=self.scheduler(memory_utilization), slo=slo if slo is not None else self.slo,
                          seed=self.seed, replicas=self.replicas, router=self.router,
-                         shared_prefix=self.shared_prefix)
+                         shared_prefix=self.shared_prefix, multi_turn=self.multi_turn)
         return checked(sim, tree)
 
     def scheduler(self, memory_utilization: float):
@@ -296,13 +302,17 @@ def _progress(quiet: bool, label: str, run):
 
 
 def _input_text(job) -> str:
-    """The prompts' lengths as given: '512', or '1024 shared (8 prefixes) + 512' with --shared-prefix."""
-    if not job.shared_prefix:
-        return str(job.input_len)
-    from dsdsim.serve.prefix import parse_shared_prefix
+    """The prompts' lengths as given: '512', '1024 shared (8 prefixes) + 512' with --shared-prefix, and each turn
+    the conversation so far and a message with --multi-turn."""
+    text = str(job.input_len)
+    if job.shared_prefix:
+        from dsdsim.serve.prefix import parse_shared_prefix
 
-    shared = parse_shared_prefix(job.shared_prefix)
-    return f"{shared.tokens} shared ({shared.groups} prefix{'es' if shared.groups != 1 else ''}) + {job.input_len}"
+        shared = parse_shared_prefix(job.shared_prefix)
+        text = f"{shared.tokens} shared ({shared.groups} prefix{'es' if shared.groups != 1 else ''}) + {text}"
+    if job.multi_turn:
+        text += " (a first turn; a later one: the conversation so far + a new message of that length)"
+    return text
 
 
 def _workload_text(job) -> str:

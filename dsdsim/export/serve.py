@@ -193,7 +193,7 @@ def simulation_view(setup, result, notes: Sequence[str] = ()):
     fleet = f"; {d['replicas']} replicas behind a {d['router']} router" if d.get("replicas", 1) > 1 else ""
     measured = [versus_table(policies)] if any("vs_measured" in p for p in policies) else []
     return Group(f"{setup_line(setup)}{fleet}; workload {d['workload']} ({_describe(result)})", t, *measured,
-                 *_footer(policies, d.get("shared_prefix")), *notes)
+                 *_footer(policies, d.get("shared_prefix"), d.get("multi_turn")), *notes)
 
 
 def versus_table(policies: Sequence[Mapping[str, Any]]):
@@ -222,11 +222,14 @@ _GOODPUT = "; goodput: requests/s meeting every SLO"
 
 
 def _describe(result) -> str:
-    """The workload in words ('closed loop, 64 requests in flight'), without a leading repeat of its kind."""
+    """The workload in words ('closed loop, 64 requests in flight'), without a leading repeat of its kind; with its
+    conversations where it has them."""
     wl = getattr(result, "workload", None)
     text = wl.describe() if hasattr(wl, "describe") else ""
     prefix = f"{getattr(wl, 'kind', '')}: "
-    return text[len(prefix):] if text.startswith(prefix) else text
+    text = text[len(prefix):] if text.startswith(prefix) else text
+    turns = getattr(result, "multi_turn", None)
+    return f"{text}; {turns.describe()}, a workload arrival starting one" if turns is not None else text
 
 
 def sweep_view(setup, sweep, notes: Sequence[str] = ()):
@@ -248,8 +251,8 @@ def sweep_view(setup, sweep, notes: Sequence[str] = ()):
     kinds = ", ".join(pt.workload for pt in points)
     fleet = f"; {first['replicas']} replicas behind a {first['router']} router" if first.get("replicas", 1) > 1 else ""
     every = [p for pt in points for p in pt.result.to_dict()["policies"]]
-    return Group(f"{setup_line(setup)}{fleet}; workloads {kinds}", t, *_footer(every, first.get("shared_prefix")),
-                 *notes)
+    return Group(f"{setup_line(setup)}{fleet}; workloads {kinds}", t,
+                 *_footer(every, first.get("shared_prefix"), first.get("multi_turn")), *notes)
 
 
 def servers_map(policies: Sequence[Mapping[str, Any]]) -> dict[str, str]:
@@ -289,12 +292,13 @@ def fleet_line(policies: Sequence[Mapping[str, Any]]) -> list[str]:
             f"request's, per replica: " + "; ".join(parts)]
 
 
-def _footer(policies: Sequence[Mapping[str, Any]], shared: Optional[Mapping[str, Any]] = None) -> list[str]:
+def _footer(policies: Sequence[Mapping[str, Any]], shared: Optional[Mapping[str, Any]] = None,
+            turns: Optional[Mapping[str, Any]] = None) -> list[str]:
     durations = [p.get("duration_s") for p in policies if p.get("duration_s") is not None]
     steps = [p.get("steps") for p in policies if p.get("steps") is not None]
     units = _UNITS + (_GOODPUT if any(p.get("goodput_requests_per_s") is not None for p in policies) else "")
     lines = [units, servers_line(policies)] + fleet_line(policies) + kv_cache_line(policies) + \
-        prefix_cache_line(policies, shared)
+        prefix_cache_line(policies, shared, turns)
     if not durations:
         return lines
     return lines + [f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, {min(steps):,}-{max(steps):,} "
@@ -302,18 +306,20 @@ def _footer(policies: Sequence[Mapping[str, Any]], shared: Optional[Mapping[str,
             "request, ITL the gaps between a request's successive emissions (a step's tokens stream as one chunk)"]
 
 
-def prefix_cache_line(policies: Sequence[Mapping[str, Any]], shared: Optional[Mapping[str, Any]] = None) -> list[str]:
+def prefix_cache_line(policies: Sequence[Mapping[str, Any]], shared: Optional[Mapping[str, Any]] = None,
+                      turns: Optional[Mapping[str, Any]] = None) -> list[str]:
     """['prefix cache: 49.2% of prompt tokens found ...'] where the run asked for prefix cache hits (a hit share, or
-    ``shared`` prefixes: the run's ``shared_prefix``), else []."""
+    the prompts themselves: the run's ``shared_prefix`` and ``multi_turn``), else []."""
     hits = [p["prefix_cache_hit"] for p in policies if p.get("prefix_cache_hit") is not None]
     if not hits:
         return []
     share = f"{100 * min(hits):.1f}%" if max(hits) - min(hits) < 5e-4 else \
         f"{100 * min(hits):.1f}-{100 * max(hits):.1f}%"
-    if shared:
-        return [f"prefix cache: {share} of the prompt tokens admitted were found cached ({shared['groups']:,} shared "
-                f"prefixes of {shared['tokens']:,} tokens, --shared-prefix): full blocks, shared by the requests "
-                "using them, the unused ones evicted oldest first"]
+    if shared or turns:
+        what = [f"{shared['groups']:,} shared prefixes of {shared['tokens']:,} tokens" if shared else "",
+                f"conversations of {turns['turns']} turns, each finding the turns before it" if turns else ""]
+        return [f"prefix cache: {share} of the prompt tokens admitted were found cached ({'; '.join(w for w in what if w)}"
+                "): full blocks, a prefix shared by the requests using it, the unused blocks evicted oldest first"]
     return [f"prefix cache: {share} of the prompt tokens admitted were found cached (--prefix-cache-hit, in whole "
             "blocks, the last prompt token always computed); their blocks count as each request's own"]
 

@@ -52,12 +52,14 @@ class LeastLoaded:
 @frozen
 class RoutedRequests:
     """What a router may read of the requests: each prompt's length (tokens), the shared prefix it begins with (-1:
-    none; None: no prompt shares one) and that prefix's length, and the replicas."""
+    none; None: no prompt shares one) and that prefix's length, the replicas, and the turn before each in its
+    conversation (-1: none; None: no conversations), whose prompt begins this one's."""
 
     input_len: Sequence[int]
     prefix: Optional[Sequence[int]]
     prefix_tokens: int
     replicas: int
+    after: Optional[Sequence[int]] = None
 
 
 class PrefixAware:
@@ -67,10 +69,13 @@ class PrefixAware:
     1. The loads (requests sent to a replica and not finished) are out of balance when both max - min >
        ``balance_abs_threshold`` (32) and max > ``balance_rel_threshold`` (1.0001) x min: then the least-loaded
        replica (ties: the lowest index).
-    2. Else the router's approximate tree of every prompt it sent to each replica gives the longest match: the
-       prompt's prefix tokens where a prompt of the same prefix went there before (its own tokens match no other
-       prompt). Where the best match is more than ``cache_threshold`` (0.5) of the prompt, that replica (ties: the
-       lowest index); else the replica whose tree is smallest (fewest prompt tokens sent there that were new to it).
+    2. Else the router's approximate tree of every prompt it sent to each replica gives the longest match: an
+       earlier turn's whole prompt where a turn of the same conversation went there before (a conversation's
+       prompts begin with one another), else the prompt's shared prefix where a prompt of that prefix went there
+       (its own tokens match no other prompt). Where the best match is more than ``cache_threshold`` (0.5) of the
+       prompt, that replica (ties: the lowest index); else the replica whose tree is smallest (fewest prompt tokens
+       sent there that were new to it). The tree holds prompts, not replies: a turn matches its predecessors'
+       prompts, not their outputs.
     3. The prompt is inserted into the chosen replica's tree either way.
 
     The router's trees are pruned to ``max_tree_size`` (2^24 characters) every ``eviction_interval`` (60 s): not
@@ -85,11 +90,20 @@ class PrefixAware:
         self._requests: Optional[RoutedRequests] = None
         self._sent: list[set] = []                 # prefixes sent to each replica
         self._tree: list[int] = []                 # tokens in each replica's tree
+        self._turns: list[dict] = []               # per replica: a conversation's longest prompt sent there
+        self._root: Optional[list[int]] = None     # each request's conversation (its first turn)
 
     def prepare(self, requests: RoutedRequests) -> None:
         self._requests = requests
         self._sent = [set() for _ in range(requests.replicas)]
         self._tree = [0] * requests.replicas
+        self._turns = [{} for _ in range(requests.replicas)]
+        if requests.after is not None:
+            root = list(range(len(requests.input_len)))
+            for r, a in enumerate(requests.after):         # a turn comes after the turn before it
+                if a >= 0:
+                    root[r] = root[int(a)]
+            self._root = root
 
     def pick(self, loads: Sequence[int], request: int) -> int:
         reqs = self._requests
@@ -100,6 +114,9 @@ class PrefixAware:
         length = int(reqs.input_len[request])
         most, least = max(loads), min(loads)
         matched = [reqs.prefix_tokens if group >= 0 and group in self._sent[i] else 0 for i in range(count)]
+        conv = self._root[request] if self._root is not None else None
+        if conv is not None:
+            matched = [max(m, self._turns[i].get(conv, 0)) for i, m in enumerate(matched)]
         if most - least > self.balance_abs_threshold and most > self.balance_rel_threshold * least:
             pick = min(range(count), key=lambda i: (loads[i], i))
         elif max(matched) > self.cache_threshold * length:
@@ -109,6 +126,8 @@ class PrefixAware:
         self._tree[pick] += length - matched[pick]
         if group >= 0:
             self._sent[pick].add(group)
+        if conv is not None:
+            self._turns[pick][conv] = length
         return pick
 
 

@@ -36,8 +36,9 @@ without ``--enable-mixed-chunk``: a prefill batch whenever one can be formed, el
 Scheduler's own steps (``running_then_waiting``, ``prefill_batch``), passed to ``register_rule``.
 
 Prefix caching is either a hit share of each prompt (``SchedulerConfig.prefix_cache_hit``) or, where the prompts
-share prefixes (``groups``), a cache of shared blocks (``dsdsim.serve.prefix.PrefixCache``): found on admission,
-shared by reference, evicted oldest first when allocations need them. Not modelled: ``long_prefill_token_threshold``
+share prefixes or are turns of conversations (``prompts``), a cache of blocks (``dsdsim.serve.prefix.PrefixCache``):
+found on admission, shared by reference, evicted oldest first when allocations need them. A conversation's next turn
+is sent by its client when the reply to the turn before has arrived, after the think time. Not modelled: ``long_prefill_token_threshold``
 and partial-prefill limits, priority scheduling, ``max_model_len`` truncation (a request longer than the model's window is refused before the run), async scheduling's
 lag beyond the requests it carries a step after they finish (``riding``) and the K policy learning a step's
 acceptance a step late (``Server``), structured output, encoder budgets.
@@ -45,6 +46,7 @@ acceptance a step late (``Server``), structured output, encoder budgets.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import Optional, Protocol, Sequence
@@ -53,7 +55,7 @@ import numpy as np
 
 from dsdsim.errors import DsdsimError, whole_number
 from dsdsim.records import frozen
-from dsdsim.serve.prefix import PrefixCache
+from dsdsim.serve.prefix import PrefixCache, Prompts
 
 
 @frozen
@@ -275,14 +277,14 @@ class Scheduler:
 
     requests: (arrival_s, input_len, output_len) per request; concurrency: the client's limit on requests in flight
     (None: none); kv_blocks: blocks in the cache; lookahead: the server's num_speculative_tokens (0: no speculation).
-    groups: the shared prefix each prompt begins with (-1: none), with ``prefix_tokens`` its length: the server
-    keeps a prefix cache of their blocks (``dsdsim.serve.prefix.PrefixCache``); None: no shared prefixes.
+    prompts: what the prompts share (``dsdsim.serve.prefix.Prompts``: shared prefixes, conversations): the server keeps a
+    prefix cache of their blocks (``PrefixCache``), and a conversation's later turns are sent as the turns before
+    finish (their ``arrival_s`` is not read); None: prompts share nothing.
     """
 
     def __init__(self, arrival_s: Sequence[float], input_len: Sequence[int], output_len: Sequence[int],
                  config: SchedulerConfig, kv_blocks: int, lookahead: int, concurrency: Optional[int] = None,
-                 draft_tokens: Optional[Sequence[int]] = None, groups: Optional[Sequence[int]] = None,
-                 prefix_tokens: int = 0):
+                 draft_tokens: Optional[Sequence[int]] = None, prompts: Optional[Prompts] = None):
         self.cfg = (config if config.max_num_seqs is not None and config.max_num_batched_tokens is not None
                     else config.for_server(None, False))
         self.arrival = np.asarray(arrival_s, dtype=float)
@@ -309,21 +311,30 @@ class Scheduler:
         self.cache_hit = np.minimum(np.floor(self.in_len * float(self.cfg.prefix_cache_hit) / bs).astype(np.int64) * bs,
                                     np.maximum(self.in_len - 1, 0))
         self.prompt_admitted = self.prompt_cached = 0    # prompt tokens admitted, and found in the cache, all runs
-        self.prefix: Optional[PrefixCache] = None         # the cache of shared prefixes, where prompts share them
-        if groups is not None:
+        self.prefix: Optional[PrefixCache] = None         # the cache of what prompts share, where they share
+        self.successor = np.full(n, -1, dtype=np.int64)  # a conversation's next turn (-1: none)
+        self.think_s = 0.0
+        if prompts is not None:
             if self.cfg.prefix_cache_hit > 0:
                 raise DsdsimError("give prefix caching once: a hit share (prefix_cache_hit) or prompts that share "
-                                  "prefixes, not both")
-            g = np.asarray(groups, dtype=np.int64)
-            if g.shape != (n,):
-                raise DsdsimError(f"groups needs one prefix per request ({n}), got shape {g.shape}")
-            self.prefix = PrefixCache(g, int(prefix_tokens) // bs, int(g.max(initial=-1)) + 1)
+                                  "prefixes or conversations, not both")
+            for name in ("group", "after"):
+                a = getattr(prompts, name)
+                if a is not None and np.shape(a) != (n,):
+                    raise DsdsimError(f"prompts.{name} needs one entry per request ({n}), got shape {np.shape(a)}")
+            self.prefix = PrefixCache(n, prompts, bs)
+            self.successor = prompts.successors(n)
+            self.think_s = float(prompts.think_s)
+        first = np.ones(n, dtype=bool) if prompts is None or prompts.after is None else prompts.after < 0
         self.send_t = np.full(n, np.nan)                 # when the client sent it (latencies start here)
         self.first_t = np.full(n, np.nan)
         self.finish_t = np.full(n, np.nan)
         self.last_emit_t = np.full(n, np.nan)
-        self.order = np.argsort(self.arrival, kind="stable")
+        # the requests the client sends by arrival time (a conversation's later turns follow its replies: _follow)
+        self.order = np.flatnonzero(first)[np.argsort(self.arrival[first], kind="stable")]
         self._next = 0                                   # next request (in arrival order) the client has not sent
+        self._follow: list[tuple[float, int]] = []      # heap: (when it is sent, a conversation's next turn)
+        self.just_retired = _NONE                        # the requests the last step finished
         self._slots = None if concurrency is None else [0.0] * int(concurrency)   # heap: when each free slot freed
         self.run: list[int] = []                         # RUNNING, in admission order
         self.waiting: deque[int] = deque()               # WAITING, FCFS; preempted requests go to the front
@@ -342,14 +353,25 @@ class Scheduler:
     # ------------------------------------------------------------------------------------------- the client
 
     def release(self, now: float) -> None:
-        """Send every request that has arrived by ``now`` and has a free slot under the client's limit."""
-        order, slots = self.order, self._slots
-        while self._next < self.n:
-            r = int(order[self._next])
-            a = float(self.arrival[r])
-            if a > now or (slots is not None and not slots):
-                break
-            self.send_t[r] = a if slots is None else max(a, heapq.heappop(slots))
+        """Send every request that has arrived by ``now`` and has a free slot under the client's limit, and every
+        conversation's next turn due by ``now`` (its client holds the slot between turns), in the order they are
+        sent."""
+        order, slots, follow = self.order, self._slots, self._follow
+        while True:
+            a = math.inf
+            if self._next < order.size and (slots is None or slots):
+                r = int(order[self._next])
+                a = float(self.arrival[r]) if slots is None else max(float(self.arrival[r]), slots[0])
+            if follow and follow[0][0] <= min(a, now):
+                t, nxt = heapq.heappop(follow)
+                self.send_t[nxt] = t
+                self.waiting.append(nxt)
+                continue
+            if a > now:
+                return
+            if slots is not None:
+                heapq.heappop(slots)
+            self.send_t[r] = a
             self.waiting.append(r)
             self._next += 1
 
@@ -360,10 +382,13 @@ class Scheduler:
         self.waiting.append(r)
 
     def next_arrival(self) -> Optional[float]:
-        """When the next unsent request arrives (None: all sent, or the client waits for a slot)."""
-        if self._next >= self.n or (self._slots is not None and not self._slots):
-            return None
-        return float(self.arrival[int(self.order[self._next])])
+        """When the next unsent request arrives, or a conversation's next turn is sent (None: all sent, or the client
+        waits for a slot)."""
+        follow = self._follow[0][0] if self._follow else None
+        if self._next >= self.order.size or (self._slots is not None and not self._slots):
+            return follow
+        a = float(self.arrival[int(self.order[self._next])])
+        return a if follow is None else min(a, follow)
 
     @property
     def caches_prefixes(self) -> bool:
@@ -499,7 +524,7 @@ class Scheduler:
 
     def _preempt(self, r: int) -> None:
         """Recompute preemption: blocks freed, KV forgotten, back to the front of the waiting queue."""
-        self._release(np.asarray([r]))
+        self._release(np.asarray([r]), keep=True)       # its context stays cached for its readmission
         self.computed[r] = 0
         self.decoding[r] = False
         self.waiting.appendleft(r)
@@ -511,22 +536,22 @@ class Scheduler:
         ids, chunks, skipped = [], [], []
         while self.waiting and left > 0 and len(self.run) + self._riding_now < cfg.max_num_seqs:
             r = self.waiting[0]
-            hit, shared, pinned = self._cached(r)   # a new or preempted request: its prompt's cached tokens
+            hit, prefix, context, pinned = self._cached(r)   # a new or preempted request: its cached tokens
             pending = int(self.in_len[r] + self.generated[r]) - hit
             if not cfg.chunked_prefill and pending > left:
                 skipped.append(self.waiting.popleft())      # vLLM skips it this step and tries the next
                 continue
             c = min(pending, left)
             need = _ceil_div(hit + c, bs)
-            if need - shared + pinned > self.free:
+            if need - prefix - context + pinned > self.free:
                 break
-            if shared:                              # it takes its prefix's blocks: shared, held as found
-                self.prefix.take(r, shared)
+            if prefix or context:                   # it takes what it found: its prefix shared, its context its own
+                self.prefix.take(r, prefix, context)
                 self.free -= pinned
-                self.held[r] = shared
+                self.held[r] = prefix + context
             self.computed[r] = hit
             self.prompt_admitted += int(self.in_len[r])
-            self.prompt_cached += hit
+            self.prompt_cached += min(hit, int(self.in_len[r]))
             self.waiting.popleft()
             self.free -= need - int(self.held[r])
             self.held[r] = need
@@ -537,16 +562,17 @@ class Scheduler:
         self.waiting.extendleft(reversed(skipped))
         return ids, chunks
 
-    def _cached(self, r: int) -> tuple[int, int, int]:
+    def _cached(self, r: int) -> tuple[int, int, int, int]:
         """What waiting request ``r`` (new, or preempted) finds cached, looked up at each try to admit it as vLLM's
-        ``get_computed_blocks`` is: (prompt tokens found, blocks of them shared with its prefix, blocks the free
-        count loses when it takes them). A hit share's tokens are the request's own blocks (none shared); a shared
-        prefix's blocks are taken only if it is admitted (``PrefixCache.take``)."""
+        ``get_computed_blocks`` is: (tokens found, blocks of them in its shared prefix, blocks of its context, blocks
+        the free count loses when it takes them). A hit share's tokens are the request's own blocks (found in no
+        block); a prefix cache's blocks are taken only if it is admitted (``PrefixCache.take``)."""
         if self.prefix is None:
-            return int(self.cache_hit[r]), 0, 0
+            return int(self.cache_hit[r]), 0, 0, 0
         bs = self.cfg.block_size
-        found, pinned = self.prefix.look(r, (int(self.in_len[r]) - 1) // bs, self.free)
-        return found * bs, found, pinned
+        most = (int(self.in_len[r] + self.generated[r]) - 1) // bs
+        prefix, context, pinned = self.prefix.look(r, most, self.free)
+        return (prefix + context) * bs, prefix, context, pinned
 
     def _k_cap(self, dec_ids: np.ndarray, prefill_tokens: int, covered: int) -> int:
         """The largest K every decoding request can verify: the tokens left in the budget (prefill chunks + 1 + K per
@@ -587,6 +613,7 @@ class Scheduler:
         Returns (the inter-emission gaps of this step, tokens emitted)."""
         gaps, emitted = [], 0
         done = []
+        self.just_retired = _NONE
         if plan.pre_ids.size:
             ids = plan.pre_ids
             self.computed[ids] += plan.pre_chunks
@@ -619,14 +646,20 @@ class Scheduler:
                 self._retire(finished, t_end)
         return (np.concatenate(gaps) if gaps else np.zeros(0)), emitted
 
-    def _release(self, ids: np.ndarray) -> None:
-        """Requests ``ids`` give their KV blocks back (finished or preempted): their own, and a shared prefix's where
-        they were the last to use it (to the prefix cache's queue, still counted free)."""
+    def _release(self, ids: np.ndarray, keep: bool = False) -> None:
+        """Requests ``ids`` give their KV blocks back (finished, or preempted: ``keep``): their own, and a shared
+        prefix's where they were the last to use it (to the prefix cache's queue, still counted free). The full
+        blocks of a request's context past its prefix stay findable where a later turn of its conversation will look
+        for them, or it will itself when readmitted (``keep``)."""
         if self.prefix is None:
             self.free += int(self.held[ids].sum())
         else:
+            cache, bs = self.prefix, self.cfg.block_size
             for r in ids.tolist():
-                self.free += self.prefix.release(r, int(self.held[r] - self.prefix.shared[r]))
+                context = 0
+                if keep or self.successor[r] >= 0:
+                    context = int(self.computed[r]) // bs - (cache.prefix_blocks if cache.group[r] >= 0 else 0)
+                self.free += cache.release(r, int(self.held[r] - cache.shared[r]), context)
         self.held[ids] = 0
 
     def _retire(self, ids: np.ndarray, t_end: float) -> None:
@@ -635,6 +668,10 @@ class Scheduler:
         gone = set(ids.tolist())
         self.run = [r for r in self.run if r not in gone]
         self.finished += len(gone)
-        if self._slots is not None:
-            for _ in gone:
+        self.just_retired = ids
+        for r in ids.tolist():
+            nxt = int(self.successor[r])
+            if nxt >= 0:                            # the conversation's next turn, after the think time
+                heapq.heappush(self._follow, (t_end + self.think_s, nxt))
+            elif self._slots is not None:           # its client is free again
                 heapq.heappush(self._slots, t_end)

@@ -39,7 +39,7 @@ from dsdsim.serve.fleet import DEFAULT_ROUTER, RoutedRequests, check_replicas, r
 from dsdsim.serve.lengths import parse_lengths
 from dsdsim.serve.metrics import PolicyResult, Slo, Timeline, policy_result, versus_measured
 from dsdsim.serve.policies import FixedK, NoSpeculation, Policy, PolicyEnv, StepView, parse_policies
-from dsdsim.serve.prefix import SharedPrefix, parse_shared_prefix
+from dsdsim.serve.prefix import MultiTurn, Prompts, SharedPrefix, parse_multi_turn, parse_shared_prefix
 from dsdsim.serve.requests import RequestAcceptance, draw_acceptance
 from dsdsim.serve.scheduler import Scheduler, SchedulerConfig
 from dsdsim.serve.step import ScheduledStep
@@ -71,12 +71,15 @@ class SimulationResult:
     replicas: int = 1                      # data-parallel servers behind a router (each policy's fleet)
     router: Optional[str] = None           # ... and the router's name (None: one server)
     shared_prefix: Optional[SharedPrefix] = None   # the prompts' shared prefixes (None: none)
+    multi_turn: Optional[MultiTurn] = None         # conversations (None: single requests)
 
     def to_dict(self) -> dict:
         """The run without its setup (a sweep writes the setup once, above its loads). A trace that carries its
         run's own latencies (a vllm bench serve result) adds ``vs_measured`` to each policy."""
         fleet = {"replicas": self.replicas, "router": self.router} if self.replicas > 1 else {}
         shared = {"shared_prefix": self.shared_prefix.to_dict()} if self.shared_prefix is not None else {}
+        if self.multi_turn is not None:
+            shared["multi_turn"] = self.multi_turn.to_dict()
         policies = [p.to_dict() for p in self.policies]
         for d, vs in zip(policies, self.versus_measured()):
             d["vs_measured"] = vs
@@ -131,7 +134,7 @@ def parse_slo(text) -> Slo:
 def simulate(setup, workload, policies, *, requests: Optional[int] = None, input_len="512", output_len="256",
              acceptance=None, scheduler: Optional[SchedulerConfig] = None, slo=None, seed: int = 0, pricer=None,
              progress: Optional[Callable[[float], None]] = None, replicas: int = 1,
-             router: str = DEFAULT_ROUTER, shared_prefix=None) -> SimulationResult:
+             router: str = DEFAULT_ROUTER, shared_prefix=None, multi_turn=None) -> SimulationResult:
     """Serve ``requests`` requests of ``workload`` once per policy and report each.
 
     setup: a resolved ``dsdsim.specs.setup.Setup`` (None only with a ``pricer`` and policies that need no setup).
@@ -147,6 +150,9 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     shared_prefix: ``TOKENS:GROUPS`` or a SharedPrefix: each prompt begins with one of GROUPS prefixes of TOKENS
         tokens, then its ``input_len`` tokens; each server keeps a prefix cache of their blocks
         (``dsdsim.serve.prefix``). None: no shared prefixes.
+    multi_turn: ``TURNS[:THINK_S]`` or a MultiTurn: the requests are conversations of TURNS turns, each turn's prompt
+        the conversation so far and a new message of ``input_len`` tokens, sent THINK_S seconds after the reply to
+        the turn before; the workload's arrivals (``closed:C``: C conversations at a time) start conversations.
     """
     if scheduler is None:          # vLLM's defaults, at the deployment's GPU memory share
         mu = getattr(getattr(setup, "deployment", None), "memory_utilization", None)
@@ -181,15 +187,20 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
 
     acc = acceptance_for(acceptance, tree)
     shared = parse_shared_prefix(shared_prefix)
-    if shared is not None and cfg.prefix_cache_hit > 0:
-        raise DsdsimError("give prefix caching once: a hit share of every prompt (--prefix-cache-hit) or prompts "
-                          "that share prefixes (--shared-prefix), not both")
+    turns = parse_multi_turn(multi_turn)
+    if (shared is not None or turns is not None) and cfg.prefix_cache_hit > 0:
+        raise DsdsimError("give prefix caching once: a hit share of every prompt (--prefix-cache-hit) or the prompts "
+                          "themselves (--shared-prefix, --multi-turn), not both")
     # three streams: requests, acceptance, and which prefix each prompt shares (spawn(3)'s first two are spawn(2)'s)
     rng_requests, rng_acceptance, rng_prefix = (np.random.default_rng(s)
                                                 for s in np.random.SeedSequence(seed).spawn(3))
-    reqs = build_requests(wl, requests, in_dist, out_dist, rng_requests, shared, rng_prefix)
-    groups = np.array([r.prefix for r in reqs], dtype=np.int64) if shared is not None else None
-    prefixes = (groups, shared.tokens) if shared is not None else None
+    reqs = build_requests(wl, requests, in_dist, out_dist, rng_requests, shared, rng_prefix, turns)
+    prompts = None
+    if shared is not None or turns is not None:
+        prompts = Prompts(np.array([r.prefix for r in reqs], dtype=np.int64) if shared is not None else None,
+                          shared.tokens if shared is not None else 0,
+                          np.array([r.after for r in reqs], dtype=np.int64) if turns is not None else None,
+                          turns.think_s if turns is not None else 0.0)
     ins = np.array([r.input_len for r in reqs], dtype=np.int64)
     outs = np.array([r.output_len for r in reqs], dtype=np.int64)
     arrivals = np.array([r.arrival_s for r in reqs], dtype=float)
@@ -214,54 +225,66 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
         drafts = None if tree is None or policy.lookahead == 0 else [0] + [tree.tokens] * policy.lookahead
         if replicas == 1:
             results.append(_run(policy, pr, arrivals, ins, outs, wl.concurrency, configs[i], draws, slo, tick,
-                                drafts, prefixes))
+                                drafts, prompts))
             continue
         env = PolicyEnv(setup, acc, context, configs[i].max_num_seqs, pr, int(pr.max_k))
         copies = [policy] + [pols[i].bind(env) for _ in range(replicas - 1)]     # each replica its own state
         results.append(_run_fleet(copies, pr, arrivals, ins, outs, wl.concurrency, configs[i], draws, slo, tick,
-                                  router_named(router), drafts, prefixes))   # each policy's fleet its own router
+                                  router_named(router), drafts, prompts))   # each policy's fleet its own router
     if progress is not None:
         progress(1.0)
     return SimulationResult(results, setup, wl, reqs, seed, context, replicas,
-                            str(router).strip().lower() if replicas > 1 else None, shared)
+                            str(router).strip().lower() if replicas > 1 else None, shared, turns)
 
 
 def _run_fleet(policies: list[Policy], pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig,
                draws: RequestAcceptance, slo: Optional[Slo], progress, router, drafts=None,
-               prefixes: Optional[tuple] = None) -> PolicyResult:
+               prompts: Optional[Prompts] = None) -> PolicyResult:
     """N replicas of one server behind ``router`` (``dsdsim.serve.fleet``), one bound policy each, co-simulated in
     time order: the replica whose clock is earliest runs its next step, unless a request is due to be sent first
-    (an open loop's arrival, or a closed loop's client whose last request finished); then the router picks its
-    replica from every replica's requests running and waiting, and it waits for that replica's next step. The
-    fleet's figures are every request's; ``replicas`` holds each replica's over the requests it served."""
+    (an open loop's arrival, a closed loop's client whose last request finished, or a conversation's next turn);
+    then the router picks its replica from every replica's requests running and waiting, and it waits for that
+    replica's next step. The fleet's figures are every request's; ``replicas`` holds each replica's over the
+    requests it served."""
     blocks, kv_rule, kv_share = _cache(policies[0], pricer, ins, outs, cfg, drafts)
     n, count = ins.size, len(policies)
     never = np.full(n, np.inf)                           # a replica's own client sends nothing: the router does
-    servers = [Server(p, pricer, Scheduler(never, ins, outs, cfg, blocks, p.lookahead, None, drafts,
-                                           *(prefixes or ())), draws)
+    servers = [Server(p, pricer, Scheduler(never, ins, outs, cfg, blocks, p.lookahead, None, drafts, prompts), draws)
                for p in policies]
     prepare = getattr(router, "prepare", None)            # a router that reads the prompts (prefix-aware)
     if prepare is not None:
-        prepare(RoutedRequests(ins, None if prefixes is None else prefixes[0],
-                               0 if prefixes is None else prefixes[1], count))
+        prepare(RoutedRequests(ins, None if prompts is None else prompts.group,
+                               0 if prompts is None else prompts.prefix_tokens, count,
+                               None if prompts is None else prompts.after))
+    successor = prompts.successors(n) if prompts is not None else np.full(n, -1, dtype=np.int64)
+    think = prompts.think_s if prompts is not None else 0.0
     clocks = [0.0] * count
     owner = np.full(n, -1, dtype=np.int64)
-    order = np.argsort(arrivals, kind="stable")
+    firsts = np.flatnonzero(np.isfinite(arrivals) if prompts is None or prompts.after is None else prompts.after < 0)
+    order = firsts[np.argsort(arrivals[firsts], kind="stable")]
     slots = None if concurrency is None else [0.0] * int(concurrency)     # heap: when each client slot freed
+    follow: list[tuple[float, int]] = []                 # heap: (when it is sent, a conversation's next turn)
     sent = finished = 0
     next_tick = 0
     while finished < n:
         due = math.inf
-        if sent < n and (slots is None or slots):
+        if sent < order.size and (slots is None or slots):
             a = float(arrivals[order[sent]])
             due = a if slots is None else max(a, slots[0])
+        turn = follow and follow[0][0] <= due
+        if turn:
+            due = follow[0][0]
         busy = [i for i in range(count) if not servers[i].sch.idle]
         first = min(busy, key=lambda i: clocks[i]) if busy else None
         if due <= (clocks[first] if first is not None else math.inf):
             if due == math.inf:
                 raise AssertionError("no request left to send while some are unfinished")
-            r = int(order[sent])
-            t = due if slots is None else max(float(arrivals[r]), heapq.heappop(slots))
+            if turn:
+                t, r = heapq.heappop(follow)
+            else:
+                r = int(order[sent])
+                t = due if slots is None else max(float(arrivals[r]), heapq.heappop(slots))
+                sent += 1
             loads = [len(x.sch.run) + len(x.sch.waiting) for x in servers]
             i = int(router.pick(loads, r))
             if not 0 <= i < count:
@@ -270,15 +293,16 @@ def _run_fleet(policies: list[Policy], pricer, arrivals, ins, outs, concurrency,
                 clocks[i] = max(clocks[i], t)
             servers[i].sch.send(r, t)
             owner[r] = i
-            sent += 1
             continue
         x = servers[first]
         before = x.sch.finished
         clocks[first] = x.step(clocks[first])
-        done = x.sch.finished - before
-        finished += done
-        if slots is not None:
-            for _ in range(done):
+        finished += x.sch.finished - before
+        for r in x.sch.just_retired.tolist():
+            nxt = int(successor[r])
+            if nxt >= 0:                                 # the conversation's next turn, after the think time
+                heapq.heappush(follow, (clocks[first] + think, nxt))
+            elif slots is not None:                      # its client is free again
                 heapq.heappush(slots, clocks[first])
         if progress is not None and finished >= next_tick:
             progress(finished / n)
@@ -517,9 +541,9 @@ class Server:
 
 
 def _run(policy: Policy, pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig, draws: RequestAcceptance,
-         slo: Optional[Slo], progress, drafts=None, prefixes: Optional[tuple] = None) -> PolicyResult:
+         slo: Optional[Slo], progress, drafts=None, prompts: Optional[Prompts] = None) -> PolicyResult:
     blocks, kv_rule, kv_share = _cache(policy, pricer, ins, outs, cfg, drafts)
-    sch = Scheduler(arrivals, ins, outs, cfg, blocks, policy.lookahead, concurrency, drafts, *(prefixes or ()))
+    sch = Scheduler(arrivals, ins, outs, cfg, blocks, policy.lookahead, concurrency, drafts, prompts)
     server = Server(policy, pricer, sch, draws)
     n = sch.n
     now = 0.0

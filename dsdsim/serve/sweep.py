@@ -155,6 +155,7 @@ class Simulation:
     replicas: int = 1                     # data-parallel servers behind the router (dsdsim.serve.fleet)
     router: str = "round-robin"
     shared_prefix: Optional[str] = None   # TOKENS:GROUPS: the prompts' shared prefixes (dsdsim.serve.prefix)
+    multi_turn: Optional[str] = None      # TURNS[:THINK_S]: conversations (dsdsim.serve.prefix)
 
     def at(self, workload: str, policies: Optional[str] = None, setup=None) -> "Simulation":
         """The same simulation at another workload (and policies, setup)."""
@@ -170,7 +171,7 @@ def checked(sim: Simulation, tree=None) -> Simulation:
     from dsdsim.serve.fleet import check_replicas, router_named
     from dsdsim.serve.lengths import parse_lengths
     from dsdsim.serve.policies import parse_policies
-    from dsdsim.serve.prefix import parse_shared_prefix
+    from dsdsim.serve.prefix import parse_multi_turn, parse_shared_prefix
     from dsdsim.serve.simulate import check_tree_policies, parse_slo
     from dsdsim.serve.workload import parse_workload
 
@@ -182,13 +183,14 @@ def checked(sim: Simulation, tree=None) -> Simulation:
         check_tree_policies(policies, tree)
     check_replicas(sim.replicas)
     router_named(sim.router)
-    shared = parse_shared_prefix(sim.shared_prefix)
-    if shared is not None:
+    shared, turns = parse_shared_prefix(sim.shared_prefix), parse_multi_turn(sim.multi_turn)
+    if shared is not None or turns is not None:
         if sim.workload.strip().lower().startswith("trace:"):
-            raise DsdsimError("--shared-prefix is for generated workloads: a trace gives each request's whole prompt")
+            raise DsdsimError("--shared-prefix and --multi-turn are for generated workloads: a trace gives each "
+                              "request's whole prompt")
         if sim.scheduler is not None and sim.scheduler.prefix_cache_hit > 0:
-            raise DsdsimError("give prefix caching once: --prefix-cache-hit (a hit share of every prompt) or "
-                              "--shared-prefix (prompts that share prefixes), not both")
+            raise DsdsimError("give prefix caching once: --prefix-cache-hit (a hit share of every prompt) or the "
+                              "prompts themselves (--shared-prefix, --multi-turn), not both")
     parse_lengths(sim.input_len, "input length")
     parse_lengths(sim.output_len, "output length")
     if sim.slo:
@@ -219,7 +221,7 @@ def run_simulation(sim: Simulation, progress: Optional[Callable[[float], None]] 
     return simulate(sim.setup, sim.workload, sim.policies, requests=sim.requests, input_len=sim.input_len,
                     output_len=sim.output_len, acceptance=sim.acceptance, scheduler=sim.scheduler,
                     slo=sim.slo or None, seed=sim.seed, progress=progress, replicas=sim.replicas, router=sim.router,
-                    shared_prefix=sim.shared_prefix)
+                    shared_prefix=sim.shared_prefix, multi_turn=sim.multi_turn)
 
 
 def simulate_many(base: Simulation, workloads: Sequence[str], *, executor=None, progress: Progress = None) -> list:

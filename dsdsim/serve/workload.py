@@ -31,7 +31,7 @@ import numpy as np
 from dsdsim.errors import DsdsimError, kind_of
 from dsdsim.records import frozen
 from dsdsim.serve.lengths import LengthDist
-from dsdsim.serve.prefix import SharedPrefix, assign_groups
+from dsdsim.serve.prefix import MultiTurn, SharedPrefix, assign_groups
 from dsdsim.specs.io import read_text
 
 WORKLOAD_FORMS = ("closed:C", "poisson:QPS", "gamma:QPS:CV", "rollout", "trace:FILE")
@@ -100,14 +100,16 @@ class Workload:
 
 @frozen
 class Request:
-    """One request: when the client wants to send it (s), its prompt and output lengths (tokens), its index, and
-    the shared prefix its prompt begins with (-1: none; ``dsdsim.serve.prefix``)."""
+    """One request: when the client wants to send it (s; a conversation's later turns: inf, they follow the replies),
+    its prompt and output lengths (tokens), its index, the shared prefix its prompt begins with (-1: none), and the
+    turn before it in its conversation (-1: none; ``dsdsim.serve.prefix``)."""
 
     arrival_s: float
     input_len: int
     output_len: int
     id: int
     prefix: int = -1
+    after: int = -1
 
 
 def parse_workload(text) -> Workload:
@@ -152,19 +154,39 @@ def parse_workload(text) -> Workload:
 
 def build_requests(workload: Workload, n: Optional[int], input_len: LengthDist, output_len: LengthDist,
                    rng: np.random.Generator, shared: Optional[SharedPrefix] = None,
-                   rng_prefix: Optional[np.random.Generator] = None) -> list[Request]:
+                   rng_prefix: Optional[np.random.Generator] = None,
+                   turns: Optional[MultiTurn] = None) -> list[Request]:
     """``n`` requests of the workload, sorted by arrival. Lengths come from the distributions (a trace gives its own,
-    and n = None takes all its rows). Draw order: input lengths, output lengths, then inter-arrival times. With
-    ``shared`` prefixes each prompt is its prefix's tokens followed by the input length drawn for it, the prefixes
-    dealt out from their own stream ``rng_prefix`` (``assign_groups``), so the draws above do not move."""
-    if shared is not None:
+    and n = None takes all its rows). Draw order: input lengths, output lengths, then inter-arrival times.
+
+    With ``shared`` prefixes each prompt is its prefix's tokens followed by the input length drawn for it, the
+    prefixes dealt out from their own stream ``rng_prefix`` (``assign_groups``), so the draws above do not move. With
+    ``turns``, the requests are conversations of that many turns (the last one shorter where n is not a multiple),
+    numbered turn by turn: the workload's arrivals are the conversations' first turns (``closed:C`` holds C
+    conversations), each later turn's prompt is the one before, its reply and a new message of the drawn input
+    length, sent when that reply has arrived (arrival inf here); a conversation's turns share its prefix."""
+    if shared is not None or turns is not None:
         if workload.kind == "trace":
-            raise DsdsimError("a trace gives each request's whole prompt length; shared prefixes are for generated "
-                              "workloads (closed, poisson, gamma, rollout)")
-        reqs = build_requests(workload, n, input_len, output_len, rng)
-        groups = assign_groups(len(reqs), shared, rng_prefix if rng_prefix is not None else rng)
-        return [Request(r.arrival_s, r.input_len + shared.tokens, r.output_len, r.id, int(g))
-                for r, g in zip(reqs, groups)]
+            raise DsdsimError("a trace gives each request's whole prompt length; shared prefixes and conversations "
+                              "are for generated workloads (closed, poisson, gamma, rollout)")
+        if n is None:
+            raise DsdsimError("give the number of requests to simulate")
+        per = turns.turns if turns is not None else 1
+        firsts = -(-n // per)                                   # conversations (single turns without ``turns``)
+        ins = input_len.sample(rng, n)
+        outs = output_len.sample(rng, n)
+        arrival = _arrivals(workload, firsts, rng)
+        groups = (assign_groups(firsts, shared, rng_prefix if rng_prefix is not None else rng)
+                  if shared is not None else np.full(firsts, -1, dtype=np.int64))
+        base = shared.tokens if shared is not None else 0
+        out, before = [], 0
+        for i in range(n):
+            c, t = divmod(i, per)
+            prompt = base + int(ins[i]) if t == 0 else before + int(outs[i - 1]) + int(ins[i])
+            out.append(Request(float(arrival[c]) if t == 0 else math.inf, prompt, int(outs[i]), i, int(groups[c]),
+                               -1 if t == 0 else i - 1))
+            before = prompt
+        return out
     if workload.kind == "trace":
         tr = workload.trace
         rows = tr.input_len.size
@@ -181,13 +203,18 @@ def build_requests(workload: Workload, n: Optional[int], input_len: LengthDist, 
         raise DsdsimError("give the number of requests to simulate")
     ins = input_len.sample(rng, n)
     outs = output_len.sample(rng, n)
+    arrival = _arrivals(workload, n, rng)
+    return [Request(float(arrival[i]), int(ins[i]), int(outs[i]), i) for i in range(n)]
+
+
+def _arrivals(workload: Workload, n: int, rng: np.random.Generator) -> np.ndarray:
+    """When the client wants to send each of ``n`` requests: gamma (Poisson) gaps at the workload's rate, the first
+    at t = 0, or all at t = 0 (closed, rollout)."""
     if workload.kind in ("poisson", "gamma"):
         shape = 1.0 / (workload.cv or 1.0) ** 2          # vLLM's burstiness
         gaps = rng.gamma(shape, 1.0 / (workload.qps * shape), size=n)
-        arrival = np.cumsum(gaps) - gaps[0]               # the first request at t = 0
-    else:
-        arrival = np.zeros(n)
-    return [Request(float(arrival[i]), int(ins[i]), int(outs[i]), i) for i in range(n)]
+        return np.cumsum(gaps) - gaps[0]                  # the first request at t = 0
+    return np.zeros(n)
 
 
 # ---------------------------------------------------------------------------------------------- trace files
