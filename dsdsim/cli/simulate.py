@@ -311,7 +311,9 @@ def _input_text(job) -> str:
         shared = parse_shared_prefix(job.shared_prefix)
         text = f"{shared.tokens} shared ({shared.groups} prefix{'es' if shared.groups != 1 else ''}) + {text}"
     if job.multi_turn:
-        text += " (a first turn; a later one: the conversation so far + a new message of that length)"
+        from dsdsim.serve.prefix import parse_multi_turn
+
+        text += f" a turn, in {parse_multi_turn(job.multi_turn).turns}-turn conversations"
     return text
 
 
@@ -322,6 +324,9 @@ def _workload_text(job) -> str:
 
 def _notes(job) -> list[str]:
     lines = [f"lengths: input {_input_text(job)}, output {job.output_len} tokens; seed {job.seed}"]
+    if job.multi_turn:
+        lines.append("a conversation's later turn sends the conversation so far (the turns before and their replies) "
+                     "and a new message of that input length")
     if job.slo:
         lines.append(f"SLO: {job.slo} (milliseconds)")
     return lines
