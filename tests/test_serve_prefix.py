@@ -277,7 +277,7 @@ def test_the_router_follows_a_conversation_whose_prompt_it_sent():
     """Turn 2 (prompt 1,000 tokens) after turn 1 (600) went to replica 1: 600 of 1,000 tokens match there (> 0.5);
     a second turn whose predecessor's prompt is under half of it goes by tree size."""
     r = PrefixAware()
-    r.prepare(RoutedRequests(np.array([600, 900, 1000, 4000]), None, 0, 2, np.array([-1, -1, 0, 1])))
+    r.prepare(RoutedRequests(np.array([600, 900, 1000, 4000]), None, 0, 2, np.array([0, 1, 0, 1])))
     assert r.pick([0, 0], 1) == 0 and r.pick([1, 0], 0) == 1
     assert r.pick([1, 1], 2) == 1             # 600 / 1000 of turn 1's prompt, sent to replica 1
     assert r.pick([1, 1], 3) == 0             # 900 / 4000 matches too little: replica 0's tree (900) < 1's (1,000)

@@ -52,14 +52,14 @@ class LeastLoaded:
 @frozen
 class RoutedRequests:
     """What a router may read of the requests: each prompt's length (tokens), the shared prefix it begins with (-1:
-    none; None: no prompt shares one) and that prefix's length, the replicas, and the turn before each in its
-    conversation (-1: none; None: no conversations), whose prompt begins this one's."""
+    none; None: no prompt shares one) and that prefix's length, the replicas, and the conversation of each (its
+    first turn's index; None: no conversations), whose earlier prompts begin this one."""
 
     input_len: Sequence[int]
     prefix: Optional[Sequence[int]]
     prefix_tokens: int
     replicas: int
-    after: Optional[Sequence[int]] = None
+    conversation: Optional[Sequence[int]] = None
 
 
 class PrefixAware:
@@ -91,19 +91,12 @@ class PrefixAware:
         self._sent: list[set] = []                 # prefixes sent to each replica
         self._tree: list[int] = []                 # tokens in each replica's tree
         self._turns: list[dict] = []               # per replica: a conversation's longest prompt sent there
-        self._root: Optional[list[int]] = None     # each request's conversation (its first turn)
 
     def prepare(self, requests: RoutedRequests) -> None:
         self._requests = requests
         self._sent = [set() for _ in range(requests.replicas)]
         self._tree = [0] * requests.replicas
         self._turns = [{} for _ in range(requests.replicas)]
-        if requests.after is not None:
-            root = list(range(len(requests.input_len)))
-            for r, a in enumerate(requests.after):         # a turn comes after the turn before it
-                if a >= 0:
-                    root[r] = root[int(a)]
-            self._root = root
 
     def pick(self, loads: Sequence[int], request: int) -> int:
         reqs = self._requests
@@ -114,7 +107,7 @@ class PrefixAware:
         length = int(reqs.input_len[request])
         most, least = max(loads), min(loads)
         matched = [reqs.prefix_tokens if group >= 0 and group in self._sent[i] else 0 for i in range(count)]
-        conv = self._root[request] if self._root is not None else None
+        conv = int(reqs.conversation[request]) if reqs.conversation is not None else None
         if conv is not None:
             matched = [max(m, self._turns[i].get(conv, 0)) for i, m in enumerate(matched)]
         if most - least > self.balance_abs_threshold and most > self.balance_rel_threshold * least:

@@ -255,12 +255,11 @@ def _run_fleet(policies: list[Policy], pricer, arrivals, ins, outs, concurrency,
     if prepare is not None:
         prepare(RoutedRequests(ins, None if prompts is None else prompts.group,
                                0 if prompts is None else prompts.prefix_tokens, count,
-                               None if prompts is None else prompts.after))
-    successor = prompts.successors(n) if prompts is not None else np.full(n, -1, dtype=np.int64)
-    think = prompts.think_s if prompts is not None else 0.0
+                               None if prompts is None or prompts.after is None else prompts.roots(n)))
+    successor, think = servers[0].sch.successor, servers[0].sch.think_s     # a conversation's next turn
     clocks = [0.0] * count
     owner = np.full(n, -1, dtype=np.int64)
-    firsts = np.flatnonzero(np.isfinite(arrivals) if prompts is None or prompts.after is None else prompts.after < 0)
+    firsts = np.arange(n) if prompts is None or prompts.after is None else np.flatnonzero(prompts.after < 0)
     order = firsts[np.argsort(arrivals[firsts], kind="stable")]
     slots = None if concurrency is None else [0.0] * int(concurrency)     # heap: when each client slot freed
     follow: list[tuple[float, int]] = []                 # heap: (when it is sent, a conversation's next turn)
