@@ -217,3 +217,23 @@ def test_attention_variants_compute_the_same_attention():
     qm, lat = torch.randn(2, 16, 576, generator=g), torch.randn(2, 32, 576, generator=g)
     assert torch.allclose(probe._mla_sdpa("cpu", 512)(qm, lat).squeeze(1),
                           probe._mla_matmul(512, 576 ** -0.5)(qm, lat), atol=1e-5)
+
+
+def test_the_gemm_peaks_skip_a_size_whose_call_would_outlast_the_budget(monkeypatch):
+    """A CPU without bf16 / fp16 instructions runs those GEMMs at ~1 GFLOP/s: after n = 1024 (2.1 GFLOP, ~2 s a call)
+    the probe does not time n = 2048 (17 GFLOP, ~18 s a call, five calls at least); fp32 at 80 GFLOP/s times both."""
+    rates = {torch.float32: 80e9, torch.bfloat16: 0.9e9, torch.float16: 0.9e9}
+    timed = []
+
+    def fake_rate(device, dtype, n, tf32=False):
+        timed.append((dtype, n))
+        return rates[dtype]
+
+    monkeypatch.setattr(probe, "_gemm_rate", fake_rate)
+    peaks, sizes = probe.measure_gemm_peaks("cpu")
+    assert timed == [(torch.float32, 1024), (torch.float32, 2048), (torch.bfloat16, 1024), (torch.float16, 1024)]
+    assert sizes == {probe.DType.fp32: 1024, probe.DType.bf16: 1024, probe.DType.fp16: 1024}
+    rates[torch.bfloat16] = 500e9                       # AVX512-BF16 / AMX: n = 2048 takes 34 ms, timed
+    timed.clear()
+    probe.measure_gemm_peaks("cpu")
+    assert (torch.bfloat16, 2048) in timed

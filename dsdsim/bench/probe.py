@@ -115,6 +115,9 @@ def measure_bandwidth(device: str, nbytes: Optional[int] = None) -> tuple[float,
     return 2.0 * n * 4 / t.median_s, t
 
 
+_GEMM_BUDGET_S = 2.0          # seconds of timed calls per square GEMM size (time_fn's budget)
+
+
 def _gemm_rate(device: str, dtype: torch.dtype, n: int, tf32: bool = False) -> float:
     a = random_tensor((n, n), dtype, device)
     b = random_tensor((n, n), dtype, device)
@@ -123,7 +126,7 @@ def _gemm_rate(device: str, dtype: torch.dtype, n: int, tf32: bool = False) -> f
         if prev is not None:
             torch.backends.cuda.matmul.allow_tf32 = tf32
         t = time_fn(lambda x, y: x @ y, lambda i: (a, b), device, warmup=2, repeats=8 if _is_cuda(device) else 4,
-                    budget_s=2.0)
+                    budget_s=_GEMM_BUDGET_S)
     finally:
         if prev is not None:
             torch.backends.cuda.matmul.allow_tf32 = prev
@@ -147,6 +150,10 @@ def measure_gemm_peaks(device: str, quick: bool = False) -> tuple[dict[DType, fl
     sizes: dict[DType, int] = {}
     for key, dtype, tf32, ns in plan:
         for n in ns:
+            # a larger size whose call would take longer than the timing budget at the rate just measured is not
+            # timed: a CPU without bf16 / fp16 instructions (~1 GFLOP/s) would spend minutes on n = 2048
+            if key in peaks and 2.0 * n ** 3 / peaks[key] > _GEMM_BUDGET_S:
+                break
             try:
                 rate = _gemm_rate(device, dtype, n, tf32)
             except (RuntimeError, TypeError):
