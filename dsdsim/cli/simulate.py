@@ -207,6 +207,8 @@ def simulate(
       dsdsim simulate --workload rollout --requests 256 --output-len lognormal:1024:600 --plot rollout.png
       dsdsim simulate --sweep poisson:2,4,8,16 --policies none,fixed:3,dsd --plot sweep.png
       dsdsim simulate -m qwen3-30b-a3b -g h200-sxm --sweep closed:1,8,32,64 --executor dask://10.0.0.5:8786
+      dsdsim simulate --workload poisson:12 --replicas 4 --router prefix-aware --shared-prefix 8192:128
+      dsdsim simulate --workload closed:32 --multi-turn 10:2 --shared-prefix 2048:4 --input-len uniform:64:256
     """
     from dsdsim.specs.setup import resolve
 
