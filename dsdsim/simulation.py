@@ -66,8 +66,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     that builds each step (``vllm``, ``prefill-first``, or one registered with
     ``dsdsim.serve.scheduler.register_rule``; None: the engine's). executor: ``local`` (this process, the default
     here), ``processes`` or a Dask scheduler address. replicas, router: N copies of the server behind a router
-    (``round-robin``, ``least-loaded``, ``prefix-aware``; ``dsdsim.serve.fleet``), the workload the fleet's; each policy's result is
-    the fleet's, with each replica's under ``replicas``.
+    (``round-robin``, ``least-loaded``, ``prefix-aware``; ``dsdsim.serve.fleet``), the workload the fleet's; each
+    policy's result is the fleet's, with each replica's under ``replicas``.
     progress(done, total): called as the run goes."""
     from dsdsim.serve.scheduler import SchedulerConfig
     from dsdsim.serve.sweep import Simulation, check_executor, checked, simulate_many

@@ -1,4 +1,5 @@
-"""Prompts that share prefixes (simulate --shared-prefix), the prefix cache that finds them, and the prefix-aware router:
+"""Prompts that share prefixes (simulate --shared-prefix), conversations (--multi-turn), the prefix cache that finds
+them, and the prefix-aware router:
 closed-form checks (one request at a time: which requests find their prefix follows from the order of the prefixes
 alone), equality with a run that shares nothing, and the router's rule on hand-built loads."""
 from __future__ import annotations

@@ -301,9 +301,10 @@ def _footer(policies: Sequence[Mapping[str, Any]], shared: Optional[Mapping[str,
         prefix_cache_line(policies, shared, turns)
     if not durations:
         return lines
-    return lines + [f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, {min(steps):,}-{max(steps):,} "
-            "engine steps per policy; as vllm bench serve counts them: TPOT (e2e - TTFT) / (output tokens - 1) per "
-            "request, ITL the gaps between a request's successive emissions (a step's tokens stream as one chunk)"]
+    return lines + [f"simulated serving time {min(durations):.1f}-{max(durations):.1f} s, "
+                    f"{min(steps):,}-{max(steps):,} engine steps per policy; as vllm bench serve counts them: TPOT "
+                    "(e2e - TTFT) / (output tokens - 1) per request, ITL the gaps between a request's successive "
+                    "emissions (a step's tokens stream as one chunk)"]
 
 
 def prefix_cache_line(policies: Sequence[Mapping[str, Any]], shared: Optional[Mapping[str, Any]] = None,
@@ -318,8 +319,9 @@ def prefix_cache_line(policies: Sequence[Mapping[str, Any]], shared: Optional[Ma
     if shared or turns:
         what = [f"{shared['groups']:,} shared prefixes of {shared['tokens']:,} tokens" if shared else "",
                 f"conversations of {turns['turns']} turns, each finding the turns before it" if turns else ""]
-        return [f"prefix cache: {share} of the prompt tokens admitted were found cached ({'; '.join(w for w in what if w)}"
-                "): full blocks, a prefix shared by the requests using it, the unused blocks evicted oldest first"]
+        what_text = "; ".join(w for w in what if w)
+        return [f"prefix cache: {share} of the prompt tokens admitted were found cached ({what_text}): full blocks, "
+                "a prefix shared by the requests using it, the unused blocks evicted oldest first"]
     return [f"prefix cache: {share} of the prompt tokens admitted were found cached (--prefix-cache-hit, in whole "
             "blocks, the last prompt token always computed); their blocks count as each request's own"]
 

@@ -121,14 +121,20 @@ class Prompts:
         return root
 
 
+def _fields(text) -> Optional[tuple[str, list[str]]]:
+    """(the text stripped, its ``:``-separated fields), or None for None or ""."""
+    raw = "" if text is None else str(text).strip()
+    return (raw, [p.strip() for p in raw.split(":")]) if raw else None
+
+
 def parse_shared_prefix(text) -> Optional[SharedPrefix]:
     """``TOKENS:GROUPS`` (``2048:16``: 16 prefixes of 2,048 tokens) as a SharedPrefix; None or "" for none."""
-    if text is None or isinstance(text, SharedPrefix):
+    if isinstance(text, SharedPrefix):
         return text
-    raw = str(text).strip()
-    if not raw:
+    fields = _fields(text)
+    if fields is None:
         return None
-    parts = [p.strip() for p in raw.split(":")]
+    raw, parts = fields
     if len(parts) != 2 or not all(re.fullmatch(_WHOLE, p) for p in parts):
         raise DsdsimError(f"shared prefix {raw!r}: write TOKENS:GROUPS, two whole numbers (e.g. 2048:16: each prompt "
                           "begins with one of 16 prefixes of 2,048 tokens, then its own --input-len tokens)")
@@ -143,12 +149,12 @@ def parse_shared_prefix(text) -> Optional[SharedPrefix]:
 def parse_multi_turn(text) -> Optional[MultiTurn]:
     """``TURNS`` or ``TURNS:THINK_S`` (``8:2``: conversations of 8 turns, 2 s to think before each next turn) as a
     MultiTurn; None or "" for none."""
-    if text is None or isinstance(text, MultiTurn):
+    if isinstance(text, MultiTurn):
         return text
-    raw = str(text).strip()
-    if not raw:
+    fields = _fields(text)
+    if fields is None:
         return None
-    parts = [p.strip() for p in raw.split(":")]
+    raw, parts = fields
     if len(parts) not in (1, 2) or not re.fullmatch(_WHOLE, parts[0]) or (
             len(parts) == 2 and not re.fullmatch(_NUMBER, parts[1])):
         raise DsdsimError(f"multi-turn {raw!r}: write TURNS or TURNS:THINK_S (e.g. 8:2: conversations of 8 turns, "

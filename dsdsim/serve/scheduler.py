@@ -38,10 +38,12 @@ Scheduler's own steps (``running_then_waiting``, ``prefill_batch``), passed to `
 Prefix caching is either a hit share of each prompt (``SchedulerConfig.prefix_cache_hit``) or, where the prompts
 share prefixes or are turns of conversations (``prompts``), a cache of blocks (``dsdsim.serve.prefix.PrefixCache``):
 found on admission, shared by reference, evicted oldest first when allocations need them. A conversation's next turn
-is sent by its client when the reply to the turn before has arrived, after the think time. Not modelled: ``long_prefill_token_threshold``
-and partial-prefill limits, priority scheduling, ``max_model_len`` truncation (a request longer than the model's window is refused before the run), async scheduling's
-lag beyond the requests it carries a step after they finish (``riding``) and the K policy learning a step's
-acceptance a step late (``Server``), structured output, encoder budgets.
+is sent by its client when the reply to the turn before has arrived, after the think time.
+
+Not modelled: ``long_prefill_token_threshold`` and partial-prefill limits, priority scheduling, ``max_model_len``
+truncation (a request longer than the model's window is refused before the run), async scheduling's lag beyond the
+requests it carries a step after they finish (``riding``) and the K policy learning a step's acceptance a step late
+(``Server``), structured output, encoder budgets.
 """
 from __future__ import annotations
 
@@ -277,8 +279,8 @@ class Scheduler:
 
     requests: (arrival_s, input_len, output_len) per request; concurrency: the client's limit on requests in flight
     (None: none); kv_blocks: blocks in the cache; lookahead: the server's num_speculative_tokens (0: no speculation).
-    prompts: what the prompts share (``dsdsim.serve.prefix.Prompts``: shared prefixes, conversations): the server keeps a
-    prefix cache of their blocks (``PrefixCache``), and a conversation's later turns are sent as the turns before
+    prompts: what the prompts share (``dsdsim.serve.prefix.Prompts``: shared prefixes, conversations): the server keeps
+    a prefix cache of their blocks (``PrefixCache``), and a conversation's later turns are sent as the turns before
     finish (their ``arrival_s`` is not read); None: prompts share nothing.
     """
 
@@ -392,7 +394,8 @@ class Scheduler:
 
     @property
     def caches_prefixes(self) -> bool:
-        """Whether prompts find cached tokens here (a hit share, or shared prefixes): the run reports the share."""
+        """Whether prompts find cached tokens here (a hit share, shared prefixes or conversations): the run reports the
+        share."""
         return self.prefix is not None or self.cfg.prefix_cache_hit > 0
 
     @property
