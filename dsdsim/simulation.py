@@ -50,8 +50,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     """Serve ``requests`` requests of ``workload`` once per policy on one server; a SimulationReport (a
     SimulationResult whose ``to_json()`` is the command's JSON).
 
-    model, hardware, deployment (a Deployment or a dict of its fields), drafter (None: no speculation; the
-    policies then default to ``none``), engine: as ``dsdsim.resolve`` takes them. workload, policies, requests,
+    model, hardware, deployment (a Deployment or a dict of its fields), drafter (None or "none": no speculation;
+    the policies then default to ``none``), engine: as ``dsdsim.resolve`` takes them. workload, policies, requests,
     input_len, output_len, acceptance, slo, seed: the texts and numbers of ``dsdsim simulate``'s options of the same
     names (requests None: 1000, or a trace's own rows). max_num_seqs, max_num_batched_tokens: the scheduler's
     limits (vLLM's; None: its defaults). kv_cache_tokens: the KV cache as the server reports it (vLLM's "GPU KV

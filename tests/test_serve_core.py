@@ -638,6 +638,19 @@ def test_simulate_takes_the_scheduling_rule(cli):
     assert code == 2 and "unknown scheduling rule 'fifo'" in err
 
 
+def test_the_api_takes_the_cli_spelling_of_no_drafter(cli):
+    """``-d none`` on the command line is ``drafter="none"`` (or None) in ``dsdsim.simulate`` and ``dsdsim.resolve``:
+    the same server without speculation, the same JSON."""
+    import dsdsim
+
+    code, out, _ = cli("simulate", "-d", "none", "--requests", "12", "--workload", "poisson:8", "-f", "json")
+    assert code == 0
+    for drafter in ("none", " None ", None):
+        api = dsdsim.simulate(drafter=drafter, requests=12, workload="poisson:8")
+        assert api.to_json() == out.rstrip("\n")
+    assert dsdsim.resolve(drafter="none").drafter is None
+
+
 def test_an_sglang_speculative_server_runs_at_most_48_requests_unless_told():
     """SGLang's server_args sets max_running_requests = 48 for EAGLE-family speculation: its speculative servers
     (fixed:K, dsd) admit at most 48 of 64 clients, the server without speculation up to the default 256; a given

@@ -48,8 +48,8 @@ def resolve(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
             drafter=DEFAULT_DRAFTER, engine=DEFAULT_ENGINE, async_scheduling: Optional[bool] = None,
             engine_method: Optional[str] = None, model_runner: Optional[str] = None) -> Setup:
     """Accept names, paths or spec objects; check the deployment against the model. The defaults are the CLI's
-    (``dsdsim predict``); ``drafter=None`` for a server without one. ``deployment``: a Deployment, or a dict of its
-    fields (``{"tp": 2}``). ``engine``: an engine name
+    (``dsdsim predict``); ``drafter=None`` (or ``"none"``, the CLI's ``-d none``) for a server without one.
+    ``deployment``: a Deployment, or a dict of its fields (``{"tp": 2}``). ``engine``: an engine name
     (``vllm``: its current release line; ``vllm@0.10.1``: the spec covering that version), path or spec (default
     vLLM); None for kernels only. ``async_scheduling``: force the engine's async scheduling on or off (None: the
     version's default). ``engine_method``: the engine's name for the speculative method where it differs from the
@@ -59,6 +59,8 @@ def resolve(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     the Setup an equal one resolved) give the same Setup while the catalog (``catalog_state``) and the files it read
     are unchanged; paths are resolved each time."""
     deployment = as_deployment(deployment)
+    if isinstance(drafter, str) and drafter.strip().lower() in ("", "none"):
+        drafter = None
     args = (model, hardware, deployment, drafter, engine, async_scheduling, engine_method, model_runner)
     key = (*args, catalog_state())
     try:
