@@ -103,6 +103,17 @@ def find_blis(given: str | None) -> Path | None:
     return Path(path).expanduser().resolve() if path else None
 
 
+def _rates(text: str) -> list[float]:
+    """``--qps``: positive numbers, comma-separated."""
+    try:
+        rates = [float(q) for q in text.split(",")]
+    except ValueError:
+        rates = []
+    if not rates or not all(0 < q < float("inf") for q in rates):
+        raise argparse.ArgumentTypeError(f"{text!r}: write positive request rates, comma-separated (1,4,8)")
+    return rates
+
+
 def table(rows: dict[str, dict[float, dict]]) -> str:
     head = (f"{'simulator':<22}{'QPS':>6}{'TPOT p50':>10}{'TTFT p50':>10}{'TTFT p99':>10}{'E2E mean':>10}"
             f"{'req/s':>8}{'wall s':>8}")
@@ -117,12 +128,13 @@ def table(rows: dict[str, dict[float, dict]]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--qps", default="1,4,8", help="comma list of arrival rates (the saturated run is added)")
+    ap.add_argument("--qps", default="1,4,8", type=_rates, help="comma list of arrival rates in requests/s (the "
+                    f"saturated run at {SATURATED_QPS:g} is added)")
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--blis", help="the blis binary, built in its checkout (default: blis on PATH)")
     ap.add_argument("--json", type=Path, help="write every figure here")
     args = ap.parse_args(argv)
-    ladder = [float(q) for q in args.qps.split(",")] + [SATURATED_QPS]
+    ladder = args.qps + [SATURATED_QPS]
     print(f"workload: {MODEL} on one {HARDWARE}, {args.requests} Poisson requests of {INPUT_LEN} / {OUTPUT_LEN} "
           f"tokens, max_num_seqs {MAX_NUM_SEQS}, max_num_batched_tokens {MAX_NUM_BATCHED_TOKENS}; QPS "
           f"{SATURATED_QPS:g} measures the saturated server's completed requests/s", flush=True)
