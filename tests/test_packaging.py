@@ -56,6 +56,9 @@ def test_wheel_contains_every_shipped_spec(wheel):
     # the published kernel timings the hardware specs' MoE families were fitted on, and their fit
     for name in sorted(p.name for p in (REPO_ROOT / "measurements" / "kernels").iterdir()):
         assert f"dsdsim/measurements/kernels/{name}" in names, name
+    # the request traces of measured runs the corpus's end-to-end cases replay
+    for name in sorted(p.name for p in (REPO_ROOT / "measurements" / "traces").iterdir()):
+        assert f"dsdsim/measurements/traces/{name}" in names, name
     for module in ("dsdsim/__init__.py", "dsdsim/cli/__init__.py", "dsdsim/cli/model.py", "dsdsim/specs/catalog.py",
                    "dsdsim/cost/step.py"):
         assert module in names, module

@@ -20,9 +20,11 @@ step emits:
     e2e_latency_ms     mean end-to-end latency of a request (prefill and queueing included)
     run_tokens_per_s   output tokens per second over a whole benchmark run (prefill and the tail included)
     tpot_p50_ms        median time per output token of a request after its first (a benchmark client's TPOT p50)
-The last three are end-to-end figures: a case gives them with ``conditions.serving`` (how its benchmark client
-drove the server: workload, requests, input and output lengths), and ``dsdsim accuracy`` predicts them through the
-serving simulation (``dsdsim.corpus.serving``); without it a case keeps a not_evaluated reason.
+    ttft_p50_ms        median time to a request's first token (queueing and prefill included)
+The last four are end-to-end figures: a case gives them with ``conditions.serving`` (how its benchmark client
+drove the server: workload, requests, input and output lengths, or a trace of the run's requests shipped in
+``measurements/traces/``), and ``dsdsim accuracy`` predicts them through the serving simulation
+(``dsdsim.corpus.serving``); without it a case keeps a not_evaluated reason.
 
 Every case measured on a serving engine names the engine version it ran (``engine_version``) and how that is
 known (``engine_version_stated``: ``stated``, or ``inferred from date YYYY-MM`` for the release current at the
@@ -69,6 +71,7 @@ class Quantity(str, Enum):
     e2e_latency_ms = "e2e_latency_ms"      # end to end: predicted through the serving simulation
     run_tokens_per_s = "run_tokens_per_s"  # end to end: predicted through the serving simulation
     tpot_p50_ms = "tpot_p50_ms"            # end to end: predicted through the serving simulation
+    ttft_p50_ms = "ttft_p50_ms"            # end to end: predicted through the serving simulation
     other = "other"    # a figure that is not a step-level prediction (kernel efficiency, acceptance, overlap)
 
 
@@ -97,14 +100,15 @@ class Tree(_Frozen):
     draft_tokens: int = Field(ge=2, le=256)   # tokens per sequence in the verify pass
 
 
-_WORKLOAD = re.compile(r"^(closed:\d+|poisson:[0-9.]+|gamma:[0-9.]+:[0-9.]+|rollout)$")
+_WORKLOAD = re.compile(r"^(closed:\d+|poisson:[0-9.]+|gamma:[0-9.]+:[0-9.]+|rollout|trace:traces/[a-z0-9._-]+\.csv)$")
 
 
 class Serving(_Frozen):
     """How an end-to-end case's benchmark client drove the server, as ``dsdsim simulate`` takes it: the workload
-    (``closed:C`` for a max concurrency C, ``poisson:QPS``, ``gamma:QPS:CV``, ``rollout``), the requests simulated,
-    and the input and output lengths (``dsdsim.serve.lengths`` forms: a number, uniform:A:B, normal:MEAN:STD,
-    lognormal:MEAN:STD, or a preset such as sharegpt)."""
+    (``closed:C`` for a max concurrency C, ``poisson:QPS``, ``gamma:QPS:CV``, ``rollout``, or
+    ``trace:traces/NAME.csv``: the run's own requests, arrival_s,input_len,output_len, a file of the corpus folder),
+    the requests simulated, and the input and output lengths (``dsdsim.serve.lengths`` forms: a number,
+    uniform:A:B, normal:MEAN:STD, lognormal:MEAN:STD, or a preset such as sharegpt; a trace carries its own)."""
 
     workload: str
     requests: int = Field(ge=1, le=100_000)
@@ -117,8 +121,12 @@ class Serving(_Frozen):
     @model_validator(mode="after")
     def _check(self) -> "Serving":
         if not _WORKLOAD.match(self.workload):
-            raise ValueError(f"serving.workload {self.workload!r}: write closed:C, poisson:QPS, gamma:QPS:CV or "
-                             "rollout")
+            raise ValueError(f"serving.workload {self.workload!r}: write closed:C, poisson:QPS, gamma:QPS:CV, "
+                             "rollout or trace:traces/NAME.csv")
+        traced = self.workload.startswith("trace:")
+        if traced != (self.input_len == "trace") or traced != (self.output_len == "trace"):
+            raise ValueError("serving.input_len and output_len are 'trace' exactly when the workload is a trace "
+                             "(a trace carries each request's lengths)")
         return self
 
 
@@ -225,7 +233,7 @@ class Acceptance(_Frozen):
 
 
 RATIO_OF = ("itl_ms", "step_ms", "tokens_per_s", "speedup_vs_no_sd")
-END_TO_END = ("e2e_latency_ms", "run_tokens_per_s", "tpot_p50_ms")
+END_TO_END = ("e2e_latency_ms", "run_tokens_per_s", "tpot_p50_ms", "ttft_p50_ms")
 
 
 class Measured(_Frozen):

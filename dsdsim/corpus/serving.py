@@ -1,14 +1,16 @@
 """End-to-end corpus cases predicted through the serving simulation.
 
 A case with ``conditions.serving`` measured a whole benchmark run (mean request latency at a max concurrency,
-output throughput at a QPS, TPOT p50): its prediction is the same quantity from ``dsdsim.serve.simulate`` run with
-the case's model, hardware, deployment and engine version, its benchmark's workload, requests and lengths, plain
-decoding (policy ``none``) at K = 0 and a static chain (``fixed:K``) otherwise. The simulation is seeded (seed 0):
-the same case always gets the same prediction.
+output throughput at a QPS, TPOT or TTFT p50): its prediction is the same quantity from ``dsdsim.serve.simulate``
+run with the case's model, hardware, deployment and engine version, its benchmark's workload, requests and lengths
+(or the run's own requests, a trace shipped in ``measurements/traces/``), plain decoding (policy ``none``) at K = 0
+and a static chain (``fixed:K``) otherwise. The simulation is seeded (seed 0): the same case always gets the same
+prediction.
 
 Acceptance as for step cases: reported (AL -> the constant alpha with that tau(K); or alpha), none at K = 0, or one
 constant alpha fitted over the case's fit group through the simulation (``fit_serving_alpha``: two runs per case
-give a surrogate of its quantity in tau; the alpha that minimises the squared log error of the surrogates). These cases enter no engine fit (their engine terms are the shipped ones).
+give a surrogate of its quantity in tau; the alpha that minimises the squared log error of the surrogates). These
+cases enter no engine fit (their engine terms are the shipped ones).
 """
 from __future__ import annotations
 
@@ -66,10 +68,14 @@ def predict_serving(case: Case, alpha: Optional[float], engine=None) -> tuple[fl
                                 ("max_num_batched_tokens", sv.max_num_batched_tokens)) if v is not None}
     if limits:
         sched = replace(sched, **limits)
+    workload, lengths = sv.workload, {"input_len": sv.input_len, "output_len": sv.output_len}
+    if workload.startswith("trace:"):        # the run's own requests, shipped beside the corpus files
+        from dsdsim.corpus.schema import shipped_corpus_dir
+
+        workload, lengths = f"trace:{shipped_corpus_dir() / workload.split(':', 1)[1]}", {}
     try:
-        run = simulate(serving_setup(case, engine), sv.workload, policy, requests=sv.requests,
-                       input_len=sv.input_len, output_len=sv.output_len, acceptance=acceptance, scheduler=sched,
-                       seed=0).policies[0]
+        run = simulate(serving_setup(case, engine), workload, policy, requests=sv.requests, acceptance=acceptance,
+                       scheduler=sched, seed=0, **lengths).policies[0]
     except DsdsimError as exc:
         raise type(exc)(f"measurement case {case.id}: {exc}") from None
     q = case.measured.quantity
@@ -79,6 +85,8 @@ def predict_serving(case: Case, alpha: Optional[float], engine=None) -> tuple[fl
         value = run.output_tokens_per_s
     elif q is Quantity.tpot_p50_ms:
         value = run.tpot_ms.p50
+    elif q is Quantity.ttft_p50_ms:
+        value = run.ttft_ms.p50
     else:
         raise DsdsimError(f"measurement case {case.id}: {q.value} is not an end-to-end figure")
     return float(value), float(run.mean_acceptance_length)

@@ -1,0 +1,90 @@
+"""End-to-end corpus cases that replay a measured run's own requests (``serving.workload: trace:traces/NAME.csv``)
+and the TTFT p50 quantity."""
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO_ROOT
+
+TRACE = REPO_ROOT / "measurements" / "traces" / "llmservingsim-rtx4090-llama8b-tp1.csv"
+SERVING_CASE = {
+    "id": "t-1", "where": "summary", "tag": "primary", "split": "test",
+    "conditions": {"engine": "vllm", "engine_version": "0.19.0", "engine_version_stated": "stated",
+                   "hardware": "rtx-4090", "hardware_stated": "RTX 4090", "model": "llama-3.1-8b",
+                   "model_stated": "Llama-3.1-8B", "context_note": "each request's own",
+                   "serving": {"workload": "trace:traces/x.csv", "requests": 3, "input_len": "trace",
+                               "output_len": "trace", "note": "the run's requests"}},
+    "acceptance": {"handling": "not-needed"}, "measured": {"quantity": "ttft_p50_ms", "value": 100.0}}
+
+
+def _load(tmp_path: Path, case: dict):
+    from dsdsim.corpus.schema import load_corpus
+
+    folder = tmp_path / "corpus"
+    folder.mkdir(exist_ok=True)
+    (folder / "src.yaml").write_text(yaml.safe_dump({"source": {"title": "t", "url": "u"}, "cases": [case]}))
+    return load_corpus(folder)
+
+
+def test_a_trace_workload_and_a_ttft_case_load(tmp_path):
+    ((_, case),) = _load(tmp_path, SERVING_CASE)
+    assert case.conditions.serving.workload == "trace:traces/x.csv"
+    assert case.measured.quantity.value == "ttft_p50_ms"
+
+
+@pytest.mark.parametrize("change,fragment", [
+    ({"input_len": "512"}, "'trace' exactly when the workload is a trace"),
+    ({"workload": "poisson:4"}, "'trace' exactly when the workload is a trace"),
+    ({"workload": "trace:/etc/x.csv"}, "trace:traces/NAME.csv"),
+    ({"workload": "trace:traces/../x.csv"}, "trace:traces/NAME.csv"),
+])
+def test_a_trace_workload_is_a_file_of_the_corpus_and_carries_the_lengths(tmp_path, change, fragment):
+    from dsdsim.errors import SpecError
+
+    case = json.loads(json.dumps(SERVING_CASE))
+    case["conditions"]["serving"].update(change)
+    with pytest.raises(SpecError) as exc:
+        _load(tmp_path, case)
+    assert fragment in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_ttft_figure_without_its_serving_conditions_is_refused(tmp_path):
+    from dsdsim.errors import SpecError
+
+    case = json.loads(json.dumps(SERVING_CASE))
+    del case["conditions"]["serving"]
+    case["conditions"].update(batch_size=1, context_tokens=100)
+    with pytest.raises(SpecError, match="ttft_p50_ms is an end-to-end figure"):
+        _load(tmp_path, case)
+
+
+def test_the_shipped_trace_is_the_source_runs_requests():
+    """measurements/llmservingsim-rtx4090.yaml's notes: 300 requests over about 29 s, mean 857 prompt and 653 output
+    tokens, as requests.jsonl of casys-kaist/LLMServingSim bench/results/rtx4090-llama8b-tp1 holds them."""
+    rows = list(csv.DictReader(TRACE.open()))
+    assert len(rows) == 300
+    arrival = [float(r["arrival_s"]) for r in rows]
+    assert arrival[0] == 0.0 and arrival == sorted(arrival) and 29.0 < arrival[-1] < 29.5
+    assert round(statistics.mean(int(r["input_len"]) for r in rows), 2) == 857.46
+    assert round(statistics.mean(int(r["output_len"]) for r in rows), 2) == 652.51
+
+
+def test_the_trace_cases_replay_the_trace_as_simulate_does():
+    """A trace case's prediction is ``dsdsim.simulate`` on the same trace file, server and limits (no speculation)."""
+    import dsdsim
+    from dsdsim.corpus.schema import load_corpus
+    from dsdsim.corpus.serving import predict_serving
+
+    cases = {c.measured.quantity.value: c for _, c in load_corpus() if c.id.startswith("llmservingsim-rtx4090")}
+    assert set(cases) == {"ttft_p50_ms", "tpot_p50_ms", "e2e_latency_ms"}
+    run = dsdsim.simulate("llama-3.1-8b", "rtx-4090", drafter=None, engine="vllm@0.19.0",
+                          workload=f"trace:{TRACE}", max_num_seqs=128, max_num_batched_tokens=2048).policies[0]
+    assert predict_serving(cases["ttft_p50_ms"], None)[0] == pytest.approx(run.ttft_ms.p50, rel=1e-12)
+    assert predict_serving(cases["tpot_p50_ms"], None)[0] == pytest.approx(run.tpot_ms.p50, rel=1e-12)
+    assert predict_serving(cases["e2e_latency_ms"], None)[0] == pytest.approx(run.e2e_ms.mean, rel=1e-12)
