@@ -75,16 +75,24 @@ def test_the_shipped_trace_is_the_source_runs_requests():
     assert round(statistics.mean(int(r["output_len"]) for r in rows), 2) == 652.51
 
 
-def test_the_trace_cases_replay_the_trace_as_simulate_does():
+@pytest.mark.parametrize("run_id,trace,limits", [
+    ("sharegpt300", TRACE, {"max_num_seqs": 128}),
+    ("sharegpt300-seqs256", TRACE.with_name("llmservingsim-rtx4090-llama8b-seqs256.csv"),
+     {"max_num_seqs": 256, "kv_cache_tokens": 41408}),           # the pool its meta.json states
+])
+def test_the_trace_cases_replay_the_trace_as_simulate_does(run_id, trace, limits):
     """A trace case's prediction is ``dsdsim.simulate`` on the same trace file, server and limits (no speculation)."""
     import dsdsim
     from dsdsim.corpus.schema import load_corpus
     from dsdsim.corpus.serving import predict_serving
 
-    cases = {c.measured.quantity.value: c for _, c in load_corpus() if c.id.startswith("llmservingsim-rtx4090")}
+    prefix = f"llmservingsim-rtx4090-llama31-8b-{run_id}-"
+    cases = {c.measured.quantity.value: c for _, c in load_corpus()
+             if c.id.startswith(prefix) and c.id.count("-") == prefix.count("-") + 1}
     assert set(cases) == {"ttft_p50_ms", "tpot_p50_ms", "e2e_latency_ms"}
-    run = dsdsim.simulate("llama-3.1-8b", "rtx-4090", drafter=None, engine="vllm@0.19.0",
-                          workload=f"trace:{TRACE}", max_num_seqs=128, max_num_batched_tokens=2048).policies[0]
+    run = dsdsim.simulate("llama-3.1-8b", "rtx-4090", drafter=None, engine="vllm@0.19.0", workload=f"trace:{trace}",
+                          max_num_batched_tokens=2048, **limits).policies[0]
     assert predict_serving(cases["ttft_p50_ms"], None)[0] == pytest.approx(run.ttft_ms.p50, rel=1e-12)
     assert predict_serving(cases["tpot_p50_ms"], None)[0] == pytest.approx(run.tpot_ms.p50, rel=1e-12)
     assert predict_serving(cases["e2e_latency_ms"], None)[0] == pytest.approx(run.e2e_ms.mean, rel=1e-12)
+    assert run.kv_cache_tokens == limits.get("kv_cache_tokens", run.kv_cache_tokens)

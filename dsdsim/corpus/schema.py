@@ -108,7 +108,9 @@ class Serving(_Frozen):
     (``closed:C`` for a max concurrency C, ``poisson:QPS``, ``gamma:QPS:CV``, ``rollout``, or
     ``trace:traces/NAME.csv``: the run's own requests, arrival_s,input_len,output_len, a file of the corpus folder),
     the requests simulated, and the input and output lengths (``dsdsim.serve.lengths`` forms: a number,
-    uniform:A:B, normal:MEAN:STD, lognormal:MEAN:STD, or a preset such as sharegpt; a trace carries its own)."""
+    uniform:A:B, normal:MEAN:STD, lognormal:MEAN:STD, or a preset such as sharegpt; a trace carries its own); the
+    scheduler's limits and the KV pool where the source states them (``kv_cache_tokens``: vLLM's logged "GPU KV cache
+    size"; None: sized as the engine sizes it)."""
 
     workload: str
     requests: int = Field(ge=1, le=100_000)
@@ -116,6 +118,7 @@ class Serving(_Frozen):
     output_len: str = Field(min_length=1)
     max_num_seqs: Optional[int] = Field(default=None, ge=1)
     max_num_batched_tokens: Optional[int] = Field(default=None, ge=1)
+    kv_cache_tokens: Optional[int] = Field(default=None, ge=1)   # the KV pool the run's log states (None: sized)
     note: str = Field(min_length=1)          # where the settings come from (stated, the client's defaults, assumed)
 
     @model_validator(mode="after")

@@ -65,7 +65,8 @@ def predict_serving(case: Case, alpha: Optional[float], engine=None) -> tuple[fl
             raise DsdsimError(f"measurement case {case.id}: K = {c.k} needs an acceptance (reported or fitted)")
     sched = SchedulerConfig()
     limits = {k: v for k, v in (("max_num_seqs", sv.max_num_seqs),
-                                ("max_num_batched_tokens", sv.max_num_batched_tokens)) if v is not None}
+                                ("max_num_batched_tokens", sv.max_num_batched_tokens),
+                                ("kv_cache_tokens", sv.kv_cache_tokens)) if v is not None}
     if limits:
         sched = replace(sched, **limits)
     workload, lengths = sv.workload, {"input_len": sv.input_len, "output_len": sv.output_len}
