@@ -32,10 +32,32 @@ def _load(tmp_path: Path, case: dict):
     return load_corpus(folder)
 
 
-def test_a_trace_workload_and_a_ttft_case_load(tmp_path):
-    ((_, case),) = _load(tmp_path, SERVING_CASE)
+def _trace(folder: Path, rows: str = "arrival_s,input_len,output_len\n0,100,5\n0.5,200,5\n1.0,300,5\n"):
+    (folder / "corpus" / "traces").mkdir(parents=True, exist_ok=True)
+    (folder / "corpus" / "traces" / "x.csv").write_text(rows)
+
+
+def test_a_trace_workload_and_a_ttft_case_load_and_replay_their_folders_trace(tmp_path):
+    from dsdsim.corpus.serving import predict_serving
+
+    _trace(tmp_path / "a")
+    ((_, case),) = _load(tmp_path / "a", SERVING_CASE)
     assert case.conditions.serving.workload == "trace:traces/x.csv"
     assert case.measured.quantity.value == "ttft_p50_ms"
+    # three requests half a second apart on an idle server: the TTFT p50 is the middle prompt's prefill; the same
+    # case in another folder replays that folder's trace, whose middle prompt is 8x longer
+    ttft_p50 = predict_serving(case, None)[0]
+    _trace(tmp_path / "b", "arrival_s,input_len,output_len\n0,100,5\n0.5,1600,5\n1.0,300,5\n")
+    ((_, longer),) = _load(tmp_path / "b", SERVING_CASE)
+    assert longer == case and predict_serving(longer, None)[0] > ttft_p50 > 0
+
+
+def test_a_trace_case_whose_file_is_missing_is_refused_in_one_line(tmp_path):
+    from dsdsim.errors import SpecError
+
+    with pytest.raises(SpecError) as exc:
+        _load(tmp_path, SERVING_CASE)
+    assert "names traces/x.csv, which" in str(exc.value) and "\n" not in str(exc.value)
 
 
 @pytest.mark.parametrize("change,fragment", [

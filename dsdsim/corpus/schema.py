@@ -371,6 +371,11 @@ def load_corpus(folder: Optional[Path | str] = None) -> list[tuple[CorpusFile, C
             if case.id in seen:
                 raise SpecError(f"{path}: case id {case.id!r} is already used in {seen[case.id].name}")
             seen[case.id] = path
+            sv = case.conditions.serving
+            if sv is not None and sv.workload.startswith("trace:") and not (base / sv.workload[6:]).is_file():
+                raise SpecError(f"{path}: case {case.id!r}: serving.workload names {sv.workload[6:]}, which {base} "
+                                "does not hold; put the run's trace (arrival_s,input_len,output_len) there")
+            _FOLDER[case] = base
             g = case.acceptance.fit_group
             if g is not None:
                 split, first = groups.setdefault(g, (case.split, case.id))
@@ -380,6 +385,15 @@ def load_corpus(folder: Optional[Path | str] = None) -> list[tuple[CorpusFile, C
             out.append((cf, case))
     _check_fit_groups(out)
     return out
+
+
+_FOLDER: dict[Case, Path] = {}    # the folder each loaded case came from (where its trace file lies)
+
+
+def case_file(case: Case, name: str) -> Path:
+    """A file a case names relative to its corpus folder (a trace: ``traces/NAME.csv``): in the folder
+    ``load_corpus`` last read an equal case from, the shipped corpus for a case built otherwise."""
+    return _FOLDER.get(case, shipped_corpus_dir()) / name
 
 
 def _check_fit_groups(cases: list[tuple[CorpusFile, Case]]) -> None:

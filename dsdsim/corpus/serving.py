@@ -42,10 +42,20 @@ def serving_setup(case: Case, engine=None):
                    async_scheduling=c.async_scheduling, engine_method=c.engine_method, model_runner=c.model_runner)
 
 
-@functools.lru_cache(maxsize=4096)
 def predict_serving(case: Case, alpha: Optional[float], engine=None) -> tuple[float, float]:
     """(the case's quantity, the mean accepted length of the run) simulated at constant ``alpha`` (None: K = 0 or
-    the case's reported acceptance). Remembered per case, alpha and engine."""
+    the case's reported acceptance). Remembered per case, alpha, engine and trace file (the run's own requests, a
+    file of the folder the case was loaded from)."""
+    workload = case.conditions.serving.workload
+    if workload.startswith("trace:"):
+        from dsdsim.corpus.schema import case_file
+
+        workload = f"trace:{case_file(case, workload.split(':', 1)[1])}"
+    return _predict_serving(case, alpha, engine, workload)
+
+
+@functools.lru_cache(maxsize=4096)
+def _predict_serving(case: Case, alpha: Optional[float], engine, workload: str) -> tuple[float, float]:
     from dsdsim.policy.acceptance import constant, from_mean_acceptance_length
     from dsdsim.serve.scheduler import SchedulerConfig
     from dsdsim.serve.simulate import simulate
@@ -69,11 +79,7 @@ def predict_serving(case: Case, alpha: Optional[float], engine=None) -> tuple[fl
                                 ("kv_cache_tokens", sv.kv_cache_tokens)) if v is not None}
     if limits:
         sched = replace(sched, **limits)
-    workload, lengths = sv.workload, {"input_len": sv.input_len, "output_len": sv.output_len}
-    if workload.startswith("trace:"):        # the run's own requests, shipped beside the corpus files
-        from dsdsim.corpus.schema import shipped_corpus_dir
-
-        workload, lengths = f"trace:{shipped_corpus_dir() / workload.split(':', 1)[1]}", {}
+    lengths = {} if workload.startswith("trace:") else {"input_len": sv.input_len, "output_len": sv.output_len}
     try:
         run = simulate(serving_setup(case, engine), workload, policy, requests=sv.requests, acceptance=acceptance,
                        scheduler=sched, seed=0, **lengths).policies[0]
