@@ -12,8 +12,9 @@ exponent is fixed per format (``TRANSITION_P``: a free p trades off against the 
 dynamic activation quantisation the latency then holds; docs/kernel_shapes.md "The fits"), and an fp8 fit's bandwidth
 fraction is at most the same part's bf16 fit's (the same memory streams both; fp8 kernels are not faster at it). A part
 without sweeps keeps its efficiency figures (``STAND_INS`` may name parts that take the nearest fitted part of their
-generation, by memory bandwidth: none do, since power and clocks differ within a generation). AMD parts keep their
-efficiency figures: their sweeps fit no p >= 1 (docs/kernel_shapes.md).
+generation, by memory bandwidth: none do, since power and clocks differ within a generation). NVIDIA parts from
+Ampere on are fitted (the Hopper and Blackwell parts on aiconfigurator's sweeps, the RTX 4090 on LLMServingSim's
+per-layer profile); AMD parts keep their efficiency figures: their sweeps fit no p >= 1 (docs/kernel_shapes.md).
 """
 from __future__ import annotations
 
@@ -117,19 +118,25 @@ def figures_block(fits: dict, part: str, measured_on: str) -> dict[str, dict]:
 
 
 def rewritten(text: str, block: dict[str, dict]) -> str:
-    """The spec text with its ``kernels.gemm`` block replaced (inserted before ``all_reduce``)."""
+    """The spec text with its ``kernels.gemm`` block replaced (inserted before ``all_reduce``, or at the end of the
+    ``kernels`` section of a part with no collectives)."""
     lines, out, skipping = text.split("\n"), [], False
-    for line in lines:
+    kept = [line for line in lines if not line.startswith("  # dense GEMMs")]
+    ends = [i for i, line in enumerate(kept) if line.startswith("  all_reduce:")]
+    if not ends and "kernels:" in kept:       # the first line after the kernels section (or the end, past the blank)
+        start = kept.index("kernels:") + 1
+        ends = [next((i for i in range(start, len(kept)) if kept[i] and not kept[i][0].isspace()), len(kept))]
+        while ends[0] > start and not kept[ends[0] - 1].strip():
+            ends[0] -= 1
+    for i, line in enumerate(kept):
         if skipping:
-            if line.startswith("    ") or line.startswith("  # dense GEMMs"):
+            if line.startswith("    "):
                 continue
             skipping = False
-        if line.startswith("  # dense GEMMs"):
-            continue
         if line.startswith("  gemm:"):
             skipping = True
             continue
-        if block and line.startswith("  all_reduce:"):
+        if block and ends and i == ends[0]:
             out.append("  # dense GEMMs by weight format (dsdsim.cost.timing.gemm_rates), written by scripts/fit_gemm.py")
             out.append("  gemm:")
             for fmt, figs in block.items():
@@ -150,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         if not path.exists():
             continue
         hw = load_hardware(path)
-        if hw.generation_name not in ("hopper", "blackwell"):
+        if hw.generation_name not in ("ampere", "ada", "hopper", "blackwell"):     # NVIDIA: one GEMM equation
             continue
         for fmt in FORMATS:
             mine = [r for r in rows if r["part"] == part and r["dtype"] == fmt]
