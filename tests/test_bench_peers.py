@@ -84,3 +84,18 @@ def test_without_blis_it_runs_dsdsim_alone(peers, tmp_path, capsys, monkeypatch)
     # 40 requests at 100 QPS queue behind each other: the saturated TTFT is far above the light one's
     assert saturated["ttft_p50_ms"] > 5 * light["ttft_p50_ms"]
     assert saturated["requests_per_s"] > light["requests_per_s"]
+
+
+def test_the_readme_table_quotes_dsdsims_rows_as_this_checkout_simulates_them(peers):
+    """The README's side-by-side table ("Beside BLIS on one workload") holds dsdsim's rows at QPS 4, 8 and 100 as
+    ``bench_peers.dsdsim_row`` gives them now (QPS 1, 11 s of simulation here, is left to the script)."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    rows = {q: peers.dsdsim_row(q, 1000) for q in (4.0, 8.0, 100.0)}
+    four, eight = rows[4.0], rows[8.0]
+    assert f"{four['tpot_p50_ms']:.1f} / {eight['tpot_p50_ms']:.1f} ms" in readme
+    assert f"{four['ttft_p50_ms']:.0f} / {four['ttft_p99_ms']:.0f}, {eight['ttft_p50_ms']:.0f} / " \
+           f"{eight['ttft_p99_ms']:.0f} ms" in readme
+    sat = rows[100.0]
+    assert (f"| dsdsim | 100 | {sat['tpot_p50_ms']:.1f} ms | {sat['ttft_p50_ms'] / 1e3:.1f} / "
+            f"{sat['ttft_p99_ms'] / 1e3:.1f} s | {sat['e2e_mean_ms'] / 1e3:.1f} s | {sat['requests_per_s']:.2f} |") \
+        in readme

@@ -118,3 +118,20 @@ def test_the_trace_cases_replay_the_trace_as_simulate_does(run_id, trace, limits
     assert predict_serving(cases["tpot_p50_ms"], None)[0] == pytest.approx(run.tpot_ms.p50, rel=1e-12)
     assert predict_serving(cases["e2e_latency_ms"], None)[0] == pytest.approx(run.e2e_ms.mean, rel=1e-12)
     assert run.kv_cache_tokens == limits.get("kv_cache_tokens", run.kv_cache_tokens)
+
+
+def test_the_readme_quotes_the_trace_cases_as_predicted():
+    """The README's paragraph on the two replayed runs quotes each prediction as this checkout makes it."""
+    from dsdsim.corpus.schema import load_corpus
+    from dsdsim.corpus.serving import predict_serving
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    for run in ("sharegpt300", "sharegpt300-seqs256"):
+        prefix = f"llmservingsim-rtx4090-llama31-8b-{run}-"
+        cases = {c.measured.quantity.value: c for _, c in load_corpus()
+                 if c.id.startswith(prefix) and c.id.count("-") == prefix.count("-") + 1}
+        got = {q: predict_serving(c, None)[0] for q, c in cases.items()}
+        err = {q: got[q] / cases[q].measured.value - 1.0 for q in got}
+        quote = (f"TTFT p50 {got['ttft_p50_ms'] / 1e3:.1f} s ({100 * err['ttft_p50_ms']:+.1f}%), TPOT p50 "
+                 f"{got['tpot_p50_ms']:.1f} ms ({100 * err['tpot_p50_ms']:+.1f}%),")
+        assert quote in " ".join(readme.split()), quote
