@@ -87,7 +87,7 @@ def test_a_ttft_figure_without_its_serving_conditions_is_refused(tmp_path):
 
 
 def test_the_shipped_trace_is_the_source_runs_requests():
-    """measurements/llmservingsim-rtx4090.yaml's notes: 300 requests over about 29 s, mean 857 prompt and 653 output
+    """measurements/llmservingsim.yaml's notes: 300 requests over about 29 s, mean 857 prompt and 653 output
     tokens, as requests.jsonl of casys-kaist/LLMServingSim bench/results/rtx4090-llama8b-tp1 holds them."""
     rows = list(csv.DictReader(TRACE.open()))
     assert len(rows) == 300
@@ -97,22 +97,33 @@ def test_the_shipped_trace_is_the_source_runs_requests():
     assert round(statistics.mean(int(r["output_len"]) for r in rows), 2) == 652.51
 
 
-@pytest.mark.parametrize("run_id,trace,limits", [
-    ("sharegpt300", TRACE, {"max_num_seqs": 128}),
-    ("sharegpt300-seqs256", TRACE.with_name("llmservingsim-rtx4090-llama8b-seqs256.csv"),
-     {"max_num_seqs": 256, "kv_cache_tokens": 41408}),           # the pool its meta.json states
-])
-def test_the_trace_cases_replay_the_trace_as_simulate_does(run_id, trace, limits):
+RUNS = {   # case id prefix: (GPU, trace, the limits the run states)
+    "llmservingsim-rtx4090-llama31-8b-sharegpt300-": ("rtx-4090", TRACE, {"max_num_seqs": 128}),
+    "llmservingsim-rtx4090-llama31-8b-sharegpt300-seqs256-": (
+        "rtx-4090", TRACE.with_name("llmservingsim-rtx4090-llama8b-seqs256.csv"),
+        {"max_num_seqs": 256, "kv_cache_tokens": 41408}),          # the pool its meta.json states
+    "llmservingsim-rtxpro6000-llama31-8b-sharegpt300-": (
+        "rtx-pro-6000", TRACE.with_name("llmservingsim-rtxpro6000-llama8b-tp1.csv"), {"max_num_seqs": 128}),
+}
+
+
+def _run_cases(prefix: str) -> dict:
+    from dsdsim.corpus.schema import load_corpus
+
+    return {c.measured.quantity.value: c for _, c in load_corpus()
+            if c.id.startswith(prefix) and c.id.count("-") == prefix.count("-") + 1}
+
+
+@pytest.mark.parametrize("prefix", list(RUNS))
+def test_the_trace_cases_replay_the_trace_as_simulate_does(prefix):
     """A trace case's prediction is ``dsdsim.simulate`` on the same trace file, server and limits (no speculation)."""
     import dsdsim
-    from dsdsim.corpus.schema import load_corpus
     from dsdsim.corpus.serving import predict_serving
 
-    prefix = f"llmservingsim-rtx4090-llama31-8b-{run_id}-"
-    cases = {c.measured.quantity.value: c for _, c in load_corpus()
-             if c.id.startswith(prefix) and c.id.count("-") == prefix.count("-") + 1}
+    gpu, trace, limits = RUNS[prefix]
+    cases = _run_cases(prefix)
     assert set(cases) == {"ttft_p50_ms", "tpot_p50_ms", "e2e_latency_ms"}
-    run = dsdsim.simulate("llama-3.1-8b", "rtx-4090", drafter=None, engine="vllm@0.19.0", workload=f"trace:{trace}",
+    run = dsdsim.simulate("llama-3.1-8b", gpu, drafter=None, engine="vllm@0.19.0", workload=f"trace:{trace}",
                           max_num_batched_tokens=2048, **limits).policies[0]
     assert predict_serving(cases["ttft_p50_ms"], None)[0] == pytest.approx(run.ttft_ms.p50, rel=1e-12)
     assert predict_serving(cases["tpot_p50_ms"], None)[0] == pytest.approx(run.tpot_ms.p50, rel=1e-12)
@@ -121,15 +132,12 @@ def test_the_trace_cases_replay_the_trace_as_simulate_does(run_id, trace, limits
 
 
 def test_the_readme_quotes_the_trace_cases_as_predicted():
-    """The README's paragraph on the two replayed runs quotes each prediction as this checkout makes it."""
-    from dsdsim.corpus.schema import load_corpus
+    """The README's paragraph on the replayed runs quotes each prediction as this checkout makes it."""
     from dsdsim.corpus.serving import predict_serving
 
     readme = (REPO_ROOT / "README.md").read_text()
-    for run in ("sharegpt300", "sharegpt300-seqs256"):
-        prefix = f"llmservingsim-rtx4090-llama31-8b-{run}-"
-        cases = {c.measured.quantity.value: c for _, c in load_corpus()
-                 if c.id.startswith(prefix) and c.id.count("-") == prefix.count("-") + 1}
+    for prefix in RUNS:
+        cases = _run_cases(prefix)
         got = {q: predict_serving(c, None)[0] for q, c in cases.items()}
         err = {q: got[q] / cases[q].measured.value - 1.0 for q in got}
         quote = (f"TTFT p50 {got['ttft_p50_ms'] / 1e3:.1f} s ({100 * err['ttft_p50_ms']:+.1f}%), TPOT p50 "
