@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             fits.setdefault(part, {})[fmt] = (x, err, err_big, len(mine), _sources(mine))
             print(f"{part:10s} {fmt:5s} n {len(mine):4d}  compute {x[0]:.3f}  bandwidth {x[1]:.3f}  latency "
                   f"{x[2] * 1e6:.2f} us  p {TRANSITION_P[fmt]:g}  median |err| {err:.3f} (M >= 256: {err_big:.3f})")
-    changed = []
+    updates = []
     for path in sorted(SPECS.glob("*.yaml")):
         hw = load_hardware(path)
         if hw.kernels is None:
@@ -181,14 +181,21 @@ def main(argv: list[str] | None = None) -> int:
             if same:
                 source = min(same, key=lambda p: (abs(load_hardware(SPECS / f"{p}.yaml").bandwidth - hw.bandwidth), p))
         block = figures_block(fits, hw.name, source) if source is not None else {}
-        text = path.read_text()
-        new = rewritten(text, block)
-        if new != text:
+        updates.append((path, rewritten(path.read_text(), block)))
+    return write_specs(updates, args.check)
+
+
+def write_specs(updates: list[tuple[Path, str]], check: bool) -> int:
+    """Write each spec's new text (each written spec must load), or with ``check`` only compare; the exit code,
+    after one line naming what changed or would."""
+    changed = []
+    for path, new in updates:
+        if new != path.read_text():
             changed.append(path.relative_to(ROOT))
-            if not args.check:
+            if not check:
                 path.write_text(new)
                 load_hardware(path)
-    if args.check and changed:
+    if check and changed:
         print("would change: " + ", ".join(map(str, changed)), file=sys.stderr)
         return 1
     print("unchanged" if not changed else "wrote " + ", ".join(map(str, changed)))
