@@ -135,16 +135,21 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="write every figure here")
     args = ap.parse_args(argv)
     ladder = args.qps + [SATURATED_QPS]
+    blis = find_blis(args.blis)
+    if blis is not None and not blis.is_file():
+        ap.error(f"--blis {args.blis}: no such file; build it with `go build -o blis main.go` in its checkout")
     print(f"workload: {MODEL} on one {HARDWARE}, {args.requests} Poisson requests of {INPUT_LEN} / {OUTPUT_LEN} "
           f"tokens, max_num_seqs {MAX_NUM_SEQS}, max_num_batched_tokens {MAX_NUM_BATCHED_TOKENS}; QPS "
           f"{SATURATED_QPS:g} measures the saturated server's completed requests/s", flush=True)
     rows: dict[str, dict[float, dict]] = {"dsdsim": {q: dsdsim_row(q, args.requests) for q in ladder}}
-    blis = find_blis(args.blis)
     if blis is None:
         print("BLIS: not installed (give --blis PATH or put blis on PATH)")
     else:
-        for mode in BLIS_MODES:
-            rows[f"BLIS {mode}"] = {q: blis_row(blis, mode, q, args.requests) for q in ladder}
+        try:
+            for mode in BLIS_MODES:
+                rows[f"BLIS {mode}"] = {q: blis_row(blis, mode, q, args.requests) for q in ladder}
+        except RuntimeError as exc:          # one line, as the run said it, and nothing written
+            ap.exit(1, f"bench_peers.py: {exc}\n")
     print("Vidur: not run (it needs its profiled attention table of Llama-3-8B on the A100; see this script's doc)")
     print(table(rows))
     if args.json:
