@@ -58,3 +58,41 @@ def clean_catalog(monkeypatch):
     catalog._index.cache_clear()
     yield catalog
     catalog._index.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def cpu_measuring_chain(tmp_path_factory):
+    """The README's probe -> validate --quick -> calibrate chain on this CPU, run once per session in a folder of
+    its own (a few minutes of torch timing on two cores): ``(folder, [(command, exit code, stderr), ...])``. The
+    README test checks the exit codes; the validation tests read what the chain wrote."""
+    import contextlib
+    import io
+    import shlex
+
+    pytest.importorskip("torch")
+    pytest.importorskip("matplotlib")
+    from dsdsim.cli import main
+    from dsdsim.specs import catalog
+    from test_readme_commands import MEASURING, readme_commands, skip_reason
+
+    folder = tmp_path_factory.mktemp("cpu-chain")
+    chain = [c for c in readme_commands() if skip_reason(c) is None and c.startswith(MEASURING)]
+    ran, here, user_dirs = [], Path.cwd(), list(catalog._user_dirs)
+    os.chdir(folder)
+    try:
+        for command in chain:
+            err = io.StringIO()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+                try:
+                    main(shlex.split(command)[1:])
+                    code = 0
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            ran.append((command, code, err.getvalue()))
+            if code:
+                break
+    finally:
+        os.chdir(here)
+        catalog._user_dirs[:] = user_dirs
+        catalog._index.cache_clear()
+    return folder, ran

@@ -11,10 +11,17 @@ from dsdsim.specs.catalog import load_hardware  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def cpu_spec(tmp_path_factory):
-    from dsdsim.bench.probe import run_probe
+def cpu_chain(cpu_measuring_chain):
+    """The README's chain, run once a session: ``dsdsim probe --device cpu`` wrote my-cpu.yaml and
+    ``dsdsim validate -m llama-3.1-8b -g my-cpu.yaml --device cpu --quick`` wrote out/."""
+    folder, ran = cpu_measuring_chain
+    assert all(code == 0 for _, code, _ in ran[:2]), ran
+    return folder
 
-    return run_probe("cpu", tmp_path_factory.mktemp("probe") / "cpu.yaml")
+
+@pytest.fixture(scope="module")
+def cpu_spec(cpu_chain):
+    return cpu_chain / "my-cpu.yaml"
 
 
 @pytest.mark.slow
@@ -32,14 +39,14 @@ def test_probe_spec_loads_and_simulates(cpu_spec):
 
 
 @pytest.mark.slow
-def test_validate_quick_writes_a_complete_report(cpu_spec, tmp_path):
+def test_validate_quick_writes_a_complete_report(cpu_chain, cpu_spec, tmp_path):
     from dsdsim.fit.calibrate import run_calibrate
-    from dsdsim.bench.validate import run_validate
 
-    rep = run_validate("llama-3.1-8b", cpu_spec, "cpu", quick=True, output_dir=tmp_path / "v")
+    paths = {key: cpu_chain / "out" / name for key, name in (("report", "report.json"), ("summary", "summary.md"),
+             ("plot", "predicted_vs_measured.png"), ("calibrated_spec", "calibrated.yaml"))}
     for key in ("report", "summary", "plot", "calibrated_spec"):
-        assert rep.paths[key].exists() and rep.paths[key].stat().st_size > 0
-    data = json.loads(rep.paths["report"].read_text())
+        assert paths[key].exists() and paths[key].stat().st_size > 0
+    data = json.loads(paths["report"].read_text())
     for key in ("model", "hardware", "device", "date", "torch_version", "reduced", "points", "summary", "calibration",
                 "table_check"):
         assert key in data
@@ -62,10 +69,10 @@ def test_validate_quick_writes_a_complete_report(cpu_spec, tmp_path):
     assert 0.0 <= tc["mean_regret"] <= tc["max_regret"] <= 1.0
     for row in tc["per_batch"]:
         assert 0.0 <= row["regret_uncalibrated"] <= 1.0
-    md = rep.paths["summary"].read_text()          # regret is a percentage there, as every figure beside it
+    md = paths["summary"].read_text()          # regret is a percentage there, as every figure beside it
     assert f"Mean regret {100 * tc['mean_regret']:.2f}% of goodput (max {100 * tc['max_regret']:.2f}%)" in md
     # the report can be recalibrated from disk (the CLI path), giving the same fit
-    spec, summary = run_calibrate(rep.paths["report"], cpu_spec, tmp_path / "cal.yaml")
+    spec, summary = run_calibrate(paths["report"], cpu_spec, tmp_path / "cal.yaml")
     assert load_hardware(tmp_path / "cal.yaml") == spec
     assert math.isclose(summary.calibrated.median_abs_pct_error, s["calibrated"]["median_abs_pct_error"],
                         rel_tol=1e-6)

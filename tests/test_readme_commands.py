@@ -79,14 +79,14 @@ def test_readme_command_runs(command, scratch, cli):
 
 
 @pytest.mark.slow
-def test_readme_cpu_measuring_chain_runs(scratch, cli):
-    pytest.importorskip("torch")
-    chain = [c for c in readme_commands() if skip_reason(c) is None and c.startswith(MEASURING)]
-    assert len(chain) == 3
-    for command in chain:
-        code, _, err = cli(*shlex.split(command)[1:])
+def test_readme_cpu_measuring_chain_runs(cpu_measuring_chain):
+    folder, ran = cpu_measuring_chain
+    assert [command for command, _, _ in ran] == [c for c in readme_commands()
+                                                   if skip_reason(c) is None and c.startswith(MEASURING)]
+    assert len(ran) == 3
+    for command, code, err in ran:
         assert code == 0, f"{command}\n{err[-2000:]}"
-    assert (scratch / "my-cpu-calibrated.yaml").exists()
+    assert (folder / "my-cpu-calibrated.yaml").exists()
 
 
 def test_skipped_commands_are_only_the_gpu_block():

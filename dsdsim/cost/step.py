@@ -162,8 +162,14 @@ class StepCost:
         """The step time under other engine figures, kernels held fixed (engine fitting and calibration)."""
         device = self.kernel_time_s + self.overhead_s
         return device + engine_time(params, device, self.batch, self.k, self.draft_passes, self.verify_tokens,
-                                    *small_kernel_s(self.hardware), self.dynamic, self.model.graph_split_ops,
+                                    *small_kernel_s(self.hardware), self.dynamic, self.graph_split_ops,
                                     self.draft.time_s, self.verify_piecewise).added_s
+
+    @functools.cached_property
+    def graph_split_ops(self) -> int:
+        """The model's piecewise-graph cuts per forward pass (``ModelSpec.graph_split_ops``), counted once a step:
+        an engine fit prices the same step thousands of times."""
+        return self.model.graph_split_ops
 
     @property
     def kernel_time_s(self) -> np.ndarray:
