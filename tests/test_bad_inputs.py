@@ -256,6 +256,8 @@ CASES = [
                                          "-b", "1,2", "-f", "json", "--output", "{tmp}/out/plan.txt"],
      "--format json writes .json"),
     ("plan-missing-slo", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm"], "itl-slo-ms"),
+    ("plan-simulate-without-any-tpot", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm", "--simulate", "--slo",
+                                        "ttft=200"], "a tpot in --slo"),
     ("plan-slo-not-a-number", ["plan", "-m", "llama-3.1-8b", "-g", "h200-sxm", "--itl-slo-ms", "fast"],
      "itl-slo-ms"),
     # --- the command line itself ----------------------------------------------------------------------------

@@ -174,3 +174,15 @@ def test_a_fleets_timeline_plot_draws_one_replica():
     np.testing.assert_array_equal(t, p.replicas[0].timeline.t_end_s)
     np.testing.assert_array_equal(b, p.replicas[0].timeline.requests)
     assert p.timeline.t_end_s.size == sum(r.timeline.t_end_s.size for r in p.replicas) > t.size
+
+
+def test_plan_simulate_takes_the_itl_target_from_the_slos_tpot(cli):
+    """With --simulate, a --slo with a tpot is enough: the operating points are chosen under that ITL, the same plan
+    as with --itl-slo-ms set to it; without either the command says what to add."""
+    argv = ("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--simulate", "--workload", "poisson:8", "--policies",
+            "none", "--executor", "local", "--requests", "30", "--slo", "ttft=200,tpot=15", "-f", "json")
+    code, out, err = cli(*argv)
+    assert code == 0, err
+    code, out_given, err = cli(*argv, "--itl-slo-ms", "15")
+    assert code == 0, err
+    assert json.loads(out) == json.loads(out_given) and json.loads(out)["itl_slo_ms"] == 15

@@ -248,7 +248,9 @@ def plan(
     candidates: str = Option(DEFAULT_HARDWARE, "--candidates", "-g",
                              help="Comma list of HARDWARE[:tpN[:epM][:ppK]] (tp, ep, pp default 1), e.g. "
                                   "h100-sxm:tp8,h200-sxm:tp4"),
-    itl_slo_ms: float = Option(..., "--itl-slo-ms", help="Per-sequence inter-token latency target (ms)"),
+    itl_slo_ms: Optional[float] = Option(None, "--itl-slo-ms", metavar="MS",
+                                         help="Per-sequence inter-token latency target (ms); with --simulate, the "
+                                              "--slo's tpot when not given"),
     sim: SimulatedArgs = None,
     deploy: DeploymentArgs = None,
     options: PredictOptions = None,
@@ -271,6 +273,9 @@ def plan(
     """
     from dsdsim.plan import plan_rows, require_a_valid_candidate
 
+    if itl_slo_ms is None:
+        raise DsdsimError("plan needs --itl-slo-ms MS, the per-sequence inter-token latency target in milliseconds "
+                          "(e.g. --itl-slo-ms 30)")
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
     spec = sim.drafter_spec()

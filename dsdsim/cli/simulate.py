@@ -403,14 +403,20 @@ def _group(cls, values: dict):
     return cls(**{k: v for k, v in values.items() if k in known})
 
 
-def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_slo_ms: float,
+def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_slo_ms: Optional[float],
                     target_tokens_per_s, price_per_gpu_hour, fmt, output, fleet_qps=None, **grouped) -> None:
     from dsdsim.export.serve import load_column, plan_fleet_records, plan_load_records, plan_with_fleets, plan_with_loads
     from dsdsim.plan import plan_rows, require_a_valid_candidate
     from dsdsim.policy.options import PredictOptions
     from dsdsim.serve.sweep import ATTAINMENT, fleet_sizes, largest_loads, load_of, split_policies
+    from dsdsim.serve.simulate import parse_slo
     from dsdsim.specs.setup import resolve
 
+    if itl_slo_ms is None:       # the served SLO's TPOT is the per-sequence ITL the operating points must meet
+        itl_slo_ms = getattr(parse_slo(serve.slo), "tpot_ms", None)
+        if itl_slo_ms is None:
+            raise DsdsimError("plan --simulate needs --itl-slo-ms MS or a tpot in --slo (e.g. --slo ttft=200,tpot=15): "
+                              "the operating points are chosen under that inter-token latency")
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
     sim, deploy, options = (_group(SimulatedArgs, grouped), _group(DeploymentArgs, grouped),
