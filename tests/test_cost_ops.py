@@ -66,6 +66,27 @@ def test_gqa_projections_use_heads_times_head_dim_not_hidden():
     assert f(o["qkv"].weight_bytes) + f(o["o"].weight_bytes) == GQA.params(H) * BF16
 
 
+def test_qk_norm_normalises_every_q_and_new_k_head_in_one_kernel():
+    """QK-norm (Qwen3, Gemma-3/4: transformers Qwen3Attention.q_norm / k_norm) reads and writes each q and new k head
+    once (n_q + n_kv = 8 + 2 heads of 16 here), 4 FLOPs an element, one launch; a layer without it has no such op,
+    and under tp = 2 each rank normalises its own heads."""
+    B, q, c = 3, 4, 100
+    N = B * q
+    with_norm = GQA.model_copy(update={"qk_norm": True})
+    o = by_name(attention_ops(with_norm, H, B, q, c, ctx()))
+    assert list(o) == ["qkv", "qk_norm", "rotary", "attn", "o"]
+    elements = N * (8 + 2) * 16
+    assert f(o["qk_norm"].flops) == 4 * elements
+    assert f(o["qk_norm"].bytes) == 2 * elements * BF16          # read once, written once
+    assert f(o["qk_norm"].launches) == 1
+    assert "qk_norm" not in by_name(attention_ops(GQA, H, B, q, c, ctx()))
+    half = by_name(attention_ops(with_norm, H, B, q, c, ctx(tp=2)))["qk_norm"]
+    assert f(half.bytes) == 2 * N * (4 + 1) * 16 * BF16
+    # the catalog's Qwen3 and Gemma-4 configs carry it, Llama's does not
+    assert load_model("qwen3-8b").layers[0].attention.qk_norm and load_model("gemma-4-31b").layers[0].attention.qk_norm
+    assert not load_model("llama-3.1-8b").layers[0].attention.qk_norm
+
+
 def test_gqa_attention_core_flops_and_kv_bytes():
     B, q, c = 3, 4, 100
     a = by_name(attention_ops(GQA, H, B, q, c, ctx()))["attn"]

@@ -131,7 +131,7 @@ def test_deltanet_heads_and_state_split_over_tp(model):
 
 def test_gated_attention_projects_and_applies_its_gate(model):
     ops_ = by_name(attention_ops(full_attn(model), H, B, Q, C, ctx()))
-    assert list(ops_) == ["qkv", "rotary", "attn", "output_gate", "o"]
+    assert list(ops_) == ["qkv", "qk_norm", "rotary", "attn", "output_gate", "o"]
     # q (16 x 256) + gate (16 x 256) + k and v (2 x 2 x 256)
     assert f(ops_["qkv"].weight_bytes) == 2048 * (4096 + 4096 + 1024) * 2
     gate = ops_["output_gate"]
@@ -145,7 +145,7 @@ def test_gated_attention_projects_and_applies_its_gate(model):
 def test_layers_without_output_gate_are_unchanged():
     m = load_model("qwen3-30b-a3b")
     names = [o.name for o in attention_ops(m.layers[0].attention, m.hidden_size, B, Q, C, ctx())]
-    assert names == ["qkv", "rotary", "attn", "o"]
+    assert names == ["qkv", "qk_norm", "rotary", "attn", "o"]
 
 
 def test_a_whole_pass_counts_36_deltanet_and_12_attention_layers(model):

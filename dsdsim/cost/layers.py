@@ -186,6 +186,13 @@ def attention_plan(attn: Attention, hidden: int, pc: PassContext, kv_budget: Opt
     new_kv_heads, new_kv = (0, 0) if attn.kv_shared else (kv_heads, kv_projection_per_rank(attn, pc.tp))
     gate = heads * d if attn.output_gate else 0   # gated attention: q_proj also emits the output gate
     out = [PlanOp("qkv", ops.Gemm(k_in, heads * d + gate + new_kv, bias=attn.qkv_bias, **g), rank_rows)]
+    if attn.qk_norm:
+        # QK-norm (Qwen3, Gemma-3/4): an RMSNorm over each q and new k head before rotary (transformers
+        # Qwen3Attention q_norm / k_norm), one kernel on the critical path: SGLang's Qwen3 attention runs k_norm on an
+        # alternate stream beside q_norm under graph capture (``_apply_qk_norm``) and later releases fuse both
+        # (``fused_inplace_qknorm``); reads and writes q and k once, 4 FLOPs an element as the layer norms
+        out.append(PlanOp("qk_norm", ops.Elementwise((heads + new_kv_heads) * d, reads=1, writes=1,
+                                                     act_dtype=pc.act_dtype, flops_per_element=4), rank_rows))
     if attn.rotary_dim != 0:     # rotary_dim 0: no positional encoding (Nemotron-H), no rotary kernel
         # rotary touches only the rotated part of each q and new k head (partial_rotary_factor), the rest is left as is
         out.append(PlanOp("rotary", ops.Elementwise((heads + new_kv_heads) * (attn.rotary_dim or d), reads=1,
