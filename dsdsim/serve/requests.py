@@ -56,7 +56,7 @@ class RequestAcceptance:
             raise DsdsimError(f"K = {k} is beyond the {self.max_k} positions the acceptance draws were made for")
         idx = (self.offsets[ids] + positions)[:, None] + np.arange(k)             # (B, k)
         ok = self.uniforms[idx] < self.alpha[:k][None, :] * self.multiplier[ids][:, None]
-        return np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)
+        return np.add.reduce(np.logical_and.accumulate(ok, axis=1), axis=1, dtype=np.int64)   # the leading run
 
 
 def draw_acceptance(model: Acceptance | TreeAcceptance, output_lens: np.ndarray, max_k: int,

@@ -428,16 +428,18 @@ class Scheduler:
         dec = self.decoding[ids]
         # riders ride a step that decodes and verify in it too; those whose tokens would leave the running requests
         # no budget do not ride (vLLM would run a step of riders alone, which emits nothing)
-        riding = self.riding if dec.any() else 0
+        n_dec = int(np.count_nonzero(dec))          # (reductions as ufuncs: a step runs this for every request)
+        riding = self.riding if n_dec else 0
         riding = self._riding_now = min(riding, max(cfg.max_num_batched_tokens - 1, 0) // q_guess)
         budget = cfg.max_num_batched_tokens - riding * q_guess
-        if dec.all():                              # the common step: every running request decodes
+        if n_dec == ids.size:                      # the common step: every running request decodes
             want = np.full(ids.size, q_guess, dtype=np.int64)
             need = _ceil_div(comp + (q_guess + la), bs)
+            total = ids.size * q_guess
         else:
             want = np.where(dec, q_guess, 0 if separate else self.in_len[ids] + self.generated[ids] - comp)
             need = None
-        total = int(want.sum())
+            total = int(np.add.reduce(want))
         if total <= budget:
             grant = want
         else:
@@ -450,7 +452,7 @@ class Scheduler:
         extra = np.maximum(need - held, 0)
         if total > budget:
             extra[grant == 0] = 0
-        spend = int(extra.sum())
+        spend = int(np.add.reduce(extra))
         if spend <= self.free:
             if spend:
                 self.held[ids] = held + extra
@@ -462,9 +464,12 @@ class Scheduler:
         if total > budget or preempted or separate:   # a request granted no token is not in the step
             on = grant > 0
             ids, dec, grant = ids[on], dec[on], grant[on]
-        left = budget - int(grant.sum())
+            n_dec = int(np.count_nonzero(dec))
+            left = budget - int(np.add.reduce(grant))
+        else:
+            left = budget - total                  # every request granted what it wants
         new_ids, new_chunks = ([], []) if preempted or separate else self._admit(left)
-        if dec.all() and not new_ids:              # the common step again: no prefill at all
+        if n_dec == ids.size and not new_ids:      # the common step again: no prefill at all
             dec_ids, pre_ids, pre_chunks = ids, _NONE, _NONE
         else:
             pre_ids = np.concatenate([ids[~dec], np.asarray(new_ids, dtype=np.int64)])
@@ -476,7 +481,8 @@ class Scheduler:
             trimmed = drafts if int(drafts.min()) < k_guess else None
             return Plan(dec_ids, pre_ids, pre_chunks, k_guess, k_guess, trimmed)
         covered = k_guess if total <= budget else -1     # every decoding request holds the blocks of this K
-        return Plan(dec_ids, pre_ids, pre_chunks, self._k_cap(dec_ids, int(pre_chunks.sum()), covered), covered)
+        return Plan(dec_ids, pre_ids, pre_chunks, self._k_cap(dec_ids, int(np.add.reduce(pre_chunks)), covered),
+                    covered)
 
     def prefill_batch(self) -> Optional[Plan]:
         """A prefill-only step (SGLang's extend batch): the running requests still prefilling continue their prompt,
@@ -593,7 +599,7 @@ class Scheduler:
             return max(int(cap), 0)
         comp, held = self.computed[dec_ids], self.held[dec_ids]
         while cap > max(covered, 0):      # K = 0 always fits: each decoding request holds its granted tokens' blocks
-            if int(np.maximum(_ceil_div(comp + 1 + int(self.drafts[cap]) + la, bs) - held, 0).sum()) <= self.free:
+            if int(np.add.reduce(np.maximum(_ceil_div(comp + 1 + int(self.drafts[cap]) + la, bs) - held, 0))) <= self.free:
                 break
             cap -= 1
         return max(int(cap), 0)
@@ -605,7 +611,7 @@ class Scheduler:
         ids = plan.dec_ids
         need = _ceil_div(self.computed[ids] + 1 + int(self.drafts[k]) + self.kv_lookahead, self.cfg.block_size)
         extra = np.maximum(need - self.held[ids], 0)
-        self.free -= int(extra.sum())
+        self.free -= int(np.add.reduce(extra))
         self.held[ids] += extra
         if self.free < 0:
             raise AssertionError("KV blocks over-allocated: K above the plan's cap")
@@ -636,15 +642,17 @@ class Scheduler:
                 done.append(emits[self.generated[emits] >= self.out_len[emits]])
         if plan.dec_ids.size:
             ids = plan.dec_ids
-            e = np.minimum(1 + accepted, self.out_len[ids] - self.generated[ids])
-            self.generated[ids] += e
-            self.computed[ids] = self.in_len[ids] + self.generated[ids] - 1
+            out, before = self.out_len[ids], self.generated[ids]
+            e = np.minimum(1 + accepted, out - before)
+            gen = before + e
+            self.generated[ids] = gen
+            self.computed[ids] = self.in_len[ids] + gen - 1
             gaps.append(t_end - self.last_emit_t[ids])
             self.last_emit_t[ids] = t_end
-            emitted += int(e.sum())
-            done.append(ids[self.generated[ids] >= self.out_len[ids]])
+            emitted += int(np.add.reduce(e))
+            done.append(ids[gen >= out])
         if done:
-            finished = np.concatenate(done)
+            finished = done[0] if len(done) == 1 else np.concatenate(done)
             if finished.size:
                 self._retire(finished, t_end)
         return (np.concatenate(gaps) if gaps else np.zeros(0)), emitted
@@ -655,7 +663,7 @@ class Scheduler:
         blocks of a request's context past its prefix stay findable where a later turn of its conversation will look
         for them, or it will itself when readmitted (``keep``)."""
         if self.prefix is None:
-            self.free += int(self.held[ids].sum())
+            self.free += int(np.add.reduce(self.held[ids]))
         else:
             cache, bs = self.prefix, self.cfg.block_size
             for r in ids.tolist():

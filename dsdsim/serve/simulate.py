@@ -467,7 +467,8 @@ class Server:
             completing = int(np.count_nonzero(sch.computed[pre] + plan.pre_chunks == ntok))
         else:
             pre_ctx, completing = _EMPTY, 0
-        view = StepView(sch.computed[plan.dec_ids].astype(float), plan.pre_chunks.astype(float), pre_ctx, completing,
+        view = StepView(sch.computed[plan.dec_ids].astype(float),
+                        plan.pre_chunks.astype(float) if plan.pre_ids.size else _EMPTY, pre_ctx, completing,
                         plan.k_cap if plan.dec_ids.size else la)
         # riders ride a step that decodes, those the budget seated (a prefill batch carries them on)
         riders = self.riders[:sch.riding_now] if plan.dec_ids.size else _EMPTY
@@ -492,7 +493,7 @@ class Server:
             accepted = np.minimum(accepted, own)
         if plan.dec_ids.size and k > 0:
             self.verifies += int(plan.dec_ids.size)
-            self.accepted_sum += int(accepted.sum())
+            self.accepted_sum += int(np.add.reduce(accepted))
             seen = (accepted if own is None else accepted[own == k], k)
             if self.ahead:
                 self._unseen = seen
