@@ -242,10 +242,10 @@ class MixedPricer:
         if sh is None:      # decode only: the steady step's shape (n = n_dec); a few (n, K) pairs recur all run
             sh = self._shapes[(n, kk)] = step_shape(f, float(n), kk, self.dynamic)
         q = sh.q
-        prefill_tokens = float(pre_q.sum()) if n_pre else 0.0
-        dec_sum = float(dec_c.sum()) if n_dec else 0.0
+        prefill_tokens = float(np.add.reduce(pre_q)) if n_pre else 0.0
+        dec_sum = float(np.add.reduce(dec_c)) if n_dec else 0.0
         dec_q = None if step.decode_tokens is None or not n_dec else np.asarray(step.decode_tokens, dtype=float)
-        dec_tokens = n_dec * q if dec_q is None else float(dec_q.sum())
+        dec_tokens = n_dec * q if dec_q is None else float(np.add.reduce(dec_q))
         tokens = dec_tokens + prefill_tokens
         # CUDA graphs: a uniform decode step pads as the steady model does; a mixed one, or one whose decoders the
         # budget trimmed (vLLM: not a uniform decode batch), pads its tokens
@@ -272,7 +272,7 @@ class MixedPricer:
             verify += _sequence_seconds(self._verify.sequences, p, gap)
         if n_pre:      # the drafter reads each prefilling request at its context after this step's chunk
             contexts = np.concatenate([dec_c, pre_c + pre_q])
-            mean_context = float(contexts.sum()) / n
+            mean_context = float(np.add.reduce(contexts)) / n
         else:
             contexts, mean_context = dec_c, dec_sum / n
         # the first draft pass runs over the tokens verified (the prefills' chunks, the trimmed decoders' fewer)
