@@ -348,6 +348,9 @@ class Attention(Operator):
     FLOPs = 2*B*q*n_q*(d_qk + d_v)*(c + q)  (= 4*B*q*n_q*d*(c + q) when d_qk = d_v).
     KV: each sequence's cache is read ONCE for all its q queries (why verify amortises KV reads),
     and the q new tokens' K/V are written. MLA: qk_dim = kv_lora + rope, v_dim = kv_lora (absorbed).
+    Two launches where the layer writes its cache: the write is a kernel of its own before the attention kernel
+    (vLLM ``reshape_and_cache_flash`` / ``concat_and_cache_mla``, SGLang ``set_kv_buffer``); one where it reads a
+    cache another layer wrote.
     """
 
     kind: ClassVar[OpKind] = OpKind.attention
@@ -373,7 +376,8 @@ class Attention(Operator):
         flops = queries * self._flops_per_query_key * (c + q)
         return Demand(flops, flops, act_in_bytes=queries * self._in_per_query,
                       act_out_bytes=queries * self._out_per_query, kv_read_bytes=b * c * self.kv_bytes_per_token,
-                      kv_write_bytes=queries * self._kv_write_per_query, sequences=b)
+                      kv_write_bytes=queries * self._kv_write_per_query, sequences=b,
+                      launches=2 if self.writes_kv else 1)
 
     def shape(self, b, q, c) -> AttentionShape:
         return AttentionShape(b, q, c, self.heads, self.qk_dim, self.v_dim, self.kv_elements_per_token)
@@ -415,7 +419,7 @@ class SparseAttention(Operator):
         return Demand(flops, flops, act_in_bytes=queries * self._in_per_query,
                       act_out_bytes=queries * self._out_per_query,
                       kv_read_bytes=queries * minimum(c, self._topk) * self.kv_bytes_per_token,
-                      kv_write_bytes=queries * self.kv_bytes_per_token, sequences=b)
+                      kv_write_bytes=queries * self.kv_bytes_per_token, sequences=b, launches=2)
 
 
 @frozen
@@ -456,7 +460,7 @@ class IndexerScores(Operator):
         flops = queries * self._flops_per_query_key * keys
         return Demand(flops, flops, act_in_bytes=queries * self._in_per_query + scores, act_out_bytes=scores,
                       kv_read_bytes=b * c * self.kv_bytes_per_token,
-                      kv_write_bytes=queries * self.kv_bytes_per_token, sequences=b)
+                      kv_write_bytes=queries * self.kv_bytes_per_token, sequences=b, launches=2)
 
 
 @frozen

@@ -681,7 +681,8 @@ def _attention_timer(op: "Attention", r: OpRates) -> Callable:
         queries = b * q
         moved = queries * q_in + queries * q_out + b * c * kv_read + queries * kv_write
         return finish(queries * per_key * (c + q) / peak,
-                      (moved if ramp is None else moved + b * ramp) / bandwidth, 1, gap)
+                      (moved if ramp is None else moved + b * ramp) / bandwidth, launches, gap)
+    launches = 2 if kv_write else 1
     return attention
 
 
