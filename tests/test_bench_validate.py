@@ -15,7 +15,7 @@ def cpu_chain(cpu_measuring_chain):
     """The README's chain, run once a session: ``dsdsim probe --device cpu`` wrote my-cpu.yaml and
     ``dsdsim validate -m llama-3.1-8b -g my-cpu.yaml --device cpu --quick`` wrote out/."""
     folder, ran = cpu_measuring_chain
-    assert all(code == 0 for _, code, _ in ran[:2]), ran
+    assert len(ran) >= 2 and all(code == 0 for _, code, _ in ran[:2]), ran
     return folder
 
 

@@ -676,13 +676,13 @@ def _attention_timer(op: "Attention", r: OpRates) -> Callable:
     peak, bandwidth, finish = r.flops_per_s, r.bytes_per_s, _finish(r)
     per_key, q_in, q_out = op._flops_per_query_key, op._in_per_query, op._out_per_query
     kv_read, kv_write, ramp = op.kv_bytes_per_token, op._kv_write_per_query, r.ramp_bytes_per_sequence
+    launches = 2 if kv_write else 1              # the cache write is a kernel of its own (``Attention``)
 
     def attention(gap, b, q, c):
         queries = b * q
         moved = queries * q_in + queries * q_out + b * c * kv_read + queries * kv_write
         return finish(queries * per_key * (c + q) / peak,
                       (moved if ramp is None else moved + b * ramp) / bandwidth, launches, gap)
-    launches = 2 if kv_write else 1
     return attention
 
 

@@ -599,7 +599,8 @@ class Scheduler:
             return max(int(cap), 0)
         comp, held = self.computed[dec_ids], self.held[dec_ids]
         while cap > max(covered, 0):      # K = 0 always fits: each decoding request holds its granted tokens' blocks
-            if int(np.add.reduce(np.maximum(_ceil_div(comp + 1 + int(self.drafts[cap]) + la, bs) - held, 0))) <= self.free:
+            need = _ceil_div(comp + 1 + int(self.drafts[cap]) + la, bs)
+            if int(np.add.reduce(np.maximum(need - held, 0))) <= self.free:
                 break
             cap -= 1
         return max(int(cap), 0)
