@@ -734,3 +734,34 @@ def test_riders_never_take_the_whole_budget():
     p = run("closed:2", "fixed:5", pricer=AheadPricer(), requests=12, input_len="8", output_len="9",
             acceptance=1.0, scheduler=cfg).policies[0]
     assert np.all(np.isfinite(p.finish_s)) and int(p.timeline.tokens.sum()) == 12 * 9
+
+
+def test_vllm_0_7_serves_mla_models_with_whole_prompts_before_any_decode():
+    """vLLM 0.7.1-0.7.3 force chunked prefill off for MLA models (PR #12642: "MLA is enabled; forcing chunked prefill
+    and prefix caching to be disabled"): a V0 step is then a prefill batch of whole prompts, up to
+    max_num_batched_tokens, or a decode batch, prefills first. Four 3,000-token prompts arriving together with room
+    for two a step: two prefill steps of two requests each, no decode before both, and the second pair's first
+    token exactly one prefill step after the first pair's. The 0.7.4 nightlies (CUDA) and models without MLA mix."""
+    from dsdsim.serve.simulate import engine_prefill_rule
+    from dsdsim.specs.deployment import Deployment
+    from dsdsim.specs.setup import resolve
+
+    mla = resolve("deepseek-v2-lite", "h100-sxm", Deployment(tp=1), None, engine="vllm@0.7.3")
+    r = simulate(mla, "closed:4", "none", requests=4, input_len="3000", output_len="16", seed=0,
+                 scheduler=SchedulerConfig(max_num_batched_tokens=6000)).policies[0]
+    tl = r.timeline
+    assert list(np.asarray(tl.requests)[:2]) == [2, 2] and list(np.asarray(tl.decoding)[:2]) == [0, 0]
+    assert (np.asarray(tl.decoding)[2:] == np.asarray(tl.requests)[2:]).all()        # then decode steps only
+    ttft = np.sort(r.ttft_s)
+    t_end = np.asarray(tl.t_end_s)
+    assert ttft[0] == ttft[1] == pytest.approx(t_end[0]) and ttft[2] == ttft[3] == pytest.approx(t_end[1])
+
+    cfg = engine_prefill_rule(SchedulerConfig(), mla)       # no budget given: max(max_model_len, 2048)
+    assert (cfg.chunked_prefill, cfg.mixed_prefill) == (False, False)
+    assert cfg.max_num_batched_tokens == mla.model.max_position_embeddings
+    for model, engine in (("deepseek-v2-lite", "vllm@0.7.4"), ("llama-3.1-8b", "vllm@0.7.3")):
+        s = resolve(model, "h100-sxm", Deployment(tp=1), None, engine=engine)
+        assert engine_prefill_rule(SchedulerConfig(), s).mixed_prefill is True
+    with pytest.raises(DsdsimError, match="turns prefix caching off for MLA models"):
+        simulate(mla, "closed:4", "none", requests=4, input_len="3000", output_len="16",
+                 scheduler=SchedulerConfig(prefix_cache_hit=0.5))

@@ -331,7 +331,24 @@ def _notes(job) -> list[str]:
                      "and a new message of that input length")
     if job.slo:
         lines.append(f"SLO: {job.slo} (milliseconds)")
-    return lines
+    return lines + _scheduling_note(job)
+
+
+def _scheduling_note(job) -> list[str]:
+    """A line where the engine version serves this model without chunked prefill (vLLM 0.7.1-0.7.3 and MLA), else
+    none: such a server's TTFT grows with the concurrency and a reader should know why."""
+    from dsdsim.serve.scheduler import SchedulerConfig
+    from dsdsim.serve.simulate import engine_prefill_rule
+
+    given = job.scheduler if job.scheduler is not None else SchedulerConfig()
+    if given.mixed_prefill is not None:
+        return []
+    cfg = engine_prefill_rule(given, job.setup)
+    if cfg.chunked_prefill:
+        return []
+    return [f"scheduling: whole prompts in prefill-first steps of up to {cfg.max_num_batched_tokens:,} tokens, decodes "
+            "in steps of their own (this release serves MLA models without chunked prefill: \"MLA is enabled; forcing "
+            "chunked prefill and prefix caching to be disabled\"); clients that start together stay in waves"]
 
 
 # --- plan --simulate ------------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from dsdsim.errors import SpecError, pydantic_one_line
 from dsdsim.specs.io import read_structured
@@ -275,6 +275,13 @@ class Case(_Frozen):
     measured: Measured
     not_evaluated: Optional[str] = None      # why dsdsim does not predict this case (yet)
     notes: Optional[str] = None
+    # the corpus folder ``load_corpus`` read the case from (where a trace it names lies); None: built otherwise. Not a
+    # field: no file states it. Two cases with the same fields are equal wherever they were read (``__eq__``); what
+    # is priced from a trace is remembered by the trace's path (``dsdsim.corpus.serving``)
+    _folder: Optional[Path] = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self.__dict__ == other.__dict__
 
     @model_validator(mode="after")
     def _check(self) -> "Case":
@@ -375,7 +382,7 @@ def load_corpus(folder: Optional[Path | str] = None) -> list[tuple[CorpusFile, C
             if sv is not None and sv.workload.startswith("trace:") and not (base / sv.workload[6:]).is_file():
                 raise SpecError(f"{path}: case {case.id!r}: serving.workload names {sv.workload[6:]}, which {base} "
                                 "does not hold; put the run's trace (arrival_s,input_len,output_len) there")
-            _FOLDER[case] = base
+            case._folder = base
             g = case.acceptance.fit_group
             if g is not None:
                 split, first = groups.setdefault(g, (case.split, case.id))
@@ -387,13 +394,10 @@ def load_corpus(folder: Optional[Path | str] = None) -> list[tuple[CorpusFile, C
     return out
 
 
-_FOLDER: dict[Case, Path] = {}    # the folder each loaded case came from (where its trace file lies)
-
-
 def case_file(case: Case, name: str) -> Path:
     """A file a case names relative to its corpus folder (a trace: ``traces/NAME.csv``): in the folder
-    ``load_corpus`` last read an equal case from, the shipped corpus for a case built otherwise."""
-    return _FOLDER.get(case, shipped_corpus_dir()) / name
+    ``load_corpus`` read the case from, the shipped corpus for a case built otherwise."""
+    return (case._folder or shipped_corpus_dir()) / name
 
 
 def _check_fit_groups(cases: list[tuple[CorpusFile, Case]]) -> None:

@@ -33,10 +33,14 @@ def is_serving(case: Case) -> bool:
 
 def serving_setup(case: Case, engine=None):
     """The Setup a serving case runs: the case's model, hardware, deployment and drafter at its engine version."""
+    return serving_setup_of(case.conditions, engine)
+
+
+def serving_setup_of(c, engine=None):
+    """``serving_setup`` of a case's conditions."""
     from dsdsim.specs.drafter import parse_drafter
     from dsdsim.specs.setup import resolve
 
-    c = case.conditions
     drafter = parse_drafter(c.drafter) if c.drafter else None
     return resolve(c.model, c.hardware, case_deployment(c), drafter, engine=case_engine(c, engine),
                    async_scheduling=c.async_scheduling, engine_method=c.engine_method, model_runner=c.model_runner)
@@ -44,8 +48,9 @@ def serving_setup(case: Case, engine=None):
 
 def predict_serving(case: Case, alpha: Optional[float], engine=None) -> tuple[float, float]:
     """(the case's quantity, the mean accepted length of the run) simulated at constant ``alpha`` (None: K = 0 or
-    the case's reported acceptance). Remembered per case, alpha, engine and trace file (the run's own requests, a
-    file of the folder the case was loaded from)."""
+    the case's reported acceptance). The run is remembered per conditions, acceptance, engine and trace file (the
+    run's own requests, a file of the folder the case was loaded from): the cases that measured several figures of
+    one run share it."""
     workload = case.conditions.serving.workload
     if workload.startswith("trace:"):
         from dsdsim.corpus.schema import case_file
@@ -54,25 +59,45 @@ def predict_serving(case: Case, alpha: Optional[float], engine=None) -> tuple[fl
     return _predict_serving(case, alpha, engine, workload)
 
 
-@functools.lru_cache(maxsize=4096)
 def _predict_serving(case: Case, alpha: Optional[float], engine, workload: str) -> tuple[float, float]:
+    c = case.conditions
+    if c.k == 0:
+        acceptance = None
+    elif alpha is not None:
+        acceptance = ("alpha", alpha)
+    elif case.acceptance.al is not None:
+        acceptance = ("al", case.acceptance.al)
+    elif case.acceptance.alpha is not None:
+        acceptance = ("alpha", case.acceptance.alpha)
+    else:
+        raise DsdsimError(f"measurement case {case.id}: K = {c.k} needs an acceptance (reported or fitted)")
+    try:
+        run = _serving_run(c, acceptance, engine, workload)
+    except DsdsimError as exc:
+        raise type(exc)(f"measurement case {case.id}: {exc}") from None
+    q = case.measured.quantity
+    if q.value not in run:
+        raise DsdsimError(f"measurement case {case.id}: {q.value} is not an end-to-end figure")
+    return run[q.value], run["mean_acceptance_length"]
+
+
+@functools.lru_cache(maxsize=4096)
+def _serving_run(c, acceptance: Optional[tuple[str, float]], engine, workload: str) -> dict[str, float]:
+    """The end-to-end figures of one simulated benchmark run: the run of ``c``'s conditions (one run for the cases
+    that measured several figures of it, such as TPOT and TTFT p50), at ``acceptance`` (None at K = 0; ("alpha", a)
+    or ("al", tau))."""
     from dsdsim.policy.acceptance import constant, from_mean_acceptance_length
     from dsdsim.serve.scheduler import SchedulerConfig
     from dsdsim.serve.simulate import simulate
 
-    c, sv = case.conditions, case.conditions.serving
-    if c.k == 0:
-        acceptance, policy = None, "none"
+    sv = c.serving
+    policy = "none" if c.k == 0 else f"fixed:{c.k}"
+    if acceptance is None:
+        acc = None
+    elif acceptance[0] == "al":
+        acc = from_mean_acceptance_length(acceptance[1], c.k)
     else:
-        policy = f"fixed:{c.k}"
-        if alpha is not None:
-            acceptance = constant(alpha)
-        elif case.acceptance.al is not None:
-            acceptance = from_mean_acceptance_length(case.acceptance.al, c.k)
-        elif case.acceptance.alpha is not None:
-            acceptance = constant(case.acceptance.alpha)
-        else:
-            raise DsdsimError(f"measurement case {case.id}: K = {c.k} needs an acceptance (reported or fitted)")
+        acc = constant(acceptance[1])
     sched = SchedulerConfig()
     limits = {k: v for k, v in (("max_num_seqs", sv.max_num_seqs),
                                 ("max_num_batched_tokens", sv.max_num_batched_tokens),
@@ -80,23 +105,13 @@ def _predict_serving(case: Case, alpha: Optional[float], engine, workload: str) 
     if limits:
         sched = replace(sched, **limits)
     lengths = {} if workload.startswith("trace:") else {"input_len": sv.input_len, "output_len": sv.output_len}
-    try:
-        run = simulate(serving_setup(case, engine), workload, policy, requests=sv.requests, acceptance=acceptance,
-                       scheduler=sched, seed=0, **lengths).policies[0]
-    except DsdsimError as exc:
-        raise type(exc)(f"measurement case {case.id}: {exc}") from None
-    q = case.measured.quantity
-    if q is Quantity.e2e_latency_ms:
-        value = run.e2e_ms.mean
-    elif q is Quantity.run_tokens_per_s:
-        value = run.output_tokens_per_s
-    elif q is Quantity.tpot_p50_ms:
-        value = run.tpot_ms.p50
-    elif q is Quantity.ttft_p50_ms:
-        value = run.ttft_ms.p50
-    else:
-        raise DsdsimError(f"measurement case {case.id}: {q.value} is not an end-to-end figure")
-    return float(value), float(run.mean_acceptance_length)
+    run = simulate(serving_setup_of(c, engine), workload, policy, requests=sv.requests, acceptance=acc,
+                   scheduler=sched, seed=0, **lengths).policies[0]
+    return {Quantity.e2e_latency_ms.value: float(run.e2e_ms.mean),
+            Quantity.run_tokens_per_s.value: float(run.output_tokens_per_s),
+            Quantity.tpot_p50_ms.value: float(run.tpot_ms.p50),
+            Quantity.ttft_p50_ms.value: float(run.ttft_ms.p50),
+            "mean_acceptance_length": float(run.mean_acceptance_length)}
 
 
 SURROGATE_ALPHAS = (0.3, 0.8)   # the two alphas each case is simulated at to fit its surrogate

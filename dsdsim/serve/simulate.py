@@ -161,8 +161,8 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     if not isinstance(cfg, SchedulerConfig):
         raise DsdsimError("scheduler must be a SchedulerConfig")
     if cfg.mixed_prefill is None:   # the engine version's: mixed prefill and decode steps unless its spec says not
-        flag = getattr(getattr(setup, "engine", None), "mixed_prefill", None)
-        cfg = replace(cfg, mixed_prefill=True if flag is None else bool(flag.value))
+        cfg = engine_prefill_rule(cfg, setup, prefix_caching=cfg.prefix_cache_hit > 0 or shared_prefix is not None
+                                  or multi_turn is not None)
     seed = whole_number(seed, "seed")
     replicas = check_replicas(replicas)
     router_named(router)                        # checked even for one replica: a typo is a typo
@@ -235,6 +235,34 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
         progress(1.0)
     return SimulationResult(results, setup, wl, reqs, seed, context, replicas,
                             str(router).strip().lower() if replicas > 1 else None, shared, turns)
+
+
+V0_MIN_BATCHED_TOKENS = 2048   # vLLM V0 SchedulerConfig without chunked prefill: max(max_model_len, 2048) a step
+
+
+def engine_prefill_rule(cfg: SchedulerConfig, setup, prefix_caching: bool = False) -> SchedulerConfig:
+    """``cfg`` with the engine version's way of mixing prefills and decodes (``cfg.mixed_prefill`` None): mixed
+    unless its spec says not (``EngineSpec.mixed_prefill``). Where the spec says a release serves MLA models without
+    chunked prefill (``EngineSpec.mla_chunked_prefill`` false, vLLM 0.7.1-0.7.3) and the model has MLA layers:
+    whole prompts in prefill-first steps of up to max(max_model_len, 2048) tokens (the model's
+    max_position_embeddings, vLLM's default max_model_len, where the server is given no token budget). Such a server
+    has no prefix cache either."""
+    engine = getattr(setup, "engine", None)
+    flag = getattr(engine, "mla_chunked_prefill", None)
+    model = getattr(setup, "model", None)
+    if (flag is not None and not flag.value and flag.holds_for(getattr(engine, "release", None))
+            and model is not None and model.layer_pattern().get("mla", 0)):
+        if prefix_caching:
+            served = f"{engine.name} {engine.release or getattr(engine.versions, 'label', '')}".strip()
+            raise DsdsimError(f"{served} turns prefix caching off for MLA models (\"MLA is enabled; forcing chunked "
+                              "prefill and prefix caching to be disabled\"): drop the prefix cache options or pick a "
+                              "later release")
+        tokens = cfg.max_num_batched_tokens
+        if tokens is None:
+            tokens = max(model.max_position_embeddings or 0, V0_MIN_BATCHED_TOKENS)
+        return replace(cfg, chunked_prefill=False, mixed_prefill=False, max_num_batched_tokens=tokens)
+    flag = getattr(engine, "mixed_prefill", None)
+    return replace(cfg, mixed_prefill=True if flag is None else bool(flag.value))
 
 
 def _run_fleet(policies: list[Policy], pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig,
@@ -426,9 +454,11 @@ def _cache(policy: Policy, pricer, ins, outs, cfg: SchedulerConfig,
                           f"needs {worst} KV blocks but the cache holds {blocks} ({blocks * cfg.block_size} tokens "
                           f"{held}); shorten the lengths or "
                           + ("give a larger cache" if given else "add memory"))
-    if not cfg.chunked_prefill and int((ins + outs).max()) > cfg.max_num_batched_tokens:
+    longest = int((ins + outs).max())
+    if not cfg.chunked_prefill and longest > cfg.max_num_batched_tokens:
         raise DsdsimError(f"without chunked prefill max_num_batched_tokens ({cfg.max_num_batched_tokens}) must hold "
-                          "a whole prompt (and a preempted request's recompute); raise it or enable chunked prefill")
+                          f"a whole prompt and a preempted request's recompute ({longest} tokens here): raise it to at "
+                          f"least {longest}")
     return blocks, kv_rule, kv_share
 
 

@@ -216,6 +216,23 @@ class EngineFlag(Sourced):
     value: bool
 
 
+class ReleaseFlag(EngineFlag):
+    """A yes / no that holds through one release of the range (``through``; None: the whole range), the range's
+    default after it."""
+
+    through: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _release(self) -> "ReleaseFlag":
+        if self.through is not None:
+            parse_version(self.through)
+        return self
+
+    def holds_for(self, release: Optional[str]) -> bool:
+        """Whether the flag speaks for ``release`` (None: the range as a whole, which it does)."""
+        return self.through is None or release is None or parse_version(release) <= parse_version(self.through)
+
+
 class EngineLimit(Sourced):
     """A whole-number limit of the engine, with its source (SGLang's 48 running requests under speculation)."""
 
@@ -449,6 +466,10 @@ class EngineSpec(FrozenSpec):
     # batch or a decode batch, prefills first (SGLang without --enable-mixed-chunk). None: mixed. The serving
     # simulation (dsdsim.serve.scheduler) reads it.
     mixed_prefill: Optional[EngineFlag] = None
+    # false: a model with MLA attention is served without chunked prefill (vLLM 0.7: "MLA is enabled; forcing chunked
+    # prefill and prefix caching to be disabled"): each step a prefill batch of whole prompts or a decode batch,
+    # prefills first, up to max(max_model_len, 2048) tokens a step. None / true: as mixed_prefill says.
+    mla_chunked_prefill: Optional[ReleaseFlag] = None
     # the most requests a speculative server runs at once unless told otherwise (SGLang: max_running_requests 48)
     speculative_max_requests: Optional[EngineLimit] = None
     cuda_graphs: CudaGraphs
