@@ -87,7 +87,9 @@ def test_every_case_states_how_acceptance_is_handled(corpus):
         m = c.measured
         step_times = m.quantity.value == "step_time_ratio" or (m.ratio_of is not None and m.ratio_of.value == "step_ms")
         if c.not_evaluated is None and c.conditions.k > 0 and not step_times:
-            assert a.handling.value in ("reported", "fitted", "cancels"), c.id
+            assert a.handling.value in ("reported", "fitted", "cancels", "assumed"), c.id
+        if a.handling.value == "assumed":        # a stated assumption names where it comes from, and is no fit
+            assert a.note and (a.al or a.alpha) and a.fit_group is None, c.id
 
 
 def test_every_serving_engine_case_names_the_version_it_ran_and_a_spec_covers_it(corpus):
@@ -145,6 +147,8 @@ BAD = [
     (lambda d: d["cases"][0]["measured"].update(quantity="speedup"), "cases.0.measured.quantity"),
     (lambda d: d["cases"][0]["acceptance"].update(handling="reported"), "needs al or alpha"),
     (lambda d: d["cases"][0]["acceptance"].update(handling="fitted"), "needs a fit_group"),
+    (lambda d: d["cases"][0]["acceptance"].update(handling="assumed"), "handling 'assumed' needs al or alpha"),
+    (lambda d: d["cases"][0]["acceptance"].update(handling="assumed", al=2.0), "needs a note naming where"),
     (lambda d: d["cases"][0]["conditions"].update(k=3, drafter="eagle"), "depends on acceptance"),
     (lambda d: d["cases"][0]["conditions"].pop("context_tokens"), "conditions.context_tokens"),
     (lambda d: d["cases"][0].update(train_list_item=3), "train cases name their train_list_item"),
@@ -357,3 +361,29 @@ def test_a_corpus_file_that_is_not_utf8_says_so(tmp_path):
                                       .encode("latin-1"))
     with pytest.raises(SpecError, match=r"src\.yaml is not UTF-8 text: save it as UTF-8$"):
         load_corpus(folder)
+
+
+def test_an_assumed_acceptance_is_used_as_stated_named_and_kept_out_of_every_fit(tmp_path):
+    """A source that gives no acceptance gets one from another source, named in the case (``handling: assumed``):
+    the case is predicted at that AL exactly as if it were reported (tau 2.18 at K = 2 here, hand-checked against
+    the reported twin), says 'assumed', and enters no engine fit."""
+    from dsdsim.corpus.evaluate import all_case_steps, evaluate, reported_tau
+    from dsdsim.corpus.schema import load_corpus
+    from dsdsim.fit.engine import fit_cases
+
+    def twin(handling: str, cid: str) -> dict:
+        d = json.loads(json.dumps(GOOD))["cases"][0]
+        d["id"], d["split"], d["train_list_item"] = cid, "train", 25
+        d["conditions"].update(k=2, drafter="eagle3")
+        d["acceptance"] = {"handling": handling, "al": 2.18, "note": "another source's AL, same drafter and K"}
+        return d
+
+    data = {"source": GOOD["source"], "cases": [twin("assumed", "x-assumed"), twin("reported", "x-reported")]}
+    corpus = load_corpus(_write(tmp_path, data))
+    (assumed, reported) = [c for _, c in corpus]
+    assert reported_tau(assumed) == (2.18, None, "AL 2.18 assumed")
+    by_id = {r.id: r for r in evaluate(corpus)[0]}
+    assert by_id["x-assumed"].predicted == by_id["x-reported"].predicted
+    assert by_id["x-assumed"].acceptance == "AL 2.18 assumed"
+    steps = all_case_steps(corpus)
+    assert [c.id for _, c in fit_cases(corpus, steps)] == ["x-reported"]

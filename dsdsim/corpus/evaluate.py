@@ -221,11 +221,12 @@ def reported_tau(case: Case) -> tuple[Optional[float], Optional[float], str]:
         if k == 0:
             return 1.0, 1.0, "none (plain decoding)"
         return None, None, "not needed (ratio of step times)"
+    said = a.handling.value          # reported, or assumed (from another source, named in the case's note)
     if case.measured.quantity is Quantity.ratio:
-        return a.al, a.al_reference, f"AL {a.al:g} / {a.al_reference:g} reported"
+        return a.al, a.al_reference, f"AL {a.al:g} / {a.al_reference:g} {said}"
     if a.al is not None:
-        return a.al, None, f"AL {a.al:g} reported"
-    return tau_of_alpha(a.alpha, k), None, f"alpha {a.alpha:g} reported (tau {tau_of_alpha(a.alpha, k):.2f} at K={k})"
+        return a.al, None, f"AL {a.al:g} {said}"
+    return tau_of_alpha(a.alpha, k), None, f"alpha {a.alpha:g} {said} (tau {tau_of_alpha(a.alpha, k):.2f} at K={k})"
 
 
 def fit_alpha(cases: list[tuple[Case, CaseTimes]]) -> float:

@@ -80,6 +80,8 @@ class AcceptanceHandling(str, Enum):
     not_needed = "not-needed"    # plain decoding, or a quantity that does not depend on acceptance
     fitted = "fitted"            # one constant alpha fitted jointly over the cases of fit_group, and reported
     cancels = "cancels"          # a ratio of two runs that emit the same tokens per step (same drafter, K, data)
+    assumed = "assumed"          # the source gives none: al or alpha from another source, named in the note (a stated
+                                 # assumption, never fitted to the case)
     unknown = "unknown"          # not stated and not fitted: only allowed on a case that is not evaluated
 
 
@@ -226,8 +228,10 @@ class Acceptance(_Frozen):
     @model_validator(mode="after")
     def _check(self) -> "Acceptance":
         h = self.handling
-        if h is AcceptanceHandling.reported and self.al is None and self.alpha is None:
-            raise ValueError("handling 'reported' needs al or alpha")
+        if h in (AcceptanceHandling.reported, AcceptanceHandling.assumed) and self.al is None and self.alpha is None:
+            raise ValueError(f"handling '{h.value}' needs al or alpha")
+        if h is AcceptanceHandling.assumed and not self.note:
+            raise ValueError("handling 'assumed' needs a note naming where the assumed acceptance comes from")
         if h is AcceptanceHandling.fitted and not self.fit_group:
             raise ValueError("handling 'fitted' needs a fit_group (the cases that share one fitted alpha)")
         if h is not AcceptanceHandling.fitted and self.fit_group:

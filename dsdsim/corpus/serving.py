@@ -170,9 +170,9 @@ def serving_results(corpus: list[tuple[CorpusFile, Case]], engine=None,
         elif f is not None:
             how = f"alpha {f.alpha:.3f} fitted over {f.group} (n={f.n}), through the serving simulation"
         elif case.acceptance.al is not None:
-            how = f"AL {case.acceptance.al:g} reported"
+            how = f"AL {case.acceptance.al:g} {case.acceptance.handling.value}"
         else:
-            how = f"alpha {case.acceptance.alpha:g} reported"
+            how = f"alpha {case.acceptance.alpha:g} {case.acceptance.handling.value}"
         setup = serving_setup(case, engine)
         arch = "moe" if setup.model.moe_ffn is not None else "dense"
         kind = setup.drafter.kind.value if setup.drafter is not None else "none"

@@ -207,7 +207,7 @@ def source_grids(corpus: list[tuple[CorpusFile, Case]]) -> dict[tuple, list[tupl
         cond = c.conditions
         if (c.not_evaluated is not None or c.measured.quantity.value not in POINT_QUANTITIES or cond.tree is not None
                 or cond.dynamic_k or cond.batch_size is None or cond.context_tokens is None
-                or c.acceptance.handling is AcceptanceHandling.fitted):
+                or c.acceptance.handling in (AcceptanceHandling.fitted, AcceptanceHandling.assumed)):
             continue
         tau = reported_tau(c)[0]
         if tau is None:

@@ -70,7 +70,8 @@ def fit_cases(corpus: list[tuple[CorpusFile, Case]], steps: dict[str, CaseSteps]
     for cf, c in corpus:
         if c.split is not Split.train or c.not_evaluated is not None or c.id not in steps:
             continue
-        if c.acceptance.handling is AcceptanceHandling.fitted or cf.source.url in exclude_sources:
+        if (c.acceptance.handling in (AcceptanceHandling.fitted, AcceptanceHandling.assumed)
+                or cf.source.url in exclude_sources):
             continue
         if steps[c.id].engines:
             out.append((cf, c))
