@@ -765,3 +765,17 @@ def test_vllm_0_7_serves_mla_models_with_whole_prompts_before_any_decode():
     with pytest.raises(DsdsimError, match="turns prefix caching off for MLA models"):
         simulate(mla, "closed:4", "none", requests=4, input_len="3000", output_len="16",
                  scheduler=SchedulerConfig(prefix_cache_hit=0.5))
+
+
+def test_simulate_says_when_the_release_serves_whole_prompts(cli):
+    """The text output names the unchunked prefill-first schedule where the engine release imposes it (vLLM 0.7.3
+    and an MLA model), and says nothing of it elsewhere."""
+    args = ("-d", "none", "-g", "a100-sxm-80gb", "--workload", "closed:2", "--requests", "4", "--input-len", "500",
+            "--output-len", "8", "--policies", "none")
+    code, out, err = cli("simulate", "-m", "deepseek-v2-lite", "-e", "vllm@0.7.3", *args)
+    assert code == 0, err
+    line = [ln for ln in out.splitlines() if ln.startswith("scheduling:")]
+    assert line and "163,840 tokens" in line[0]
+    code, out, err = cli("simulate", "-m", "deepseek-v2-lite", "-e", "vllm@0.8.4", *args)
+    assert code == 0, err
+    assert "scheduling:" not in out

@@ -348,7 +348,8 @@ def _scheduling_note(job) -> list[str]:
         return []
     return [f"scheduling: whole prompts in prefill-first steps of up to {cfg.max_num_batched_tokens:,} tokens, decodes "
             "in steps of their own (this release serves MLA models without chunked prefill: \"MLA is enabled; forcing "
-            "chunked prefill and prefix caching to be disabled\"); clients that start together stay in waves"]
+            "chunked prefill and prefix caching to be disabled\"): a waiting prompt runs before any decode step, so TTFT "
+            "grows with the prompts that arrive together"]
 
 
 # --- plan --simulate ------------------------------------------------------------------------------------------------
