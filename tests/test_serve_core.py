@@ -779,3 +779,18 @@ def test_simulate_says_when_the_release_serves_whole_prompts(cli):
     code, out, err = cli("simulate", "-m", "deepseek-v2-lite", "-e", "vllm@0.8.4", *args)
     assert code == 0, err
     assert "scheduling:" not in out
+
+
+def test_show_engine_says_how_prompts_enter_steps(cli):
+    """`show engine` names the prefill rule the serving simulation applies: mixed chunks (vLLM), prefill-first batches
+    (SGLang), and vLLM 0.7's whole prompts for MLA models through 0.7.3."""
+    from dsdsim.cli.engine import prefill_text
+    from dsdsim.specs.catalog import load_engine
+
+    assert prefill_text(load_engine("vllm")) == "chunks mixed into decode steps"
+    assert prefill_text(load_engine("sglang@0.5.6")) == "prefill-first batches apart from decode steps"
+    assert prefill_text(load_engine("vllm@0.7.3")) == ("chunks mixed into decode steps; MLA models through 0.7.3: "
+                                                       "whole prompts, prefill-first, no prefix cache")
+    code, out, err = cli("show", "engine", "vllm@0.7.3")
+    assert code == 0, err
+    assert "MLA models through 0.7.3" in " ".join(out.split())

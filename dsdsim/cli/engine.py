@@ -68,6 +68,18 @@ def term_range_text(t) -> str:
     return f"{lo:g} - {term_value_text(t, hi)}"
 
 
+def prefill_text(spec) -> str:
+    """How the serving simulation mixes prompts into steps on this engine (``EngineSpec.mixed_prefill``,
+    ``mla_chunked_prefill``): 'chunks mixed into decode steps' or 'prefill-first batches', and the MLA rule."""
+    mixed = spec.mixed_prefill is None or spec.mixed_prefill.value
+    text = "chunks mixed into decode steps" if mixed else "prefill-first batches apart from decode steps"
+    mla = spec.mla_chunked_prefill
+    if mla is not None and not mla.value:
+        upto = f" through {mla.through}" if mla.through else ""
+        text += f"; MLA models{upto}: whole prompts, prefill-first, no prefix cache"
+    return text
+
+
 def engine_summary(spec, source: Optional[str]) -> dict:
     """What `list engines` and `show engine` print (and their JSON): the range, the flags, every term."""
     g = spec.cuda_graphs
@@ -79,6 +91,7 @@ def engine_summary(spec, source: Optional[str]) -> dict:
            "overlap_speculative_drafters": list(ov.speculative_drafters) if ov.speculative_drafters else None,
            "dynamic_k_table": spec.supports_off_tier,
            "off_tier_drafts": bool(spec.off_tier_drafts and spec.off_tier_drafts.value),
+           "prefill": prefill_text(spec),
            "cuda_graphs": {"capture_sizes": list(g.capture_sizes) if g.capture_sizes else None,
                            "padding": g.padding.value, "mode": g.mode.value,
                            "multiple_of_verify_tokens": g.multiple_of_verify_tokens, "draft_graphs": g.draft_graphs,
