@@ -387,3 +387,28 @@ def test_an_assumed_acceptance_is_used_as_stated_named_and_kept_out_of_every_fit
     assert by_id["x-assumed"].acceptance == "AL 2.18 assumed"
     steps = all_case_steps(corpus)
     assert [c.id for _, c in fit_cases(corpus, steps)] == ["x-reported"]
+
+
+def test_the_readme_deepseek_r1_table_is_what_accuracy_prints(report):
+    """The README's DeepSeek-R1 (dstack) table quotes measured / predicted TPOT and TTFT p50 and their errors: each
+    figure is the report's, rounded as printed (a stale table fails here)."""
+    import re
+
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    rows = [ln for ln in text.split("#### DeepSeek-R1 on one 8-GPU node")[1].splitlines() if ln.startswith("| 8×")]
+    stacks = {"H200, vLLM": "h200-vllm", "H200, SGLang": "h200-sglang", "MI300X, vLLM": "mi300x-vllm",
+              "MI300X, SGLang": "mi300x-sglang"}
+    columns = [("tpot", 4, 1.0), ("tpot", 32, 1.0), ("tpot", 128, 1.0), ("ttft", 4, 1.0), ("ttft", 128, 1e-3)]
+    by_id = {c.id: c for c in report.cases}
+    assert len(rows) == 4
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        stack = next(v for k, v in stacks.items() if k in cells[0])
+        for cell, (what, clients, scale) in zip(cells[1:], columns):
+            m = re.match(r"([\d,.]+) / ([\d,.]+)(?: \w+)? \(([−-]?\d+)%\)", cell)
+            assert m, cell
+            case = by_id[f"dstack-dsr1-{stack}-c{clients}-{what}-p50"]
+            for shown, value in ((m.group(1), case.measured), (m.group(2), case.predicted)):
+                digits = len(shown.split(".")[1]) if "." in shown else 0
+                assert abs(float(shown.replace(",", "")) - value * scale) <= 0.5 * 10 ** -digits + 1e-9, (cell, value)
+            assert int(m.group(3).replace("−", "-")) == round(100 * case.rel_error), (cell, case.rel_error)
