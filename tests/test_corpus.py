@@ -412,3 +412,14 @@ def test_the_readme_deepseek_r1_table_is_what_accuracy_prints(report):
                 digits = len(shown.split(".")[1]) if "." in shown else 0
                 assert abs(float(shown.replace(",", "")) - value * scale) <= 0.5 * 10 ** -digits + 1e-9, (cell, value)
             assert int(m.group(3).replace("−", "-")) == round(100 * case.rel_error), (cell, case.rel_error)
+    # the offline throughputs, as the paragraph after the table sums them up
+    ratios = {(cid.split("-")[2] + "-" + cid.split("-")[3], int(cid.split("-n")[-1].split("-")[0])): 1 + r.rel_error
+              for cid, r in by_id.items() if "-offline-" in cid}
+    small = [v for (_, n), v in ratios.items() if n <= 128]
+    sglang_h200 = [v for (stack, n), v in ratios.items() if n >= 256 and stack == "h200-sglang"]
+    others = [v for (stack, n), v in ratios.items() if n >= 256 and stack != "h200-sglang"]
+    said = (f"{min(small):.1f}-{max(small):.1f}× the measured at 32-128 prompts",
+            f"read −{round(100 * (1 - min(sglang_h200)))}% to +{round(100 * (max(sglang_h200) - 1))}%",
+            f"other three stacks {min(others):.1f}-{max(others):.1f}× too high")
+    flat = " ".join(text.split())
+    assert all(p in flat for p in said), said
