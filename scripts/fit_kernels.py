@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dsdsim.fit.kernels import FITTABLE, MoEFamilyFit, MoERow, moe_row_seconds, read_moe_rows, select_terms
+from dsdsim.fit.kernels import (COMPUTE_ROWS_PER_EXPERT, FITTABLE, MAX_SHAPE_FOLDS, MoEFamilyFit, MoERow, held_out,
+                                kept_compute_formats, moe_row_seconds, read_moe_rows, select_terms)
 from dsdsim.units import median_abs
 from dsdsim.specs.hardware import HardwareSpec, MoEFamilyFigures, load_hardware
 
@@ -156,6 +157,10 @@ def fit_groups(rows: list[MoERow]) -> list[FamilyFit]:
         start = _family_start(family)
         terms, folds = select_terms(grp, spec, start)
         fit = MoEFamilyFit(spec, start, terms).fit(grp)
+        kept = kept_compute_formats(fit, grp)
+        if kept != tuple(sorted(fit.compute_fractions_, key=lambda w: w.value)):   # refit without the others
+            fit = MoEFamilyFit(spec, start, terms, kept).fit(grp)
+            folds = held_out(grp, spec, start, terms, kept)
         status = ("fitted" if fit.bandwidth_fraction_ <= MAX_BANDWIDTH_FRACTION else
                   f"not written: bandwidth fraction {fit.bandwidth_fraction_:.2f} above the HBM peak")
         out.append(FamilyFit(family, part, spec.name, grp, fit, terms, folds, status))
@@ -170,6 +175,14 @@ def _rows_source(g: FamilyFit) -> str:
     shapes = {}
     for r in g.rows:
         shapes.setdefault(r.shape, []).append(r.tokens)
+    if len(shapes) > MAX_SHAPE_FOLDS:            # many shapes: name the models, as held_out folds them
+        models: dict[str, list] = {}
+        for r in g.rows:
+            models.setdefault(r.model, []).append(r)
+        shape_text = "; ".join(f"{m} ({len({r.shape for r in rs})} shapes) at T={min(r.tokens for r in rs):g}-"
+                               f"{max(r.tokens for r in rs):g}" for m, rs in sorted(models.items()))
+        return (f"scripts/fit_kernels.py: MoEFamilyFit on {len(g.rows)} rows of measurements/kernels/fused_moe.csv "
+                f"({' | '.join(sources)}); models: {shape_text}")
     shape_text = "; ".join(f"{s} at T={min(t):g}-{max(t):g}" for s, t in sorted(shapes.items()))
     return (f"scripts/fit_kernels.py: MoEFamilyFit on {len(g.rows)} rows of measurements/kernels/fused_moe.csv "
             f"({' | '.join(sources)}); shapes: {shape_text}")
@@ -196,19 +209,31 @@ def measured_family(g: FamilyFit) -> dict:
     source, note = _rows_source(g), _fit_note(g)
     for name in ("latency_s", "bandwidth_fraction") + g.terms:
         data[name] = {**_fig(_round(name, getattr(fam, name).value), source, "fitted", note), "measured_on": [g.part]}
+    if fam.compute_fractions:
+        compute_note = (f"{note}; the grouped GEMMs' fraction of the format's peak, fitted on the rows with at least "
+                        f"{COMPUTE_ROWS_PER_EXPERT} rows per touched expert (compute-bound)")
+        data["compute_fractions"] = {fmt.value: {**_fig(round(fig.value, 3), source, "fitted", compute_note),
+                                                 "measured_on": [g.part]}
+                                     for fmt, fig in sorted(fam.compute_fractions.items(), key=lambda kv: kv[0].value)}
     return data
 
 
 def assumed_family(measured: dict, g: FamilyFit, hw: HardwareSpec) -> dict:
     """A fitted family's figures copied to another part: unverified there, measured_on the fitted part."""
+    why = (f"assumed from {g.part} (the nearest fitted part of its generation by memory bandwidth)"
+           if _generation(g) == hw.generation_name else
+           f"assumed from {g.part}: no fitted {hw.generation_name} part; "
+           f"{hw.generation_name} runs the {_generation(g)} kernel paths")
+
+    def assumed(v: dict) -> dict:
+        return {**v, "verified": "unverified", "note": f"{why}; {v['note']}"}
+
     out = {}
     for name, v in measured.items():
-        if isinstance(v, dict) and "measured_on" in v:
-            why = (f"assumed from {g.part} (the nearest fitted part of its generation by memory bandwidth)"
-                   if _generation(g) == hw.generation_name else
-                   f"assumed from {g.part}: no fitted {hw.generation_name} part; "
-                   f"{hw.generation_name} runs the {_generation(g)} kernel paths")
-            v = {**v, "verified": "unverified", "note": f"{why}; {v['note']}"}
+        if name == "compute_fractions":
+            v = {fmt: assumed(fig) for fmt, fig in v.items()}
+        elif isinstance(v, dict) and "measured_on" in v:
+            v = assumed(v)
         out[name] = v
     return out
 
@@ -321,6 +346,8 @@ def summary(fits: list[FamilyFit]) -> list[dict]:
         if g.fit is not None:
             fam = g.fit.family_
             d["figures"] = {n: _round(n, getattr(fam, n).value) for n in ("latency_s", "bandwidth_fraction") + g.terms}
+            d["figures"].update({f"compute_fraction.{fmt.value}": round(fig.value, 3)
+                                 for fmt, fig in sorted(fam.compute_fractions.items(), key=lambda kv: kv[0].value)})
             d["median_abs_residual"] = round(median_abs(g.fit.residuals_), 4)
             d["max_abs_residual"] = round(float(np.max(np.abs(g.fit.residuals_))), 4)
             d["held_out"] = [{"shape": h.shape, "rows": h.rows, "median_abs_error": round(h.median_abs_error, 4)}

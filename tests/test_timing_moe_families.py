@@ -31,7 +31,8 @@ def _hand_time(hw: HardwareSpec, family: str, weight: DType, tokens: float, touc
     kf, fam = hw.kernels, hw.kernels.moe_families[family]
     op = _op(weight, int(fam.tile_m.value), call.experts)
     d = op.demand(tokens, touched, 1.0)
-    tc = d.flops_padded / (hw.peak(weight) * kf.moe_compute_fraction.value)
+    own = fam.compute_fractions.get(weight)               # the family's fraction where fitted for the format
+    tc = d.flops_padded / (hw.peak(weight) * (own.value if own is not None else kf.moe_compute_fraction.value))
     tm = d.bytes / (hw.bandwidth * fam.bandwidth_fraction.value)
     work = p_norm_time(tc, tm, kf.gemm_transition_p.value)
     fixed = fam.latency_s.value
@@ -53,7 +54,7 @@ def test_one_call_is_the_family_equation(hw_name, family, weight, launches):
     call = MoECall(op.expert_weight_bytes, op.experts)
     rates = rates_of(op, hw, moe_family=family)
     assert rates.helper_launches == launches - 2                   # the two grouped GEMMs are the op's own
-    for tokens, touched in ((1.0, 8.0), (4.0, 29.1), (64.0, 126.0)):
+    for tokens, touched in ((1.0, 8.0), (4.0, 29.1), (64.0, 126.0), (4096.0, 128.0)):   # the last compute-bound
         got = seconds(rates, op.demand(tokens, touched, 1.0), launch_overhead(hw, True))
         assert got == pytest.approx(_hand_time(hw, family, weight, tokens, touched, launches, call), rel=1e-12)
 

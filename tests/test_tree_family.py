@@ -33,10 +33,12 @@ def angelslim():
 
 # (item, the batch sizes where the tree wins, or True where some do): 3,3,4 wins with a higher length than measured;
 # 7,10,64 only where the plain server pads further than the speculative one: SGLang's plain list [1, 2, 4, 8, 16, 24,
-# ...] against speculative_capture_sizes [1..8, 10, 12, ..., 32, ...]: batch 5-6 (plain pads to 8), 9-14 (to 16; the
-# speculative server to 10, 12 or 14) and 17-18 (to 24; the speculative server to 18)
+# ...] against speculative_capture_sizes [1..8, 10, 12, ..., 32, ...]: batch 5-6 (plain pads to 8), 9-13 (to 16; the
+# speculative server to 10, 12 or 14) and 17-18 (to 24; the speculative server to 18). At 14 the margin was 0.3%
+# with the H100 Triton MoE figures fitted on the decode rows alone; on the 535 rows of the sweeps to 16,384 tokens
+# the plain step's MoE costs a little less and 14 goes to plain decoding (13 still wins by 0.3%)
 @pytest.mark.parametrize("item, mixed", [("4,4,16@2.542", True), ("3,3,4@3.2", True),
-                                         ("7,10,64@3.034", [5, 6, 9, 10, 11, 12, 13, 14, 17, 18])])
+                                         ("7,10,64@3.034", [5, 6, 9, 10, 11, 12, 13, 17, 18])])
 def test_a_family_of_one_tree_chooses_what_predict_draft_tree_chooses(item, mixed):
     shape, al = item.split("@")
     fam = predict_tree_family(**SETUP, family=item, batch_sizes="1-512")

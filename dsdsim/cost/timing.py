@@ -322,7 +322,8 @@ def moe_family_rates(hw: HardwareSpec, fam: MoEFamilyFigures, weight: DType, cal
         fixed_s = latency_s + W_e / (BW * lead_expert_bandwidth_fraction) + E * align_s_per_expert
         the call's ``launches`` (None: the family's for ``weight``) each pay a launch gap; the two grouped GEMMs
         (the operator's own launches) also the kernel floor; t_m at BW * bandwidth_fraction, t_c at
-        peak(weight) * moe_compute_fraction, their p-norm at gemm_transition_p.
+        peak(weight) * the family's compute fraction for ``weight`` (else moe_compute_fraction), their p-norm at
+        gemm_transition_p.
     A published timing that leaves kernels out (top-k outside the timed graph, GEMMs only) gives its own
     ``launches`` (dsdsim.fit.kernels)."""
     kf = hw.kernels
@@ -332,7 +333,8 @@ def moe_family_rates(hw: HardwareSpec, fam: MoEFamilyFigures, weight: DType, cal
     if fam.align_s_per_expert is not None:
         fixed += call.experts * fam.align_s_per_expert.value
     n = fam.launches(weight) if launches is None else launches
-    return OpRates(hw.peak(weight) * kf.moe_compute_fraction.value, hw.bandwidth * fam.bandwidth_fraction.value,
+    compute = fam.compute_fraction(weight, kf.moe_compute_fraction.value)
+    return OpRates(hw.peak(weight) * compute, hw.bandwidth * fam.bandwidth_fraction.value,
                    None, kf.gemm_transition_p.value, kf.kernel_floor_s.value, fixed, None,
                    n - GROUPED_GEMM_LAUNCHES)
 

@@ -17,6 +17,7 @@ measurements/kernels/fused_moe.csv): a family's latency and bandwidth fraction o
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple, Optional, Sequence
@@ -158,6 +159,10 @@ class Coverage(str, Enum):
 
 
 FITTABLE = (Coverage.call, Coverage.call_without_topk, Coverage.call_without_act_quant, Coverage.gemms)
+# How a benchmark routes tokens to experts. ``uniform``: random (the top-k of random logits; E(1-(1-k/E)^T) experts
+# touched). ``balanced``: spread over the experts on purpose, min(T k, E) touched (ai-dynamo/aiconfigurator
+# collector/helper.py balanced_logits: token t picks experts t + j ceil(E/k) mod E, j < k).
+ROUTINGS = ("uniform", "balanced")
 TOPK_LAUNCHES = 1     # the routing top-k of a call is one kernel (vLLM topk_softmax; FlashInfer's routing kernel)
 ACT_DTYPE = DType.bf16    # the activations the published benchmarks feed (quantised formats quantise inside the call)
 
@@ -181,6 +186,7 @@ class MoERow:
     covers: Coverage
     launch_gaps: bool            # False: a sum of kernels' device times (no launch gaps between them)
     excluded: str = ""           # why the row is not fitted ("" when it is)
+    routing: str = "uniform"     # how the benchmark routed tokens (``ROUTINGS``)
 
     @property
     def shape(self) -> str:
@@ -190,8 +196,13 @@ class MoERow:
 
     @property
     def experts_touched(self) -> float:
-        """Distinct experts the measured rank reads under uniform routing: its share of E(1-(1-k/E)^T)."""
-        return experts_touched(self.experts_global, self.top_k, self.tokens, 1.0) * self.experts / self.experts_global
+        """Distinct experts the measured rank reads: its share of E(1-(1-k/E)^T) under uniform routing, of
+        min(T k, E) under ``balanced`` routing."""
+        if self.routing == "balanced":
+            touched = min(self.tokens * self.top_k, float(self.experts_global))
+        else:
+            touched = experts_touched(self.experts_global, self.top_k, self.tokens, 1.0)
+        return touched * self.experts / self.experts_global
 
 
 def read_moe_rows(path) -> list[MoERow]:
@@ -206,7 +217,11 @@ def read_moe_rows(path) -> list[MoERow]:
             rows.append(MoERow(r["source"], r["part"], r["family"], r["model"], int(r["experts"]),
                                int(r["experts_global"]), int(r["top_k"]), int(r["hidden"]), int(r["expert_width"]),
                                DType(r["weight_format"]), float(r["tokens"]), float(r["time_us"]) * 1e-6,
-                               Coverage(r["covers"]), r["launch_gaps"] == "yes", r["excluded"]))
+                               Coverage(r["covers"]), r["launch_gaps"] == "yes", r["excluded"],
+                               r.get("routing") or "uniform"))
+    unknown = {r.routing for r in rows} - set(ROUTINGS)
+    if unknown:
+        raise ValueError(f"{path}: unknown routing {sorted(unknown)}; use one of {', '.join(ROUTINGS)}")
     return rows
 
 
@@ -229,14 +244,52 @@ class _Prepared(NamedTuple):
     gap_s: float
 
 
-def _prepare(row: MoERow, hw: HardwareSpec, family: MoEFamilyFigures) -> _Prepared:
+def _operator(row: MoERow, family: MoEFamilyFigures) -> MoEExperts:
     if row.covers not in FITTABLE:
         raise ValueError(f"a {row.covers.value} row is not one fused-MoE call: {row.source}")
-    op = MoEExperts(row.top_k, row.hidden, row.expert_width, row.weight, ACT_DTYPE, int(family.tile_m.value),
-                    experts=row.experts)
+    return MoEExperts(row.top_k, row.hidden, row.expert_width, row.weight, ACT_DTYPE, int(family.tile_m.value),
+                      experts=row.experts)
+
+
+def _prepare(row: MoERow, hw: HardwareSpec, family: MoEFamilyFigures) -> _Prepared:
+    op = _operator(row, family)
     demand = op.demand(row.tokens, row.experts_touched, row.experts / row.experts_global)
     gap = launch_overhead(hw, True) if row.launch_gaps else 0.0
     return _Prepared(demand, MoECall(op.expert_weight_bytes, row.experts), covered_launches(family, row), gap)
+
+
+class _Group(NamedTuple):
+    """Rows that differ only in their token count and routing (one shape, coverage and harness): one operator,
+    one call, their demands as arrays, so a fit prices them in one vectorised step."""
+
+    index: np.ndarray                 # the rows' positions in the fitted sequence
+    weight: DType
+    demand: Demand
+    call: MoECall
+    launches: float
+    gap_s: float
+
+
+def _groups(rows: Sequence[MoERow], hw: HardwareSpec, family: MoEFamilyFigures) -> list[_Group]:
+    keyed: dict[tuple, list[int]] = {}
+    for i, r in enumerate(rows):
+        keyed.setdefault((r.shape, r.covers, r.launch_gaps), []).append(i)
+    out = []
+    for index in keyed.values():
+        first = _prepare(rows[index[0]], hw, family)
+        r = rows[index[0]]
+        demand = _operator(r, family).demand(np.array([rows[i].tokens for i in index]),
+                           np.array([rows[i].experts_touched for i in index]), r.experts / r.experts_global)
+        out.append(_Group(np.array(index), r.weight, demand, first.call, first.launches, first.gap_s))
+    return out
+
+
+def _group_seconds(groups: Sequence[_Group], n: int, hw: HardwareSpec, family: MoEFamilyFigures) -> np.ndarray:
+    """Seconds of each of ``n`` rows (grouped by ``_groups``) under ``family``'s figures."""
+    out = np.empty(n)
+    for g in groups:
+        out[g.index] = seconds(moe_family_rates(hw, family, g.weight, g.call, g.launches), g.demand, g.gap_s)
+    return out
 
 
 def moe_row_seconds(row: MoERow, hw: HardwareSpec, family: MoEFamilyFigures) -> float:
@@ -249,13 +302,41 @@ def _seconds(p: _Prepared, hw: HardwareSpec, family: MoEFamilyFigures, weight: D
 
 
 SHAPE_TERMS = ("lead_expert_bandwidth_fraction", "align_s_per_expert")
+# Rows per touched expert from which a row's grouped GEMMs are compute-bound: the ridge is w * peak * c / (2 BW b)
+# rows (w bytes per weight, c and b the compute and bandwidth fractions), about 90 (fp8) to 130 (bf16) on H100 and
+# H200 at the figures fitted here; twice that leaves the memory term a small share
+COMPUTE_ROWS_PER_EXPERT = 256
+COMPUTE_MIN_GAIN = 0.02                      # kept_compute_formats: the median |error| a fitted fraction must save
+MAX_SHAPE_FOLDS = 12                         # held_out: above this many shapes, hold out a model at a time
+COMPUTE_PREFIX = "compute_fraction."         # a fitted compute fraction's name: compute_fraction.<weight format>
 # (low, high) of each fitted figure: the validators' physical ranges, the latency below 0.3 ms
 FIT_BOUNDS = {"latency_s": (0.0, 3e-4), "bandwidth_fraction": (0.05, 1.2),
-              "lead_expert_bandwidth_fraction": (0.02, 1.2), "align_s_per_expert": (0.0, 1e-6)}
+              "lead_expert_bandwidth_fraction": (0.02, 1.2), "align_s_per_expert": (0.0, 1e-6),
+              "compute_fraction": (0.05, 1.0)}
 _SCALE = {"latency_s": 1e-5, "bandwidth_fraction": 0.1, "lead_expert_bandwidth_fraction": 0.1,
-          "align_s_per_expert": 1e-8}                 # typical magnitudes: least squares' parameter scaling
+          "align_s_per_expert": 1e-8, "compute_fraction": 0.1}   # typical magnitudes: least squares' scaling
 _START = {"latency_s": 1e-5, "bandwidth_fraction": 0.7, "lead_expert_bandwidth_fraction": 0.3,
-          "align_s_per_expert": 1e-8}                 # starting point inside the bounds (the fit is convex in practice)
+          "align_s_per_expert": 1e-8, "compute_fraction": 0.5}   # inside the bounds (the fit is convex in practice)
+
+
+def _kind(name: str) -> str:
+    """The bound / scale / start key of a fitted figure (compute_fraction.fp8 -> compute_fraction)."""
+    return "compute_fraction" if name.startswith(COMPUTE_PREFIX) else name
+
+
+def rows_per_expert(row: MoERow) -> float:
+    """Rows each touched expert's grouped GEMMs compute in ``row``: its rank's assignments over its experts."""
+    return row.tokens * row.top_k * row.experts / row.experts_global / max(row.experts_touched, 1e-12)
+
+
+def compute_formats(rows: Sequence[MoERow]) -> tuple[DType, ...]:
+    """The weight formats whose compute fraction ``rows`` identify: two shapes or more with a compute-bound row
+    (``COMPUTE_ROWS_PER_EXPERT``), so a fraction is not one shape's quirk."""
+    shapes: dict[DType, set[str]] = {}
+    for r in rows:
+        if rows_per_expert(r) >= COMPUTE_ROWS_PER_EXPERT:
+            shapes.setdefault(r.weight, set()).add(r.shape)
+    return tuple(sorted((w for w, s in shapes.items() if len(s) >= 2), key=lambda w: w.value))
 
 
 class MoEFamilyFit:
@@ -263,17 +344,23 @@ class MoEFamilyFit:
 
     Parameters: ``hardware`` (the part's spec: bandwidth, peaks, kernel floor, launch gap, p-norm exponent),
     ``family`` (the family's counted figures: kernels, quantised_kernels, tile_m, weight formats; its latency and
-    bandwidth figures are replaced, and its shape terms left out unless in ``terms``), ``terms`` (the optional shape terms to fit, of ``SHAPE_TERMS``).
+    bandwidth figures are replaced, and its shape terms left out unless in ``terms``), ``terms`` (the optional shape
+    terms to fit, of ``SHAPE_TERMS``), ``compute`` (the weight formats whose compute fraction to fit; None: those
+    ``compute_formats`` finds in the rows).
     Least squares on log(predicted / measured), each shape weighted equally (1/sqrt of its rows), bounded by
     ``FIT_BOUNDS``; deterministic. Learned: ``latency_s_``, ``bandwidth_fraction_``, ``lead_expert_bandwidth_fraction_``
-    and ``align_s_per_expert_`` (None unless in ``terms``), ``residuals_`` (predicted / measured - 1 per row),
-    ``n_rows_``, ``family_`` (the family with the fitted values).
+    and ``align_s_per_expert_`` (None unless in ``terms``), ``compute_fractions_`` (weight format -> the fraction of
+    its peak the grouped GEMMs reach, for the formats ``compute_formats`` finds compute-bound rows of; the others
+    keep the part's ``moe_compute_fraction``), ``residuals_`` (predicted / measured - 1 per row), ``n_rows_``,
+    ``family_`` (the family with the fitted values).
     """
 
-    def __init__(self, hardware: HardwareSpec, family: MoEFamilyFigures, terms: Sequence[str] = ()):
+    def __init__(self, hardware: HardwareSpec, family: MoEFamilyFigures, terms: Sequence[str] = (),
+                 compute: Optional[Sequence[DType]] = None):
         self.hardware = hardware
         self.family = family
         self.terms = tuple(terms)
+        self.compute = None if compute is None else tuple(compute)
 
     def fit(self, rows: Sequence[MoERow]) -> "MoEFamilyFit":
         from scipy.optimize import least_squares
@@ -281,40 +368,51 @@ class MoEFamilyFit:
         unknown = set(self.terms) - set(SHAPE_TERMS)
         if unknown:
             raise ValueError(f"unknown shape term(s) {sorted(unknown)}; use {', '.join(SHAPE_TERMS)}")
-        names = ("latency_s", "bandwidth_fraction") + self.terms
-        family = self.family.model_copy(update={t: None for t in SHAPE_TERMS if t not in self.terms})
-        prepared = [_prepare(r, self.hardware, family) for r in rows]
+        formats = compute_formats(rows) if self.compute is None else self.compute
+        names = ("latency_s", "bandwidth_fraction") + self.terms + tuple(COMPUTE_PREFIX + w.value for w in formats)
+        family = self.family.model_copy(update={**{t: None for t in SHAPE_TERMS if t not in self.terms},
+                                                "compute_fractions": {}})
+        groups = _groups(rows, self.hardware, family)
         measured = np.log([r.time_s for r in rows])
-        counts = {s: sum(r.shape == s for r in rows) for s in {r.shape for r in rows}}
-        weights = np.array([1.0 / np.sqrt(counts[r.shape]) for r in rows])
+        shapes = [r.shape for r in rows]
+        counts = Counter(shapes)
+        weights = np.array([1.0 / np.sqrt(counts[s]) for s in shapes])
 
         def residuals(x: np.ndarray) -> np.ndarray:
             fam = _with_values(family, dict(zip(names, x)))
-            pred = np.log([_seconds(p, self.hardware, fam, r.weight) for p, r in zip(prepared, rows)])
-            return weights * (pred - measured)
+            return weights * (np.log(_group_seconds(groups, len(rows), self.hardware, fam)) - measured)
 
-        lo, hi = zip(*(FIT_BOUNDS[n] for n in names))
-        x0 = [_START[n] for n in names]
-        out = least_squares(residuals, x0, bounds=(lo, hi), x_scale=[_SCALE[n] for n in names])
+        lo, hi = zip(*(FIT_BOUNDS[_kind(n)] for n in names))
+        x0 = [_START[_kind(n)] for n in names]
+        out = least_squares(residuals, x0, bounds=(lo, hi), x_scale=[_SCALE[_kind(n)] for n in names])
         values = dict(zip(names, (float(v) for v in out.x)))
         self.family_ = _with_values(family, values)
         self.latency_s_ = values["latency_s"]
         self.bandwidth_fraction_ = values["bandwidth_fraction"]
         self.lead_expert_bandwidth_fraction_ = values.get("lead_expert_bandwidth_fraction")
         self.align_s_per_expert_ = values.get("align_s_per_expert")
+        self.compute_fractions_ = {DType(n[len(COMPUTE_PREFIX):]): v for n, v in values.items()
+                                   if n.startswith(COMPUTE_PREFIX)}
         self.residuals_ = self.predict(rows) / np.array([r.time_s for r in rows]) - 1.0
         self.n_rows_ = len(rows)
         return self
 
     def predict(self, rows: Sequence[MoERow]) -> np.ndarray:
         """Seconds of each row under the fitted figures."""
-        return np.array([moe_row_seconds(r, self.hardware, self.family_) for r in rows])
+        return _group_seconds(_groups(rows, self.hardware, self.family_), len(rows), self.hardware, self.family_)
 
 
 def _with_values(family: MoEFamilyFigures, values: dict[str, float]) -> MoEFamilyFigures:
     """``family`` with some figures' values replaced (sources kept; a term it lacks gets a placeholder source)."""
-    update = {}
+    update, computes = {}, dict(family.compute_fractions)
     for name, v in values.items():
+        if name.startswith(COMPUTE_PREFIX):
+            fmt = DType(name[len(COMPUTE_PREFIX):])
+            fig = computes.get(fmt)
+            computes[fmt] = (fig.model_copy(update={"value": v}) if fig is not None else
+                             Figure(value=v, source="dsdsim.fit.kernels.MoEFamilyFit", verified=Verified.fitted))
+            update["compute_fractions"] = computes
+            continue
         fig = getattr(family, name)
         update[name] = (fig.model_copy(update={"value": v}) if fig is not None
                         else Figure(value=v, source="dsdsim.fit.kernels.MoEFamilyFit", verified=Verified.fitted))
@@ -335,11 +433,17 @@ class HeldOut:
 
 
 def held_out(rows: Sequence[MoERow], hardware: HardwareSpec, family: MoEFamilyFigures,
-             terms: Sequence[str] = ()) -> list[HeldOut]:
-    """Leave-one-shape-out over the rows of one family on one part; with a single shape, leave-one-row-out (a
-    test of interpolation over token counts only). Folds whose training rows cannot identify a term are left out."""
+             terms: Sequence[str] = (), compute: Optional[Sequence[DType]] = None) -> list[HeldOut]:
+    """Leave-one-shape-out over the rows of one family on one part; over more than ``MAX_SHAPE_FOLDS`` shapes,
+    leave-one-model-out (a model's shapes at several TP degrees held out together: the stricter test, and a fold
+    count that stays small); with a single shape, leave-one-row-out (a test of interpolation over token counts
+    only). Folds whose training rows cannot identify a term are left out."""
     shapes = sorted({r.shape for r in rows})
-    if len(shapes) > 1:
+    if len(shapes) > MAX_SHAPE_FOLDS:
+        models = sorted({r.model for r in rows})
+        folds = [([r for r in rows if r.model != m], [r for r in rows if r.model == m],
+                  f"{m} ({len({r.shape for r in rows if r.model == m})} shapes)") for m in models]
+    elif len(shapes) > 1:
         folds = [([r for r in rows if r.shape != s], [r for r in rows if r.shape == s], s) for s in shapes]
     else:
         folds = [(list(rows[:i]) + list(rows[i + 1:]), [rows[i]], f"{rows[i].shape} T={rows[i].tokens:g}")
@@ -348,10 +452,34 @@ def held_out(rows: Sequence[MoERow], hardware: HardwareSpec, family: MoEFamilyFi
     for train, test, label in folds:
         if not identifiable(train, terms):
             continue
-        fit = MoEFamilyFit(hardware, family, terms).fit(train)
+        fit = MoEFamilyFit(hardware, family, terms, compute).fit(train)
         errors = fit.predict(test) / np.array([r.time_s for r in test]) - 1.0
         out.append(HeldOut(label, len(test), tuple(float(e) for e in errors)))
     return out
+
+
+def compute_gain(fit: MoEFamilyFit, rows: Sequence[MoERow], weight: DType) -> float:
+    """How much a fitted compute fraction of ``weight`` lowers the median |error| of ``weight``'s compute-bound rows
+    (``COMPUTE_ROWS_PER_EXPERT``) against the part's ``moe_compute_fraction`` with the other figures as fitted."""
+    bound = [r for r in rows if r.weight is weight and rows_per_expert(r) >= COMPUTE_ROWS_PER_EXPERT]
+    measured = np.array([r.time_s for r in bound])
+    prior = fit.family_.model_copy(update={"compute_fractions": {w: f for w, f in fit.family_.compute_fractions.items()
+                                                                 if w is not weight}})
+    groups = _groups(bound, fit.hardware, prior)
+
+    def error(family: MoEFamilyFigures) -> float:
+        return median_abs(_group_seconds(groups, len(bound), fit.hardware, family) / measured - 1.0)
+
+    return error(prior) - error(fit.family_)
+
+
+def kept_compute_formats(fit: MoEFamilyFit, rows: Sequence[MoERow],
+                         min_gain: float = COMPUTE_MIN_GAIN) -> tuple[DType, ...]:
+    """The formats whose fitted compute fraction earns its place: it lowers the median |error| of that format's
+    compute-bound rows by more than ``min_gain`` against the part's prior (bf16 Triton MoE at large M scatters
+    30-45% around any one fraction on H100/H200, so a fitted value there is not kept)."""
+    return tuple(w for w in sorted(fit.compute_fractions_, key=lambda w: w.value)
+                 if compute_gain(fit, rows, w) > min_gain)
 
 
 def identifiable(rows: Sequence[MoERow], terms: Sequence[str]) -> bool:

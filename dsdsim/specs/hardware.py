@@ -127,9 +127,11 @@ class MoEFamilyFigures(FrozenSpec):
 
         kernels(w) launch gaps + the two grouped GEMMs' kernel floor (where their work is shorter)
         + latency_s + W_e / (BW * lead_expert_bandwidth_fraction) + E * align_s_per_expert
-        + (t_c^p + t_m^p)^(1/p),  t_m = bytes / (BW * bandwidth_fraction),  t_c = padded FLOPs / (peak * moe_compute_fraction)
+        + (t_c^p + t_m^p)^(1/p),  t_m = bytes / (BW * bandwidth_fraction),  t_c = padded FLOPs / (peak(w) * c(w))
 
-    with W_e the bytes of one routed expert's weights on the rank and E its routed experts. ``kernels`` counts the
+    with W_e the bytes of one routed expert's weights on the rank and E its routed experts, and c(w) the fraction of
+    the weight format's peak the grouped GEMMs reach where they are compute-bound: ``compute_fractions[w]`` where the
+    family was timed there (verify and prefill sizes), else the part's ``moe_compute_fraction``. ``kernels`` counts the
     launches of one call with unquantised or weight-only weights, the two grouped GEMMs included (the others are
     routing, align/sort, activation and combine kernels, each a trivial kernel at decode sizes: one launch gap);
     formats that quantise activations per call add ``quantised_kernels``. ``tile_m``: the rows each touched
@@ -145,9 +147,14 @@ class MoEFamilyFigures(FrozenSpec):
     bandwidth_fraction: Figure
     lead_expert_bandwidth_fraction: Optional[Figure] = None
     align_s_per_expert: Optional[Figure] = None
+    compute_fractions: dict[DType, Figure] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _ranges(self) -> "MoEFamilyFigures":
+        for fmt, fig in self.compute_fractions.items():
+            if not 0.01 <= fig.value <= 1.0:
+                raise ValueError(f"compute_fractions.{fmt.value} = {fig.value} is not a fraction of peak; "
+                                 f"use a value in (0, 1]")
         for name in ("kernels", "quantised_kernels", "tile_m"):
             v = getattr(self, name).value
             if v != int(v) or v > 64:
@@ -167,10 +174,17 @@ class MoEFamilyFigures(FrozenSpec):
         quantised = self.quantised_kernels.value if weight.kernel_format in ACTIVATION_QUANTISED else 0.0
         return self.kernels.value + quantised
 
+    def compute_fraction(self, weight: DType, default: float) -> float:
+        """The fraction of ``weight``'s peak its grouped GEMMs reach compute-bound (``default``: the part's)."""
+        fig = self.compute_fractions.get(weight)
+        return default if fig is None else fig.value
+
     def figures(self) -> dict[str, Figure]:
-        """Its figures by name (the optional ones where present)."""
-        return {name: fig for name in MoEFamilyFigures.model_fields
-                if isinstance(fig := getattr(self, name), Figure)}
+        """Its figures by name (the optional ones where present; compute fractions as compute_fraction.<format>)."""
+        out = {name: fig for name in MoEFamilyFigures.model_fields
+               if isinstance(fig := getattr(self, name), Figure)}
+        out.update({f"compute_fraction.{fmt.value}": fig for fmt, fig in self.compute_fractions.items()})
+        return out
 
 
 # The two grouped GEMMs of a SwiGLU MoE call (gate_up, down; an activation may be fused into the first), the launches
@@ -594,7 +608,8 @@ class HardwareSpec(FrozenSpec):
         if kf is not None:
             families = {name: fam.model_copy(update={
                 "bandwidth_fraction": fig(fam.bandwidth_fraction, bandwidth),
-                "lead_expert_bandwidth_fraction": fig(fam.lead_expert_bandwidth_fraction, bandwidth)})
+                "lead_expert_bandwidth_fraction": fig(fam.lead_expert_bandwidth_fraction, bandwidth),
+                "compute_fractions": {fmt: fig(c, compute) for fmt, c in fam.compute_fractions.items()}})
                 for name, fam in kf.moe_families.items()}
             gemm = {fmt: g.model_copy(update={"compute_fraction": fig(g.compute_fraction, compute),
                                               "bandwidth_fraction": fig(g.bandwidth_fraction, bandwidth)})
