@@ -251,9 +251,11 @@ def _operator(row: MoERow, family: MoEFamilyFigures) -> MoEExperts:
                       experts=row.experts)
 
 
-def _prepare(row: MoERow, hw: HardwareSpec, family: MoEFamilyFigures) -> _Prepared:
+def _prepare(row: MoERow, hw: HardwareSpec, family: MoEFamilyFigures, tokens=None, touched=None) -> _Prepared:
+    """``row``'s demand (at ``tokens`` and ``touched`` where given: arrays for rows of one shape), call and launches."""
     op = _operator(row, family)
-    demand = op.demand(row.tokens, row.experts_touched, row.experts / row.experts_global)
+    demand = op.demand(row.tokens if tokens is None else tokens, row.experts_touched if touched is None else touched,
+                       row.experts / row.experts_global)
     gap = launch_overhead(hw, True) if row.launch_gaps else 0.0
     return _Prepared(demand, MoECall(op.expert_weight_bytes, row.experts), covered_launches(family, row), gap)
 
@@ -276,11 +278,10 @@ def _groups(rows: Sequence[MoERow], hw: HardwareSpec, family: MoEFamilyFigures) 
         keyed.setdefault((r.shape, r.covers, r.launch_gaps), []).append(i)
     out = []
     for index in keyed.values():
-        first = _prepare(rows[index[0]], hw, family)
-        r = rows[index[0]]
-        demand = _operator(r, family).demand(np.array([rows[i].tokens for i in index]),
-                           np.array([rows[i].experts_touched for i in index]), r.experts / r.experts_global)
-        out.append(_Group(np.array(index), r.weight, demand, first.call, first.launches, first.gap_s))
+        first = rows[index[0]]
+        p = _prepare(first, hw, family, np.array([rows[i].tokens for i in index]),
+                     np.array([rows[i].experts_touched for i in index]))
+        out.append(_Group(np.array(index), first.weight, p.demand, p.call, p.launches, p.gap_s))
     return out
 
 
@@ -477,7 +478,7 @@ def kept_compute_formats(fit: MoEFamilyFit, rows: Sequence[MoERow],
                          min_gain: float = COMPUTE_MIN_GAIN) -> tuple[DType, ...]:
     """The formats whose fitted compute fraction earns its place: it lowers the median |error| of that format's
     compute-bound rows by more than ``min_gain`` against the part's prior (bf16 Triton MoE at large M scatters
-    30-45% around any one fraction on H100/H200, so a fitted value there is not kept)."""
+    31-36% (median |error|) around any one fraction on H100/H200, so a fitted value there is not kept)."""
     return tuple(w for w in sorted(fit.compute_fractions_, key=lambda w: w.value)
                  if compute_gain(fit, rows, w) > min_gain)
 
