@@ -3,9 +3,12 @@
     python scripts/fit_decode_attention.py            fit, print each fit and its error, write the specs
     python scripts/fit_decode_attention.py --check    fit again; fail (exit 1) if a spec would change
 
-Data: the rows of measurements/kernels/attention_queries.csv with one query per sequence, their heads and head size
-given, at least ``MIN_BATCH`` sequences and ``MIN_CONTEXT`` cached tokens (where the kernel floor is small beside the
-cache read), at least ``MIN_ROWS`` of them per part. The model is dsdsim's decode attention
+Data: the rows of measurements/kernels/attention_queries.csv with one query per sequence over a 16-bit paged GQA cache
+(MLA kernels have figures of their own), their
+heads and head size given, at least ``MIN_BATCH`` sequences and ``MIN_CONTEXT`` cached tokens (where the kernel floor
+is small beside the cache read), at least ``MIN_ROWS`` of them per part. The figures describe a 16-bit cache: the fp8
+rows are kept beside them and not fitted (Hopper's FlashAttention-3 dequantises an fp8 cache at 0.50-0.67 of the
+bandwidth, Blackwell's trtllm-gen decode at 0.78-0.81: measurements/kernels/README.md). The model is dsdsim's decode attention
 (``dsdsim.cost.timing``): the cache streams at BW * eta_max * c / (c + ramp) for c cached tokens per sequence, so
 t = batch * (c + ramp) * kv_bytes_per_token / (BW * eta_max). eta_max and ramp are fitted by least squares on log
 time. Parts without such rows keep their figures.
@@ -27,14 +30,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "measurements" / "kernels" / "attention_queries.csv"
 SPECS = ROOT / "hw_specs"
 MIN_ROWS, MIN_BATCH, MIN_CONTEXT = 20, 16, 256
-KV_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+KV_BYTES = {"bf16": 2, "fp16": 2}          # the cache formats the figures describe (fp8 rows are not fitted)
 
 
 def rows_by_part(path: Path = DATA) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     with path.open(encoding="utf-8") as fh:
         for r in csv.DictReader(fh):
-            if (r["q_per_seq"] == "1" and r["num_kv_heads"] and r["head_dim"] and r["kv_dtype"] in KV_BYTES
+            if (r["q_per_seq"] == "1" and r["attention"].startswith("gqa") and r["num_kv_heads"] and r["head_dim"]
+                    and r["kv_dtype"] in KV_BYTES
                     and int(r["batch"]) >= MIN_BATCH and int(r["context"]) >= MIN_CONTEXT):
                 out.setdefault(r["part"], []).append(r)
     return {p: rs for p, rs in out.items() if len(rs) >= MIN_ROWS}

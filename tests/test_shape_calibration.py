@@ -20,10 +20,13 @@ from dsdsim.specs.setup import resolve
 def test_scaled_hardware_multiplies_each_class_and_stops_fractions_at_one():
     hw = load_hardware("h100-sxm")
     s = hw.scaled(bandwidth=1.1, compute=0.5, launch=2.0)
-    # 0.837 (the fitted bf16 GEMM bandwidth) x 1.1 = 0.9207; decode attention 0.93 x 1.1 = 1.023 stops at 1
+    # 0.837 (the fitted bf16 GEMM bandwidth) x 1.1 = 0.9207; decode attention 0.892 x 1.1 = 0.981, x 1.2 = 1.07
+    # stops at 1
     assert s.kernels.gemm["bf16"].bandwidth_fraction.value == pytest.approx(
         hw.kernels.gemm["bf16"].bandwidth_fraction.value * 1.1)
-    assert s.kernels.decode_attention_bandwidth_fraction.value == 1.0
+    assert s.kernels.decode_attention_bandwidth_fraction.value == pytest.approx(
+        hw.kernels.decode_attention_bandwidth_fraction.value * 1.1)
+    assert hw.scaled(bandwidth=1.2).kernels.decode_attention_bandwidth_fraction.value == 1.0
     assert s.efficiency.memory.value == pytest.approx(0.88 * 1.1)
     assert s.efficiency.compute.value == pytest.approx(0.803 * 0.5)
     assert s.kernels.gemm["fp8"].compute_fraction.value == pytest.approx(

@@ -376,7 +376,7 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
         notes += off_tier_notes(b, step_kb[0], plain_s, feas_kb[0], setup.engine)
 
     if o.robust:
-        notes.append(f"K table chosen by the {ROBUST_RULE}; its losses are against the point estimate's best K")
+        notes.append(f"K table chosen by {ROBUST_RULE}; its losses are against the point estimate's best K")
     eng = setup.engine
     if setup.drafter.tree is not None and eng is not None and eng.draft_shape.value == "chain" and eng.name != "ideal":
         notes.append(f"draft tree: the {eng.name} {eng.version_label} spec drafts chains ({eng.draft_shape_source or 'its draft_shape'}); "
