@@ -66,12 +66,14 @@ def test_show_hardware_says_measured_or_assumed(cli):
     assert "assumed from b200" in row
     assert any("triton_fused_moe" in line and "measured on this part" in line for line in out.splitlines())
     assert any("marlin" in line and "assumed from h20" in line for line in out.splitlines())
+    assert "compute_fraction.fp8=0.41" in " ".join(out.split())       # a per-format figure names what it is
     code, out, err = cli("show", "hardware", "h100-sxm", "--format", "json")
     d = json.loads(out)
     assert d["generation"] == "hopper" and d["moe_default_family"] == "triton_fused_moe"
     figs = {f["name"]: f for f in d["kernel_figures"]}
     assert figs["gemm_transition_p"]["origin"] == "assumed from b200"
     assert figs["moe_families.triton_fused_moe.bandwidth_fraction"]["assumed"] is False
+    assert figs["moe_families.triton_fused_moe.compute_fraction.fp8"]["value"] == pytest.approx(0.41)
     assert set(d["kernels"]["moe_families"]) == {"triton_fused_moe", "marlin"}
 
 

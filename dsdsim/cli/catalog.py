@@ -138,8 +138,8 @@ def _families_table(name: str, origins: list, default):
     for o in origins:
         by_family.setdefault(o.name.split(".")[1], []).append(o)
     for family, figs in by_family.items():
-        values = ", ".join(f"{o.name.rsplit('.', 1)[-1]}={format_field(o.name.rsplit('.', 1)[-1], o.value)}"
-                           for o in figs)
+        labels = [o.name.split(".", 2)[2] for o in figs]      # moe_families.<family>.<figure>[.<weight format>]
+        values = ", ".join(f"{label}={format_field(label.split('.')[0], o.value)}" for label, o in zip(labels, figs))
         fitted = {_origin(o) for o in figs if o.measured_on}
         t.add_row(family, values, "; ".join(sorted(fitted)) or "not stated")
     return t
