@@ -1,6 +1,6 @@
 """Decode-attention figures fitted on published decode-only attention timings (scripts/fit_decode_attention.py over
-measurements/kernels/attention_queries.csv): the shipped figures reproduce each fitted part's rows, the fit script is
-up to date, and the fp8-cache gap on Hopper is on record.
+measurements/kernels/attention_queries.csv): the shipped figures reproduce each fitted part's rows over a 16-bit and
+an 8-bit cache, an fp8-cache attention operator takes the 8-bit figures, and the fit script is up to date.
 
 Ground truth: the committed rows (LLMServingSim's per-layer profiles on the RTX cards; aiconfigurator's vLLM 0.24.0
 generation-attention sweeps on H100 SXM, H200 SXM, B200, B300 and GB200), each citing its source. The time of a
@@ -31,11 +31,14 @@ def _rows(part: str, kv_dtype: str) -> list[dict]:
                 and r["head_dim"] and int(r["batch"]) >= 16 and int(r["context"]) >= 256]
 
 
-def _errors(part: str, kv_dtype: str) -> np.ndarray:
-    """predicted / measured - 1 of each row, with the part's shipped decode-attention figures."""
+def _errors(part: str, kv_dtype: str, fp8_figures: bool = True) -> np.ndarray:
+    """predicted / measured - 1 of each row, with the part's shipped decode-attention figures (an 8-bit cache with
+    its own figures where ``fp8_figures``, else the 16-bit ones over half the bytes)."""
+    kf = load_hardware(part).kernels
+    own = kv_dtype == "fp8" and fp8_figures
+    eta = (kf.decode_attention_fp8_bandwidth_fraction if own else kf.decode_attention_bandwidth_fraction).value
+    ramp = (kf.decode_attention_fp8_ramp_tokens if own else kf.decode_attention_ramp_tokens).value
     hw = load_hardware(part)
-    eta = hw.kernels.decode_attention_bandwidth_fraction.value
-    ramp = hw.kernels.decode_attention_ramp_tokens.value
     out = []
     for r in _rows(part, kv_dtype):
         per_token = 2 * int(r["num_kv_heads"]) * int(r["head_dim"]) * KV_BYTES[r["kv_dtype"]]
@@ -64,18 +67,38 @@ def test_the_figure_each_swept_part_carried_before_read_its_rows_fast(part):
     assert median_abs(_errors(part, "bf16")) < median_abs(old)
 
 
-@pytest.mark.xfail(strict=True, reason="an fp8 cache is priced at the 16-bit figure over half the bytes; vLLM's "
-                                       "FlashAttention-3 on Hopper dequantises it at 0.50-0.67 of bandwidth "
-                                       "(measurements/kernels/README.md), so those steps read 22-40% fast")
-@pytest.mark.parametrize("part", ["h100-sxm", "h200-sxm"])
-def test_hopper_fp8_cache_decode(part):
-    assert median_abs(_errors(part, "fp8")) <= 0.10
+@pytest.mark.parametrize("part,within", [("h100-sxm", 0.20), ("h200-sxm", 0.22), ("b200", 0.05), ("b300", 0.05),
+                                         ("gb200", 0.05)])
+def test_an_8_bit_cache_takes_its_own_figures_and_they_reproduce_its_rows(part, within):
+    """Hopper's FlashAttention-3 dequantises an fp8 cache at 0.50-0.67 of bandwidth (its time follows the head size,
+    not only the bytes: the 18-21% scatter is the bound), Blackwell's trtllm-gen decode at 0.78-0.81. The 16-bit
+    figure over half the bytes read the Hopper rows 22-40% fast."""
+    errors = _errors(part, "fp8", fp8_figures=True)
+    assert len(errors) >= 20 and median_abs(errors) <= within, f"{part}: median |error| {median_abs(errors):.3f}"
+    if part.startswith("h"):
+        assert median_abs(_errors(part, "fp8", fp8_figures=False)) > 0.2
 
 
-@pytest.mark.parametrize("part", ["b200", "b300", "gb200"])
-def test_blackwell_fp8_cache_decode_is_within_the_16_bit_figure(part):
-    """trtllm-gen decode streams an fp8 cache at 0.78-0.81 of bandwidth, near the 16-bit figure (0.82-0.85)."""
-    assert median_abs(_errors(part, "fp8")) <= 0.08
+def test_an_fp8_cache_attention_operator_is_priced_with_the_fp8_figures():
+    from dsdsim.cost.ops import Attention, KernelClass, decode_kernel
+    from dsdsim.cost.timing import rates_of
+    from dsdsim.units import DType
+
+    h200, a100 = load_hardware("h200-sxm"), load_hardware("a100-sxm-80gb")
+    assert decode_kernel(DType.fp8) is KernelClass.flash_decode_fp8
+    assert decode_kernel(DType.bf16) is KernelClass.flash_decode
+    fp8 = Attention(32, 128, 128, 2 * 8 * 128, DType.fp8, DType.bf16, decode_kernel(DType.fp8))
+    bf16 = Attention(32, 128, 128, 2 * 8 * 128, DType.bf16, DType.bf16, decode_kernel(DType.bf16))
+    kf = h200.kernels
+    assert rates_of(fp8, h200).bytes_per_s == pytest.approx(
+        h200.bandwidth * kf.decode_attention_fp8_bandwidth_fraction.value)
+    assert rates_of(fp8, h200).ramp_bytes_per_sequence == pytest.approx(
+        fp8.kv_bytes_per_token * kf.decode_attention_fp8_ramp_tokens.value)
+    assert rates_of(bf16, h200).bytes_per_s == pytest.approx(
+        h200.bandwidth * kf.decode_attention_bandwidth_fraction.value)
+    # a part without fp8-cache figures streams an 8-bit cache at its 16-bit figure (half the bytes)
+    assert a100.kernels.decode_attention_fp8_bandwidth_fraction is None
+    assert rates_of(fp8, a100).bytes_per_s == rates_of(bf16, a100).bytes_per_s
 
 
 def test_the_fit_script_is_up_to_date():

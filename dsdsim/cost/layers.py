@@ -197,7 +197,8 @@ def attention_plan(attn: Attention, hidden: int, pc: PassContext, kv_budget: Opt
         # rotary touches only the rotated part of each q and new k head (partial_rotary_factor), the rest is left as is
         out.append(PlanOp("rotary", ops.Elementwise((heads + new_kv_heads) * (attn.rotary_dim or d), reads=1,
                                                     writes=1, act_dtype=pc.act_dtype, flops_per_element=3), rank_rows))
-    out.append(PlanOp("attn", ops.Attention(heads, d, d, kv, pc.kv_dtype, pc.act_dtype, writes_kv=not attn.kv_shared),
+    out.append(PlanOp("attn", ops.Attention(heads, d, d, kv, pc.kv_dtype, pc.act_dtype, ops.decode_kernel(pc.kv_dtype),
+                                            writes_kv=not attn.kv_shared),
                       core))
     if attn.output_gate:
         # o * sigmoid(gate): reads both, writes one; sigmoid (exp, add, divide) and the multiply, 4 FLOPs

@@ -46,6 +46,7 @@ class KernelClass(str, Enum):
 
     dense = "dense"                # cuBLAS/CUTLASS GEMMs, vector kernels, gathers: the generic model
     flash_decode = "flash-decode"  # paged decode attention (FlashAttention / FlashInfer)
+    flash_decode_fp8 = "flash-decode-fp8"   # the same over an 8-bit cache, dequantised in the kernel
     mla_decode = "mla-decode"      # MLA decode over the latent cache (FlashMLA)
     fused_moe = "fused-moe"        # routed experts as grouped GEMMs (fused-MoE kernels)
 
@@ -835,6 +836,12 @@ class Host(Operator):
 def gemm(name: str, m, k: int, n: int, w_dtype: DType, act_dtype: DType, tile_m: int = 1,
          bias: bool = False, out_bytes_per_element: float | None = None) -> OpCost:
     return Gemm(k, n, w_dtype, act_dtype, tile_m, bias, out_bytes_per_element).record(name, m)
+
+
+def decode_kernel(kv_dtype: DType) -> KernelClass:
+    """The paged decode-attention class over a cache of ``kv_dtype``: a 16-bit cache streams as it is read, an 8-bit
+    one is dequantised in the kernel (the hardware spec's fp8-cache figures, where it has them)."""
+    return KernelClass.flash_decode_fp8 if kv_dtype.bytes_per_element < 2 else KernelClass.flash_decode
 
 
 def attention(name: str, batch, q, context, num_heads: int, qk_dim: int, v_dim: int,

@@ -191,10 +191,13 @@ def attention_bandwidth_fraction(hw: HardwareSpec, kernel: KernelClass, cached_t
 
 def _attention_curve(hw: HardwareSpec, kernel: KernelClass) -> tuple[float, float]:
     """(eta_max, ramp tokens) of an attention kernel class. A calibrated ``attention_memory`` replaces eta_max of
-    the FlashAttention/FlashInfer class."""
+    the FlashAttention/FlashInfer class; an 8-bit cache takes the part's fp8-cache figures where it has them, else
+    the 16-bit ones."""
     kf = hw.kernels
     if kernel is KernelClass.mla_decode:
         return kf.mla_attention_bandwidth_fraction.value, kf.mla_attention_ramp_tokens.value
+    if kernel is KernelClass.flash_decode_fp8 and kf.decode_attention_fp8_bandwidth_fraction is not None:
+        return kf.decode_attention_fp8_bandwidth_fraction.value, kf.decode_attention_fp8_ramp_tokens.value
     eta = hw.efficiency.attention_memory
     eta_max = eta.value if eta is not None else kf.decode_attention_bandwidth_fraction.value
     return eta_max, kf.decode_attention_ramp_tokens.value

@@ -238,7 +238,8 @@ class KernelFigures(FrozenSpec):
     * ``kernel_floor_s``: the shortest a launched kernel runs (ramp-up and tail), on top of the launch gap.
     * ``decode_attention_bandwidth_fraction`` / ``decode_attention_ramp_tokens``: paged decode attention
       (FlashAttention / FlashInfer) reaches fraction * c / (c + ramp) of bandwidth at c cached tokens per
-      sequence: every sequence costs as if ``ramp`` more tokens were read.
+      sequence: every sequence costs as if ``ramp`` more tokens were read. ``decode_attention_fp8_*``: the same over
+      an 8-bit cache, which the kernel dequantises (absent: the 16-bit figures over half the bytes).
     * ``mla_attention_*``: the same for MLA decode kernels (FlashMLA) over the latent cache.
     * ``moe_families``: fused-MoE kernel families (Triton fused_moe, FlashInfer TRT-LLM-gen, ...), each with its
       own launches, fixed latency and bandwidth (``MoEFamilyFigures``); the engine names the family it runs and
@@ -252,6 +253,8 @@ class KernelFigures(FrozenSpec):
     kernel_floor_s: Figure
     decode_attention_bandwidth_fraction: Figure
     decode_attention_ramp_tokens: Figure
+    decode_attention_fp8_bandwidth_fraction: Optional[Figure] = None   # an 8-bit cache, dequantised in the kernel
+    decode_attention_fp8_ramp_tokens: Optional[Figure] = None
     mla_attention_bandwidth_fraction: Figure
     mla_attention_ramp_tokens: Figure
     moe_call_latency_s: Optional[Figure] = None
@@ -268,8 +271,8 @@ class KernelFigures(FrozenSpec):
     def _ranges(self) -> "KernelFigures":
         if not 1.0 <= self.gemm_transition_p.value <= 64.0:
             raise ValueError(f"kernels.gemm_transition_p = {self.gemm_transition_p.value} must be in [1, 64]")
-        for name in ("decode_attention_bandwidth_fraction", "mla_attention_bandwidth_fraction",
-                     "moe_bandwidth_fraction", "moe_compute_fraction"):
+        for name in ("decode_attention_bandwidth_fraction", "decode_attention_fp8_bandwidth_fraction",
+                     "mla_attention_bandwidth_fraction", "moe_bandwidth_fraction", "moe_compute_fraction"):
             fig = getattr(self, name)
             if fig is not None and not 0.01 <= fig.value <= 1.2:
                 raise ValueError(f"kernels.{name} = {fig.value} is not a fraction of peak; use a value in (0, 1.2]")
@@ -277,6 +280,9 @@ class KernelFigures(FrozenSpec):
             fig = getattr(self, name)
             if fig is not None and fig.value > 1e-3:
                 raise ValueError(f"kernels.{name} = {fig.value:g} s is implausible; write seconds (3 us -> 3.0e-6)")
+        if (self.decode_attention_fp8_bandwidth_fraction is None) != (self.decode_attention_fp8_ramp_tokens is None):
+            raise ValueError("kernels.decode_attention_fp8_bandwidth_fraction and decode_attention_fp8_ramp_tokens "
+                             "come together: give both or neither")
         self._check_moe_figures()
         unknown = sorted(set(self.gemm) - set(GEMM_FORMATS))
         if unknown:
@@ -617,6 +623,8 @@ class HardwareSpec(FrozenSpec):
             update["kernels"] = kf.model_copy(update={
                 "gemm": gemm,
                 "decode_attention_bandwidth_fraction": fig(kf.decode_attention_bandwidth_fraction, bandwidth),
+                "decode_attention_fp8_bandwidth_fraction":
+                    fig(kf.decode_attention_fp8_bandwidth_fraction, bandwidth),
                 "mla_attention_bandwidth_fraction": fig(kf.mla_attention_bandwidth_fraction, bandwidth),
                 "moe_bandwidth_fraction": fig(kf.moe_bandwidth_fraction, bandwidth),
                 "moe_compute_fraction": fig(kf.moe_compute_fraction, compute),
