@@ -96,6 +96,11 @@ FILES = {
     "metrics_latin1": ("latin1.txt", "# caf\xe9\nvllm:spec_decode_num_drafts_total 1\n".encode("latin-1")),
     "corpus_latin1": ("src.yaml", "source: {title: caf\xe9}\n".encode("latin-1")),
     "hw_text_bandwidth": ("text_bw.yaml", _hw("{value: 4.8e+12, source", "{value: fast, source")),
+    "hw_moe_compute_format": ("moe_fmt.yaml", _hw("compute_fractions: {fp8:", "compute_fractions: {fp9:")),
+    "hw_moe_compute_fraction": ("moe_frac.yaml", _hw("compute_fractions: {fp8: {value: 0.416",
+                                                     "compute_fractions: {fp8: {value: 1.5")),
+    "hw_fp8_attention_half": ("fp8_attn.yaml", "\n".join(l for l in H200.splitlines()
+                                                           if not l.startswith("  decode_attention_fp8_ramp_tokens"))),
     "model_null": ("null.json", "null"),
 }
 
@@ -124,6 +129,11 @@ CASES = [
     ("hw-efficiency-not-fraction", [*P, "-g", "{hw_bad_efficiency}"], "efficiency"),
     ("hw-deeply-nested", ["show", "hardware", "{hw_deeply_nested}"], "nested.yaml"),
     ("hw-path-missing", [*P, "-g", "/nonexistent/dir/gpu.yaml"], "does not exist"),
+    ("hw-moe-compute-format", [*P, "-g", "{hw_moe_compute_format}"], "compute_fractions.fp9.[key]: must be one of"),
+    ("hw-moe-compute-fraction", [*P, "-g", "{hw_moe_compute_fraction}"],
+     "compute_fractions.fp8 = 1.5 is not a fraction of peak; use a value in (0, 1]"),
+    ("hw-fp8-attention-half", [*P, "-g", "{hw_fp8_attention_half}"],
+     "decode_attention_fp8_ramp_tokens come together: give both or neither"),
     ("model-malformed-json", [*P, "-m", "{model_malformed}"], "malformed json"),
     ("model-empty", [*P, "-m", "{model_empty}"], "empty"),
     ("model-binary", ["show", "model", "{model_binary}"], "binary"),
