@@ -158,7 +158,7 @@ def fit_groups(rows: list[MoERow]) -> list[FamilyFit]:
         terms, folds = select_terms(grp, spec, start)
         fit = MoEFamilyFit(spec, start, terms).fit(grp)
         kept = kept_compute_formats(fit, grp)
-        if kept != tuple(sorted(fit.compute_fractions_, key=lambda w: w.value)):   # refit without the others
+        if kept != tuple(fit.compute_fractions_):        # refit without the others
             fit = MoEFamilyFit(spec, start, terms, kept).fit(grp)
             folds = held_out(grp, spec, start, terms, kept)
         status = ("fitted" if fit.bandwidth_fraction_ <= MAX_BANDWIDTH_FRACTION else
@@ -214,7 +214,7 @@ def measured_family(g: FamilyFit) -> dict:
                         f"{COMPUTE_ROWS_PER_EXPERT} rows per touched expert (compute-bound)")
         data["compute_fractions"] = {fmt.value: {**_fig(round(fig.value, 3), source, "fitted", compute_note),
                                                  "measured_on": [g.part]}
-                                     for fmt, fig in sorted(fam.compute_fractions.items(), key=lambda kv: kv[0].value)}
+                                     for fmt, fig in fam.compute_fractions.items()}
     return data
 
 
@@ -347,7 +347,7 @@ def summary(fits: list[FamilyFit]) -> list[dict]:
             fam = g.fit.family_
             d["figures"] = {n: _round(n, getattr(fam, n).value) for n in ("latency_s", "bandwidth_fraction") + g.terms}
             d["figures"].update({f"compute_fraction.{fmt.value}": round(fig.value, 3)
-                                 for fmt, fig in sorted(fam.compute_fractions.items(), key=lambda kv: kv[0].value)})
+                                 for fmt, fig in fam.compute_fractions.items()})
             d["median_abs_residual"] = round(median_abs(g.fit.residuals_), 4)
             d["max_abs_residual"] = round(float(np.max(np.abs(g.fit.residuals_))), 4)
             d["held_out"] = [{"shape": h.shape, "rows": h.rows, "median_abs_error": round(h.median_abs_error, 4)}

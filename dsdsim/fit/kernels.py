@@ -479,7 +479,7 @@ def kept_compute_formats(fit: MoEFamilyFit, rows: Sequence[MoERow],
     """The formats whose fitted compute fraction earns its place: it lowers the median |error| of that format's
     compute-bound rows by more than ``min_gain`` against the part's prior (bf16 Triton MoE at large M scatters
     31-36% (median |error|) around any one fraction on H100/H200, so a fitted value there is not kept)."""
-    return tuple(w for w in sorted(fit.compute_fractions_, key=lambda w: w.value)
+    return tuple(w for w in fit.compute_fractions_                      # in the fitted order: by format name
                  if compute_gain(fit, rows, w) > min_gain)
 
 
