@@ -27,7 +27,7 @@ import csv
 import math
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "measurements" / "kernels" / "attention_queries.csv"
 SPECS = ROOT / "hw_specs"
 MIN_ROWS, MIN_BATCH, MIN_CONTEXT = 20, 16, 256
+# an 8-bit cache's fraction by head size (decode_attention_fp8_head_dim_fractions): fitted over the head sizes with at
+# least MIN_HEAD_ROWS rows, one ramp shared, and kept where it lowers the part's median |error| by more than
+# HEAD_MIN_GAIN (the rule fit_kernels.py keeps a fused-MoE compute fraction by)
+MIN_HEAD_ROWS, HEAD_MIN_GAIN = 20, 0.02
+HEAD_FIGURE = "decode_attention_fp8_head_dim_fractions"
 KV_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 # the figures each cache width is fitted to: a 16-bit cache, and an 8-bit one (dequantised in the kernel)
 FIGURES = {2: ("decode_attention_bandwidth_fraction", "decode_attention_ramp_tokens"),
@@ -68,12 +73,47 @@ def fit(bandwidth: float, rows: list[dict]) -> tuple[float, float, float]:
     return float(res.x[0]), float(res.x[1]), float(np.median(np.abs(pred(res.x) / t - 1.0)))
 
 
-def predicted(rows: list[dict], bandwidth: float, eta: float, ramp: float) -> np.ndarray:
-    """Each row's decode-attention seconds at the figures (eta_max, ramp) on a part of ``bandwidth`` B/s."""
+def predicted(rows: list[dict], bandwidth: float, eta, ramp: float) -> np.ndarray:
+    """Each row's decode-attention seconds at the figures (eta_max, ramp) on a part of ``bandwidth`` B/s; ``eta``
+    one fraction or an array of one per row."""
     n = np.array([float(r["batch"]) for r in rows])
     c = np.array([float(r["context"]) for r in rows])
     per_token = np.array([2 * int(r["num_kv_heads"]) * int(r["head_dim"]) * KV_BYTES[r["kv_dtype"]] for r in rows])
     return n * (c + ramp) * per_token / (bandwidth * eta)
+
+
+def _nearest_head(by_head: dict[int, float], head_dim: int) -> int:
+    """The measured head size nearest to ``head_dim`` (log ratio, the smaller on a tie): KernelFigures'
+    fp8_decode_fraction rule."""
+    return min(by_head, key=lambda d: (abs(math.log(d / head_dim)), d))
+
+
+def etas_of(rows: list[dict], eta: float, by_head: dict[int, float]) -> np.ndarray:
+    """Each row's fraction: by its head size where ``by_head`` has fractions, else ``eta``."""
+    if not by_head:
+        return np.full(len(rows), eta)
+    return np.array([by_head[_nearest_head(by_head, int(r["head_dim"]))] for r in rows])
+
+
+def fit_by_head(bandwidth: float, rows: list[dict]) -> tuple[dict[int, float], float, float] | None:
+    """({head size: eta_max}, ramp tokens, median |pred/meas - 1|) over the head sizes with ``MIN_HEAD_ROWS`` rows
+    or more (one ramp shared, least squares on log time); None where fewer than two head sizes have them."""
+    counts: dict[int, int] = {}
+    for r in rows:
+        counts[int(r["head_dim"])] = counts.get(int(r["head_dim"]), 0) + 1
+    heads = sorted(d for d, n in counts.items() if n >= MIN_HEAD_ROWS)
+    if len(heads) < 2:
+        return None
+    t = np.array([float(r["time_us"]) * 1e-6 for r in rows])
+    which = np.array([heads.index(_nearest_head(dict.fromkeys(heads), int(r["head_dim"]))) for r in rows])
+
+    def pred(x):
+        return predicted(rows, bandwidth, np.asarray(x[:-1])[which], x[-1])
+
+    res = least_squares(lambda x: np.log(pred(x) / t), [0.8] * len(heads) + [80.0],
+                        bounds=([0.05] * len(heads) + [0.0], [1.0] * len(heads) + [5000.0]))
+    return ({d: float(e) for d, e in zip(heads, res.x[:-1])}, float(res.x[-1]),
+            float(np.median(np.abs(pred(res.x) / t - 1.0))))
 
 
 def _major(hw) -> str | None:
@@ -109,6 +149,9 @@ class DecodeFit:
     rows: int
     error: float
     sources: str
+    by_head: dict = field(default_factory=dict)   # {head size: eta_max} where kept (an 8-bit cache), ramp shared
+    single_error: float = 0.0                     # median |error| of the one fraction, where by_head is kept
+    rate_scale: float = 1.0                       # assumed as the bytes/s reached on f.part: its BW over this part's
 
 
 def rewritten(text: str, f: DecodeFit, assumed_by: str | None = None) -> str:
@@ -121,6 +164,9 @@ def rewritten(text: str, f: DecodeFit, assumed_by: str | None = None) -> str:
     note = f"median |pred/meas - 1| {f.error:.3f}"
     if assumed_by is not None:
         note += f"; assumed from {f.part} (the nearest fitted part of its generation by memory bandwidth)"
+        if f.rate_scale != 1.0:
+            note += (f" as the bytes/s it reaches there (x{f.rate_scale:.3f}: this kernel is bound by the SMs, not "
+                     "the memory; fit_decode_attention.py prints the test)")
     verified = "fitted" if assumed_by is None else "unverified"
     lines = (f'  {fraction}: {{value: {f.eta:.3f}, source: "{src}", verified: {verified}, note: "{note}", '
              f'measured_on: [{f.part}]}}',
@@ -129,9 +175,24 @@ def rewritten(text: str, f: DecodeFit, assumed_by: str | None = None) -> str:
              f'measured_on: [{f.part}]}}')
     if re.search(rf"^  {fraction}: ", text, flags=re.M) is None:       # a pair the spec does not have yet
         anchor = re.search(r"^  decode_attention_ramp_tokens: \{.*\}$", text, flags=re.M)
-        return text[:anchor.end()] + "\n" + "\n".join(lines) + text[anchor.end():]
-    text = re.sub(rf"^  {fraction}: \{{.*\}}$", lambda _: lines[0], text, flags=re.M)
-    return re.sub(rf"^  {ramp_name}: \{{.*\}}$", lambda _: lines[1], text, flags=re.M)
+        text = text[:anchor.end()] + "\n" + "\n".join(lines) + text[anchor.end():]
+    else:
+        text = re.sub(rf"^  {fraction}: \{{.*\}}$", lambda _: lines[0], text, flags=re.M)
+        text = re.sub(rf"^  {ramp_name}: \{{.*\}}$", lambda _: lines[1], text, flags=re.M)
+    if f.width != 1:
+        return text
+    text = re.sub(rf"^  {HEAD_FIGURE}: \{{.*\}}\n", "", text, flags=re.M)
+    if not f.by_head:
+        return text
+    head_note = (f"the fraction at each head size, one ramp shared (a head size between takes the nearest); median "
+                 f"|pred/meas - 1| {f.error:.3f} against {f.single_error:.3f} with one fraction"
+                 + ("" if assumed_by is None else
+                    f"; assumed from {f.part} (the nearest fitted part of its generation by memory bandwidth)"
+                    + ("" if f.rate_scale == 1.0 else f" as the bytes/s it reaches there (x{f.rate_scale:.3f})")))
+    figs = ", ".join(f'"{d}": {{value: {e:.3f}, source: "{src}", verified: {verified}, note: "{head_note}", '
+                     f'measured_on: [{f.part}]}}' for d, e in sorted(f.by_head.items()))
+    anchor = re.search(rf"^  {ramp_name}: \{{.*\}}$", text, flags=re.M)
+    return text[:anchor.end()] + f"\n  {HEAD_FIGURE}: {{{figs}}}" + text[anchor.end():]
 
 
 def fits_by_width() -> dict[int, dict[str, DecodeFit]]:
@@ -144,16 +205,30 @@ def fits_by_width() -> dict[int, dict[str, DecodeFit]]:
             path = SPECS / f"{part}.yaml"
             if not path.exists():
                 continue
-            eta, ramp, err = fit(load_hardware(path).bandwidth, rows)
+            bandwidth = load_hardware(path).bandwidth
+            eta, ramp, err = fit(bandwidth, rows)
             print(f"{part:13s} {cache} cache  n {len(rows):4d}  eta_max {eta:.3f}  ramp {ramp:.0f} tokens  "
                   f"median |err| {err:.3f}")
-            out.setdefault(width, {})[part] = DecodeFit(part, width, eta, ramp, len(rows), err, _sources(rows))
+            f = DecodeFit(part, width, eta, ramp, len(rows), err, _sources(rows))
+            heads = fit_by_head(bandwidth, rows) if width == 1 else None
+            if heads is not None:
+                by_head, head_ramp, head_err = heads
+                kept = head_err < err - HEAD_MIN_GAIN
+                print(f"{'':13s} by head size: " + ", ".join(f"{d}: {e:.3f}" for d, e in sorted(by_head.items()))
+                      + f"  ramp {head_ramp:.0f} tokens  median |err| {head_err:.3f}  "
+                      + ("kept" if kept else f"not kept (saves under {HEAD_MIN_GAIN:.0%})"))
+                if kept:      # the one fraction refitted at the shared ramp: it times an operator without a head size
+                    t = np.array([float(r["time_us"]) * 1e-6 for r in rows])
+                    one = float(np.exp(np.mean(np.log(predicted(rows, bandwidth, 1.0, head_ramp) / t))))
+                    f = DecodeFit(part, width, one, head_ramp, len(rows), head_err, f.sources, by_head, err)
+            out.setdefault(width, {})[part] = f
     return out
 
 
 def transfer_errors(fits: dict[int, dict[str, DecodeFit]], specs: dict[str, object]) -> list[tuple]:
-    """(width, part, figures' part, rows, median |pred/meas - 1|) of each fitted part's rows read by the figures of
-    its nearest other fitted part: the transfer rule tried on rows those figures never saw."""
+    """(width, part, figures' part, rows, median |pred/meas - 1|, the same with the figures read as the bytes/s they
+    reach on their own part) of each fitted part's rows read by the figures of its nearest other fitted part: the
+    transfer rule tried on rows those figures never saw."""
     out = []
     for width, by_part in fits.items():
         fitted = [specs[p] for p in by_part]
@@ -164,8 +239,10 @@ def transfer_errors(fits: dict[int, dict[str, DecodeFit]], specs: dict[str, obje
             rows = rows_by_part(width=width)[part]
             f = by_part[near.name]
             t = np.array([float(r["time_us"]) * 1e-6 for r in rows])
-            err = float(np.median(np.abs(predicted(rows, specs[part].bandwidth, f.eta, f.ramp) / t - 1.0)))
-            out.append((width, part, near.name, len(rows), err))
+            eta, bw = etas_of(rows, f.eta, f.by_head), specs[part].bandwidth
+            err = float(np.median(np.abs(predicted(rows, bw, eta, f.ramp) / t - 1.0)))
+            as_rate = float(np.median(np.abs(predicted(rows, bw, eta * near.bandwidth / bw, f.ramp) / t - 1.0)))
+            out.append((width, part, near.name, len(rows), err, as_rate))
     return out
 
 
@@ -177,19 +254,49 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     fits = fits_by_width()
     specs = {path.stem: load_hardware(path) for path in sorted(SPECS.glob("*.yaml"))}
-    for width, part, near, n, err in transfer_errors(fits, specs):
-        print(f"transfer: {part:13s} {8 * width}-bit rows ({n}) read by {near}'s figures: median |err| {err:.3f}")
+    transfers = transfer_errors(fits, specs)
+    for width, part, near, n, err, as_rate in transfers:
+        print(f"transfer: {part:13s} {8 * width}-bit rows ({n}) read by {near}'s figures: median |err| {err:.3f} "
+              f"(as the bytes/s they reach there: {as_rate:.3f})")
+    as_rate = rate_transfers(transfers, specs)
+    for width, generation in sorted(as_rate):
+        print(f"{generation} {8 * width}-bit cache: figures move to a part without rows as the bytes/s they reach")
     updates = []
     for name, hw in specs.items():
         path, text = SPECS / f"{name}.yaml", (SPECS / f"{name}.yaml").read_text()
+        cap = 1.0                  # the 16-bit fraction the part gets: an 8-bit cache streams no faster
         for width in sorted(fits, reverse=True):           # the 16-bit pair first: the 8-bit one is placed after it
             by_part = fits[width]
             if name in by_part:
-                text = rewritten(text, by_part[name])
+                f, assumed = by_part[name], None
             elif hw.kernels is not None and (near := nearest(hw, [specs[p] for p in by_part])) is not None:
-                text = rewritten(text, by_part[near.name], assumed_by=name)
+                f, assumed = by_part[near.name], name
+                if (width, hw.generation_name) in as_rate:
+                    f = at_rate(f, near.bandwidth / hw.bandwidth, cap)
+            else:
+                continue
+            cap = f.eta if width == 2 else cap
+            text = rewritten(text, f, assumed_by=assumed)
         updates.append((path, text))
     return write_specs(updates, args.check)
+
+
+def rate_transfers(transfers: list[tuple], specs: dict[str, object]) -> set[tuple[int, str]]:
+    """The (cache width, generation) pairs whose fitted parts read each other's rows better with the figures taken
+    as the bytes/s they reach than as a fraction of bandwidth (a kernel bound by its SMs, not its memory: Hopper's
+    FlashAttention-3 over an 8-bit cache); the medians of the two readings over the generation's parts compared."""
+    by: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    for width, part, _near, _n, err, rate_err in transfers:
+        by.setdefault((width, specs[part].generation_name), []).append((err, rate_err))
+    return {key for key, errs in by.items()
+            if np.median([r for _, r in errs]) < np.median([e for e, _ in errs]) - HEAD_MIN_GAIN}
+
+
+def at_rate(f: DecodeFit, scale: float, cap: float) -> DecodeFit:
+    """``f``'s fractions scaled by ``scale`` (the fitted part's bandwidth over this one's): the same bytes/s, up to
+    ``cap`` (the part's 16-bit fraction: a kernel over an 8-bit cache streams the memory no faster)."""
+    return replace(f, eta=min(f.eta * scale, cap), by_head={d: min(e * scale, cap) for d, e in f.by_head.items()},
+                   rate_scale=scale)
 
 
 if __name__ == "__main__":

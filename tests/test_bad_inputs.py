@@ -101,6 +101,8 @@ FILES = {
                                                      "compute_fractions: {fp8: {value: 1.5")),
     "hw_fp8_attention_half": ("fp8_attn.yaml", "\n".join(l for l in H200.splitlines()
                                                            if not l.startswith("  decode_attention_fp8_ramp_tokens"))),
+    "hw_fp8_head_fraction": ("fp8_head.yaml", _hw('fractions: {"64": {value: 0.495', 'fractions: {"64": {value: 1.5')),
+    "hw_fp8_head_size": ("fp8_head_size.yaml", _hw('fractions: {"64": {value: 0.495', 'fractions: {"0": {value: 0.495')),
     "model_null": ("null.json", "null"),
 }
 
@@ -134,6 +136,10 @@ CASES = [
      "compute_fractions.fp8 = 1.5 is not a fraction of peak; use a value in (0, 1]"),
     ("hw-fp8-attention-half", [*P, "-g", "{hw_fp8_attention_half}"],
      "decode_attention_fp8_ramp_tokens come together: give both or neither"),
+    ("hw-fp8-head-fraction", [*P, "-g", "{hw_fp8_head_fraction}"],
+     "decode_attention_fp8_head_dim_fractions.64 = 1.5 is not a fraction of peak"),
+    ("hw-fp8-head-size", [*P, "-g", "{hw_fp8_head_size}"],
+     "decode_attention_fp8_head_dim_fractions: head size 0 must be a positive number"),
     ("model-malformed-json", [*P, "-m", "{model_malformed}"], "malformed json"),
     ("model-empty", [*P, "-m", "{model_empty}"], "empty"),
     ("model-binary", ["show", "model", "{model_binary}"], "binary"),

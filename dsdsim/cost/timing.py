@@ -27,8 +27,8 @@ import numpy as np
 
 from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import is_scalar, isfinite, maximum, minimum, num, where
-from dsdsim.cost.ops import (AllReduce, AllToAll, Attention, Bound, Demand, Elementwise, Embedding, Gather, Gemm,
-                             KernelClass, MoEExperts, OpCost, OpKind, Operator, Sampling)
+from dsdsim.cost.ops import (AllReduce, AllToAll, Attention, AttentionShape, Bound, Demand, Elementwise, Embedding,
+                             Gather, Gemm, KernelClass, MoEExperts, OpCost, OpKind, Operator, Sampling)
 from dsdsim.records import frozen
 from dsdsim.specs.hardware import (GROUPED_GEMM_LAUNCHES, AllReduceAlgorithm, AllReduceTier, GemmFigures,
                                    HardwareSpec, MoEFamilyFigures)
@@ -211,6 +211,7 @@ class _Rates:
     compute_flops_per_s: dict          # (dtype, fused MoE?) -> peak * compute fraction
     memory_bytes_per_s: dict           # (kind, kernel, fp8 weights?) -> bandwidth * the fraction that class reaches
     attention: dict                    # kernel class -> (eta_max, ramp tokens), with kernel figures only
+    fp8_decode_by_head: bool           # an 8-bit-cache decode's fraction by head size (KernelFigures)
     kernel_floor_s: float | None       # None without kernel figures
     transition_p: float | None
     moe_call_latency_s: float
@@ -241,6 +242,7 @@ def _rates(hw: HardwareSpec) -> _Rates:
                     memory[kind, kernel, fp8] = hw.bandwidth * memory_efficiency(hw, kind)
     attention = ({k: _attention_curve(hw, k) for k in KernelClass} if kf is not None else {})
     return _Rates(compute_flops_per_s=compute, memory_bytes_per_s=memory, attention=attention,
+                  fp8_decode_by_head=bool(kf is not None and kf.decode_attention_fp8_head_dim_fractions),
                   kernel_floor_s=kf.kernel_floor_s.value if kf is not None else None,
                   transition_p=kf.gemm_transition_p.value if kf is not None else None,
                   moe_call_latency_s=kf.moe_call_latency_s.value if kf is not None else 0.0)
@@ -271,9 +273,11 @@ class MoECall(NamedTuple):
 
 
 def op_rates(hw: HardwareSpec, kind: OpKind, kernel: KernelClass, dtype: DType, kv_bytes_per_token: float = 0.0,
-             group: int = 1, moe_family: Optional[str] = None, moe_call: Optional[MoECall] = None) -> OpRates:
+             group: int = 1, moe_family: Optional[str] = None, moe_call: Optional[MoECall] = None,
+             head_dim: int = 0) -> OpRates:
     """The rates of an operator of ``kind`` run by ``kernel`` in ``dtype`` (attention: ``kv_bytes_per_token``
-    cached per token; collectives: over ``group`` ranks). Fused MoE on a spec with kernel families: the family
+    cached per token, ``head_dim`` elements per head; collectives: over ``group`` ranks). Fused MoE on a spec with
+    kernel families: the family
     ``moe_family`` (the engine's; None: the spec's default) for weights in ``dtype``, over the call's static shape
     ``moe_call`` (``KernelFigures.moe_family`` resolves a family the part lacks)."""
     if kernel is KernelClass.fused_moe and hw.kernels is not None and kind is not OpKind.attention:
@@ -291,6 +295,8 @@ def op_rates(hw: HardwareSpec, kind: OpKind, kernel: KernelClass, dtype: DType, 
         # bytes / (BW * eta_max), every sequence also paying for c_ramp tokens it does not read: the per-call ramp
         # that keeps short-context decode attention far below bandwidth
         eta_max, ramp_tokens = rates.attention[kernel]
+        if head_dim and kernel is KernelClass.flash_decode_fp8 and rates.fp8_decode_by_head:
+            eta_max = hw.kernels.fp8_decode_fraction(head_dim)     # the kernel's rate follows the head size
         memory, ramp = hw.bandwidth * eta_max, kv_bytes_per_token * ramp_tokens
     else:
         memory = rates.memory_bytes_per_s[kind, kernel, dtype in _FP8_GEMM]
@@ -487,7 +493,9 @@ def record_rates(op: OpCost, hw: HardwareSpec, moe_family: Optional[str] = None)
     """The rates of an operator record (fused MoE: of family ``moe_family``, None the spec's default). A record does
     not carry the rank's expert count: the align term is left out (a planned operator's rates, ``rates_of``, hold it)."""
     call = _record_call(op) if op.kind is OpKind.moe_experts else None
-    return op_rates(hw, op.kind, op.kernel, op.dtype, op.kv_bytes_per_token, op.comm_group, moe_family, call)
+    head_dim = op.shape.qk_dim if type(op.shape) is AttentionShape else 0
+    return op_rates(hw, op.kind, op.kernel, op.dtype, op.kv_bytes_per_token, op.comm_group, moe_family, call,
+                    head_dim)
 
 
 def _record_call(op: OpCost) -> MoECall:
@@ -503,7 +511,7 @@ def rates_of(op: Operator, hw: HardwareSpec, moe_family: Optional[str] = None) -
     ``moe_family`` (the engine's, ``MoEKernels.family``; None: the spec's default)."""
     call = MoECall(op.expert_weight_bytes, op.experts) if isinstance(op, MoEExperts) else None
     return op_rates(hw, op.kind, op.kernel, op.dtype, getattr(op, "kv_bytes_per_token", 0.0), getattr(op, "group", 1),
-                    moe_family, call)
+                    moe_family, call, getattr(op, "qk_dim", 0))
 
 
 def op_terms(op: OpCost, hw: HardwareSpec, cuda_graphs=True, moe_family: Optional[str] = None) -> OpTerms:

@@ -5,6 +5,7 @@ Peaks are DENSE (no 2:4 sparsity); a file whose peaks look sparse is refused.
 """
 # Annotations stay objects here (no `from __future__ import annotations`): pydantic compiles a string one first.
 
+import math
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
@@ -239,7 +240,10 @@ class KernelFigures(FrozenSpec):
     * ``decode_attention_bandwidth_fraction`` / ``decode_attention_ramp_tokens``: paged decode attention
       (FlashAttention / FlashInfer) reaches fraction * c / (c + ramp) of bandwidth at c cached tokens per
       sequence: every sequence costs as if ``ramp`` more tokens were read. ``decode_attention_fp8_*``: the same over
-      an 8-bit cache, which the kernel dequantises (absent: the 16-bit figures over half the bytes).
+      an 8-bit cache, which the kernel dequantises (absent: the 16-bit figures over half the bytes);
+      ``decode_attention_fp8_head_dim_fractions``, where the dequantising kernel's rate follows the head size
+      (Hopper FlashAttention-3), the fraction at each measured head size, a head size between them taking the
+      nearest (log ratio), in place of the one fraction.
     * ``mla_attention_*``: the same for MLA decode kernels (FlashMLA) over the latent cache.
     * ``moe_families``: fused-MoE kernel families (Triton fused_moe, FlashInfer TRT-LLM-gen, ...), each with its
       own launches, fixed latency and bandwidth (``MoEFamilyFigures``); the engine names the family it runs and
@@ -255,6 +259,7 @@ class KernelFigures(FrozenSpec):
     decode_attention_ramp_tokens: Figure
     decode_attention_fp8_bandwidth_fraction: Optional[Figure] = None   # an 8-bit cache, dequantised in the kernel
     decode_attention_fp8_ramp_tokens: Optional[Figure] = None
+    decode_attention_fp8_head_dim_fractions: dict[int, Figure] = Field(default_factory=dict)   # head size -> fraction
     mla_attention_bandwidth_fraction: Figure
     mla_attention_ramp_tokens: Figure
     moe_call_latency_s: Optional[Figure] = None
@@ -283,11 +288,33 @@ class KernelFigures(FrozenSpec):
         if (self.decode_attention_fp8_bandwidth_fraction is None) != (self.decode_attention_fp8_ramp_tokens is None):
             raise ValueError("kernels.decode_attention_fp8_bandwidth_fraction and decode_attention_fp8_ramp_tokens "
                              "come together: give both or neither")
+        by_head = self.decode_attention_fp8_head_dim_fractions
+        if by_head and self.decode_attention_fp8_ramp_tokens is None:
+            raise ValueError("kernels.decode_attention_fp8_head_dim_fractions needs the fp8 pair it refines "
+                             "(decode_attention_fp8_bandwidth_fraction and _ramp_tokens); give them too")
+        for head_dim, fig in by_head.items():
+            if head_dim <= 0:
+                raise ValueError(f"kernels.decode_attention_fp8_head_dim_fractions: head size {head_dim} must be a "
+                                 "positive number of elements (64, 128, 256)")
+            if not 0.01 <= fig.value <= 1.2:
+                raise ValueError(f"kernels.decode_attention_fp8_head_dim_fractions.{head_dim} = {fig.value} is not a "
+                                 "fraction of peak; use a value in (0, 1.2]")
         self._check_moe_figures()
         unknown = sorted(set(self.gemm) - set(GEMM_FORMATS))
         if unknown:
             raise ValueError(f"kernels.gemm describes weight formats {', '.join(GEMM_FORMATS)}, not {', '.join(unknown)}")
         return self._with_views() if self.moe_families else self
+
+    def fp8_decode_fraction(self, head_dim: int) -> Optional[float]:
+        """The fraction of bandwidth decode attention over an 8-bit cache reaches at ``head_dim`` elements per head:
+        the measured head size nearest to it (log ratio; the smaller on a tie) where the spec gives fractions by
+        head size, else the one fp8 fraction; None where the spec has no fp8-cache figures."""
+        by_head = self.decode_attention_fp8_head_dim_fractions
+        if by_head and head_dim > 0:
+            nearest = min(by_head, key=lambda d: (abs(math.log(d / head_dim)), d))
+            return by_head[nearest].value
+        fig = self.decode_attention_fp8_bandwidth_fraction
+        return None if fig is None else fig.value
 
     def gemm_figures(self, weight: DType) -> Optional[GemmFigures]:
         """The dense-GEMM figures for weights in ``weight`` (its kernel format: bf16 and fp16 run bf16 GEMMs); None
@@ -625,6 +652,8 @@ class HardwareSpec(FrozenSpec):
                 "decode_attention_bandwidth_fraction": fig(kf.decode_attention_bandwidth_fraction, bandwidth),
                 "decode_attention_fp8_bandwidth_fraction":
                     fig(kf.decode_attention_fp8_bandwidth_fraction, bandwidth),
+                "decode_attention_fp8_head_dim_fractions":
+                    {d: fig(f, bandwidth) for d, f in kf.decode_attention_fp8_head_dim_fractions.items()},
                 "mla_attention_bandwidth_fraction": fig(kf.mla_attention_bandwidth_fraction, bandwidth),
                 "moe_bandwidth_fraction": fig(kf.moe_bandwidth_fraction, bandwidth),
                 "moe_compute_fraction": fig(kf.moe_compute_fraction, compute),
@@ -659,6 +688,9 @@ def kernel_figure_origins(hw: HardwareSpec) -> list[KernelFigureOrigin]:
         fig = getattr(kf, name)
         if isinstance(fig, Figure) and not (kf.moe_families and name in _FAMILY_VIEWS):
             figures.append((name, fig.value, fig.measured_on, fig.source, fig.verified))
+    for head_dim, fig in sorted(kf.decode_attention_fp8_head_dim_fractions.items()):
+        figures.append((f"decode_attention_fp8_head_dim_fractions.{head_dim}", fig.value, fig.measured_on,
+                        fig.source, fig.verified))
     for family, figs in kf.moe_families.items():
         for name, fig in figs.figures().items():
             figures.append((f"moe_families.{family}.{name}", fig.value, fig.measured_on, fig.source, fig.verified))
