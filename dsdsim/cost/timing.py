@@ -38,7 +38,7 @@ _BOUNDS = (Bound.compute, Bound.memory, Bound.communication, Bound.overhead)
 
 
 class OpTerms(NamedTuple):
-    """Seconds per occurrence of one operator, by what bounds it (``op_terms``)."""
+    """Seconds per occurrence of one operator, by what bounds it (``OpTime.terms``)."""
 
     compute_per: np.ndarray | float
     memory_per: np.ndarray | float
@@ -54,7 +54,7 @@ class OpTime:
 
     Only ``time_s`` is kept: a grid sweep needs nothing else, and holding the split for every operator of a large
     grid doubles the memory a step takes. The split per occurrence (``*_per``) is worked out again from the
-    operator when asked for (``op_terms``, the same function) and scaled by ``count`` in ``*_s``.
+    operator when asked for (``terms``, from the same rates) and scaled by ``count`` in ``*_s``.
     ``overhead_per`` holds launch gaps, host time, fixed per-call latencies and the time a kernel floor adds;
     ``transition_per`` the time the smooth GEMM transition adds above max(t_c, t_m).
     """
@@ -512,12 +512,6 @@ def rates_of(op: Operator, hw: HardwareSpec, moe_family: Optional[str] = None) -
     call = MoECall(op.expert_weight_bytes, op.experts) if isinstance(op, MoEExperts) else None
     return op_rates(hw, op.kind, op.kernel, op.dtype, getattr(op, "kv_bytes_per_token", 0.0), getattr(op, "group", 1),
                     moe_family, call, getattr(op, "qk_dim", 0))
-
-
-def op_terms(op: OpCost, hw: HardwareSpec, cuda_graphs=True, moe_family: Optional[str] = None) -> OpTerms:
-    """The terms of one occurrence of ``op``. ``cuda_graphs``: whether the kernels replay a CUDA graph, one truth
-    value or an array over the grid."""
-    return terms(record_rates(op, hw, moe_family), op.demand, launch_overhead(hw, cuda_graphs))
 
 
 def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True, moe_family: Optional[str] = None) -> OpTime:

@@ -326,11 +326,6 @@ def _engine_files() -> tuple[tuple[str, Path], ...]:
     return tuple(sorted(_names("engine_specs").items()))
 
 
-def _engines_of(family: str) -> list[tuple[str, EngineSpec]]:
-    """The versioned specs of one engine, oldest range first."""
-    return _engines_of_files(family, _engine_files())
-
-
 @lru_cache(maxsize=64)
 def _engines_of_files(family: str, files: tuple) -> list[tuple[str, SimpleNamespace]]:
     """(stem, an object with ``name`` and ``versions``) per spec of ``family``; read from each file's head where
