@@ -45,17 +45,23 @@ MIN_ROWS, MIN_BATCH, MIN_CONTEXT = 20, 16, 256
 MIN_HEAD_ROWS, HEAD_MIN_GAIN = 20, 0.02
 HEAD_FIGURE = "decode_attention_fp8_head_dim_fractions"
 KV_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+# the kernels the figures describe: vLLM's (its attention backends as vLLM builds them); another engine's build of the
+# same kernels (SGLang 0.5.14's FlashAttention-3 and Triton decode on H100 / H200) is printed beside, not fitted
+FITTED_LIBRARY = "vLLM"
+CROSS_CHECK = "SGLang"
 # the figures each cache width is fitted to: a 16-bit cache, and an 8-bit one (dequantised in the kernel)
 FIGURES = {2: ("decode_attention_bandwidth_fraction", "decode_attention_ramp_tokens"),
            1: ("decode_attention_fp8_bandwidth_fraction", "decode_attention_fp8_ramp_tokens")}
 
 
-def rows_by_part(path: Path = DATA, width: int = 2) -> dict[str, list[dict]]:
-    """The decode rows of each part over a cache of ``width`` bytes per element, where a part has enough."""
+def rows_by_part(path: Path = DATA, width: int = 2, library: str = FITTED_LIBRARY) -> dict[str, list[dict]]:
+    """The decode rows of each part over a cache of ``width`` bytes per element timed in ``library`` (a prefix),
+    where a part has enough."""
     out: dict[str, list[dict]] = {}
     with path.open(encoding="utf-8") as fh:
         for r in csv.DictReader(fh):
-            if (r["q_per_seq"] == "1" and r["attention"].startswith("gqa") and r["num_kv_heads"] and r["head_dim"]
+            if (r["library"].startswith(library) and r["q_per_seq"] == "1" and r["attention"].startswith("gqa")
+                    and r["num_kv_heads"] and r["head_dim"]
                     and KV_BYTES.get(r["kv_dtype"]) == width
                     and int(r["batch"]) >= MIN_BATCH and int(r["context"]) >= MIN_CONTEXT):
                 out.setdefault(r["part"], []).append(r)
@@ -261,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     as_rate = rate_transfers(transfers, specs)
     for width, generation in sorted(as_rate):
         print(f"{generation} {8 * width}-bit cache: figures move to a part without rows as the bytes/s they reach")
+    for part, kernel, width, head, n, eta, err in other_builds(specs):
+        print(f"other build: {part:9s} {kernel[:40]:40s} {8 * width:2d}-bit head {head:3d}  n {n:4d}  eta_max "
+              f"{eta:.3f}  the shipped figures read them {err:.3f}")
     updates = []
     for name, hw in specs.items():
         path, text = SPECS / f"{name}.yaml", (SPECS / f"{name}.yaml").read_text()
@@ -279,6 +288,28 @@ def main(argv: list[str] | None = None) -> int:
             text = rewritten(text, f, assumed_by=assumed)
         updates.append((path, text))
     return write_specs(updates, args.check)
+
+
+def other_builds(specs: dict[str, object]) -> list[tuple]:
+    """(part, kernel, cache width, head size, rows, eta_max fitted on them, median |error| of the shipped figures) of
+    each engine build of the kernels that is not fitted (``CROSS_CHECK``): how far the figures carry to it."""
+    out = []
+    for width in (2, 1):
+        for part, rows in sorted(rows_by_part(width=width, library=CROSS_CHECK).items()):
+            hw = specs[part]
+            kf = hw.kernels
+            ramp = (kf.decode_attention_fp8_ramp_tokens if width == 1 else kf.decode_attention_ramp_tokens).value
+            by_kernel: dict[tuple[str, int], list[dict]] = {}
+            for r in rows:
+                by_kernel.setdefault((r["kernel"], int(r["head_dim"])), []).append(r)
+            for (kernel, head), rs in sorted(by_kernel.items()):
+                eta, _ramp, _err = fit(hw.bandwidth, rs)
+                shipped = (kf.fp8_decode_fraction(head) if width == 1
+                           else kf.decode_attention_bandwidth_fraction.value)
+                t = np.array([float(r["time_us"]) * 1e-6 for r in rs])
+                err = float(np.median(np.abs(predicted(rs, hw.bandwidth, shipped, ramp) / t - 1.0)))
+                out.append((part, kernel, width, head, len(rs), eta, err))
+    return out
 
 
 def rate_transfers(transfers: list[tuple], specs: dict[str, object]) -> set[tuple[int, str]]:
