@@ -3,22 +3,28 @@
     python scripts/fit_decode_attention.py            fit, print each fit and its error, write the specs
     python scripts/fit_decode_attention.py --check    fit again; fail (exit 1) if a spec would change
 
-Data: the rows of measurements/kernels/attention_queries.csv with one query per sequence over a paged GQA cache (MLA
-kernels have figures of their own), their heads and head size given, at least ``MIN_BATCH`` sequences and
-``MIN_CONTEXT`` cached tokens (where the kernel floor is small beside the cache read), at least ``MIN_ROWS`` of them
-per part and cache width. A 16-bit cache fits the
-``decode_attention_*`` figures; an 8-bit one, which the kernel dequantises, the ``decode_attention_fp8_*`` figures
-(Hopper's FlashAttention-3 reaches 0.50-0.67 of the bandwidth over it, Blackwell's trtllm-gen decode 0.78-0.81:
-measurements/kernels/README.md). The model is dsdsim's decode attention
-(``dsdsim.cost.timing``): the cache streams at BW * eta_max * c / (c + ramp) for c cached tokens per sequence, so
-t = batch * (c + ramp) * kv_bytes_per_token / (BW * eta_max). eta_max and ramp are fitted by least squares on log
-time. A part without such rows takes, per cache width, the figures of the nearest fitted part of its own generation by
-memory bandwidth and compute-capability major where both specs state one (engines pick the decode kernel by it): H100 NVL and PCIe,
-H200 NVL, GH200 and H20 take H100 SXM's or H200 SXM's FlashAttention-3 figures, L4, L40S and L20 the RTX 4090's, the
-RTX 5090 the RTX PRO 6000's (both GB202, not B200's trtllm-gen),
-marked unverified and measured_on the fitted part; ``--transfer`` prints how well each fitted part's rows are read by
-its nearest other fitted part's figures, the rule's test on rows those figures never saw. Parts of a generation with
-no fitted part keep their figures.
+Data: the rows of measurements/kernels/attention_queries.csv timed in the kernels vLLM runs (``FITTED_LIBRARY``)
+with one query per sequence over a paged GQA cache (MLA kernels have figures of their own), their heads and head
+size given, at least ``MIN_BATCH`` sequences and ``MIN_CONTEXT`` cached tokens (where the kernel floor is small
+beside the cache read), at least ``MIN_ROWS`` of them per part and cache width. The model is dsdsim's decode
+attention (``dsdsim.cost.timing``): the cache streams at BW * eta_max * c / (c + ramp) for c cached tokens per
+sequence, so t = batch * (c + ramp) * kv_bytes_per_token / (BW * eta_max); eta_max and ramp are fitted by least
+squares on log time.
+
+* A 16-bit cache fits the ``decode_attention_*`` pair; an 8-bit one, which the kernel dequantises, the
+  ``decode_attention_fp8_*`` pair, and where its rate follows the head size (Hopper's FlashAttention-3: one
+  fraction leaves 18-21% median error) ``decode_attention_fp8_head_dim_fractions``, one ramp shared, kept where it
+  saves more than ``HEAD_MIN_GAIN`` of median error (measurements/kernels/README.md).
+* A part without rows takes, per cache width, the figures of the nearest fitted part of its generation by memory
+  bandwidth, with the same compute-capability major where both specs state one (engines pick the decode kernel by
+  it): H100 NVL and PCIe and H20 take H100 SXM's, H200 NVL and GH200 H200 SXM's, L4, L40S and L20 the RTX 4090's,
+  the RTX 5090 the RTX PRO 6000's (both GB202, not B200's trtllm-gen). They are marked unverified and measured_on
+  the fitted part. They move as fractions of bandwidth, or as the bytes/s they reach where the fitted parts of the
+  generation read each other's rows better that way (``rate_transfers``: Hopper over an 8-bit cache, a kernel
+  bound by its SMs). Parts of a generation with no fitted part keep their figures.
+* Printed beside: each fitted part's rows read by its nearest other fitted part's figures (the transfer rule tried
+  on rows those figures never saw), and another engine's build of the kernels (``CROSS_CHECK``: SGLang 0.5.14 on
+  H100 / H200), which is not fitted.
 """
 from __future__ import annotations
 
@@ -34,6 +40,8 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from fit_gemm import write_specs     # the specs written one way (scripts/ is on sys.path)
+
+from dsdsim.specs.hardware import nearest_head_size
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "measurements" / "kernels" / "attention_queries.csv"
@@ -88,17 +96,11 @@ def predicted(rows: list[dict], bandwidth: float, eta, ramp: float) -> np.ndarra
     return n * (c + ramp) * per_token / (bandwidth * eta)
 
 
-def _nearest_head(by_head: dict[int, float], head_dim: int) -> int:
-    """The measured head size nearest to ``head_dim`` (log ratio, the smaller on a tie): KernelFigures'
-    fp8_decode_fraction rule."""
-    return min(by_head, key=lambda d: (abs(math.log(d / head_dim)), d))
-
-
 def etas_of(rows: list[dict], eta: float, by_head: dict[int, float]) -> np.ndarray:
     """Each row's fraction: by its head size where ``by_head`` has fractions, else ``eta``."""
     if not by_head:
         return np.full(len(rows), eta)
-    return np.array([by_head[_nearest_head(by_head, int(r["head_dim"]))] for r in rows])
+    return np.array([by_head[nearest_head_size(by_head, int(r["head_dim"]))] for r in rows])
 
 
 def fit_by_head(bandwidth: float, rows: list[dict]) -> tuple[dict[int, float], float, float] | None:
@@ -111,7 +113,7 @@ def fit_by_head(bandwidth: float, rows: list[dict]) -> tuple[dict[int, float], f
     if len(heads) < 2:
         return None
     t = np.array([float(r["time_us"]) * 1e-6 for r in rows])
-    which = np.array([heads.index(_nearest_head(dict.fromkeys(heads), int(r["head_dim"]))) for r in rows])
+    which = np.array([heads.index(nearest_head_size(dict.fromkeys(heads), int(r["head_dim"]))) for r in rows])
 
     def pred(x):
         return predicted(rows, bandwidth, np.asarray(x[:-1])[which], x[-1])

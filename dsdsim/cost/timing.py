@@ -277,9 +277,8 @@ def op_rates(hw: HardwareSpec, kind: OpKind, kernel: KernelClass, dtype: DType, 
              head_dim: int = 0) -> OpRates:
     """The rates of an operator of ``kind`` run by ``kernel`` in ``dtype`` (attention: ``kv_bytes_per_token``
     cached per token, ``head_dim`` elements per head; collectives: over ``group`` ranks). Fused MoE on a spec with
-    kernel families: the family
-    ``moe_family`` (the engine's; None: the spec's default) for weights in ``dtype``, over the call's static shape
-    ``moe_call`` (``KernelFigures.moe_family`` resolves a family the part lacks)."""
+    kernel families: the family ``moe_family`` (the engine's; None: the spec's default) for weights in ``dtype``, over
+    the call's static shape ``moe_call`` (``KernelFigures.moe_family`` resolves a family the part lacks)."""
     if kernel is KernelClass.fused_moe and hw.kernels is not None and kind is not OpKind.attention:
         family = hw.kernels.moe_family(moe_family, dtype)
         if family is not None:

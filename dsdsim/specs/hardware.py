@@ -228,6 +228,11 @@ class GemmFigures(FrozenSpec):
         return self
 
 
+def nearest_head_size(measured, head_dim: int) -> int:
+    """The measured head size nearest to ``head_dim`` (log ratio; the smaller on a tie): 96 -> 128, 512 -> 256."""
+    return min(measured, key=lambda d: (abs(math.log(d / head_dim)), d))
+
+
 GEMM_FORMATS = ("bf16", "fp8")     # the weight formats a GemmFigures block may describe (kernel_format values)
 
 
@@ -311,8 +316,7 @@ class KernelFigures(FrozenSpec):
         head size, else the one fp8 fraction; None where the spec has no fp8-cache figures."""
         by_head = self.decode_attention_fp8_head_dim_fractions
         if by_head and head_dim > 0:
-            nearest = min(by_head, key=lambda d: (abs(math.log(d / head_dim)), d))
-            return by_head[nearest].value
+            return by_head[nearest_head_size(by_head, head_dim)].value
         fig = self.decode_attention_fp8_bandwidth_fraction
         return None if fig is None else fig.value
 
