@@ -46,10 +46,16 @@ class KVCache:
 
     def fill_random(self, length: int, seed: int = 0) -> None:
         """Pretend every sequence already holds ``length`` cached tokens (random K/V made on the cache's own
-        device: a GPU fills gigabytes in milliseconds; for timing only)."""
+        device: a GPU fills gigabytes in milliseconds; for timing only). On a CPU the first sequence's cache is drawn
+        and copied to the others: drawing every element costs seconds per gigabyte on two cores, a copy streams."""
         for i, t in enumerate((*self.k, *self.v)):
             gen = torch.Generator(device=t.device).manual_seed(seed + i)
-            (t[:, :, :length] if self.head_major else t[:, :length]).normal_(generator=gen)
+            held = t[:, :, :length] if self.head_major else t[:, :length]
+            if held.device.type == "cpu" and held.shape[0] > 1:
+                held[0].normal_(generator=gen)
+                held[1:].copy_(held[0].expand_as(held[1:]))
+            else:
+                held.normal_(generator=gen)
         self.lengths.fill_(length)
 
 
