@@ -192,9 +192,7 @@ def test_the_transfer_rule_reads_unseen_rows_better_than_the_a100_class_figure_m
     from dsdsim.specs.hardware import load_hardware as load_file
 
     specs = {p.stem: load_file(p) for p in sorted(fda.SPECS.glob("*.yaml"))}
-    fits = {2: {part: fda.DecodeFit(part, 2, *fda.fit(specs[part].bandwidth, rows), len(rows), "")
-                for part, rows in fda.rows_by_part(width=2).items() if part in specs}}
-    transfers = [t for t in fda.transfer_errors(fits, specs) if t[0] == 2]
+    transfers = [t for t in fda.transfer_errors(fda.fits_by_width(), specs) if t[0] == 2]
     assert {t[1] for t in transfers} == {"h100-sxm", "h200-sxm", "b200", "b300", "gb200"}
     assert ("rtx-pro-6000" not in {t[1] for t in transfers}), "GB202 must not take B200's trtllm-gen figures"
     better = 0
@@ -217,16 +215,7 @@ def test_hopper_fp8_decode_moves_between_parts_as_bytes_per_second(monkeypatch):
     from dsdsim.specs.hardware import load_hardware as load_file
 
     specs = {p.stem: load_file(p) for p in sorted(fda.SPECS.glob("*.yaml"))}
-    fits = {}
-    for width in (2, 1):
-        for part, rows in fda.rows_by_part(width=width).items():
-            if part in specs:
-                f = fda.DecodeFit(part, width, *fda.fit(specs[part].bandwidth, rows), len(rows), "")
-                heads = fda.fit_by_head(specs[part].bandwidth, rows) if width == 1 else None
-                if heads is not None and heads[2] < f.error - fda.HEAD_MIN_GAIN:
-                    f = fda.DecodeFit(part, width, f.eta, heads[1], len(rows), heads[2], "", heads[0], f.error)
-                fits.setdefault(width, {})[part] = f
-    transfers = fda.transfer_errors(fits, specs)
+    transfers = fda.transfer_errors(fda.fits_by_width(), specs)
     hopper = {(t[0], t[1]): (t[4], t[5]) for t in transfers if t[1] in ("h100-sxm", "h200-sxm")}
     for part in ("h100-sxm", "h200-sxm"):
         as_fraction, as_rate = hopper[2, part]
