@@ -254,44 +254,6 @@ def transfer_errors(fits: dict[int, dict[str, DecodeFit]], specs: dict[str, obje
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    from dsdsim.specs.hardware import load_hardware
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if a spec would change")
-    args = parser.parse_args(argv)
-    fits = fits_by_width()
-    specs = {path.stem: load_hardware(path) for path in sorted(SPECS.glob("*.yaml"))}
-    transfers = transfer_errors(fits, specs)
-    for width, part, near, n, err, as_rate in transfers:
-        print(f"transfer: {part:13s} {8 * width}-bit rows ({n}) read by {near}'s figures: median |err| {err:.3f} "
-              f"(as the bytes/s they reach there: {as_rate:.3f})")
-    as_rate = rate_transfers(transfers, specs)
-    for width, generation in sorted(as_rate):
-        print(f"{generation} {8 * width}-bit cache: figures move to a part without rows as the bytes/s they reach")
-    for part, kernel, width, head, n, eta, err in other_builds(specs):
-        print(f"other build: {part:9s} {kernel[:40]:40s} {8 * width:2d}-bit head {head:3d}  n {n:4d}  eta_max "
-              f"{eta:.3f}  the shipped figures read them {err:.3f}")
-    updates = []
-    for name, hw in specs.items():
-        path, text = SPECS / f"{name}.yaml", (SPECS / f"{name}.yaml").read_text()
-        cap = 1.0                  # the 16-bit fraction the part gets: an 8-bit cache streams no faster
-        for width in sorted(fits, reverse=True):           # the 16-bit pair first: the 8-bit one is placed after it
-            by_part = fits[width]
-            if name in by_part:
-                f, assumed = by_part[name], None
-            elif hw.kernels is not None and (near := nearest(hw, [specs[p] for p in by_part])) is not None:
-                f, assumed = by_part[near.name], name
-                if (width, hw.generation_name) in as_rate:
-                    f = at_rate(f, near.bandwidth / hw.bandwidth, cap)
-            else:
-                continue
-            cap = f.eta if width == 2 else cap
-            text = rewritten(text, f, assumed_by=assumed)
-        updates.append((path, text))
-    return write_specs(updates, args.check)
-
-
 def other_builds(specs: dict[str, object]) -> list[tuple]:
     """(part, kernel, cache width, head size, rows, eta_max fitted on them, median |error| of the shipped figures) of
     each engine build of the kernels that is not fitted (``CROSS_CHECK``): how far the figures carry to it."""
@@ -330,6 +292,44 @@ def at_rate(f: DecodeFit, scale: float, cap: float) -> DecodeFit:
     ``cap`` (the part's 16-bit fraction: a kernel over an 8-bit cache streams the memory no faster)."""
     return replace(f, eta=min(f.eta * scale, cap), by_head={d: min(e * scale, cap) for d, e in f.by_head.items()},
                    rate_scale=scale)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dsdsim.specs.hardware import load_hardware
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if a spec would change")
+    args = parser.parse_args(argv)
+    fits = fits_by_width()
+    specs = {path.stem: load_hardware(path) for path in sorted(SPECS.glob("*.yaml"))}
+    transfers = transfer_errors(fits, specs)
+    for width, part, near, n, err, as_rate in transfers:
+        print(f"transfer: {part:13s} {8 * width}-bit rows ({n}) read by {near}'s figures: median |err| {err:.3f} "
+              f"(as the bytes/s they reach there: {as_rate:.3f})")
+    as_rate = rate_transfers(transfers, specs)
+    for width, generation in sorted(as_rate):
+        print(f"{generation} {8 * width}-bit cache: figures move to a part without rows as the bytes/s they reach")
+    for part, kernel, width, head, n, eta, err in other_builds(specs):
+        print(f"other build: {part:9s} {kernel[:40]:40s} {8 * width:2d}-bit head {head:3d}  n {n:4d}  eta_max "
+              f"{eta:.3f}  the shipped figures read them {err:.3f}")
+    updates = []
+    for name, hw in specs.items():
+        path, text = SPECS / f"{name}.yaml", (SPECS / f"{name}.yaml").read_text()
+        cap = 1.0                  # the 16-bit fraction the part gets: an 8-bit cache streams no faster
+        for width in sorted(fits, reverse=True):           # the 16-bit pair first: the 8-bit one is placed after it
+            by_part = fits[width]
+            if name in by_part:
+                f, assumed = by_part[name], None
+            elif hw.kernels is not None and (near := nearest(hw, [specs[p] for p in by_part])) is not None:
+                f, assumed = by_part[near.name], name
+                if (width, hw.generation_name) in as_rate:
+                    f = at_rate(f, near.bandwidth / hw.bandwidth, cap)
+            else:
+                continue
+            cap = f.eta if width == 2 else cap
+            text = rewritten(text, f, assumed_by=assumed)
+        updates.append((path, text))
+    return write_specs(updates, args.check)
 
 
 if __name__ == "__main__":
