@@ -296,7 +296,8 @@ def predicted_step(target: ModelSpec, draft: ModelSpec, hardware, batch: int, k:
     from dsdsim.units import DType
 
     hw = load_hardware(hardware)
-    dep = Deployment(dtype=DType.fp32, act_dtype=DType.fp32, kv_dtype=DType.fp32, cuda_graphs=False)
+    dep = Deployment(dtype=DType.fp32, act_dtype=DType.fp32, kv_dtype=DType.fp32, cuda_graphs=False,
+                     expert_overlap=0.0)      # random-weight routers route independently
     drafter = DrafterSpec(kind=DrafterKind.draft_model, model=draft.name)
     step = simulate_step(None, None, batch=batch, k=k, context=context, setup=Setup(target, hw, dep, drafter, draft))
     return float(np.asarray(step.step_time_s))

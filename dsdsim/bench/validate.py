@@ -165,7 +165,9 @@ def _resolve(cfg: ValidateConfig) -> _Run:
     grid = cfg.grid or (GPU_GRID if cuda and not cfg.quick else QUICK_GRID if cfg.quick else FULL_GRID)
     graphs = grid.graphs and cuda
     wdt = cfg.dtype or native_dtype(m, hw, cuda)
-    dep = Deployment(dtype=wdt, expert_dtype=wdt, act_dtype=wdt, kv_dtype=wdt, cuda_graphs=graphs)
+    # random router weights over random inputs route each token independently: overlap 0, not the locality of
+    # trained routers that predict assumes
+    dep = Deployment(dtype=wdt, expert_dtype=wdt, act_dtype=wdt, kv_dtype=wdt, cuda_graphs=graphs, expert_overlap=0.0)
     run = _Run(model_full, m, reduced, hw, dev, d, grid, graphs, wdt, dep, PassContext.build(m, hw, dep),
                cfg.acceptance or default_acceptance())
     run.steps_bk, run.unique = _operator_shapes(run)

@@ -53,9 +53,10 @@ Pp = Annotated[int, Option("--pp", help="Pipeline stages, each on tp GPUs (tp x 
 Ep = Annotated[int, Option("--ep", help="Expert-parallel groups inside the tp GPUs (must divide tp)")]
 WeightDType = Annotated[Optional[str], Option("--dtype", help="Weight format (default: the checkpoint's)")]
 KvDType = Annotated[str, Option("--kv-dtype", help="KV-cache format")]
-ExpertOverlap = Annotated[float, Option(
-    "--expert-overlap", help="MoE: share of a token's experts reused by the next token of the same sequence "
-                             "(0 = independent routing; e.g. 0.38 reported for a 128-expert top-8 model)")]
+ExpertOverlap = Annotated[Optional[float], Option(
+    "--expert-overlap", help="MoE: share of a token's experts the next token of the same sequence keeps beyond "
+                             "chance (default 0.354: the locality behind the 38% reuse Cohere measured on a "
+                             "128-expert top-8 model; 0 = independent routing)")]
 Eager = Annotated[bool, Option("--eager", help="No CUDA graphs: eager per-kernel launch cost")]
 MemoryUtilization = Annotated[float, Option("--memory-utilization", help="Usable share of GPU memory")]
 Drafter = Annotated[str, Option("--drafter", "-d", help=DRAFTER_HELP)]
@@ -155,7 +156,7 @@ class DeploymentArgs:
     ep: Ep = 1
     dtype: WeightDType = None
     kv_dtype: KvDType = DEFAULT_KV_DTYPE
-    expert_overlap: ExpertOverlap = 0.0
+    expert_overlap: ExpertOverlap = None
     eager: Eager = False
     memory_utilization: MemoryUtilization = DEFAULT_MEMORY_UTILIZATION
     dp_attention: DpAttention = DEFAULT_DP_ATTENTION
@@ -197,7 +198,8 @@ def drafter_from_options(drafter: Optional[str], draft_tree: Optional[str]):
     return with_tree(spec, parse_draft_tree(draft_tree))
 
 
-def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: str, expert_overlap: float,
+def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: str,
+                            expert_overlap: Optional[float],
                             eager: bool = False, memory_utilization: float = 0.9, dp_attention: bool = False,
                             pp: int = 1):
     """A Deployment from the shared options, with one-line errors naming the option."""
@@ -209,7 +211,7 @@ def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: st
 
     if tp < 1 or ep < 1 or pp < 1:
         raise DsdsimError(f"--tp, --ep and --pp must be >= 1 (got tp={tp}, ep={ep}, pp={pp})")
-    if not 0.0 <= expert_overlap < 1.0:
+    if expert_overlap is not None and not 0.0 <= expert_overlap < 1.0:
         raise DsdsimError(f"--expert-overlap must be in [0, 1), got {expert_overlap}")
     if not 0.0 < memory_utilization <= 1.0:
         raise DsdsimError(f"--memory-utilization must be in (0, 1], got {memory_utilization}")

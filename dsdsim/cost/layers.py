@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 
 from dsdsim.cost import ops
-from dsdsim.cost.experts import check_popularity, routed_expert_counts
+from dsdsim.cost.experts import check_popularity, routed_expert_counts, routing_overlap
 from dsdsim.cost.memo import by_value
 from dsdsim.cost.num import minimum, num
 from dsdsim.cost.ops import KernelClass, OpCost
@@ -59,7 +59,8 @@ class PassContext:
         moe_tile = hw.kernels.moe_tile_m(moe_family, expert_dtype) if hw.kernels is not None else None
         return cls(tp=dep.tp, ep=dep.ep, w_dtype=dep.weight_dtype(model), expert_dtype=expert_dtype,
                    kv_dtype=dep.kv_dtype, act_dtype=dep.act_dtype, tile_m=int(hw.gemm_tile_m.value),
-                   expert_overlap=dep.expert_overlap, expert_popularity=pop, dp_attention=dep.dp_attention,
+                   expert_overlap=routing_overlap(dep.expert_overlap, model.moe_ffn is not None),
+                   expert_popularity=pop, dp_attention=dep.dp_attention,
                    moe_family=moe_family, moe_tile_m=moe_tile)
 
 

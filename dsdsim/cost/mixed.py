@@ -26,8 +26,15 @@ Nothing walks the operator list per step: the token-wise operators of each pass 
 token count as numpy arrays (``dsdsim.cost.rowtable.RowTable``, grown on demand), so a step costs a table lookup per
 pass plus the few sequence-wise operators over the step's requests.
 
+MoE routed experts under an expert overlap (one sequence's tokens reuse experts: ``dsdsim.cost.experts``) depend on
+how the tokens split into sequences, not on their count alone. An expert stays untouched by one sequence of q tokens
+with probability (1 - p)(1 - f)^(q-1), so by S sequences of Q tokens in all with (1 - p)^S (1 - f)^(Q - S): whatever
+the split, the step touches what S sequences of Q / S tokens each touch. Those operators are priced per step at
+(S, Q / S), S the scheduled requests (a prefill chunk is one sequence) and Q the pass's token rows, padding included
+(the steady model spreads the padding over the sequences, so a decode-only step is priced exactly as it is).
+
 Not modelled: prefix caching, a prefill chunk's own causal mask (a chunk attends to c + q keys, as a verify pass
-does), MoE expert overlap among the tokens of one sequence (the T tokens route independently).
+does).
 """
 from __future__ import annotations
 
@@ -55,23 +62,27 @@ SEQUENCE_KINDS = (OpKind.attention, OpKind.recurrent)   # operators that read ea
 class _PassOps:
     """One pass's operators split by what their size reads: all tokens, the logits rows, or each sequence."""
 
-    tokens: list[Timed]          # sizes from the pass's tokens (rank rows, experts touched)
+    tokens: list[Timed]          # sizes from the pass's tokens (rank rows; experts touched under independent routing)
     head: list[Timed]            # sizes from the rows through the lm_head (final norm, lm_head, sampling)
     sequences: list[Timed]       # attention / recurrent: each request over its own context
+    routed: list[Timed]          # sizes from the tokens and how many sequences hold them (experts under overlap)
 
 
 def _split(plan: list[PlanOp], timed: list[Timed]) -> _PassOps:
-    tokens, head, sequences = [], [], []
+    tokens, head, sequences, routed = [], [], [], []
     a = PassPoint(4.0, 1.0, 0.0, head_rows=2.0)
     b = PassPoint(4.0, 1.0, 0.0, head_rows=3.0)
+    c = PassPoint(2.0, 2.0, 0.0, head_rows=2.0)      # a's tokens in fewer, longer sequences
     for e, t in zip(plan, timed):
         if e.op.kind in SEQUENCE_KINDS:
             sequences.append((e.op, t))
         elif t.size(a) != t.size(b):
             head.append(t)
+        elif t.size(a) != t.size(c):
+            routed.append(t)
         else:
             tokens.append(t)
-    return _PassOps(tokens, head, _merged(sequences))
+    return _PassOps(tokens, head, _merged(sequences), routed)
 
 
 def _merged(ops: list[tuple]) -> list[Timed]:
@@ -158,6 +169,15 @@ def _sequence_seconds(ops: list[Timed], p: PassPoint, gap: float) -> float:
             d = type(d)(*values)
         total += seconds(t.rates, d, gap) * t.count
     return total
+
+
+def _routed_seconds(ops: list[Timed], sequences: float, rows: float, dp_ranks: int, gap: float) -> float:
+    """The operators sized by how the step's ``rows`` tokens split into ``sequences`` (routed experts under an expert
+    overlap): priced as that many sequences of rows / sequences tokens each (module docstring)."""
+    if not ops or rows <= 0.0:
+        return 0.0
+    p = PassPoint(sequences, rows / sequences, 0.0, dp_ranks=dp_ranks)
+    return sum(seconds(t.rates, t.demand(*t.size(p)), gap) * t.count for t in ops)
 
 
 def _decode_groups(q: np.ndarray, c: np.ndarray) -> list[tuple[float, float, float]]:
@@ -260,7 +280,8 @@ class MixedPricer:
         head_rows = padded if n_pre == 0 and dec_q is None else dec_tokens + n_pre   # uniform: every padded row
         passes = 2.0 if kk > 0 else 1.0
         verify = (self._verify_tokens.seconds(int(round(padded)), graphed)
-                  + self._verify_head[passes].seconds(int(round(head_rows)), graphed))
+                  + self._verify_head[passes].seconds(int(round(head_rows)), graphed)
+                  + _routed_seconds(self._verify.routed, float(n), float(padded), self._plan.dp_ranks, gap))
         if self._verify.sequences and self._linear:
             groups = (_decode_groups(dec_q, dec_c) if dec_q is not None
                       else [(float(n_dec), q_seq, dec_sum / n_dec)] if n_dec else []) + \
@@ -319,6 +340,9 @@ class MixedPricer:
                 g = self._first_pass_graphed(rows, sh)
             head_rows = p.head_rows if type(p.head_rows) is float else float(np.sum(p.head_rows))
             one = token_table.seconds(int(round(rows)), g) + head_table.seconds(int(round(head_rows)), g)
+            if ops.routed:
+                one += _routed_seconds(ops.routed, float(n), float(round(rows)), self._plan.draft.dp_ranks,
+                                       self._gaps[0 if g else 1])
             if ops.sequences:
                 one += _sequence_seconds(ops.sequences, p, self._gaps[0 if g else 1])
             total += one * runs

@@ -108,7 +108,7 @@ class PredictionDisplay(_Display):
         ax.set_ylabel("goodput relative to a server without speculation")
         s = p.setup
         drafter = s.drafter.label if s.drafter is not None else "no drafter"
-        ax.set_title(f"{s.model.name} on {s.hardware.name} (tp {s.deployment.tp}), {drafter}, "
+        ax.set_title(f"{s.model.name} on {s.hardware.name} (tp {s.deployment.tp}{_routing_label(s)}), {drafter}, "
                      f"context {p.context}", fontsize=10)
         fits = table_k >= 0
         if b.size > 1:
@@ -168,6 +168,13 @@ def _k_label(prediction, k: int) -> str:
     if t is None:
         return f"K={k}"
     return f"{t.label} ({t.steps} draft passes, {t.tokens} tokens verified)"
+
+
+def _routing_label(setup) -> str:
+    """', expert overlap 0.35' where the setup prices routing locality (``DeploymentView.routing_label``)."""
+    from dsdsim.export.deployment import deployment_view
+
+    return deployment_view(setup.model, setup.deployment).routing_label
 
 
 def _engine_label(setup) -> str:
@@ -241,7 +248,8 @@ class TreeFamilyDisplay(_Display):
         self._log_axes(ax, b, g)
         handles = list(lines.values()) + self._shade((ax, ax_rel), colors)
         s = p.setup
-        ax.set_title(f"{s.model.name} on {s.hardware.name} (tp {s.deployment.tp}), engine {_engine_label(s)}, "
+        ax.set_title(f"{s.model.name} on {s.hardware.name} (tp {s.deployment.tp}{_routing_label(s)}), "
+                     f"engine {_engine_label(s)}, "
                      f"{s.drafter.label} draft trees, context {p.context}\n"
                      f"best draft tree (or plain decoding) per batch size; best single tree {p.best_single_label}",
                      fontsize=10)

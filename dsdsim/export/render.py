@@ -149,7 +149,7 @@ def explain_view(data: "ExplainView"):
 
     dep, eng = data.deployment, data.engine
     parts: list = [f"[bold]{data.model}[/bold] on {data.hardware} (tp {dep.tp}, ep {dep.ep}, " + (f"pp {dep.pp}, " if getattr(dep, "pp", 1) > 1 else "") +
-                   f"{dep.weights_label}, {dep.kv_dtype} KV) — drafter {data.drafter}, "
+                   f"{dep.weights_label}, {dep.kv_dtype} KV{dep.routing_label}) — drafter {data.drafter}, "
                    f"B={data.batch_size}, K={data.k}, context {data.context}, engine {engine_text(eng)}",
                    f"priced: the step of {data.server}"]
     for name, phase in (("draft", data.draft), ("verify", data.verify)):
@@ -229,7 +229,7 @@ def prediction_view(p: "Prediction"):
     setup = p.setup
     dep = deployment_view(setup.model, setup.deployment)
     parts: list = [f"[bold]{setup.model.name}[/bold] on [bold]{setup.hardware.name}[/bold] (tp {dep.tp}, ep {dep.ep}, " + (f"pp {dep.pp}, " if getattr(dep, "pp", 1) > 1 else "") +
-                   f"{dep.weights_label}, {dep.kv_dtype} KV), drafter [bold]{setup.drafter.label}[/bold], context "
+                   f"{dep.weights_label}, {dep.kv_dtype} KV{dep.routing_label}), drafter [bold]{setup.drafter.label}[/bold], context "
                    f"{p.context}, engine [bold]{engine_text(engine_ref(p))}[/bold]",
                    f"acceptance: {acceptance_view(p).description}",
                    f"priced: {prediction_server(p)}"]

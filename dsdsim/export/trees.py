@@ -234,7 +234,7 @@ def family_table(p: "TreeFamilyPrediction"):
     dep = view.deployment
     family = ", ".join(f"{m.tree} (AL {m.tau:g})" for m in view.family)
     parts: list = [f"[bold]{view.model}[/bold] on [bold]{view.hardware}[/bold] (tp {dep.tp}, ep {dep.ep}, "
-                   f"{dep.weights_label}, {dep.kv_dtype} KV), drafter [bold]{view.drafter}[/bold], context "
+                   f"{dep.weights_label}, {dep.kv_dtype} KV{dep.routing_label}), drafter [bold]{view.drafter}[/bold], context "
                    f"{view.context}, engine [bold]{engine_text(view.engine)}[/bold]",
                    f"tree family (STEPS,TOPK,TOKENS, AL measured with each): {family}"]
     shown = display_batches(p)

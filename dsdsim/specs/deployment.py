@@ -38,7 +38,9 @@ class Deployment(FrozenSpec):
     act_dtype: DType = DType.bf16
     cuda_graphs: bool = True
     memory_utilization: float = Field(default=0.9, gt=0, le=1)   # vLLM gpu_memory_utilization default
-    expert_overlap: float = Field(default=0.0, ge=0, lt=1)       # share of a token's experts kept by the next
+    # share of a token's experts kept by the next token of its sequence; None: the measured routing locality on MoE
+    # models (dsdsim.cost.experts.routing_overlap), 0 on dense ones; 0: independent routing
+    expert_overlap: Optional[float] = Field(default=None, ge=0, lt=1)
     expert_popularity: Optional[tuple[float, ...]] = None        # P(token picks expert e), any scale
     # Data-parallel attention (SGLang --enable-dp-attention, for MLA models): each of the tp GPUs runs attention
     # for its own B/tp sequences with all heads (no attention all-reduce); MoE tokens are dispatched to and
@@ -93,7 +95,7 @@ class Deployment(FrozenSpec):
         if self.dp_attention:
             self._check_dp_attention(model)
         if self.expert_overlap and model.moe_ffn is None:
-            raise DsdsimError(f"{model.name} is dense; expert overlap describes MoE routing (leave it 0)")
+            raise DsdsimError(f"{model.name} is dense; expert overlap describes MoE routing (leave --expert-overlap unset, or 0)")
         if self.expert_popularity is not None:
             moe = model.moe_ffn
             if moe is None or len(self.expert_popularity) != moe.num_experts:
