@@ -275,7 +275,7 @@ def mc_adjacent_reuse(E, k, o, trials, seed):
 
 @pytest.mark.parametrize("E,k,o", [(128, 8, 0.375), (64, 8, 0.5), (16, 4, 0.25), (8, 2, 0.5)])
 def test_adjacent_reuse_matches_simulation(E, k, o):
-    mc, se = mc_adjacent_reuse(E, k, o, trials=200000, seed=E + k)
+    mc, se = mc_adjacent_reuse(E, k, o, trials=40000, seed=E + k)
     assert se < MAX_SE
     assert adjacent_reuse(o, E, k) == pytest.approx(mc, rel=REL_TOL)
 
