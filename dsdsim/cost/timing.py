@@ -169,7 +169,8 @@ def p_norm_time(compute_s, memory_s, p: float):
     hi = np.asarray(maximum(compute_s, memory_s))
     lo = minimum(compute_s, memory_s)
     if hi.size and hi.min() > 0:
-        ratio = np.divide(lo, hi, out=np.empty(np.broadcast_shapes(np.shape(lo), hi.shape)))
+        # a new array (hi and lo share the broadcast shape; a 0-d one needs its own out), written in place below
+        ratio = np.divide(lo, hi) if hi.ndim else np.divide(lo, hi, out=np.empty(()))
     else:
         ratio = np.divide(lo, hi, out=np.zeros(np.shape(hi)), where=hi > 0)
     ratio **= p                 # hi * (1 + ratio^p)^(1/p), computed in place: the same operations in the same order
@@ -523,8 +524,9 @@ def op_time(op: OpCost, hw: HardwareSpec, cuda_graphs=True, moe_family: Optional
 def in_place(a, b, ufunc):
     """ufunc(a, b), written into `a` when `a` is an array already of the result's shape (same values, one
     grid-sized allocation fewer)."""
-    if isinstance(a, np.ndarray) and a.ndim and a.shape == np.broadcast_shapes(a.shape, np.shape(b)):
-        return ufunc(a, b, out=a)
+    if isinstance(a, np.ndarray) and a.ndim:
+        if type(b) is float or a.shape == np.broadcast_shapes(a.shape, np.shape(b)):    # a float: a's shape
+            return ufunc(a, b, out=a)
     return _OPERATORS[ufunc](a, b)     # a + b, a * b: Python floats stay floats (np.add would make numpy scalars)
 
 
