@@ -96,7 +96,7 @@ def predict(
       dsdsim predict
       dsdsim predict -m llama-3.1-70b -g h100-sxm --tp 8 -a 0.8,0.7,0.6 --format vllm
       dsdsim predict --max-ranges 3 --batch-weights sim.json     # 3 ranges where simulate's server runs
-      dsdsim predict -m qwen3-30b-a3b -g h200-sxm --expert-overlap 0.38 --max-distinct-k 3 --plot k.png
+      dsdsim predict -m qwen3-30b-a3b -g h200-sxm --expert-overlap 0 --plot k.png   # independent routing
       dsdsim predict --draft-tree 4,4,16 -a al=3.2@tree --format sglang
       dsdsim predict -m deepseek-v3 -g h200-sxm --tp 8 --ep 8 --dp-attention -d mtp -a al=2.4@2
       dsdsim predict -m qwen3-30b-a3b -g h100-sxm --tp 4 -e sglang@0.5.6 --tree-family "3,3,4@2.017;4,4,16@2.542"
