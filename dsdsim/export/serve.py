@@ -24,12 +24,14 @@ LATENCY_LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms
 
 def setup_dict(setup) -> dict:
     """What was simulated, by name: model, hardware, tp, drafter ('none' without one), engine ('vllm >=0.29 (model
-    runner V2)')."""
+    runner V2)'), and the expert overlap priced (0 on a dense model or under independent routing)."""
+    from dsdsim.cost.experts import routing_overlap
     from dsdsim.export.render import engine_text
 
     engine = engine_text(setup.engine) if setup.engine is not None else None
     return {"model": setup.model.name, "hardware": setup.hardware.name, "tp": setup.deployment.tp,
-            "drafter": _drafter_label(setup.drafter), "engine": engine or "ideal"}
+            "drafter": _drafter_label(setup.drafter), "engine": engine or "ideal",
+            "expert_overlap": routing_overlap(setup.deployment.expert_overlap, setup.model.moe_ffn is not None)}
 
 
 def _drafter_label(drafter) -> str:
@@ -43,7 +45,8 @@ def setup_line(setup) -> str:
     """'llama-3.1-8b on h100-sxm (tp 1), drafter eagle3, engine vllm >=0.29 (model runner V2)'."""
     s = setup_dict(setup)
     ep, pp = setup.deployment.ep, setup.deployment.pp
-    par = f"tp {s['tp']}" + (f", ep {ep}" if ep > 1 else "") + (f", pp {pp}" if pp > 1 else "")
+    par = f"tp {s['tp']}" + (f", ep {ep}" if ep > 1 else "") + (f", pp {pp}" if pp > 1 else "") \
+        + (f", expert overlap {s['expert_overlap']:.2f}" if s["expert_overlap"] else "")
     return f"{s['model']} on {s['hardware']} ({par}), drafter {s['drafter']}, engine {s['engine']}"
 
 
