@@ -234,6 +234,7 @@ class MixedPricer:
         self._figures = setup_figures(s, plan)
         self._shapes: dict[tuple[int, float], object] = {}    # (requests, K) -> its StepShape
         self._gaps = (launch_overhead(hw, True), launch_overhead(hw, False))
+        self._routed_memo: dict[tuple, float] = {}     # (pass, sequences, rows, graphed) -> routed experts' seconds
         params = self._figures.params
         # the server schedules step n + 1 before step n's acceptance is back (vLLM's async scheduling, SGLang's
         # overlap scheduler): its speculative steps overlap the host (EngineSpec.overlap)
@@ -281,7 +282,7 @@ class MixedPricer:
         passes = 2.0 if kk > 0 else 1.0
         verify = (self._verify_tokens.seconds(int(round(padded)), graphed)
                   + self._verify_head[passes].seconds(int(round(head_rows)), graphed)
-                  + _routed_seconds(self._verify.routed, float(n), float(padded), self._plan.dp_ranks, gap))
+                  + self._routed(-1, self._verify.routed, n, padded, self._plan.dp_ranks, graphed))
         if self._verify.sequences and self._linear:
             groups = (_decode_groups(dec_q, dec_c) if dec_q is not None
                       else [(float(n_dec), q_seq, dec_sum / n_dec)] if n_dec else []) + \
@@ -302,6 +303,18 @@ class MixedPricer:
         device = verify + draft + sh.overhead_s
         et = engine_seconds(f, device, float(n), kk, sh, self._plan.small_kernel_s, self.dynamic, draft, tokens / n)
         return float(device) if et is None else float(device + et.added_s)
+
+    def _routed(self, which: int, ops: list[Timed], sequences, rows, dp_ranks: int, graphed: bool) -> float:
+        """``_routed_seconds`` of pass ``which`` (-1 verify, else the draft pass's index), kept by (sequences, rows,
+        graphed): a closed loop's steps repeat a few shapes."""
+        if not ops:
+            return 0.0
+        key = (which, sequences, rows, graphed)
+        hit = self._routed_memo.get(key)
+        if hit is None:
+            hit = self._routed_memo[key] = _routed_seconds(ops, float(sequences), float(rows), dp_ranks,
+                                                           self._gaps[0 if graphed else 1])
+        return hit
 
     def _mixed_padding(self, tokens: float) -> tuple[float, bool]:
         """(tokens, graphed) of a step mixing prefill chunks with decodes: the token count padded to the next
@@ -328,7 +341,7 @@ class MixedPricer:
         else:
             points = self._plan.draft.points(np.ones(n), kk, contexts, first_at_zero=sh.off_tier)
         first = points[0][0]
-        for (ops, token_table, head_table), (p, times) in zip(self._draft, points):
+        for i, ((ops, token_table, head_table), (p, times)) in enumerate(zip(self._draft, points)):
             runs = 1.0 if times is None else times if type(times) is float else float(np.max(times))
             if runs == 0.0:
                 continue
@@ -341,8 +354,7 @@ class MixedPricer:
             head_rows = p.head_rows if type(p.head_rows) is float else float(np.sum(p.head_rows))
             one = token_table.seconds(int(round(rows)), g) + head_table.seconds(int(round(head_rows)), g)
             if ops.routed:
-                one += _routed_seconds(ops.routed, float(n), float(round(rows)), self._plan.draft.dp_ranks,
-                                       self._gaps[0 if g else 1])
+                one += self._routed(i, ops.routed, n, round(rows), self._plan.draft.dp_ranks, g)
             if ops.sequences:
                 one += _sequence_seconds(ops.sequences, p, self._gaps[0 if g else 1])
             total += one * runs
