@@ -423,3 +423,38 @@ def test_the_readme_deepseek_r1_table_is_what_accuracy_prints(report):
             f"other three stacks {min(others):.1f}-{max(others):.1f}× too high")
     flat = " ".join(text.split())
     assert all(p in flat for p in said), said
+
+
+def test_the_readme_summary_table_is_what_accuracy_prints(report):
+    """The README's accuracy summary ("The summary as printed": split, group, n, median and max |error|) is the
+    report's, row for row (a stale table fails here)."""
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("The summary as printed")[1].split("```")[1]
+    shown = [tuple(c.strip() for c in ln.strip("│").split("│")) for ln in block.splitlines() if ln.startswith("│")]
+    want = []
+    for split, s in report.summary.items():
+        groups = [("all", s)] + [(f"{g.axis}={g.value}", g.summary) for g in report.groups if g.split == split]
+        want += [(split, name, str(x.n), f"{100 * x.median_abs_rel_error:.1f}%", f"{100 * x.max_abs_rel_error:.1f}%")
+                 for name, x in groups if x.n]
+    assert shown == want
+
+
+def test_the_readme_leave_one_source_out_table_is_what_accuracy_prints():
+    """The README's held-out table (each source's n, median and max |error| with the source held out of every fit)
+    and the median of those medians are `dsdsim accuracy --cv source`'s, as printed (a stale table fails here)."""
+    import re
+
+    from dsdsim.fit.cv import accuracy_with_source_cv
+
+    cv = accuracy_with_source_cv().cv
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("### The error to expect: leave one source out")[1].split("### ")[0]
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in section.splitlines()
+            if ln.startswith("| ") and not ln.startswith(("| source", "| ---"))]
+    by_name = {re.sub(r"^https://github\.com/|^https://", "", k): v for k, v in cv.sources.items()}
+    assert len(rows) == sum(1 for v in cv.sources.values() if v.median_abs_rel_error is not None)
+    for name, split, n, med, mx in rows:
+        s = by_name[name]
+        assert (split, int(n)) == (s.split, s.n), name
+        assert (med, mx) == (f"{100 * s.median_abs_rel_error:.1f}%", f"{100 * s.max_abs_rel_error:.1f}%"), name
+    assert f"Median of the per-source medians **{100 * cv.median_of_source_medians:.1f}%**" in section

@@ -3,6 +3,7 @@ margins of a K table and the robust pick (dsdsim.policy.margin): each held again
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import math
 
 import numpy as np
@@ -257,6 +258,21 @@ def test_accuracy_cv_points_json_contract(cli):
     for grid in cv["points"].values():
         assert {"median_abs_rel_error", "regret_mean", "regret_max"} <= set(grid)
         assert len(grid["calibrated_on"]) == 6 and grid["n_points"] >= 8
+    # the README's table of these grids quotes them as printed (a stale row fails here): a row's "vLLM 0.23" names
+    # the grid whose setup runs vllm@0.23
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in readme.splitlines()
+            if ln.startswith(("| batch axis, vLLM", "| context K sweep, vLLM"))]
+    assert len(rows) == len(cv["points"])
+    pct = lambda x: f"{100 * x:.1f}%"                                          # noqa: E731
+    for label, held, calibrated, shipped, regret, regret_shipped in rows:
+        version = label.split("vLLM ")[1].split()[0].rstrip(",")
+        (grid,) = [g for g in cv["points"].values() if f"vllm@{version}" in g["setup"]]
+        assert held == f"{grid['n_points'] - 6} of {grid['n_points']}"
+        assert calibrated == f"{pct(grid['median_abs_rel_error'])} / {pct(grid['max_abs_rel_error'])}"
+        assert shipped == pct(grid["uncalibrated_median_abs_rel_error"])
+        assert regret == f"{pct(grid['regret_mean'])} / {pct(grid['regret_max'])}"
+        assert regret_shipped == f"{pct(grid['uncalibrated_regret_mean'])} / {pct(grid['uncalibrated_regret_max'])}"
     code, out, err = cli("accuracy", "--cv", "points:x")
     assert code == 2 and "--cv points:N" in err
 
