@@ -430,7 +430,8 @@ def test_the_readme_summary_table_is_what_accuracy_prints(report):
     report's, row for row (a stale table fails here)."""
     text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     block = text.split("The summary as printed")[1].split("```")[1]
-    shown = [tuple(c.strip() for c in ln.strip("│").split("│")) for ln in block.splitlines() if ln.startswith("│")]
+    shown = [tuple(c.strip() for c in ln.strip("│").split("│"))
+             for ln in block.splitlines() if ln.startswith("│")]
     want = []
     for split, s in report.summary.items():
         groups = [("all", s)] + [(f"{g.axis}={g.value}", g.summary) for g in report.groups if g.split == split]
