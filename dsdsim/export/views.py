@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
+from dsdsim.cost.experts import routing_overlap
 from dsdsim.export.deployment import DeploymentView, deployment_view
 from dsdsim.records import frozen
 from dsdsim.units import DType
@@ -55,7 +56,9 @@ def _model_fields(m: ModelSpec, moe) -> dict:
         "layer_pattern": ", ".join(f"{n} {k}" for k, n in m.layer_pattern().items() if n),
         "recurrent_state_bytes_per_sequence": m.state_bytes_per_sequence(DType.bf16),
         "num_experts": moe.num_experts if moe else None, "experts_per_token": moe.top_k if moe else None,
-        "shared_experts": moe.num_shared_experts if moe else None, "mtp_layers": m.mtp_layers,
+        "shared_experts": moe.num_shared_experts if moe else None,
+        "expert_overlap": routing_overlap(None, True) if moe else None,    # the routing locality priced by default
+        "mtp_layers": m.mtp_layers,
         "tie_word_embeddings": m.tie_word_embeddings, "default_dtype": m.default_dtype.value,
         "expert_dtype": (m.default_expert_dtype or m.default_dtype).value if moe else None,
         "source": m.source,
