@@ -56,6 +56,7 @@ from dsdsim.records import frozen
 from dsdsim.specs.setup import Setup
 
 SEQUENCE_KINDS = (OpKind.attention, OpKind.recurrent)   # operators that read each sequence's own context or state
+_ROUTED_MEMO_MAX = 65536        # (pass, requests, rows, graphed) shapes a pricer keeps the routed experts' seconds of
 
 
 @frozen
@@ -310,10 +311,13 @@ class MixedPricer:
         if not ops:
             return 0.0
         key = (which, sequences, rows, graphed)
-        hit = self._routed_memo.get(key)
+        memo = self._routed_memo
+        hit = memo.get(key)
         if hit is None:
-            hit = self._routed_memo[key] = _routed_seconds(ops, float(sequences), float(rows), dp_ranks,
-                                                           self._gaps[0 if graphed else 1])
+            if len(memo) >= _ROUTED_MEMO_MAX:     # mixed steps' token counts vary: keep the memo bounded
+                memo.clear()
+            hit = memo[key] = _routed_seconds(ops, float(sequences), float(rows), dp_ranks,
+                                              self._gaps[0 if graphed else 1])
         return hit
 
     def _mixed_padding(self, tokens: float) -> tuple[float, bool]:
