@@ -45,8 +45,10 @@ def setup_line(setup) -> str:
     """'llama-3.1-8b on h100-sxm (tp 1), drafter eagle3, engine vllm >=0.29 (model runner V2)'."""
     s = setup_dict(setup)
     ep, pp = setup.deployment.ep, setup.deployment.pp
-    par = f"tp {s['tp']}" + (f", ep {ep}" if ep > 1 else "") + (f", pp {pp}" if pp > 1 else "") \
-        + (f", expert overlap {s['expert_overlap']:.2f}" if s["expert_overlap"] else "")
+    from dsdsim.export.deployment import deployment_view
+
+    routing = deployment_view(setup.model, setup.deployment).routing_label
+    par = f"tp {s['tp']}" + (f", ep {ep}" if ep > 1 else "") + (f", pp {pp}" if pp > 1 else "") + routing
     return f"{s['model']} on {s['hardware']} ({par}), drafter {s['drafter']}, engine {s['engine']}"
 
 
