@@ -481,10 +481,12 @@ def test_trace_files():
 
 @pytest.mark.parametrize("call, match", [
     (lambda: parse_workload("poisson:0"), "must be > 0"),
-    (lambda: parse_workload("poisson:-3"), "poisson:QPS"),
+    (lambda: parse_workload("poisson:-3"), "QPS must be > 0, got -3"),     # a number: its range named, not its form
+    (lambda: parse_workload("poisson:x"), "poisson:QPS"),
     (lambda: parse_workload("closed:0"), "1.."),
     (lambda: parse_workload("gamma:4"), "gamma:QPS:CV"),
     (lambda: parse_workload("gamma:4:0"), "CV"),
+    (lambda: parse_workload("gamma:4:-1"), "CV must be > 0, got -1"),
     (lambda: parse_workload("bursty"), "unknown workload"),
     (lambda: parse_workload(f"trace:{DATA / 'trace_missing_output.csv'}"), "no output length column"),
     (lambda: parse_workload("trace:/no/such/file.csv"), "not found"),
@@ -492,6 +494,8 @@ def test_trace_files():
     (lambda: parse_policies("fixed:x"), "fixed:K"),
     (lambda: parse_policies("fixed:3,fixed:3"), "twice"),
     (lambda: parse_lengths("normal:5"), "MEAN:STD"),
+    (lambda: parse_lengths("normal:512:-5"), "std must be a finite number >= 0"),
+    (lambda: parse_lengths("-5"), "tokens >= 1"),
     (lambda: parse_lengths("abc", "--output-len"), "--output-len"),
     (lambda: parse_lengths("uniform:9:3"), "A <= B"),
     (lambda: parse_lengths("0"), ">= 1"),

@@ -216,7 +216,8 @@ def test_multi_turn_is_read_as_turns_and_a_think_time():
 
     assert parse_multi_turn("8") == MultiTurn(8, 0.0) and parse_multi_turn("8:1.5") == MultiTurn(8, 1.5)
     assert parse_multi_turn(None) is None
-    for bad, words in (("0", "1.."), ("8:x", "TURNS:THINK_S"), ("a", "TURNS"), ("2:1:1", "TURNS")):
+    for bad, words in (("0", "1.."), ("8:x", "TURNS:THINK_S"), ("a", "TURNS"), ("2:1:1", "TURNS"),
+                       ("8:-2", "think time must be a finite number of seconds >= 0")):
         with pytest.raises(DsdsimError, match=words):
             parse_multi_turn(bad)
 

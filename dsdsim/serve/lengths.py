@@ -22,7 +22,9 @@ from dsdsim.records import frozen
 MAX_LENGTH = 2 ** 24       # tokens; the same bound predict puts on a context (no released model holds more)
 LENGTH_FORMS = ("a number of tokens (512)", "uniform:A:B", "normal:MEAN:STD", "lognormal:MEAN:STD",
                 "a preset: sharegpt, mt-bench, long-context")
-_NUMBER = r"[0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?"
+# a number as the command line writes one, signed: a negative figure is read and refused by the range check that names
+# it ("the std must be ... >= 0"), not by a "write it with numbers" that a number does not explain
+NUMBER = r"[+-]?[0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?"
 
 
 @frozen
@@ -122,12 +124,12 @@ def parse_lengths(text, what: str = "--input-len", *, side: Optional[str] = None
         if half not in ("input", "output"):
             raise DsdsimError(f"{what}: side must be 'input' or 'output', got {side!r}")
         return getattr(PRESETS[lower], half)
-    if re.fullmatch(_NUMBER, lower):
+    if re.fullmatch(NUMBER, lower):
         return LengthDist("fixed", float(_length(float(lower), what, raw, whole=True)))
     head, _, rest = lower.partition(":")
     parts = rest.split(":") if rest else []
     if head in ("uniform", "normal", "lognormal"):
-        if len(parts) != 2 or not all(re.fullmatch(_NUMBER, p) for p in parts):
+        if len(parts) != 2 or not all(re.fullmatch(NUMBER, p) for p in parts):
             raise DsdsimError(f"{what} {raw!r}: write {head}:{'A:B' if head == 'uniform' else 'MEAN:STD'} with two "
                               "numbers (e.g. " + {"uniform": "uniform:128:1024", "normal": "normal:512:128",
                                                   "lognormal": "lognormal:512:256"}[head] + ")")

@@ -53,11 +53,11 @@ import numpy as np
 
 from dsdsim.errors import DsdsimError
 from dsdsim.records import frozen
+from dsdsim.serve.lengths import NUMBER
 
 MAX_GROUPS = 1 << 24
 MAX_TURNS = 1 << 16
 _WHOLE = r"[0-9]+"
-_NUMBER = r"[0-9]+(?:\.[0-9]*)?"
 
 
 @frozen
@@ -156,14 +156,14 @@ def parse_multi_turn(text) -> Optional[MultiTurn]:
         return None
     raw, parts = fields
     if len(parts) not in (1, 2) or not re.fullmatch(_WHOLE, parts[0]) or (
-            len(parts) == 2 and not re.fullmatch(_NUMBER, parts[1])):
+            len(parts) == 2 and not re.fullmatch(NUMBER, parts[1])):
         raise DsdsimError(f"multi-turn {raw!r}: write TURNS or TURNS:THINK_S (e.g. 8:2: conversations of 8 turns, "
                           "2 s between a reply and the next turn)")
     turns = int(parts[0])
     think = float(parts[1]) if len(parts) == 2 else 0.0
     if not 1 <= turns <= MAX_TURNS:
         raise DsdsimError(f"multi-turn {raw!r}: the turns must be in 1..{MAX_TURNS}, got {turns}")
-    if not math.isfinite(think):
+    if not (math.isfinite(think) and think >= 0):
         raise DsdsimError(f"multi-turn {raw!r}: the think time must be a finite number of seconds >= 0")
     return MultiTurn(turns, think)
 

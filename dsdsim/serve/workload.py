@@ -30,13 +30,12 @@ import numpy as np
 
 from dsdsim.errors import DsdsimError, kind_of
 from dsdsim.records import frozen
-from dsdsim.serve.lengths import LengthDist
+from dsdsim.serve.lengths import NUMBER, LengthDist
 from dsdsim.serve.prefix import MultiTurn, SharedPrefix, assign_groups
 from dsdsim.specs.io import read_text
 
 WORKLOAD_FORMS = ("closed:C", "poisson:QPS", "gamma:QPS:CV", "rollout", "trace:FILE")
 MAX_CONCURRENCY = 1 << 20
-_NUMBER = r"[0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?"
 
 # column names accepted in a trace file (lower case), first the canonical one
 ARRIVAL_KEYS = ("arrival_s", "arrival", "arrival_time", "timestamp", "time", "time_s", "start_time")
@@ -138,7 +137,7 @@ def parse_workload(text) -> Workload:
         return Workload("closed", raw, concurrency=c)
     if kind in ("poisson", "gamma"):
         want = 1 if kind == "poisson" else 2
-        if len(parts) != want or not all(re.fullmatch(_NUMBER, p.lower()) for p in parts):
+        if len(parts) != want or not all(re.fullmatch(NUMBER, p.lower()) for p in parts):
             form = "poisson:QPS" if kind == "poisson" else "gamma:QPS:CV"
             example = form.replace("QPS", "8").replace("CV", "2")
             raise DsdsimError(f"workload {raw!r}: write {form} with numbers (e.g. {example})")
