@@ -551,6 +551,54 @@ class Gemma4AssistantForCausalLM(nn.Module):
             self.centroids = Linear(h, cfg["num_centroids"], bias=False)
 
 
+# --- MiniMax-M2 / M2.1 / M2.5 (model_type minimax_m2) ------------------------------------------------------
+
+
+class MiniMaxM2Attention(nn.Module):
+    """transformers MiniMaxM2Attention (a FlexOlmoAttention): q/k/v/o projections without bias, q_norm over the whole
+    query projection (n_q*d) and k_norm over the whole key projection (n_kv*d)."""
+
+    def __init__(self, c: Config):
+        super().__init__()
+        h, d, n_q, n_kv = c["hidden_size"], c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"]
+        self.q_proj = Linear(h, n_q * d, bias=False)
+        self.k_proj = Linear(h, n_kv * d, bias=False)
+        self.v_proj = Linear(h, n_kv * d, bias=False)
+        self.o_proj = Linear(n_q * d, h, bias=False)
+        self.q_norm = RMSNorm(n_q * d)
+        self.k_norm = RMSNorm(n_kv * d)
+
+
+class MiniMaxM2DecoderLayer(nn.Module):
+    """transformers MiniMaxM2DecoderLayer (a MixtralDecoderLayer): self_attn, the sparse MoE block (a Mixtral top-k
+    router, weight (E, h), with the sigmoid routing's e_score_correction_bias (E), a checkpoint tensor; E gated
+    experts of intermediate_size), input_layernorm and post_attention_layernorm."""
+
+    def __init__(self, c: Config):
+        super().__init__()
+        h, e = c["hidden_size"], c["num_local_experts"]
+        self.self_attn = MiniMaxM2Attention(c)
+        self.gate = TopkRouter(e, h, correction_bias=True)
+        self.experts = GatedExperts(e, h, c["intermediate_size"])
+        self.input_layernorm = RMSNorm(h)
+        self.post_attention_layernorm = RMSNorm(h)
+
+
+class MiniMaxM2ForCausalLM(nn.Module):
+    """transformers MiniMaxM2ForCausalLM (a MixtralForCausalLM): embed_tokens, the decoder layers, norm, lm_head
+    unless tie_word_embeddings. The MTP modules the config names (use_mtp) are not built, as transformers builds
+    none."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        c = text_config(cfg)
+        self.embed_tokens = Embedding(c["vocab_size"], c["hidden_size"])
+        self.layers = nn.ModuleList([MiniMaxM2DecoderLayer(c) for _ in range(c["num_hidden_layers"])])
+        self.norm = RMSNorm(c["hidden_size"])
+        if not _tied(cfg):
+            self.lm_head = Linear(c["hidden_size"], c["vocab_size"], bias=False)
+
+
 # --- dispatch ------------------------------------------------------------------------------------------------
 
 
@@ -570,6 +618,7 @@ BUILDERS: dict[str, Callable[[Config], nn.Module]] = {
     "kimi_k2": DeepseekV3ForCausalLM,
     "glm_moe_dsa": DeepseekV3ForCausalLM,
     "gemma4_text": Gemma4ForConditionalGeneration,
+    "minimax_m2": MiniMaxM2ForCausalLM,
 }
 
 

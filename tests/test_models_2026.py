@@ -1,5 +1,6 @@
 """The 2026 model specs and what their configs brought to the parser: Qwen3-Next's MTP layer, Qwen3.5 / Qwen3.6
-(qwen3_5_moe), Kimi-K2.6 (kimi_k25), GLM-5 (glm_moe_dsa without IndexShare) and partial rotary embedding.
+(qwen3_5_moe), Kimi-K2.6 (kimi_k25), GLM-5 (glm_moe_dsa without IndexShare), MiniMax-M2.5 (minimax_m2) and partial
+rotary embedding.
 
 Ground truth: the published configs in model_specs/ (their ``_dsdsim`` blocks name the public copies) and the module
 shapes of vLLM ``qwen3_next_mtp.py`` / ``qwen3_5_mtp.py`` (the MTP module: pre_fc_norm_embedding, pre_fc_norm_hidden,
@@ -117,6 +118,7 @@ def test_rotary_counts_only_the_rotated_part_of_each_head(qwen3_next):
 
 
 @pytest.mark.parametrize("name,rotary", [("qwen3-next-80b-a3b", 64), ("glm-4.5", 64), ("qwen3.5-397b-a17b", 64),
+                                         ("minimax-m2.5", 64),
                                          ("qwen3.6-35b-a3b", 64), ("llama-3.1-8b", None), ("qwen3-30b-a3b", None),
                                          ("gemma-3-27b", None)])
 def test_rotary_dim_follows_partial_rotary_factor(name, rotary):
@@ -253,3 +255,41 @@ def test_glm_5_runs_the_indexer_in_every_layer_and_is_glm_5_2_otherwise():
     assert g5.params_mtp == g52.params_mtp and g5.mtp_layer.attention.runs_indexer
     assert g5.max_position_embeddings == 202752
     assert [layer.ffn.kind for layer in g5.layers] == [layer.ffn.kind for layer in g52.layers]
+
+
+# --- MiniMax-M2.5 ----------------------------------------------------------------------------------------------------
+
+
+def test_minimax_m2_5_layers_by_hand():
+    """transformers MiniMaxM2Config's defaults (the released model): 62 layers of GQA 48 / 8 heads of 128 with q / k
+    norms over the whole projections, and a routed-only MoE of 256 experts, top 8, width 1536, sigmoid scores with a
+    correction bias; an FP8 checkpoint (the model doc: 230 B parameters)."""
+    m = load_model("minimax-m2.5")
+    h, d = 3072, 128
+    assert m.family == "minimax_m2" and len(m.layers) == 62 and m.mtp_layers == 0
+    attn, ffn = m.layers[0].attention, m.layers[0].ffn
+    assert {layer.attention for layer in m.layers} == {attn} and {layer.ffn for layer in m.layers} == {ffn}
+    assert (attn.kind, attn.num_heads, attn.num_kv_heads, attn.head_dim) == (AttentionKind.full, 48, 8, d)
+    assert attn.qk_norm and attn.qk_norm_per_layer and attn.rotary_dim == 64
+    assert attn.params(h) == h * (48 + 2 * 8) * d + 48 * d * h + (48 + 8) * d
+    assert (ffn.kind, ffn.num_experts, ffn.top_k, ffn.expert_intermediate_size) == (FFNKind.moe, 256, 8, 1536)
+    assert ffn.num_shared_experts == 0 and ffn.router_bias
+    assert m.default_dtype is DType.fp8 and not m.tie_word_embeddings
+    assert abs(m.params_total / 230e9 - 1) < 0.01                   # "230 billion total parameters"
+    assert m.kv_bytes_per_token(DType.bf16) == 62 * 2 * 8 * d * 2
+
+
+@pytest.mark.parametrize("types, words", [([1] * 61 + [0], "lightning"), ([1] * 61, "one type per layer")])
+def test_minimax_lightning_attention_layers_are_refused_in_one_line(types, words):
+    raw = _raw("minimax-m2.5")
+    raw["attn_type_list"] = types
+    with pytest.raises(SpecError, match=words) as err:
+        model_from_hf_config(raw, "mm")
+    assert "\n" not in str(err.value)
+
+
+def test_minimax_m2_5_predicts_on_four_mi355x(cli):
+    code, out, err = cli("predict", "-m", "minimax-m2.5", "-g", "mi355x", "--tp", "4", "--ep", "4", "-b", "1-64",
+                         "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["rows"]

@@ -192,6 +192,13 @@ PUBLISHED: list[Published] = [
               "The decoder is Kimi-K2's, weight for weight: 1.0264T (-1.3% of 1.04T; +2.6% of the card's one-figure "
               "1T, which also counts the MoonViT tower the spec leaves out). Active 31.69B without the input "
               "embedding (-1.0%), as kimi-k2."),
+    # --- MiniMax ---------------------------------------------------------------------------------------
+    Published("minimax-m2.5", 230 * B, 10 * B, "no_embeddings",
+              "huggingface/transformers docs/source/en/model_doc/minimax_m2.md ('230 billion total parameters with "
+              "10 billion active parameters'); MiniMax-AI/MiniMax-M2.5 docs/transformers_deploy_guide.md (one "
+              "architecture for M2, M2.1 and M2.5)",
+              "Total: the config counts 228.69B (-0.6%; no MTP weights). Active definition inferred: neither "
+              "embedding nor head gives 9.80B (-2.0%), the nearest of the three."),
     # --- OpenAI gpt-oss -------------------------------------------------------------------------------
     Published("gpt-oss-20b", 20.91 * B, 3.61 * B, "no_input_embedding",
               "https://openai.com/index/gpt-oss-model-card/ (arXiv:2508.10925, Table 1: 20.91B total, 3.61B "
@@ -295,6 +302,8 @@ ACTIVE_OUTSIDE_TOLERANCE = {
                          "embedding, 36.55B without both; the publisher gives no figure of its own",
     "deepseek-v2-lite": "2.4B is 2 significant figures; the config gives 2.452B (+2.1%) under DeepSeek's "
                         "convention (2.661B with the embedding, 2.241B without embedding and head)",
+    "minimax-m2.5": "10B is 1 significant figure; the config gives 9.801B (-2.0%) without embedding and lm_head, "
+                    "10.416B (+4.2%) without the input embedding, 11.031B with both",
     "nemotron-3-super-120b": "12B is 2 significant figures (the 'A12B' of the name); the config gives 12.233B "
                                   "(+1.9%) without the input embedding, 12.770B with it, 11.697B without both",
 }

@@ -35,7 +35,7 @@ SPECS_DIR = Path(__file__).resolve().parents[1] / "model_specs"
 # The 2026 families the skeletons were written for; each must keep at least these shipped models.
 REQUIRED = {"qwen3-next-80b-a3b", "qwen3.5-397b-a17b", "qwen3.6-35b-a3b", "nemotron-h-8b", "nemotron-3-nano-30b",
             "nemotron-3-super-120b", "deepseek-v3.2-exp", "glm-5", "glm-5.2", "kimi-k2.6", "gemma-4-31b",
-            "gemma-4-31b-assistant"}
+            "gemma-4-31b-assistant", "minimax-m2.5"}
 
 def _raw(name: str) -> dict:
     data = json.loads((SPECS_DIR / f"{name}.json").read_text(encoding="utf-8"))
@@ -119,6 +119,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "gemma-4-assistant-own-kv": ("gemma-4-31b-assistant", {"num_kv_shared_layers": 0}),
     # without attention_k_eq_v full layers keep num_key_value_heads for k and v (transformers Gemma4TextAttention)
     "gemma-4-k-neq-v": ("gemma-4-31b", {"attention_k_eq_v": False}),
+    "minimax-m2.5-tied": ("minimax-m2.5", {"tie_word_embeddings": True}),
 }
 
 # Variants where dsdsim's parser leaves out weights the modeling class builds (no shipped config sets the field).

@@ -18,7 +18,7 @@ SUPPORTED_FAMILIES = (
     "llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mixtral", "phimoe", "deepseek_v2",
     "deepseek_v3", "deepseek_v32", "kimi_k2", "gpt_oss", "llama4", "llama4_text", "cohere", "cohere2", "gemma3", "gemma3_text",
     "gemma4", "gemma4_text", "gemma4_assistant", "glm4_moe", "qwen3_next", "qwen3_5", "qwen3_5_text",
-    "qwen3_5_moe", "qwen3_5_moe_text", "glm_moe_dsa", "nemotron_h", "kimi_k25",
+    "qwen3_5_moe", "qwen3_5_moe_text", "glm_moe_dsa", "nemotron_h", "kimi_k25", "minimax_m2",
 )
 # transformers' per-class default for tie_word_embeddings (PretrainedConfig's own default is True).
 _TIE_DEFAULT = {"cohere": True, "cohere2": True, "gemma3_text": True, "gemma4_text": True}
@@ -210,6 +210,8 @@ def _rotary_dim(cfg: _Cfg, head_dim: int) -> int | None:
     rope = cfg.get("rope_parameters")
     if factor is None and isinstance(rope, dict):
         factor = rope.get("partial_rotary_factor")
+    if factor is None and cfg.has("rotary_dim"):        # MiniMax-M2: the rotated elements themselves (64 of 128)
+        factor = cfg.int("rotary_dim") / head_dim
     if factor is None:
         factor = _PARTIAL_ROTARY_DEFAULT.get(cfg.family, 1.0)
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
@@ -233,6 +235,7 @@ def _gqa(cfg: _Cfg, kind: AttentionKind, window: int | None) -> Attention:
     return Attention(
         kind=kind, num_heads=heads, num_kv_heads=cfg.int("num_key_value_heads", heads), head_dim=head_dim,
         window=window, qkv_bias=qkv_bias, o_bias=o_bias, qk_norm=qk_norm, sinks=fam == "gpt_oss",
+        qk_norm_per_layer=qk_norm and cfg.get("qk_norm_type") == "per_layer",
         rotary_dim=_rotary_dim(cfg, head_dim),
     )
 
@@ -254,7 +257,7 @@ def _norm_layout(cfg: _Cfg) -> dict:
 
 def _moe_layer_set(cfg: _Cfg, n_layers: int) -> set[int]:
     fam = cfg.family
-    if fam in ("mixtral", "phimoe", "gpt_oss"):
+    if fam in ("mixtral", "phimoe", "gpt_oss", "minimax_m2"):
         return set(range(n_layers))
     if fam in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"):
         if cfg.int("num_experts", 0, minimum=0) == 0:
@@ -297,6 +300,11 @@ def _moe(cfg: _Cfg) -> FFN:
         return FFN(kind=FFNKind.moe, num_experts=cfg.int("num_local_experts"), top_k=cfg.int("num_experts_per_tok"),
                    expert_intermediate_size=cfg.int("intermediate_size"), num_shared_experts=1,
                    shared_intermediate_size=cfg.int("intermediate_size"))
+    if fam == "minimax_m2":      # sigmoid scores with a routing bias (e_score_correction_bias), as DeepSeek-V3's
+        shared = cfg.int("shared_intermediate_size", 0, minimum=0)
+        return FFN(kind=FFNKind.moe, num_experts=cfg.int("num_local_experts"), top_k=cfg.int("num_experts_per_tok"),
+                   expert_intermediate_size=cfg.int("intermediate_size"), num_shared_experts=1 if shared else 0,
+                   shared_intermediate_size=shared, router_bias=cfg.bool("use_routing_bias", True))
     # DeepSeek-V2/V3, Kimi-K2, GLM-4.5: shared experts have the routed width each
     width = cfg.int("moe_intermediate_size")
     n_shared = cfg.int("n_shared_experts", 0, minimum=0)
@@ -626,10 +634,26 @@ def _mtp(cfg: _Cfg, layers: list[Layer]):
     return (count, layers[-1]) if count else (0, None)
 
 
+def _build_minimax_m2(cfg: _Cfg):
+    """MiniMax-M2 / M2.1 / M2.5: GQA with qk norm over the whole projection and partial RoPE (``rotary_dim``), a
+    routed-only MoE in every layer. ``attn_type_list`` marks each layer's attention: 1 softmax attention, 0 the
+    lightning (linear) attention of MiniMax-Text-01 / M1, which the cost model does not price. The released checkpoints
+    hold no MTP weights though the config says ``use_mtp`` (their parameter count is the backbone's), so no MTP
+    modules are modelled."""
+    types = cfg.int_list("attn_type_list")
+    if any(t != 1 for t in types):
+        raise cfg.refuse("attn_type_list", "lightning (linear) attention layers (type 0)")
+    layers, _, _ = _build_standard(cfg)
+    if types and len(types) != len(layers):
+        raise SpecError(f"{cfg.where}: field 'attn_type_list' must list one type per layer ({len(layers)})")
+    return layers, 0, None
+
+
 _FAMILY_BUILDERS: dict[str, Callable] = {
     "deepseek_v2": _build_deepseek, "deepseek_v3": _build_deepseek, "deepseek_v32": _build_deepseek,
     "kimi_k2": _build_deepseek, "glm_moe_dsa": _build_deepseek,
     "glm4_moe": _build_glm4_moe, "gemma4_text": _build_gemma4, "nemotron_h": _build_nemotron_h,
+    "minimax_m2": _build_minimax_m2,
     **{fam: _build_gated_deltanet for fam in _GDN_FAMILIES},
 }
 

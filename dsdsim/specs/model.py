@@ -51,6 +51,9 @@ class Attention(FrozenSpec):
     qkv_bias: bool = False
     o_bias: bool = False
     qk_norm: bool = False
+    # the q / k norms weigh the whole projection (n_q*d and n_kv*d weights) instead of one head (d each): MiniMax-M2's
+    # qk_norm_type "per_layer" (transformers FlexOlmoAttention's q_norm / k_norm); the same elements are normalised
+    qk_norm_per_layer: bool = False
     sinks: bool = False                        # gpt-oss learned attention sinks: one scalar per head
     # elements of each q/k head that rotary embedding rotates (partial_rotary_factor x head_dim: Qwen3-Next 64 of
     # 256, GLM-4.5 64 of 128; vLLM get_rope rotary_dim); None: the whole head; 0: no rotary at all (Nemotron-H's
@@ -237,7 +240,9 @@ class Attention(FrozenSpec):
             n += q + kv
         if self.o_bias:
             n += h
-        if self.qk_norm:
+        if self.qk_norm and self.qk_norm_per_layer:
+            n += (self.num_heads + (0 if self.kv_shared else self.num_kv_heads)) * self.head_dim
+        elif self.qk_norm:
             n += (1 if self.kv_shared else 2) * self.head_dim
         if self.sinks:
             n += self.num_heads
