@@ -136,6 +136,30 @@ def test_default_acceptance_is_vllm_pr_test_data():
     assert parse_acceptance("default") is DEFAULT_ACCEPTANCE
 
 
+def test_a_drafter_kind_brings_its_own_example_acceptance():
+    """Without an acceptance, n-gram lookup takes what TensorRT-LLM's blog 7 measured for it on generic chat (mean
+    acceptance length 1.37 at v = 5 on Magpie's first turn, its constant α); a kind without a figure of its own
+    (EAGLE-3) keeps the generic example, and a given acceptance wins for every kind."""
+    from dsdsim.policy.predict import acceptance_for
+    from dsdsim.specs.drafter import parse_drafter
+
+    ngram, eagle3 = parse_drafter("ngram"), parse_drafter("eagle3")
+    own = acceptance_for(None, None, ngram)
+    assert own.tau(5) == pytest.approx(1.37, abs=1e-9) and len(set(own.alpha)) == 1
+    assert "TensorRT-LLM tech blog 7" in own.source and "not a measurement of your workload" in own.source
+    assert acceptance_for("default", None, ngram) is own
+    assert acceptance_for(None, None, eagle3) is DEFAULT_ACCEPTANCE is acceptance_for(None, None, None)
+    assert acceptance_for(0.8, None, ngram).alpha == (0.8,)
+
+
+def test_predict_with_ngram_and_no_acceptance_reads_the_ngram_example(cli):
+    code, out, err = cli("predict", "-d", "ngram", "-b", "1,64", "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert "TensorRT-LLM tech blog 7" in doc["acceptance"]["source"]
+    assert all(r["tau"] < 1.38 for r in doc["rows"])           # at most 1.37 at K = 5 and below it at smaller K
+
+
 def test_zero_rate_stops_later_positions():
     acc = from_unconditional_rates([0.5, 0.0, 0.0])
     assert acc.alpha == (0.5, 0.0, 0.0)

@@ -159,9 +159,13 @@ def drafter_summary(info) -> dict:
         engines[key] = ({"method": run.method, "refusal": run.refusal, "source": run.source or None}
                         if run is not None else {"method": None, "refusal": "dsdsim knows no method there",
                                                  "source": None})
+    own = info.default_acceptance
+    example = (f"mean acceptance length {own[0]:g} at K={own[1]}: {own[2]}" if own is not None else
+               "none of its own: the generic example (vLLM PR #32374 test data); a tree needs its measured length"
+               if info.trees else "none of its own: the generic example (vLLM PR #32374 test data)")
     return {"kind": info.name, "form": info.form, "aliases": list(info.aliases), "summary": info.summary,
             "draft_passes": info.passes.value, "max_k": info.max_k, "max_k_source": info.max_k_source,
-            "trees": info.trees, "acceptance": info.acceptance, "engines": engines}
+            "trees": info.trees, "acceptance": info.acceptance, "example_acceptance": example, "engines": engines}
 
 
 def _engine_cell(e: dict) -> str:

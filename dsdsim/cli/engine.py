@@ -361,7 +361,7 @@ def calibrate_plan(n: int, model: str, hardware: str, deployment, drafter: str, 
     from dsdsim.export.bench_plan import bench_runs
     from dsdsim.export.text import Group, Table
     from dsdsim.fit.shape import FIGURES, StepModel, candidate_grid, plan_points
-    from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE
+    from dsdsim.policy.acceptance import default_for
 
     if output is not None:
         check_fixed_format(output, "a plan (JSON, or a shell script)", (".json", ".sh"))
@@ -377,7 +377,8 @@ def calibrate_plan(n: int, model: str, hardware: str, deployment, drafter: str, 
 
     sm = StepModel(setup)
     b, k, c = candidate_grid(sm, max_k, context, max_batch)
-    tau = (lambda kk: float(DEFAULT_ACCEPTANCE.tau(kk))) if setup.drafter is not None else (lambda kk: 1.0)
+    example = default_for(setup.drafter)
+    tau = (lambda kk: float(example.tau(kk))) if setup.drafter is not None else (lambda kk: 1.0)
     # the runs are serving benchmarks at these lengths: their steps also run the prefills of new requests
     lengths = (np.array([tau(int(x)) for x in k]), np.full(b.shape, float(input_length(context, output_len))),
                np.full(b.shape, float(output_len)))

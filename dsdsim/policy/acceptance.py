@@ -38,6 +38,8 @@ latency (the mean of T/τ_r) does not improve by the same amount.
 """
 from __future__ import annotations
 
+import functools
+
 import math
 from dataclasses import replace
 from typing import Iterable, Sequence
@@ -340,4 +342,24 @@ DEFAULT_ACCEPTANCE = from_unconditional_rates(
     VLLM_PR32374_RATES,
     source="vLLM PR #32374 test data (acceptance_rate_per_pos), unconditional → conditional; "
            "an example, not a measurement of your drafter")
+
+
+def default_for(drafter) -> Acceptance:
+    """The example acceptance where none is given: the drafter kind's own (``DrafterInfo.default_acceptance``: a mean
+    acceptance length measured with that kind, as the constant α that reproduces it) where it has one, else
+    ``DEFAULT_ACCEPTANCE``."""
+    if drafter is None:
+        return DEFAULT_ACCEPTANCE
+    from dsdsim.specs.drafters import drafter_info
+
+    own = drafter_info(drafter.kind).default_acceptance
+    return DEFAULT_ACCEPTANCE if own is None else _kind_default(*own)
+
+
+@functools.lru_cache(maxsize=None)
+def _kind_default(al: float, k: int, source: str) -> Acceptance:
+    fit = from_mean_acceptance_length(al, k)
+    return Acceptance(fit.alpha, f"{source}: mean acceptance length {al:g} at K={k} → constant α={fit.alpha[0]:.3f}; "
+                      "an example for this drafter kind, not a measurement of your workload",
+                      extrapolation="constant")
 

@@ -27,7 +27,7 @@ import numpy as np
 from dsdsim.cost.step import simulate_step, step_time_grid
 from dsdsim.specs.setup import Setup, resolve
 from dsdsim.errors import DsdsimError, first_repeat, whole_number
-from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE, Acceptance, TreeAcceptance
+from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE, Acceptance, TreeAcceptance, default_for
 from dsdsim.policy.options import PredictOptions, parse_max_ranges, parse_tolerance
 from dsdsim.policy.goodput import best_k, goodput, inter_token_latency
 from dsdsim.policy.intervals import ranged, shipped_intervals, step_interval
@@ -396,7 +396,7 @@ def _k_axis(setup: Setup, acceptance, max_k: Optional[int], fixed_k: Optional[in
     if setup.drafter is None:
         raise DsdsimError("predict needs a drafter (e.g. eagle3)")
     tree = setup.drafter.tree
-    acc = acceptance_for(acceptance, tree)
+    acc = acceptance_for(acceptance, tree, setup.drafter)
     if tree is not None:
         for what, value in (("max K", max_k), ("fixed K", fixed_k), ("acceptance band", acceptance_band)):
             if value is not None:
@@ -558,8 +558,9 @@ def _acceptance(a) -> Acceptance | TreeAcceptance:
     return parse_acceptance(str(a))
 
 
-def acceptance_for(a, tree: Optional[DraftTree]) -> Acceptance | TreeAcceptance:
-    """The acceptance model for a chain (``tree`` None) or a draft tree, refusing the ambiguous pairings.
+def acceptance_for(a, tree: Optional[DraftTree], drafter=None) -> Acceptance | TreeAcceptance:
+    """The acceptance model for a chain (``tree`` None) or a draft tree, refusing the ambiguous pairings. Without one
+    given (None or "default"), the drafter kind's example (``dsdsim.policy.acceptance.default_for``).
 
     A tree verifies several branches per step; how many tokens it emits depends on its shape and is measured as
     a mean acceptance length with that tree. A chain's α or al@K does not determine it, and a tree's length does
@@ -568,7 +569,8 @@ def acceptance_for(a, tree: Optional[DraftTree]) -> Acceptance | TreeAcceptance:
     if tree is not None and a is None:
         raise DsdsimError(f"a draft tree ({tree.label}) needs the mean acceptance length measured with it, e.g. "
                           "al=2.55@tree; there is no default acceptance for trees")
-    acc = _acceptance(a)
+    given = not (a is None or (isinstance(a, str) and a.strip().lower() == "default"))
+    acc = _acceptance(a) if given else default_for(drafter)
     if tree is None and isinstance(acc, TreeAcceptance):
         raise DsdsimError(f"acceptance al={acc.length:g}@tree was measured with a draft tree but this drafter "
                           "drafts a chain: give the tree shape (steps, topk, tokens), or a chain's acceptance "

@@ -185,7 +185,7 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
         check_tree_policies(pols, tree)
     from dsdsim.policy.predict import acceptance_for
 
-    acc = acceptance_for(acceptance, tree)
+    acc = acceptance_for(acceptance, tree, setup.drafter if setup is not None else None)
     shared = parse_shared_prefix(shared_prefix)
     turns = parse_multi_turn(multi_turn)
     if (shared is not None or turns is not None) and cfg.prefix_cache_hit > 0:

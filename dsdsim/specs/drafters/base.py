@@ -106,6 +106,9 @@ class DrafterInfo:
     loads_model: bool = False                        # the spec's ``model`` names a draft model to load
     host_only: bool = False                          # no device work (no draft/verify hand-off either)
     validated: bool = False                          # dsdsim.bench builds its passes in torch: validate times them
+    # the example acceptance of this kind where the user gives none, as (mean acceptance length, the K it was measured
+    # at, its source); None: the generic example (dsdsim.policy.acceptance.DEFAULT_ACCEPTANCE)
+    default_acceptance: Optional[tuple[float, int, str]] = None
 
     @property
     def name(self) -> str:
