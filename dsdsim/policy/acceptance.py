@@ -39,7 +39,6 @@ latency (the mean of T/τ_r) does not improve by the same amount.
 from __future__ import annotations
 
 import functools
-
 import math
 from dataclasses import replace
 from typing import Iterable, Sequence
@@ -362,4 +361,3 @@ def _kind_default(al: float, k: int, source: str) -> Acceptance:
     return Acceptance(fit.alpha, f"{source}: mean acceptance length {al:g} at K={k} → constant α={fit.alpha[0]:.3f}; "
                       "an example for this drafter kind, not a measurement of your workload",
                       extrapolation="constant")
-
