@@ -7,7 +7,7 @@ from dsdsim.cost import ops
 from dsdsim.cost.layers import PassContext, ffn_ops
 from dsdsim.cost.ops import KernelClass
 from dsdsim.cost.step import simulate_step
-from dsdsim.cost.timing import all_reduce_time, attention_bandwidth_fraction, op_time
+from dsdsim.cost.timing import all_reduce_time, attention_bandwidth_fraction, link_bytes_per_s, op_time, send_time
 from dsdsim.specs.catalog import load_hardware, load_model
 from dsdsim.specs.deployment import Deployment
 from dsdsim.units import DType
@@ -66,6 +66,27 @@ def test_small_all_reduce_uses_the_one_shot_kernel():
     assert 25e-6 <= f(all_reduce_time(hw, 4 * 2 ** 20, 8)) <= 33e-6
     assert 60e-6 <= f(all_reduce_time(hw, 16e6, 8)) <= 90e-6 * 2
     assert f(all_reduce_time(flat(hw), 16e3, 8)) > 7.8e-6 * 1.2   # one latency for every size misses the small end
+
+
+# SGLang PR #6619 (vLLM PR #19744 carries the same table; quick reduce is enabled on MI300 only): the MI300-series
+# custom all-reduce at TP 4 ("baseline" column), microseconds by message size in KB
+MI300_TP4_ALL_REDUCE_US = {256: 14.39, 512: 14.65, 1024: 22.91, 2048: 36.64, 4096: 63.86, 8192: 118.31, 16384: 230.48}
+
+
+def test_a_full_mesh_tp4_all_reduce_runs_on_three_of_its_seven_links():
+    """MI300X's Infinity Fabric is a full mesh, one 64 GB/s link to each other GPU: a TP 4 group's collectives run on
+    3 of the 7 (192 GB/s), TP 8 on all 448, where an NVSwitch part gives any group its whole bandwidth. The measured
+    TP 4 times from 256 KB to 16 MB hold to that within 15%; the whole 7-link bandwidth read the 8 MB call at 43%."""
+    hw, h100 = load_hardware("mi300x"), load_hardware("h100-sxm")
+    assert [link_bytes_per_s(hw, g) for g in (2, 4, 8)] == [64e9, 192e9, 448e9]
+    assert link_bytes_per_s(h100, 2) == link_bytes_per_s(h100, 8) == h100.link_bandwidth_bytes_per_s.value
+    for kb, us in MI300_TP4_ALL_REDUCE_US.items():
+        assert abs(f(all_reduce_time(hw, kb * 1024, 4)) * 1e6 / us - 1) < 0.15, kb
+    whole = hw.model_copy(update={"link_peer_bandwidth_bytes_per_s": None})
+    assert f(all_reduce_time(whole, 8192 * 1024, 4)) * 1e6 < 0.45 * MI300_TP4_ALL_REDUCE_US[8192]
+    assert f(all_reduce_time(whole, 8192 * 1024, 8)) == f(all_reduce_time(hw, 8192 * 1024, 8))
+    # a pipeline send goes to one peer: over one link of the mesh
+    assert f(send_time(hw, 64e6, 1)) == pytest.approx(hw.link_latency_s.value + 64e6 / (64e9 * 0.7))
 
 
 def test_collectives_past_one_node_cross_the_scale_out_network():

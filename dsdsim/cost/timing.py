@@ -357,11 +357,20 @@ def _tier_time(tier: AllReduceTier, payload_bytes, group: int, link_bytes_per_s:
     return where(payload_bytes <= tier.max_bytes, t, np.inf)
 
 
+def link_bytes_per_s(hw: HardwareSpec, group: int) -> float:
+    """Scale-up bandwidth per GPU, one direction, that a collective over ``group`` GPUs of one node runs on: the whole
+    link bandwidth through a switch; on a full mesh (``link_peer_bandwidth_bytes_per_s``) the group-1 peer links a GPU
+    has to the others, at most the whole (MI300X: 7 x 64 GB/s, so a TP 4 group runs on 192 GB/s, TP 8 on all 448)."""
+    total = hw.link_bandwidth_bytes_per_s.value
+    peer = hw.link_peer_bandwidth_bytes_per_s
+    return total if peer is None else min(total, (max(int(group), 2) - 1) * peer.value)
+
+
 def scale_up_all_reduce_time(hw: HardwareSpec, payload_bytes, group: int):
     """All-reduce of ``payload_bytes`` per rank over ``group`` GPUs of one node: the fastest tier the engine
     allows at that size; without a tier table, ring traffic at ``collective`` efficiency plus ``link_latency_s``."""
     s = num(payload_bytes)
-    link = hw.link_bandwidth_bytes_per_s.value
+    link = link_bytes_per_s(hw, group)
     tiers = hw.kernels.all_reduce if hw.kernels is not None else ()
     if group <= 1:
         return 0.0 if is_scalar(s) else np.zeros(s.shape)
@@ -386,8 +395,8 @@ def nccl_all_reduce_time(hw: HardwareSpec, payload_bytes, group: int):
     tiers = [t for t in (hw.kernels.all_reduce if hw.kernels is not None else ()) if t.algorithm is
              AllReduceAlgorithm.ring]
     if tiers:
-        return _tier_time(tiers[0], s, group, hw.link_bandwidth_bytes_per_s.value)
-    link = hw.link_bandwidth_bytes_per_s.value * hw.efficiency.collective.value
+        return _tier_time(tiers[0], s, group, link_bytes_per_s(hw, group))
+    link = link_bytes_per_s(hw, group) * hw.efficiency.collective.value
     return hw.link_latency_s.value + 2.0 * (group - 1) / group * s / link
 
 
@@ -410,7 +419,7 @@ def exchange_time(hw: HardwareSpec, sent_bytes, group: int):
     scale-out network (NIC and NVLink work in parallel: the slower sets the time)."""
     s = num(sent_bytes)
     eff = hw.efficiency.collective.value
-    link = hw.link_bandwidth_bytes_per_s.value
+    link = link_bytes_per_s(hw, min(group, int(hw.gpus_per_node.value)))
     nodes = nodes_spanned(hw, group)
     out_bw, out_lat = hw.scale_out_bandwidth_bytes_per_s, hw.scale_out_latency_s
     if nodes <= 1 or out_bw is None or out_lat is None:
@@ -429,7 +438,7 @@ def send_time(hw: HardwareSpec, sent_bytes, nodes: int):
     eff = hw.efficiency.collective.value
     out_bw, out_lat = hw.scale_out_bandwidth_bytes_per_s, hw.scale_out_latency_s
     if nodes <= 1 or out_bw is None or out_lat is None:
-        return hw.link_latency_s.value + s / (hw.link_bandwidth_bytes_per_s.value * eff)
+        return hw.link_latency_s.value + s / (link_bytes_per_s(hw, 2) * eff)       # one peer's link
     return out_lat.value + s / (out_bw.value * eff)
 
 
@@ -750,7 +759,7 @@ def _one_node_collective(hw: HardwareSpec, op: Operator) -> Optional[Callable]:
     if group <= 1 or (nodes_spanned(hw, group) > 1 and hw.scale_out_bandwidth_bytes_per_s is not None
                       and hw.scale_out_latency_s is not None):
         return None
-    link, latency = hw.link_bandwidth_bytes_per_s.value, hw.link_latency_s.value
+    link, latency = link_bytes_per_s(hw, group), hw.link_latency_s.value
     collective_bw = link * hw.efficiency.collective.value
     if not isinstance(op, AllReduce):
         sent_bytes = op.sent_bytes

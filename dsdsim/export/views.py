@@ -75,6 +75,8 @@ def hardware_summary(hw: HardwareSpec) -> dict:
         "ridge_point_flop_per_byte": {d.value: hw.ridge_point(d) for d in hw.peak_flops_per_s},
         "last_level_cache_bytes": hw.last_level_cache_bytes.value,
         "link_bandwidth_bytes_per_s": hw.link_bandwidth_bytes_per_s.value, "link_latency_s": hw.link_latency_s.value,
+        "link_peer_bandwidth_bytes_per_s": hw.link_peer_bandwidth_bytes_per_s.value
+        if hw.link_peer_bandwidth_bytes_per_s else None,
         "scale_out_bandwidth_bytes_per_s": hw.scale_out_bandwidth_bytes_per_s.value
         if hw.scale_out_bandwidth_bytes_per_s else None,
         "kernels": None if hw.kernels is None else hw.kernels.model_dump(mode="json"),

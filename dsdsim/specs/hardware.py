@@ -446,6 +446,10 @@ class HardwareSpec(FrozenSpec):
     last_level_cache_bytes: Figure
     link_bandwidth_bytes_per_s: Figure
     link_latency_s: Figure
+    # A full-mesh scale-up fabric (AMD Infinity Fabric, Gaudi's RoCE ports): each pair of GPUs has links of its own of
+    # this bandwidth, so a collective over g GPUs of a node runs on g-1 of them (``dsdsim.cost.timing.link_bytes_per_s``);
+    # absent: a switched fabric (NVLink through NVSwitch), where any group gets the whole link bandwidth.
+    link_peer_bandwidth_bytes_per_s: Optional[Figure] = None
     gpus_per_node: Figure
     efficiency: Efficiency
     launch_overhead_s: Figure
@@ -480,7 +484,7 @@ class HardwareSpec(FrozenSpec):
             raise ValueError(f"{f.value:g} bytes is outside {lo:g}..{hi:g}; write capacity in bytes (80 GB -> 80.0e+9)")
         return f
 
-    @field_validator("link_bandwidth_bytes_per_s", "scale_out_bandwidth_bytes_per_s")
+    @field_validator("link_bandwidth_bytes_per_s", "link_peer_bandwidth_bytes_per_s", "scale_out_bandwidth_bytes_per_s")
     @classmethod
     def _link_units(cls, f: Optional[Figure]) -> Optional[Figure]:
         if f is not None and not 1e8 <= f.value <= 1e13:
