@@ -377,3 +377,16 @@ def test_plan_table_never_cuts_a_candidate_name():
         assert any("rtx-pro-6000-blackwell:tp4:ep2 " in line for line in table_lines), text
         flat = " ".join(text.split())
         assert f"a100-sxm-80gb:tp8:ep8: {' '.join(reason.split())}" in flat
+
+
+def test_an_operating_point_at_the_end_of_the_batch_range_is_said_to_be_the_ranges_limit(cli):
+    """Llama-3.2-1B on one H100 meets a 100 ms ITL far past batch 1024 (a server without speculation runs best at
+    batch 2005 of 1-4096, with it at 1836): within 1-1024 the K-table server stops at 1024, the range's end, and the
+    table says that the SLO is not what stopped it; a range that holds both points says nothing."""
+    rows = plan_rows("llama-3.2-1b", ["h100-sxm:tp1"], 100, options=None)
+    assert rows[0].largest_batch == 1024 and rows[0].batch_dsd == 1024 and rows[0].at_range_end
+    code, out, err = cli("plan", "-m", "llama-3.2-1b", "-g", "h100-sxm", "--itl-slo-ms", "100")
+    assert code == 0, err
+    assert "the largest evaluated" in " ".join(out.split())
+    wide = plan_rows("llama-3.2-1b", ["h100-sxm:tp1"], 100, options=None, batch_sizes="1-4096")
+    assert wide[0].batch_dsd < 4096 and wide[0].batch_vanilla < 4096 and not wide[0].at_range_end

@@ -474,6 +474,10 @@ def plan_table(title: str, rows: Sequence) -> "object":
     if plain:
         lines.append(f"speculation does not pay on {', '.join(plain)} (gain <= 1): plan a server without "
                      "speculation there")
+    edge = [r for r in rows if r.at_range_end]
+    if edge:
+        lines.append(f"{', '.join(name(r) for r in edge)}: an operating point at batch {edge[0].largest_batch}, the "
+                     "largest evaluated, where the SLO may allow more: a wider range (-b 1-4096) says how far")
     return Group(t, *lines, *(f"not feasible: {n}" for n in notes))
 
 
