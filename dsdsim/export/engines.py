@@ -239,7 +239,8 @@ def trtllm_draft_len_schedule(ranges: Iterable[Sequence[int]]) -> dict[int, int]
     if rows[0][2] != k_max:
         raise DsdsimError(f"TensorRT-LLM needs the largest draft length at the smallest batch sizes "
                           f"(schedule[first key] == max_draft_len) but this table has K={rows[0][2]} at batch 1 "
-                          f"and K={k_max} later; cap K at {rows[0][2]} or export for vLLM")
+                          f"and K={k_max} later; cap K at {rows[0][2]} (predict --max-k {rows[0][2]}) or export for "
+                          "vLLM")
     return {end: k for _, end, k in rows}
 
 

@@ -358,6 +358,6 @@ def default_for(drafter) -> Acceptance:
 @functools.lru_cache(maxsize=None)
 def _kind_default(al: float, k: int, source: str) -> Acceptance:
     fit = from_mean_acceptance_length(al, k)
-    return Acceptance(fit.alpha, f"{source}: mean acceptance length {al:g} at K={k} → constant α={fit.alpha[0]:.3f}; "
-                      "an example for this drafter kind, not a measurement of your workload",
+    return Acceptance(fit.alpha, f"{source}: mean acceptance length {al:g} at K={k} → constant "
+                      f"α={fit.alpha[0]:.3f}; an example for this drafter kind, not a measurement of your workload",
                       extrapolation="constant")

@@ -447,8 +447,9 @@ class HardwareSpec(FrozenSpec):
     link_bandwidth_bytes_per_s: Figure
     link_latency_s: Figure
     # A full-mesh scale-up fabric (AMD Infinity Fabric, Gaudi's RoCE ports): each pair of GPUs has links of its own of
-    # this bandwidth, so a collective over g GPUs of a node runs on g-1 of them (``dsdsim.cost.timing.link_bytes_per_s``);
-    # absent: a switched fabric (NVLink through NVSwitch), where any group gets the whole link bandwidth.
+    # this bandwidth, so a collective over g GPUs of a node runs on g-1 of them
+    # (``dsdsim.cost.timing.link_bytes_per_s``); absent: a switched fabric (NVLink through NVSwitch), where any group
+    # gets the whole link bandwidth.
     link_peer_bandwidth_bytes_per_s: Optional[Figure] = None
     gpus_per_node: Figure
     efficiency: Efficiency

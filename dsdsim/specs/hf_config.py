@@ -18,7 +18,8 @@ SUPPORTED_FAMILIES = (
     "llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mixtral", "phimoe", "deepseek_v2",
     "deepseek_v3", "deepseek_v32", "kimi_k2", "gpt_oss", "llama4", "llama4_text", "cohere", "cohere2", "gemma3", "gemma3_text",
     "gemma4", "gemma4_text", "gemma4_assistant", "glm4_moe", "qwen3_next", "qwen3_5", "qwen3_5_text",
-    "qwen3_5_moe", "qwen3_5_moe_text", "glm_moe_dsa", "nemotron_h", "kimi_k25", "minimax_m2",
+    "qwen3_5_moe", "qwen3_5_moe_text", "glm_moe_dsa", "nemotron_h", "kimi_k25",
+    "minimax_m2",
 )
 # transformers' per-class default for tie_word_embeddings (PretrainedConfig's own default is True).
 _TIE_DEFAULT = {"cohere": True, "cohere2": True, "gemma3_text": True, "gemma4_text": True}
