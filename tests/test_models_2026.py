@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dsdsim.cost.layers import PassContext, attention_ops
-from dsdsim.errors import SpecError
+from dsdsim.errors import DsdsimError, SpecError
 from dsdsim.specs.catalog import load_hardware, load_model
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.hf_config import model_from_hf_config
@@ -277,6 +277,9 @@ def test_minimax_m2_5_layers_by_hand():
     assert m.default_dtype is DType.fp8 and not m.tie_word_embeddings
     assert abs(m.params_total / 230e9 - 1) < 0.01                   # "230 billion total parameters"
     assert m.kv_bytes_per_token(DType.bf16) == 62 * 2 * 8 * d * 2
+    from dsdsim.specs.setup import resolve                            # use_mtp names modules the release lacks
+    with pytest.raises(DsdsimError, match="no MTP module"):
+        resolve("minimax-m2.5", "h200-sxm", Deployment(tp=4), "mtp")
 
 
 @pytest.mark.parametrize("types, words", [([1] * 61 + [0], "lightning"), ([1] * 61, "one type per layer")])

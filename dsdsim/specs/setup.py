@@ -15,6 +15,7 @@ from dsdsim.specs.catalog import (catalog_state, engine_and_file, engine_source,
                                    model_and_file, stamped, unchanged)
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.drafter import DrafterKind, DrafterSpec, parse_drafter
+from dsdsim.specs.drafters.mtp import no_mtp_module
 from dsdsim.specs.engine import EngineParams, EngineSpec
 from dsdsim.specs.hardware import HardwareSpec
 from dsdsim.specs.model import ModelSpec
@@ -158,8 +159,7 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
         raise DsdsimError(f"{d.label} taps {taps} target layers, but {m.name} has {m.num_layers}: give at most "
                           f"{m.num_layers} taps ({d.kind.value}:LAYERS,TAPS,...)")
     if d is not None and d.kind is DrafterKind.mtp and not m.mtp_layers:
-        raise DsdsimError(f"{m.name} has no MTP module (num_nextn_predict_layers = 0); "
-                          "choose eagle3, eagle or draft-model:MODEL")
+        raise DsdsimError(no_mtp_module(m.name))
     return setup, [f for f in files if f is not None]
 
 

@@ -6,6 +6,7 @@ from dsdsim.cost.drafters.base import DraftSetup, DrafterCost, gemm_dtypes
 from dsdsim.cost.layers import PassContext, head_plan, layer_plan
 from dsdsim.cost.plan import PlanOp, tokens
 from dsdsim.errors import DsdsimError
+from dsdsim.specs.drafters.mtp import no_mtp_module
 from dsdsim.specs.model import ModelSpec
 
 
@@ -23,8 +24,7 @@ def _mtp_plan(target: ModelSpec, pc: PassContext) -> list[PlanOp]:
 
 def _plan(ds: DraftSetup):
     if not ds.target.mtp_layers:
-        raise DsdsimError(f"{ds.target.name} has no MTP module (num_nextn_predict_layers = 0); "
-                          "choose eagle3, eagle or draft-model:MODEL")
+        raise DsdsimError(no_mtp_module(ds.target.name))
     one = _mtp_plan(ds.target, ds.pc)
     return ds.chain(one, one)
 

@@ -3,6 +3,14 @@ from __future__ import annotations
 
 from dsdsim.specs.drafters.base import CHAIN_ACCEPTANCE, DraftPasses, DrafterInfo, DrafterKind, EngineRun
 
+
+
+def no_mtp_module(model_name: str) -> str:
+    """The refusal of ``-d mtp`` on a model whose spec holds no MTP module."""
+    return (f"{model_name}'s spec has no MTP module (its config.json declares none, e.g. num_nextn_predict_layers or "
+            "mtp_num_hidden_layers, or none its released weights hold); choose eagle3, eagle or draft-model:MODEL")
+
+
 INFO = DrafterInfo(
     kind=DrafterKind.mtp, form="mtp", summary="the model's MTP module: a full layer run K times",
     passes=DraftPasses.chain, trees=True,
