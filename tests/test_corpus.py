@@ -440,6 +440,15 @@ def test_the_readme_summary_table_is_what_accuracy_prints(report):
     assert shown == want
 
 
+def test_the_readme_quotes_the_minimax_runs_as_accuracy_gives_them(report):
+    """The README's paragraph on the test split quotes the MiniMax-M2.5 runs without speculation at concurrency 4 and
+    64 (the vLLM EAGLE-3-on-AMD blog, 4x MI355X): the report's errors, formatted as the README writes them."""
+    text = " ".join((REPO_ROOT / "README.md").read_text(encoding="utf-8").split())
+    err = {c.id: c.rel_error for c in report.cases}
+    lo, hi = (err[f"vllm-blog-eagle3-amd-minimax-m25-mi355x-tp4-nospec-c{c}-run-tps"] for c in (4, 64))
+    assert f"are read: {100 * lo:+.1f}% at concurrency 4 to {100 * hi:+.1f}% at 64." in text
+
+
 def test_the_readme_leave_one_source_out_table_is_what_accuracy_prints():
     """The README's held-out table (each source's n, median and max |error| with the source held out of every fit)
     and the median of those medians are `dsdsim accuracy --cv source`'s, as printed (a stale table fails here)."""

@@ -296,3 +296,28 @@ def test_minimax_m2_5_predicts_on_four_mi355x(cli):
                          "--format", "json")
     assert code == 0, err
     assert json.loads(out)["rows"]
+
+
+def test_the_readme_figures_of_a_many_expert_models_k_are_what_the_model_gives():
+    """The README's MoE paragraph quotes MiniMax-M2.5 on 4 H200s: the experts a layer touches and the step at batch 8
+    and 64, K = 0 and 4, and the table's K at those batch sizes. Recomputed here, formatted as the README writes
+    them, so the paragraph fails this test when a model change moves them."""
+    import re
+
+    import dsdsim
+    from dsdsim.cost.step import simulate_step
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    said = re.search(r"touches (\d+) of its 256 experts a layer at batch 8 without speculation and (\d+) at K = 4 "
+                     r"\(step ([\d.]+) -> ([\d.]+) ms\), but (\d+) at batch 64 already and (\d+) at K = 4 "
+                     r"\(([\d.]+) -> ([\d.]+) ms\), so its table runs K = (\d) at batch 8 and K = (\d) at batch 64",
+                     readme)
+    assert said, "the README's MoE paragraph no longer quotes MiniMax-M2.5's experts"
+    got = []
+    for b, k in ((8, 0), (8, 4), (64, 0), (64, 4)):
+        s = simulate_step("minimax-m2.5", "h200-sxm", Deployment(tp=4), "eagle3", batch=b, k=k, context=1024)
+        got.append((f"{float(s.experts_touched):.0f}", float(s.step_time_s) * 1e3))
+    ks = dict(zip([1, 8, 64, 256], dsdsim.predict("minimax-m2.5", "h200-sxm", Deployment(tp=4),
+                                                   batch_sizes="1,8,64,256").table.k_per_batch.tolist()))
+    assert said.groups() == (got[0][0], got[1][0], f"{got[0][1]:.2f}", f"{got[1][1]:.1f}", got[2][0], got[3][0],
+                             f"{got[2][1]:.1f}", f"{got[3][1]:.1f}", str(ks[8]), str(ks[64]))
