@@ -237,3 +237,23 @@ def test_the_gemm_peaks_skip_a_size_whose_call_would_outlast_the_budget(monkeypa
     timed.clear()
     probe.measure_gemm_peaks("cpu")
     assert (torch.bfloat16, 2048) in timed
+
+
+@pytest.mark.parametrize("name, link, peer", [("AMD Instinct MI300X", 7 * 48e9, 48e9), ("NVIDIA H200", 48e9, None)])
+def test_a_probed_full_mesh_prices_a_group_on_its_peer_links(name, link, peer):
+    """Two GPUs of an AMD Instinct platform measure one link of its full mesh: the probed spec keeps that figure as
+    the peer bandwidth and gives the fabric 7 of them (TP 8 on all, TP 4 on 3); an NVSwitch part's two GPUs measure
+    the whole link, which every group gets."""
+    from dsdsim.cost.timing import link_bytes_per_s
+
+    r = probe.ProbeResult(
+        device="cuda:0", device_name=name, date="2025-01-01", torch_version="2.11.0", memory_bytes=141e9,
+        cache_bytes=60e6, bandwidth_bytes_per_s=4.2e12,
+        bandwidth_timing=probe.Timing(1e-3, 1e-3, 1e-3, 10, 1), peaks_flops_per_s={probe.DType.bf16: 7e14},
+        gemm_sizes={probe.DType.bf16: 8192}, eager_launch_s=5e-6, graph_launch_s=2e-6, gpus=8, threads=1,
+        link_bytes_per_s=48e9, link_latency_s=9e-6, errors=())
+    spec = probe.spec_from_probe(r, NAME)
+    assert spec.link_bandwidth_bytes_per_s.value == pytest.approx(link)
+    got = spec.link_peer_bandwidth_bytes_per_s
+    assert (got.value if got is not None else None) == (pytest.approx(peer) if peer else None)
+    assert link_bytes_per_s(spec, 4) == pytest.approx(3 * 48e9 if peer else 48e9)

@@ -282,10 +282,17 @@ def spec_from_probe(r: ProbeResult, name: Optional[str] = None) -> HardwareSpec:
     peaks = {d.value: fig(v, f"square GEMM n={r.gemm_sizes[d]}, 2n^3 FLOP / median time"
                           + ("; TF32 disabled" if cuda and d is DType.fp32 else ""))
              for d, v in r.peaks_flops_per_s.items()}
+    peer = None
     if r.link_bytes_per_s is not None:
         link = fig(r.link_bytes_per_s, "2-GPU NCCL all-reduce bus bandwidth, 256 MiB")
         latency = fig(r.link_latency_s, "2-GPU NCCL all-reduce of 8 KiB")
         collective = fig(1.0, "the link figure is the measured all-reduce bus bandwidth")
+        if _vendor(r.device_name) == "amd" and r.gpus > 2:
+            # an AMD Instinct platform links each GPU to each other one (a full mesh, one Infinity Fabric link a
+            # peer): two GPUs measure one link; a group of g runs on g-1 (HardwareSpec.link_peer_bandwidth_bytes_per_s)
+            peer = fig(r.link_bytes_per_s, "2-GPU NCCL all-reduce bus bandwidth, 256 MiB: one link of the full mesh")
+            link = fig(r.link_bytes_per_s * (r.gpus - 1), f"{r.gpus - 1} peer links of the measured one: AMD Instinct "
+                       "platforms link each GPU to each other (full mesh)", "derived")
     else:
         link = fig(_LINK_PLACEHOLDER_BYTES_PER_S, "placeholder: one device, no link to measure (PCIe-4 x16 class)",
                    "unverified", "dsdsim probe placeholder")
@@ -319,6 +326,7 @@ def spec_from_probe(r: ProbeResult, name: Optional[str] = None) -> HardwareSpec:
         "peak_flops_per_s": peaks,
         "last_level_cache_bytes": fig(r.cache_bytes, "L2 size reported by the driver" if cuda else "sysfs cache size"),
         "link_bandwidth_bytes_per_s": link,
+        **({"link_peer_bandwidth_bytes_per_s": peer} if peer is not None else {}),
         "link_latency_s": latency,
         "gpus_per_node": fig(max(1, r.gpus), "devices visible to torch"),
         "efficiency": {
