@@ -295,7 +295,7 @@ def _plan_one(model: ModelSpec, cand: Candidate, q: _Query, price: Optional[floa
         dsd_gain=(g_d / g_v) if math.isfinite(g_v) and g_v > 0 else None,
         gpus_needed_vanilla=needed(g_v), gpus_needed_dsd=needed(g_d),
         cost_per_million_tokens_vanilla=cost(g_v), cost_per_million_tokens_dsd=cost(g_d), pp=cand.pp,
-        largest_batch=int(p.batch_sizes[-1]),
+        largest_batch=int(np.max(p.batch_sizes)),
     )
 
 
@@ -330,7 +330,7 @@ def _plain_only_row(model: ModelSpec, cand: Candidate, dep: Deployment, q: _Quer
         fits = step_time_grid(None, None, batch_sizes=b * cand.pp, k_values=[0], contexts=[context],
                               setup=setup)[1][:, 0, 0]
     ok = fits & (step <= q.slo_s)
-    row = dict(empty, largest_batch=int(b[-1]))
+    row = dict(empty, largest_batch=int(np.max(b)))
     if ok.any():
         g = np.where(ok, b / step, -np.inf) * cand.pp
         j = int(np.flatnonzero(g == g.max())[-1])
