@@ -160,9 +160,13 @@ def drafter_summary(info) -> dict:
                         if run is not None else {"method": None, "refusal": "dsdsim knows no method there",
                                                  "source": None})
     own = info.default_acceptance
-    example = (f"mean acceptance length {own[0]:g} at K={own[1]}: {own[2]}" if own is not None else
-               "none of its own: the generic example (vLLM PR #32374 test data); a tree needs its measured length"
-               if info.trees else "none of its own: the generic example (vLLM PR #32374 test data)")
+    if own is not None:
+        example = f"mean acceptance length {own[0]:g} at K={own[1]}: {own[2]}"
+    else:
+        from dsdsim.policy.acceptance import DEFAULT_ACCEPTANCE
+
+        example = "none of its own: the generic example, " + DEFAULT_ACCEPTANCE.source.split(";")[0]
+        example += "; a tree needs its measured length" if info.trees else ""
     return {"kind": info.name, "form": info.form, "aliases": list(info.aliases), "summary": info.summary,
             "draft_passes": info.passes.value, "max_k": info.max_k, "max_k_source": info.max_k_source,
             "trees": info.trees, "acceptance": info.acceptance, "example_acceptance": example, "engines": engines}

@@ -4,7 +4,6 @@ from __future__ import annotations
 from dsdsim.specs.drafters.base import CHAIN_ACCEPTANCE, DraftPasses, DrafterInfo, DrafterKind, EngineRun
 
 
-
 def no_mtp_module(model_name: str) -> str:
     """The refusal of ``-d mtp`` on a model whose spec holds no MTP module."""
     return (f"{model_name}'s spec has no MTP module (its config.json declares none, e.g. num_nextn_predict_layers or "
