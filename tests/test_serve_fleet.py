@@ -95,6 +95,22 @@ def test_bad_fleets_are_refused():
         run("closed:2", router="rr")
 
 
+def test_a_router_without_replicas_is_refused_before_any_work(cli, tmp_path):
+    """--router on one server (simulate without --replicas, plan --simulate without --replicas or --fleet-qps) had
+    nothing to pick from and was silently ignored; it is refused in one line naming the options that give it
+    replicas, and nothing is written."""
+    out_file = tmp_path / "run.json"
+    code, out, err = cli("simulate", "--router", "least-loaded", "-o", str(out_file))
+    assert code == 2 and "add --replicas N (N >= 2), or drop --router" in err and "Traceback" not in err
+    assert not out_file.exists()
+    code, out, err = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--itl-slo-ms", "30", "--simulate",
+                         "--router", "least-loaded")
+    assert code == 2 and "add --replicas N (N >= 2) or --fleet-qps QPS" in err
+    code, out, err = cli("simulate", "--requests", "8", "--workload", "closed:2", "--input-len", "32",
+                         "--output-len", "8", "--policies", "none", "--router", "round-robin", "--replicas", "2")
+    assert code == 0, err
+
+
 def test_the_command_names_the_fleet_and_its_replicas(cli):
     argv = ("simulate", "--requests", "40", "--workload", "closed:8", "--input-len", "64", "--output-len", "32",
             "--replicas", "2", "--router", "least-loaded")

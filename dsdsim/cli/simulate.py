@@ -230,6 +230,7 @@ def simulate(
         from dsdsim.serve.sweep import parse_loads
 
         loads = parse_loads(sweep)
+    _check_router(ctx, serve.replicas)
     setup = resolve(sim.model, sim.hardware, deploy.deployment(), sim.drafter_spec(), sim.engine)
     serve = _default_policies(ctx, serve, setup.drafter)
     job = serve.simulation(setup, acceptance, deploy.memory_utilization)
@@ -265,6 +266,14 @@ def _sweep(job, loads, setup, executor, fmt, output: Optional[Path], plot: Optio
         _save_plot(SweepDisplay.from_sweep(result, plot_title(views.setup_line(setup), what)), plot)
     _write(fmt, output, lambda: views.sweep_dict(setup, result), lambda: views.sweep_csv(setup, result),
            lambda: views.sweep_view(setup, result, _notes(job)))
+
+
+def _check_router(ctx: Invocation, replicas: int, fleet_qps: Optional[float] = None) -> None:
+    """A --router the user typed has replicas to choose from: --replicas N (N >= 2), or plan's --fleet-qps."""
+    if ctx.given("router") and replicas == 1 and fleet_qps is None:
+        more = " or --fleet-qps QPS (plan finds the replicas)" if ctx.command_path.endswith("plan") else ""
+        raise DsdsimError(f"--router picks the replica each request goes to, and one server has none to pick: "
+                          f"add --replicas N (N >= 2){more}, or drop --router")
 
 
 def _default_policies(ctx: Invocation, serve: "ServeArgs", drafter) -> "ServeArgs":
@@ -435,6 +444,7 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
         if itl_slo_ms is None:
             raise DsdsimError("plan --simulate needs --itl-slo-ms MS or a tpot in --slo (e.g. --slo ttft=200,tpot=15): "
                               "the operating points are chosen under that inter-token latency")
+    _check_router(ctx, serve.replicas, fleet_qps)
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
     sim, deploy, options = (_group(SimulatedArgs, grouped), _group(DeploymentArgs, grouped),
