@@ -444,6 +444,35 @@ def test_a_model_runner_that_does_not_exist_is_one_line(cli, argv, fragment):
     one_line_error(*cli("predict", "-b", "1-8", *argv)[::2], fragment)
 
 
+def test_a_drafter_model_runner_v2_does_not_run_goes_to_v1_until_v1_is_removed(cli):
+    """n-gram (outside V2's drafters as read at v0.25.0 / v0.29.0) sends vLLM 0.24-0.33 to model runner V1, and
+    predict says why its header names the 0.24-0.28 spec. v0.34.0 removed V1: there the drafter can only run on V2,
+    which is priced, with a warning that V2's n-gram support was not read; the API refuses a forced V1 there as the
+    command line does. It had priced 0.34 on the removed runner, silently."""
+    import warnings
+
+    from dsdsim.errors import ArgumentWarning, DsdsimError
+    from dsdsim.specs.setup import resolve
+
+    for engine in ("vllm", "vllm@0.26", "vllm@0.33"):
+        assert resolve(drafter="ngram", engine=engine).engine.runner == "v1"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert resolve(drafter="ngram", engine="vllm@0.34").engine.runner == "v2"
+        assert resolve(drafter="eagle3", engine="vllm@0.34").engine.runner == "v2"
+    texts = [str(w.message) for w in caught if issubclass(w.category, ArgumentWarning)]
+    assert len(texts) == 1 and "vLLM 0.34 has no model runner V1" in texts[0] and "ngram is priced on model runner V2" in texts[0]
+    with pytest.raises(DsdsimError, match="has no model runner V1"):
+        resolve(engine="vllm@0.34", model_runner="v1")
+    code, out, err = cli("predict", "-b", "1-8", "-d", "ngram")
+    text = " ".join(out.split())
+    assert code == 0 and "vLLM runs ngram drafting on model runner V1" in text and "0.34 has no V1" in text
+    code, out, err = cli("predict", "-b", "1-8", "-d", "eagle3", "-e", "vllm@0.26")
+    assert code == 0 and "drafting on model runner V1" not in " ".join(out.split())
+    code, out, err = cli("predict", "-b", "1-8", "-d", "ngram", "-e", "vllm@0.34")
+    assert code == 0 and "engine vllm >=0.29 (model runner V2)" in out and "no model runner V1" in " ".join(err.split())
+
+
 def test_a_k_table_server_on_model_runner_v1_graphs_the_unrounded_grid():
     """vLLM 0.24-0.28 model runner V1: a fixed-K server rounds its capture sizes to multiples of K + 1 (FULL decode
     graphs: 498 is the largest multiple of 3 the grid keeps, so B = 168 at K = 2, 504 tokens, runs eager), a server

@@ -228,7 +228,6 @@ def engine_for_runner(engine: str, runner: str) -> str:
     """The engine spec name pricing vLLM model runner ``runner`` (v1 / v2) for the release ``engine`` names
     (``vllm``, ``vllm@0.26``); refused for another engine, and for V1 from 0.34, which removed it."""
     from dsdsim.specs.catalog import load_engine
-    from dsdsim.specs.engine import parse_version
     from dsdsim.specs.runners import runner_engine
 
     runner = str(runner).strip().lower()
@@ -240,12 +239,10 @@ def engine_for_runner(engine: str, runner: str) -> str:
         raise DsdsimError(f"--model-runner is vLLM's (V1 or V2 from 0.24); engine {engine!r} has no model runner "
                           "to choose")
     version = version.strip() if at else spec.versions.first
-    if runner == "v1" and parse_version(version)[:2] >= (0, 34):
-        raise DsdsimError(f"vLLM {version} has no model runner V1 (removed in v0.34.0: vllm/platforms/interface.py@v0.34.0"
-                          "); drop --model-runner or give a release up to 0.33")
     from dsdsim.specs.catalog import resolve_engine_name
 
-    # the runner's own spec by file name (a name resolve would move to the release's default runner otherwise)
+    # the runner's own spec by file name (a name resolve would move to the release's default runner otherwise; V1
+    # from 0.34 refused there)
     name = runner_engine(engine, spec, None, None, runner) or resolve_engine_name(engine)
     if load_engine(name).runner != runner:
         raise DsdsimError(f"no shipped vLLM spec prices model runner {runner.upper()} for {version} (V2 is priced from "

@@ -350,6 +350,11 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     extra = acc.extrapolated_positions(max_k)
     if extra:
         notes.append(f"acceptance: {acc.describe(max_k)}")
+    from dsdsim.specs.runners import v1_drafter_note
+
+    why_v1 = v1_drafter_note(setup.engine, setup.drafter.kind.value if setup.drafter is not None else None)
+    if why_v1 is not None:
+        notes.append(why_v1)
     limit = getattr(setup.engine, "speculative_max_requests", None) if setup.engine is not None else None
     if limit is not None and int(b[-1]) > limit.value:
         notes.append(f"{setup.engine.name} {setup.engine.version_label} runs at most {limit.value} requests on a "

@@ -10,11 +10,15 @@ in vllm/config/vllm.py of each tag):
                 ``VllmConfig._is_default_v2_model_runner_model``), plus listed MoE architectures (0.25: DeepseekV2,
                 Qwen2Moe, GraniteMoe; 0.26 + Inkling, LongcatFlashNgram; 0.27 + KimiK3; 0.28 + DeepseekV4)
     0.29 on     every model (PR #53183, first in v0.29.0: ``VllmConfig.use_v2_model_runner``; engine_specs/vllm-0.29.yaml)
+    0.34 on     the only runner: v0.34.0 removed model runner V1 (vllm/platforms/interface.py@v0.34.0
+                Platform.validate_environ: "Model Runner V1 has been removed")
 
-A drafter V2 does not run sends the server to V1 in every release that has both (``_get_v2_model_runner_unsupported_
-features``: n-gram and methods other than eagle / eagle3 / mtp / dflash / dspark through v0.29.0). Releases before
-0.24 run V1 here: no shipped spec covers V2 before the first release with a K table (0.22-0.23 ran it for Qwen3 and
-Llama / Mistral dense models; docs/engine_graphs.md rule 4).
+A drafter V2 does not run sends the server to V1 in every release that has both, 0.24 to 0.33
+(``_get_v2_model_runner_unsupported_features``: n-gram and methods other than eagle / eagle3 / mtp / dflash / dspark
+through v0.29.0). From 0.34 there is no V1 to send it to: such a drafter, if the release runs it at all, runs on V2,
+and is priced there with a warning (``v2_drafter_unread``). Releases before 0.24 run V1 here: no shipped spec covers
+V2 before the first release with a K table (0.22-0.23 ran it for Qwen3 and Llama / Mistral dense models;
+docs/engine_graphs.md rule 4).
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ _LISTED[(0, 27)] = _LISTED[(0, 26)] | {"KimiK3ForConditionalGeneration"}
 _LISTED[(0, 28)] = _LISTED[(0, 27)] | {"DeepseekV4ForCausalLM"}
 # the drafter kinds model runner V2 runs (vllm/config/vllm.py@v0.25.0 _get_v2_model_runner_unsupported_features)
 V2_DRAFTERS = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
+V1_REMOVED = (0, 34)        # the first release without model runner V1 (module docstring)
 
 
 def default_runner(version: str, model, drafter_kind: Optional[str] = None, dynamic_k: bool = True) -> str:
@@ -45,6 +50,8 @@ def default_runner(version: str, model, drafter_kind: Optional[str] = None, dyna
     v = parse_version(version)[:2]
     if v < (0, 24):
         return "v1"
+    if v >= V1_REMOVED:
+        return "v2"
     if drafter_kind is not None and drafter_kind not in V2_DRAFTERS:
         return "v1"
     if v >= (0, 29):
@@ -67,7 +74,12 @@ def runner_engine(name: str, spec, model, drafter_kind: Optional[str], runner: O
         from dsdsim.errors import DsdsimError
 
         raise DsdsimError(f"model runner {runner!r}: write v1 or v2 (vLLM's VLLM_USE_V2_MODEL_RUNNER=0 / 1)")
-    version = version if at else spec.versions.first
+    version = version.strip() if at else spec.versions.first
+    if runner == "v1" and parse_version(version)[:2] >= V1_REMOVED:
+        from dsdsim.errors import DsdsimError
+
+        raise DsdsimError(f"vLLM {version} has no model runner V1 (removed in v0.34.0: vllm/platforms/interface.py@v0.34.0"
+                          "); drop --model-runner or give a release up to 0.33")
     want = runner or default_runner(version, model, drafter_kind)
     if want == spec.runner:
         return None
@@ -77,3 +89,25 @@ def runner_engine(name: str, spec, model, drafter_kind: Optional[str], runner: O
     if want == "v1" and v >= (0, 24):
         return V1_SPEC
     return None
+
+
+def v2_drafter_unread(version: str, drafter_kind: Optional[str]) -> Optional[str]:
+    """The warning for a drafter of ``drafter_kind`` on vLLM ``version`` from 0.34, where only model runner V2 is
+    left and dsdsim read it running only ``V2_DRAFTERS``; None where that does not arise."""
+    if drafter_kind is None or drafter_kind in V2_DRAFTERS or parse_version(version)[:2] < V1_REMOVED:
+        return None
+    return (f"vLLM {version} has no model runner V1 (removed in v0.34.0), and dsdsim read model runner V2 running "
+            f"only {', '.join(sorted(V2_DRAFTERS))} drafting (vllm/config/vllm.py@v0.29.0); {drafter_kind} is priced "
+            f"on model runner V2, as the release must run it if it runs it at all; -e vllm@0.33 prices it on V1")
+
+
+def v1_drafter_note(engine, drafter_kind: Optional[str]) -> Optional[str]:
+    """Why a vLLM release is priced with the model runner V1 spec of 0.24-0.28 (for 0.29-0.33 too): its drafter
+    runs on V1 only (``V2_DRAFTERS``); None for any other engine or drafter."""
+    if (engine is None or engine.name != "vllm" or getattr(engine, "runner", None) != "v1" or drafter_kind is None
+            or drafter_kind in V2_DRAFTERS):
+        return None
+    return (f"vLLM runs {drafter_kind} drafting on model runner V1: model runner V2 runs "
+            f"{', '.join(sorted(V2_DRAFTERS))} only (vllm/config/vllm.py _get_v2_model_runner_unsupported_features, "
+            f"read at v0.25.0 and v0.29.0), so releases from 0.24 to 0.33 are priced with the model runner V1 spec "
+            f"({engine.version_label}); 0.34 has no V1")
