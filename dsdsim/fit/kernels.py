@@ -28,9 +28,8 @@ from dsdsim.cost.experts import experts_touched
 from dsdsim.cost.ops import Demand, MoEExperts
 from dsdsim.cost.timing import MoECall, launch_overhead, moe_family_rates, seconds
 from dsdsim.records import frozen
-from dsdsim.units import median_abs
 from dsdsim.specs.hardware import GROUPED_GEMM_LAUNCHES, Figure, HardwareSpec, MoEFamilyFigures, Verified
-from dsdsim.units import DType
+from dsdsim.units import DType, median_abs
 
 NOT_PROBED = ("mla_attention_bandwidth_fraction", "mla_attention_ramp_tokens", "moe_call_latency_s",
               "moe_bandwidth_fraction", "moe_compute_fraction")
@@ -430,7 +429,7 @@ class HeldOut:
 
     @property
     def median_abs_error(self) -> float:
-        return float(np.median(np.abs(self.errors)))
+        return median_abs(self.errors)
 
 
 def held_out(rows: Sequence[MoERow], hardware: HardwareSpec, family: MoEFamilyFigures,

@@ -27,6 +27,7 @@ import numpy as np
 from dsdsim.errors import DsdsimError
 from dsdsim.fit.points import MeasuredPoint, point_from_result
 from dsdsim.records import frozen
+from dsdsim.units import median_abs
 
 ITERATIONS = 2       # replay rounds after the steady fit (the ratio S / M is the run's shape: it settles at once)
 
@@ -142,8 +143,7 @@ def fit_through_replay(cal, points: Sequence[MeasuredPoint], runs: Sequence[Repl
         targets_of.append(targets)
         current = ShapeCalibration(cal.setup, cal.async_scheduling, cal.engine_method).fit(targets,
                                                                                          leave_one_out=False)
-    score = [float(np.median(np.abs([s / r.point.itl_ms - 1.0 for s, r in zip(rd.simulated_ms, runs)])))
-             for rd in rounds]
+    score = [median_abs([s / r.point.itl_ms - 1.0 for s, r in zip(rd.simulated_ms, runs)]) for rd in rounds]
     kept = min(range(total), key=lambda i: (score[i], -i))       # ties: the later round
     final = cal if kept == 0 else ShapeCalibration(cal.setup, cal.async_scheduling, cal.engine_method).fit(
         targets_of[kept])                                          # with its leave-one-out errors

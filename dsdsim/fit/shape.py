@@ -37,6 +37,7 @@ import numpy as np
 from dsdsim.errors import DsdsimError
 from dsdsim.fit.points import MeasuredPoint
 from dsdsim.records import frozen
+from dsdsim.units import median_abs
 
 SIGMA_MEASURED = 0.05    # the spread of a measured step time: run to run, and what a benchmark's mean TPOT hides
                          # (mixed prefills, stragglers); points within 5% of the fit count in full, beyond it
@@ -345,7 +346,7 @@ class ShapeCalibration:
                        "corrected by measured / replayed mean TPOT (dsdsim.fit.replay), residuals against the targets")
         fit = FitProvenance(method=method, date=date,
                             cases=ids, residuals=res,
-                            median_abs_residual=round(float(np.median(np.abs(list(res.values())))), 4),
+                            median_abs_residual=round(median_abs(res.values()), 4),
                             max_abs_residual=round(float(np.max(np.abs(list(res.values())))), 4),
                             note="measured points: " + ", ".join(source_files))
         return s.engine.model_copy(update={"name": name, "calibration": cal, "fit": fit})

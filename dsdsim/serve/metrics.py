@@ -20,6 +20,7 @@ from typing import Optional
 import numpy as np
 
 from dsdsim.records import frozen
+from dsdsim.units import median_abs
 
 
 @frozen
@@ -205,7 +206,7 @@ def versus_measured(result: PolicyResult, ttft_s: np.ndarray, e2e_s: np.ndarray,
         ms, xs = Stats.of(m).to_dict(), Stats.of(x).to_dict()
         errors = {k: (xs[k] / ms[k] - 1.0 if ms[k] > 0 else None) for k in ms}
         positive = m > 0
-        per_request = float(np.median(np.abs(x[positive] / m[positive] - 1.0))) if positive.any() else None
+        per_request = median_abs(x[positive] / m[positive] - 1.0) if positive.any() else None
         report[f"{q}_ms"] = {"measured": ms, "simulated": xs, "rel_error": errors,
                              "per_request_median_abs_rel_error": per_request}
     return report
