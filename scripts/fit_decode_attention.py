@@ -42,6 +42,7 @@ from scipy.optimize import least_squares
 from fit_gemm import write_specs     # the specs written one way (scripts/ is on sys.path)
 
 from dsdsim.specs.hardware import nearest_head_size
+from dsdsim.units import median_abs
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "measurements" / "kernels" / "attention_queries.csv"
@@ -84,7 +85,7 @@ def fit(bandwidth: float, rows: list[dict]) -> tuple[float, float, float]:
         return predicted(rows, bandwidth, x[0], x[1])
 
     res = least_squares(lambda x: np.log(pred(x) / t), [0.9, 80.0], bounds=([0.3, 0.0], [1.0, 5000.0]))
-    return float(res.x[0]), float(res.x[1]), float(np.median(np.abs(pred(res.x) / t - 1.0)))
+    return float(res.x[0]), float(res.x[1]), median_abs(pred(res.x) / t - 1.0)
 
 
 def predicted(rows: list[dict], bandwidth: float, eta, ramp: float) -> np.ndarray:
@@ -121,7 +122,7 @@ def fit_by_head(bandwidth: float, rows: list[dict]) -> tuple[dict[int, float], f
     res = least_squares(lambda x: np.log(pred(x) / t), [0.8] * len(heads) + [80.0],
                         bounds=([0.05] * len(heads) + [0.0], [1.0] * len(heads) + [5000.0]))
     return ({d: float(e) for d, e in zip(heads, res.x[:-1])}, float(res.x[-1]),
-            float(np.median(np.abs(pred(res.x) / t - 1.0))))
+            median_abs(pred(res.x) / t - 1.0))
 
 
 def _major(hw) -> str | None:
@@ -248,8 +249,8 @@ def transfer_errors(fits: dict[int, dict[str, DecodeFit]], specs: dict[str, obje
             f = by_part[near.name]
             t = np.array([float(r["time_us"]) * 1e-6 for r in rows])
             eta, bw = etas_of(rows, f.eta, f.by_head), specs[part].bandwidth
-            err = float(np.median(np.abs(predicted(rows, bw, eta, f.ramp) / t - 1.0)))
-            as_rate = float(np.median(np.abs(predicted(rows, bw, eta * near.bandwidth / bw, f.ramp) / t - 1.0)))
+            err = median_abs(predicted(rows, bw, eta, f.ramp) / t - 1.0)
+            as_rate = median_abs(predicted(rows, bw, eta * near.bandwidth / bw, f.ramp) / t - 1.0)
             out.append((width, part, near.name, len(rows), err, as_rate))
     return out
 
@@ -271,7 +272,7 @@ def other_builds(specs: dict[str, object]) -> list[tuple]:
                 shipped = (kf.fp8_decode_fraction(head) if width == 1
                            else kf.decode_attention_bandwidth_fraction.value)
                 t = np.array([float(r["time_us"]) * 1e-6 for r in rs])
-                err = float(np.median(np.abs(predicted(rs, hw.bandwidth, shipped, ramp) / t - 1.0)))
+                err = median_abs(predicted(rs, hw.bandwidth, shipped, ramp) / t - 1.0)
                 out.append((part, kernel, width, head, len(rs), eta, err))
     return out
 
