@@ -21,8 +21,8 @@ POLICY_KEYS = {"name", "output_tokens_per_s", "requests_per_s", "ttft_ms", "tpot
                "batch_seconds", "preemptions", "duration_s",
                "steps", "kv_cache_tokens", "kv_cache_source", "kv_cache_rule", "kv_cache_memory_share"}
 STATS = {"mean", "p50", "p90", "p99"}
-CSV_COLUMNS = (["model", "hardware", "tp", "drafter", "engine", "expert_overlap", "workload", "requests", "seed",
-                "policy", "output_tokens_per_s", "requests_per_s"]
+CSV_COLUMNS = (["model", "hardware", "tp", "ep", "drafter", "engine", "expert_overlap", "workload", "requests", "seed",
+                "replicas", "router", "policy", "output_tokens_per_s", "requests_per_s"]
                + [f"{lat}_{s}" for lat in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms") for s in ("mean", "p50", "p90",
                                                                                                 "p99")]
                + ["goodput_requests_per_s", "mean_batch", "mean_acceptance_length", "k_histogram", "k_limited_steps",
@@ -50,7 +50,7 @@ def test_json_carries_the_documented_keys(cli):
     assert code == 0, err
     d = json.loads(out)
     assert set(d) == {"setup", "workload", "requests", "seed", "policies", "servers"}
-    assert d["setup"] == {"model": "llama-3.1-8b", "hardware": "h100-sxm", "tp": 1, "drafter": "eagle3",
+    assert d["setup"] == {"model": "llama-3.1-8b", "hardware": "h100-sxm", "tp": 1, "ep": 1, "drafter": "eagle3",
                           "engine": "vllm >=0.29 (model runner V2)", "expert_overlap": 0.0}
     assert (d["workload"], d["requests"], d["seed"]) == ("closed:8", 24, 0)
     assert [p["name"] for p in d["policies"]] == ["none", "fixed:3", "dsd"]
@@ -80,6 +80,7 @@ def test_csv_has_one_row_per_policy_and_flat_columns(cli):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert list(rows[0]) == CSV_COLUMNS
     assert [r["policy"] for r in rows] == ["none", "fixed:2"]
+    assert (rows[0]["ep"], rows[0]["replicas"], rows[0]["router"]) == ("1", "1", "")     # one server: no router
     assert rows[1]["k_histogram"].startswith(("0:", "2:")) and rows[0]["goodput_requests_per_s"] == ""
     assert float(rows[0]["ttft_ms_p50"]) <= float(rows[0]["ttft_ms_p99"])
 

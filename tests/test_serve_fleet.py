@@ -1,6 +1,8 @@
 """Many replicas behind a router (simulate --replicas N --router): closed-form checks against one server."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import numpy as np
@@ -124,6 +126,9 @@ def test_the_command_names_the_fleet_and_its_replicas(cli):
     code, out, err = cli(*argv)
     text = " ".join(out.split())
     assert code == 0 and "2 replicas behind a least-loaded router" in text and "fleet: 2 replicas" in text
+    code, out, err = cli(*argv, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and {(r["replicas"], r["router"]) for r in rows} == {("2", "least-loaded")}
     code, out, err = cli("simulate", "--requests", "20", "--sweep", "poisson:10,20", "--replicas", "2",
                          "--executor", "local")
     assert code == 0 and "2 replicas behind a round-robin router; workloads" in " ".join(out.split())

@@ -23,15 +23,17 @@ LATENCY_LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms
 
 
 def setup_dict(setup) -> dict:
-    """What was simulated, by name: model, hardware, tp, drafter ('none' without one), engine ('vllm >=0.29 (model
-    runner V2)'), and the expert overlap priced (0 on a dense model or under independent routing)."""
+    """What was simulated, by name: model, hardware, tp, ep, drafter ('none' without one), engine ('vllm >=0.29
+    (model runner V2)'), and the expert overlap priced (0 on a dense model or under independent routing). No pp: the
+    serving simulation runs pp = 1 only."""
     from dsdsim.cost.experts import routing_overlap
     from dsdsim.export.render import engine_text
 
     engine = engine_text(setup.engine) if setup.engine is not None else None
-    return {"model": setup.model.name, "hardware": setup.hardware.name, "tp": setup.deployment.tp,
+    dep = setup.deployment
+    return {"model": setup.model.name, "hardware": setup.hardware.name, "tp": dep.tp, "ep": dep.ep,
             "drafter": _drafter_label(setup.drafter), "engine": engine or "ideal",
-            "expert_overlap": routing_overlap(setup.deployment.expert_overlap, setup.model.moe_ffn is not None)}
+            "expert_overlap": routing_overlap(dep.expert_overlap, setup.model.moe_ffn is not None)}
 
 
 def _drafter_label(drafter) -> str:
@@ -89,10 +91,11 @@ def policy_row(policy: Mapping[str, Any]) -> dict:
 
 
 def simulation_rows(setup, result, load: Optional[float] = None) -> list[dict]:
-    """The CSV rows of one simulation: the setup and workload on every row, then the policy's columns."""
+    """The CSV rows of one simulation: the setup, workload and fleet (replicas, and the router when more than one)
+    on every row, then the policy's columns (the fleet's figures)."""
     d = result.to_dict()
     head = {**setup_dict(setup), **({"load": load} if load is not None else {}), "workload": d["workload"],
-            "requests": d["requests"], "seed": d["seed"]}
+            "requests": d["requests"], "seed": d["seed"], "replicas": d.get("replicas", 1), "router": d.get("router")}
     return [{**head, **policy_row(p)} for p in d["policies"]]
 
 
