@@ -445,31 +445,37 @@ def test_a_model_runner_that_does_not_exist_is_one_line(cli, argv, fragment):
 
 
 def test_a_drafter_model_runner_v2_does_not_run_goes_to_v1_until_v1_is_removed(cli):
-    """n-gram (outside V2's drafters as read at v0.25.0 / v0.29.0) sends vLLM 0.24-0.33 to model runner V1, and
-    predict says why its header names the 0.24-0.28 spec. v0.34.0 removed V1: there the drafter can only run on V2,
-    which is priced, with a warning that V2's n-gram support was not read; the API refuses a forced V1 there as the
-    command line does. It had priced 0.34 on the removed runner, silently."""
+    """As docs/engine_graphs.md §1.4 reads vLLM's _get_v2_model_runner_unsupported_features: n-gram runs on model
+    runner V1 through 0.29 and on V2 from 0.30; suffix decoding on V1 through 0.33 (unlisted at v0.33.0). predict
+    says why its header names the 0.24-0.28 spec. v0.34.0 removed V1: suffix is priced on V2 there, with a warning;
+    the API refuses a forced V1 there as the command line does. n-gram had been priced on V1 at every release,
+    0.30-0.34 included."""
     import warnings
 
     from dsdsim.errors import ArgumentWarning, DsdsimError
     from dsdsim.specs.setup import resolve
 
-    for engine in ("vllm", "vllm@0.26", "vllm@0.33"):
-        assert resolve(drafter="ngram", engine=engine).engine.runner == "v1"
+    runner = {(d, e): resolve(drafter=d, engine=e).engine.runner
+              for d in ("ngram", "suffix", "eagle3") for e in ("vllm@0.26", "vllm", "vllm@0.30", "vllm@0.33")}
+    assert runner == {**{("ngram", e): "v1" for e in ("vllm@0.26", "vllm")},
+                      **{("ngram", e): "v2" for e in ("vllm@0.30", "vllm@0.33")},
+                      **{("suffix", e): "v1" for e in ("vllm@0.26", "vllm", "vllm@0.30", "vllm@0.33")},
+                      **{("eagle3", e): "v2" for e in ("vllm@0.26", "vllm", "vllm@0.30", "vllm@0.33")}}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        assert resolve(drafter="suffix", engine="vllm@0.34").engine.runner == "v2"
         assert resolve(drafter="ngram", engine="vllm@0.34").engine.runner == "v2"
-        assert resolve(drafter="eagle3", engine="vllm@0.34").engine.runner == "v2"
     texts = [str(w.message) for w in caught if issubclass(w.category, ArgumentWarning)]
-    assert len(texts) == 1 and "vLLM 0.34 has no model runner V1" in texts[0] and "ngram is priced on model runner V2" in texts[0]
+    assert len(texts) == 1 and "vLLM 0.34 has no model runner V1" in texts[0] and "suffix drafting on V1 only" in texts[0]
     with pytest.raises(DsdsimError, match="has no model runner V1"):
         resolve(engine="vllm@0.34", model_runner="v1")
     code, out, err = cli("predict", "-b", "1-8", "-d", "ngram")
     text = " ".join(out.split())
-    assert code == 0 and "vLLM runs ngram drafting on model runner V1" in text and "0.34 has no V1" in text
+    assert code == 0 and "vLLM runs ngram drafting on model runner V1 from 0.24 to 0.29" in text
+    assert "give -e vllm@0.30 or later" in text
     code, out, err = cli("predict", "-b", "1-8", "-d", "eagle3", "-e", "vllm@0.26")
     assert code == 0 and "drafting on model runner V1" not in " ".join(out.split())
-    code, out, err = cli("predict", "-b", "1-8", "-d", "ngram", "-e", "vllm@0.34")
+    code, out, err = cli("predict", "-b", "1-8", "-d", "suffix", "-e", "vllm@0.34")
     assert code == 0 and "engine vllm >=0.29 (model runner V2)" in out and "no model runner V1" in " ".join(err.split())
 
 

@@ -14,11 +14,12 @@ in vllm/config/vllm.py of each tag):
                 Platform.validate_environ: "Model Runner V1 has been removed")
 
 A drafter V2 does not run sends the server to V1 in every release that has both, 0.24 to 0.33
-(``_get_v2_model_runner_unsupported_features``: n-gram and methods other than eagle / eagle3 / mtp / dflash / dspark
-through v0.29.0). From 0.34 there is no V1 to send it to: such a drafter, if the release runs it at all, runs on V2,
-and is priced there with a warning (``v2_drafter_unread``). Releases before 0.24 run V1 here: no shipped spec covers
-V2 before the first release with a K table (0.22-0.23 ran it for Qwen3 and Llama / Mistral dense models;
-docs/engine_graphs.md rule 4).
+(``_get_v2_model_runner_unsupported_features``, docs/engine_graphs.md §1.4): through v0.29.0 every method but eagle /
+eagle3 / mtp / dflash / dspark (n-gram, Medusa, a draft model, ...); from v0.30.0 only the methods it does not list,
+at v0.33.0 suffix decoding and custom classes (``v1_only``). From 0.34 there is no V1 to send it to: such a drafter,
+if the release runs it at all, runs on V2, and is priced there with a warning (``v2_drafter_unread``). Releases
+before 0.24 run V1 here: no shipped spec covers V2 before the first release with a K table (0.22-0.23 ran it for
+Qwen3 and Llama / Mistral dense models; docs/engine_graphs.md rule 4).
 """
 from __future__ import annotations
 
@@ -39,9 +40,22 @@ _LISTED[(0, 26)] = _LISTED[(0, 25)] | {"InklingForCausalLM", "InklingForConditio
                                        "LongcatFlashNgramForCausalLM"}
 _LISTED[(0, 27)] = _LISTED[(0, 26)] | {"KimiK3ForConditionalGeneration"}
 _LISTED[(0, 28)] = _LISTED[(0, 27)] | {"DeepseekV4ForCausalLM"}
-# the drafter kinds model runner V2 runs (vllm/config/vllm.py@v0.25.0 _get_v2_model_runner_unsupported_features)
+# the drafter kinds model runner V2 runs through v0.29.0 (vllm/config/vllm.py@v0.25.0
+# _get_v2_model_runner_unsupported_features); from v0.30.0 every kind but those it lists (at v0.33.0: suffix and
+# custom classes, docs/engine_graphs.md §1.4)
 V2_DRAFTERS = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
+V2_MOST_DRAFTERS_FROM = (0, 30)
+V1_ONLY_DRAFTERS = frozenset({"suffix"})
 V1_REMOVED = (0, 34)        # the first release without model runner V1 (module docstring)
+
+
+def v1_only(version: str, drafter_kind: Optional[str]) -> bool:
+    """Whether vLLM ``version`` (0.24-0.33) runs a drafter of ``drafter_kind`` on model runner V1 only."""
+    if drafter_kind is None:
+        return False
+    if parse_version(version)[:2] >= V2_MOST_DRAFTERS_FROM:
+        return drafter_kind in V1_ONLY_DRAFTERS
+    return drafter_kind not in V2_DRAFTERS
 
 
 def default_runner(version: str, model, drafter_kind: Optional[str] = None, dynamic_k: bool = True) -> str:
@@ -52,7 +66,7 @@ def default_runner(version: str, model, drafter_kind: Optional[str] = None, dyna
         return "v1"
     if v >= V1_REMOVED:
         return "v2"
-    if drafter_kind is not None and drafter_kind not in V2_DRAFTERS:
+    if v1_only(version, drafter_kind):
         return "v1"
     if v >= (0, 29):
         return "v2"
@@ -93,21 +107,23 @@ def runner_engine(name: str, spec, model, drafter_kind: Optional[str], runner: O
 
 def v2_drafter_unread(version: str, drafter_kind: Optional[str]) -> Optional[str]:
     """The warning for a drafter of ``drafter_kind`` on vLLM ``version`` from 0.34, where only model runner V2 is
-    left and dsdsim read it running only ``V2_DRAFTERS``; None where that does not arise."""
-    if drafter_kind is None or drafter_kind in V2_DRAFTERS or parse_version(version)[:2] < V1_REMOVED:
+    left and the last release read (v0.33.0) ran that kind on V1 only; None where that does not arise."""
+    if drafter_kind not in V1_ONLY_DRAFTERS or parse_version(version)[:2] < V1_REMOVED:
         return None
-    return (f"vLLM {version} has no model runner V1 (removed in v0.34.0), and dsdsim read model runner V2 running "
-            f"only {', '.join(sorted(V2_DRAFTERS))} drafting (vllm/config/vllm.py@v0.29.0); {drafter_kind} is priced "
-            f"on model runner V2, as the release must run it if it runs it at all; -e vllm@0.33 prices it on V1")
+    return (f"vLLM {version} has no model runner V1 (removed in v0.34.0), and v0.33.0 ran {drafter_kind} drafting on V1 "
+            f"only (vllm/config/vllm.py@v0.33.0 _get_v2_model_runner_unsupported_features); it is priced on model "
+            f"runner V2, as the release must run it if it runs it at all; -e vllm@0.33 prices it on V1")
 
 
 def v1_drafter_note(engine, drafter_kind: Optional[str]) -> Optional[str]:
-    """Why a vLLM release is priced with the model runner V1 spec of 0.24-0.28 (for 0.29-0.33 too): its drafter
-    runs on V1 only (``V2_DRAFTERS``); None for any other engine or drafter."""
+    """Why a vLLM release is priced with the model runner V1 spec of 0.24-0.28: its drafter runs on V1 only there
+    (``v1_only``); None for any other engine or drafter."""
     if (engine is None or engine.name != "vllm" or getattr(engine, "runner", None) != "v1" or drafter_kind is None
             or drafter_kind in V2_DRAFTERS):
         return None
-    return (f"vLLM runs {drafter_kind} drafting on model runner V1: model runner V2 runs "
-            f"{', '.join(sorted(V2_DRAFTERS))} only (vllm/config/vllm.py _get_v2_model_runner_unsupported_features, "
-            f"read at v0.25.0 and v0.29.0), so releases from 0.24 to 0.33 are priced with the model runner V1 spec "
-            f"({engine.version_label}); 0.34 has no V1")
+    last = "0.33" if drafter_kind in V1_ONLY_DRAFTERS else "0.29"
+    return (f"vLLM runs {drafter_kind} drafting on model runner V1 from 0.24 to {last} "
+            f"(vllm/config/vllm.py _get_v2_model_runner_unsupported_features; docs/engine_graphs.md), priced with "
+            f"the model runner V1 spec ({engine.version_label})"
+            + ("; from 0.30 model runner V2 runs it: give -e vllm@0.30 or later for that" if last == "0.29" else
+               "; 0.34 has no V1"))
