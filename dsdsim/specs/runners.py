@@ -17,7 +17,7 @@ A drafter V2 does not run sends the server to V1 in every release that has both,
 (``_get_v2_model_runner_unsupported_features``, docs/engine_graphs.md §1.4): through v0.29.0 every method but eagle /
 eagle3 / mtp / dflash / dspark (n-gram, Medusa, a draft model, ...); from v0.30.0 only the methods it does not list,
 at v0.33.0 suffix decoding and custom classes (``v1_only``). From 0.34 there is no V1 to send it to: such a drafter,
-if the release runs it at all, runs on V2, and is priced there with a warning (``v2_drafter_unread``). Releases
+if the release runs it at all, runs on V2, and is priced there with a warning (``removed_v1_warning``). Releases
 before 0.24 run V1 here: no shipped spec covers V2 before the first release with a K table (0.22-0.23 ran it for
 Qwen3 and Llama / Mistral dense models; docs/engine_graphs.md rule 4).
 """
@@ -80,7 +80,8 @@ def runner_engine(name: str, spec, model, drafter_kind: Optional[str], runner: O
                   ) -> Optional[str]:
     """The engine spec name pricing the runner vLLM's default picks (or ``runner``, v1 / v2, as
     VLLM_USE_V2_MODEL_RUNNER=0 / 1 forces it), where it differs from ``spec`` (the spec ``name`` resolved to, ``vllm``
-    or ``vllm@VERSION``); None where ``spec`` already prices it (or the name is not a vLLM release)."""
+    or ``vllm@VERSION``); None where ``spec`` already prices it (or the name is not a vLLM release). A drafter the last
+    release read ran on V1 only, asked of a release without V1, is priced on V2 with a warning (``removed_v1_warning``)."""
     family, at, version = str(name).strip().partition("@")
     if family != "vllm" or spec.name != "vllm" or spec.versions is None or spec.runner is None:
         return None
@@ -94,6 +95,13 @@ def runner_engine(name: str, spec, model, drafter_kind: Optional[str], runner: O
 
         raise DsdsimError(f"vLLM {version} has no model runner V1 (removed in v0.34.0: vllm/platforms/interface.py@v0.34.0"
                           "); drop --model-runner or give a release up to 0.33")
+    warning = removed_v1_warning(version, drafter_kind)
+    if warning is not None:
+        import warnings
+
+        from dsdsim.errors import ArgumentWarning
+
+        warnings.warn(ArgumentWarning(warning), stacklevel=4)
     want = runner or default_runner(version, model, drafter_kind)
     if want == spec.runner:
         return None
@@ -105,7 +113,7 @@ def runner_engine(name: str, spec, model, drafter_kind: Optional[str], runner: O
     return None
 
 
-def v2_drafter_unread(version: str, drafter_kind: Optional[str]) -> Optional[str]:
+def removed_v1_warning(version: str, drafter_kind: Optional[str]) -> Optional[str]:
     """The warning for a drafter of ``drafter_kind`` on vLLM ``version`` from 0.34, where only model runner V2 is
     left and the last release read (v0.33.0) ran that kind on V1 only; None where that does not arise."""
     if drafter_kind not in V1_ONLY_DRAFTERS or parse_version(version)[:2] < V1_REMOVED:

@@ -123,14 +123,10 @@ def _resolve(model, hardware, deployment, drafter, engine, async_scheduling, eng
     if engine is not None:
         eng, path = (engine, None) if isinstance(engine, EngineSpec) else engine_and_file(engine)
         if not isinstance(engine, EngineSpec):
-            from dsdsim.specs.runners import runner_engine, v2_drafter_unread
+            from dsdsim.specs.runners import runner_engine
 
-            kind = engine_method or (d.kind.value if d is not None else None)
-            family, at, version = str(engine).strip().partition("@")
-            unread = v2_drafter_unread(version.strip(), kind) if family.strip() == "vllm" and at else None
-            if unread is not None:
-                warnings.warn(ArgumentWarning(unread), stacklevel=3)
-            alt = runner_engine(str(engine), eng, m, kind, model_runner)
+            alt = runner_engine(str(engine), eng, m, engine_method or (d.kind.value if d is not None else None),
+                                model_runner)
             if alt is not None:          # the release runs this model on its other model runner by default
                 engine = alt
                 eng, path = engine_and_file(alt)
