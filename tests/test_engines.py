@@ -507,6 +507,25 @@ def test_sglang_speculative_servers_run_48_requests_unless_told_and_predict_says
     assert not any("runs at most 48" in n for n in json.loads(out)["notes"])
 
 
+def test_simulate_says_when_sglangs_cap_holds_its_speculative_servers(cli):
+    """simulate runs SGLang's speculative servers under the 48-request cap (SchedulerConfig.for_server) and says so,
+    as predict does: at closed:64 their batch stays below the plain server's and the waiting shows in TTFT. Not
+    said with --max-num-seqs (the user's limit) or without a speculative policy."""
+    argv = ("simulate", "-e", "sglang", "--requests", "300", "--workload", "closed:64", "--input-len", "64",
+            "--output-len", "32", "--executor", "local")
+    code, out, _ = cli(*argv)
+    text = " ".join(out.split())
+    assert code == 0 and "runs at most 48 requests on a speculative server" in text
+    assert "the speculative servers here run at most 48, a server without speculation 256" in text
+    code, out, _ = cli(*argv, "-f", "json")
+    d = json.loads(out)
+    batch = {p["name"]: p["mean_batch"] for p in d["policies"]}
+    assert batch["fixed:3"] < 48 < batch["none"]
+    for extra in (("--max-num-seqs", "64"), ("--policies", "none")):
+        code, out, _ = cli(*argv, *extra)
+        assert code == 0 and "runs at most 48" not in " ".join(out.split())
+
+
 def test_sglang_before_0_4_5_graphs_speculative_batches_1_to_32_exactly_and_the_draft_extend_eagerly():
     """SGLang 0.4.4 (the EAGLE-3 paper's release) sets disable_cuda_graph_padding for EAGLE and captures range(1, 33)
     for a speculative server (get_batch_sizes_to_capture@v0.4.4), with a pool of 32 requests; 0.4.5-0.4.6 pad to

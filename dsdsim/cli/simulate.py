@@ -340,7 +340,23 @@ def _notes(job) -> list[str]:
                      "and a new message of that input length")
     if job.slo:
         lines.append(f"SLO: {job.slo} (milliseconds)")
-    return lines + _scheduling_note(job)
+    return lines + _scheduling_note(job) + _speculative_cap_note(job)
+
+
+def _speculative_cap_note(job) -> list[str]:
+    """A line where the engine caps a speculative server's running requests below the scheduler's default and
+    --max-num-seqs was not given: the speculative policies ran under that cap, which their batch and TTFT show."""
+    from dsdsim.serve.scheduler import DEFAULT_MAX_NUM_SEQS
+
+    engine = job.setup.engine
+    limit = getattr(engine, "speculative_max_requests", None)
+    given = job.scheduler.max_num_seqs if job.scheduler is not None else None
+    if limit is None or limit.value >= DEFAULT_MAX_NUM_SEQS or given is not None:
+        return []
+    if all(p.strip() == "none" for p in str(job.policies).split(",")):
+        return []
+    return [f"{engine.speculative_cap_text}: the speculative servers here run at most {limit.value}, a server without "
+            f"speculation {DEFAULT_MAX_NUM_SEQS}; --max-num-seqs N simulates servers started with N"]
 
 
 def _scheduling_note(job) -> list[str]:

@@ -357,9 +357,7 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
         notes.append(why_v1)
     limit = getattr(setup.engine, "speculative_max_requests", None) if setup.engine is not None else None
     if limit is not None and int(b[-1]) > limit.value:
-        notes.append(f"{setup.engine.name} {setup.engine.version_label} runs at most {limit.value} requests on a "
-                     f"speculative server unless started with --max-running-requests N ({limit.source.split(':')[0]}); "
-                     f"the rows past batch {limit.value} are for a server started so")
+        notes.append(f"{setup.engine.speculative_cap_text}; the rows past batch {limit.value} are for a server started so")
     fits = feas_kb.any(axis=0)
     if not fits.any():
         from dsdsim.policy.fits import fit_note

@@ -496,6 +496,16 @@ class EngineSpec(FrozenSpec):
         return self.versions.label if self.versions is not None else "-"
 
     @property
+    def speculative_cap_text(self) -> Optional[str]:
+        """'sglang >=0.5.12 runs at most 48 requests on a speculative server unless started with
+        --max-running-requests N (source)', or None where the spec states no such limit."""
+        limit = self.speculative_max_requests
+        if limit is None:
+            return None
+        return (f"{self.name} {self.version_label} runs at most {limit.value} requests on a speculative server unless "
+                f"started with --max-running-requests N ({limit.source.split(':')[0]})")
+
+    @property
     def newest_release(self) -> Optional[str]:
         """The release asked for, else the newest the range names (its last, or the release it was checked
         through); None for an unversioned spec or an open range checked through nothing."""
