@@ -106,6 +106,9 @@ def test_trace_lengths_are_the_traces_own(cli, tmp_path):
     code, out, err = cli("simulate", "--workload", f"trace:{trace}", "--input-len", "64", "-f", "json")
     assert code == 0 and json.loads(out)["requests"] == 2
     assert warnings_of(err) == ["dsdsim: warning: --input-len not used: a trace carries each request's own lengths"]
+    code, out, err = cli("simulate", "--workload", f"trace:{trace}", "--input-len", "64")
+    text = " ".join(out.split())                  # the footer had said "lengths: input 64, output 256 tokens"
+    assert code == 0 and "lengths: the trace's own; seed 0" in text and "input 64" not in text
 
 
 def test_a_calibrated_spec_used_elsewhere_is_a_warning_once():

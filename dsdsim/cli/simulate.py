@@ -328,13 +328,19 @@ def _input_text(job) -> str:
     return text
 
 
+def _lengths_text(job) -> str:
+    """'input 512, output 256 tokens', or a trace's own lengths (--input-len / --output-len unused there)."""
+    if job.workload.strip().startswith("trace:"):
+        return "the trace's own lengths"
+    return f"input {_input_text(job)}, output {job.output_len} tokens"
+
+
 def _workload_text(job) -> str:
-    return (f"{job.workload}, {_requests_text(job.requests)}, input {_input_text(job)}, output {job.output_len} "
-            "tokens")
+    return f"{job.workload}, {_requests_text(job.requests)}, {_lengths_text(job)}"
 
 
 def _notes(job) -> list[str]:
-    lines = [f"lengths: input {_input_text(job)}, output {job.output_len} tokens; seed {job.seed}"]
+    lines = [f"lengths: {_lengths_text(job).removesuffix(' lengths')}; seed {job.seed}"]
     if job.multi_turn:
         lines.append("a conversation's later turn sends the conversation so far (the turns before and their replies) "
                      "and a new message of that input length")
