@@ -61,6 +61,34 @@ def test_ranges_past_the_capture_limit_are_named(cli):
     assert "run eager" not in err                      # --eager: no graphs to fall out of
 
 
+def test_a_table_whose_k_rises_where_plain_steps_lose_their_graph_says_why(cli):
+    """Llama-3.1-70B on 8 H100s: K = 0 at batch 257-512, then K = 1 from 513. A step without speculation replays
+    vLLM's largest graph (512 tokens) to batch 512 and runs eagerly past it, while K = 1 (2 B tokens) is eager from
+    batch 257 (the rule of the test above); the note says so, at the batch the steps themselves give."""
+    import numpy as np
+
+    from dsdsim import Deployment, simulate_step
+    from dsdsim.policy.predict import eager_rise_note
+
+    code, out, _ = cli("predict", "-m", "llama-3.1-70b", "--tp", "8", "-f", "json")
+    d = json.loads(out)
+    assert code == 0 and [r[2] for r in d["table"]["ranges"]][-2:] == [0, 1]
+    graphed = {(b, k): bool(simulate_step("llama-3.1-70b", "h100-sxm", Deployment(tp=8), batch=b, k=k,
+                                          dynamic=True).verify_graphed) for b in (256, 257, 512, 513) for k in (0, 1)}
+    assert graphed == {(256, 0): True, (256, 1): True, (257, 0): True, (257, 1): False,
+                       (512, 0): True, (512, 1): False, (513, 0): False, (513, 1): False}
+    assert any(n.startswith("K rises from 0 to 1 past batch 512: there even a step without speculation")
+               for n in d["notes"])
+    code, out, _ = cli("predict", "-f", "json")               # the default table falls and stays: no such note
+    assert not any(n.startswith("K rises") for n in json.loads(out)["notes"])
+    b = np.arange(1, 7)
+    graphed_k0 = np.array([True, True, True, False, False, False])
+    assert eager_rise_note(b, np.array([3, 2, 0, 1, 1, 1]), graphed_k0).startswith("K rises from 0 to 1 past batch 3")
+    for k_table in ([3, 2, 1, 1, 1, 1], [3, 2, 0, 0, 1, 1], [3, 2, 0, -1, -1, -1]):     # no rise at the boundary
+        assert eager_rise_note(b, np.array(k_table), graphed_k0) is None
+    assert eager_rise_note(b, np.array([3, 2, 0, 1, 1, 1]), np.ones(6, dtype=bool)) is None
+
+
 def test_data_parallel_attention_makes_engines_ignore_the_table(cli):
     argv = ["predict", "-m", "deepseek-v3", "-g", "h200-sxm", "--tp", "8", "--ep", "8", "--dp-attention", "-d", "mtp",
             "-a", "al=2.4@2", "-b", "1-32"]

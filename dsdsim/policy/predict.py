@@ -355,6 +355,10 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
     why_v1 = v1_drafter_note(setup.engine, setup.drafter.kind.value if setup.drafter is not None else None)
     if why_v1 is not None:
         notes.append(why_v1)
+    if 0 in ks:
+        eager = eager_rise_note(b, np.asarray(table.k_per_batch), graphed_kb[list(ks).index(0)])
+        if eager is not None:
+            notes.append(eager)
     limit = getattr(setup.engine, "speculative_max_requests", None) if setup.engine is not None else None
     if limit is not None and int(b[-1]) > limit.value:
         notes.append(f"{setup.engine.speculative_cap_text}; the rows past batch {limit.value} are for a server started so")
@@ -528,6 +532,24 @@ def check_grid_size(n_batch: int, n_k: int, n_context: int) -> None:
 def plain_setup(setup: Setup) -> Setup:
     """The same deployment on a server without speculation (no drafter)."""
     return replace(setup, drafter=None, draft_model=None)
+
+
+def eager_rise_note(batch: np.ndarray, k_table: np.ndarray, k0_graphed: np.ndarray) -> Optional[str]:
+    """Why the table's K rises again at the batch past which a step without speculation stops replaying a CUDA
+    graph (the engine's largest capture), or None where it does not: past it every step launches its kernels
+    eagerly, so K draft tokens share those launches, where below it they cost a verify step its graph (B (K + 1)
+    tokens pass the largest capture from batch largest / (K + 1))."""
+    if not k0_graphed.any() or k0_graphed.all():
+        return None
+    last = int(np.flatnonzero(k0_graphed)[-1])
+    if last + 1 >= batch.size or k0_graphed[last + 1:].any() or k_table[last] < 0 or k_table[last + 1] < 0:
+        return None
+    before, after = int(k_table[last]), int(k_table[last + 1])
+    if after <= before:
+        return None
+    return (f"K rises from {before} to {after} past batch {int(batch[last])}: there even a step without speculation "
+            f"passes the engine's largest CUDA graph and runs eagerly, as a speculative step of B x (K + 1) tokens "
+            f"already did from a smaller batch, so the draft tokens share the eager launches again")
 
 
 def off_tier_notes(batch: np.ndarray, off_tier_s: np.ndarray, plain_s: np.ndarray, fits: np.ndarray, engine) -> list:
