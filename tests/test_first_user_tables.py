@@ -203,6 +203,9 @@ def test_dsdsim_simulate_writes_what_the_command_writes(cli):
     assert [p.name for p in dsdsim.simulate(drafter=None, requests=8).policies] == ["none"]
     with pytest.raises(dsdsim.DsdsimError, match="max_num_seqs"):
         dsdsim.simulate(requests=8, max_num_seqs=0)
+    for bad in (-1, 0):          # one bound, in one wording (-1 had been told "a whole number >= 0")
+        with pytest.raises(dsdsim.DsdsimError, match=rf"^requests must be in 1\.\.1000000, got {bad}$"):
+            dsdsim.simulate(requests=bad)
 
 
 # --- 16. every output names the server it priced ------------------------------------------------------------------

@@ -172,7 +172,7 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     if not pols:
         raise DsdsimError("no policies given; e.g. none,fixed:3,dsd")
     if requests is not None:
-        requests = whole_number(requests, "requests")
+        requests = whole_number(requests, "requests", allow_negative=True)      # the range below says the bound
         if not 1 <= requests <= MAX_REQUESTS:
             raise DsdsimError(f"requests must be in 1..{MAX_REQUESTS}, got {requests}")
     elif wl.kind != "trace":
