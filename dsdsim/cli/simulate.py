@@ -328,19 +328,22 @@ def _input_text(job) -> str:
     return text
 
 
-def _lengths_text(job) -> str:
-    """'input 512, output 256 tokens', or a trace's own lengths (--input-len / --output-len unused there)."""
+TRACE_LENGTHS = "the trace's own"          # a trace workload's lengths, in the footer and plot titles
+
+
+def _lengths_text(job) -> Optional[str]:
+    """'input 512, output 256 tokens'; None for a trace, whose requests carry their own (--input-len unused)."""
     if job.workload.strip().startswith("trace:"):
-        return "the trace's own lengths"
+        return None
     return f"input {_input_text(job)}, output {job.output_len} tokens"
 
 
 def _workload_text(job) -> str:
-    return f"{job.workload}, {_requests_text(job.requests)}, {_lengths_text(job)}"
+    return f"{job.workload}, {_requests_text(job.requests)}, {_lengths_text(job) or TRACE_LENGTHS + ' lengths'}"
 
 
 def _notes(job) -> list[str]:
-    lines = [f"lengths: {_lengths_text(job).removesuffix(' lengths')}; seed {job.seed}"]
+    lines = [f"lengths: {_lengths_text(job) or TRACE_LENGTHS}; seed {job.seed}"]
     if job.multi_turn:
         lines.append("a conversation's later turn sends the conversation so far (the turns before and their replies) "
                      "and a new message of that input length")

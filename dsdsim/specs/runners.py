@@ -129,9 +129,10 @@ def v1_drafter_note(engine, drafter_kind: Optional[str]) -> Optional[str]:
     if (engine is None or engine.name != "vllm" or getattr(engine, "runner", None) != "v1" or drafter_kind is None
             or drafter_kind in V2_DRAFTERS):
         return None
-    last = "0.33" if drafter_kind in V1_ONLY_DRAFTERS else "0.29"
-    return (f"vLLM runs {drafter_kind} drafting on model runner V1 from 0.24 to {last} "
+    v2_from = V1_REMOVED if drafter_kind in V1_ONLY_DRAFTERS else V2_MOST_DRAFTERS_FROM
+    return (f"vLLM runs {drafter_kind} drafting on model runner V1 from 0.24 to {v2_from[0]}.{v2_from[1] - 1} "
             f"(vllm/config/vllm.py _get_v2_model_runner_unsupported_features; docs/engine_graphs.md), priced with "
             f"the model runner V1 spec ({engine.version_label})"
-            + ("; from 0.30 model runner V2 runs it: give -e vllm@0.30 or later for that" if last == "0.29" else
-               "; 0.34 has no V1"))
+            + (f"; {V1_REMOVED[0]}.{V1_REMOVED[1]} has no V1" if v2_from == V1_REMOVED else
+               f"; from {v2_from[0]}.{v2_from[1]} model runner V2 runs it: give -e vllm@{v2_from[0]}.{v2_from[1]} "
+               "or later for that"))
