@@ -46,7 +46,7 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
              scheduling: Optional[str] = None, prefix_cache_hit: float = 0.0, slo: Optional[str] = None,
              seed: int = DEFAULT_SEED, replicas: int = 1, router: str = "round-robin", executor: Optional[str] = "local",
              shared_prefix: Optional[str] = None, multi_turn: Optional[str] = None,
-             progress: Optional[Callable[[int, int], None]] = None):
+             max_concurrency: Optional[int] = None, progress: Optional[Callable[[int, int], None]] = None):
     """Serve ``requests`` requests of ``workload`` once per policy on one server; a SimulationReport (a
     SimulationResult whose ``to_json()`` is the command's JSON).
 
@@ -62,7 +62,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     ``input_len`` tokens, found in each server's prefix cache of shared blocks (``dsdsim.serve.prefix``; None: none).
     multi_turn: ``TURNS[:THINK_S]``, the requests conversations of TURNS turns, each turn's prompt the conversation so
     far and a new message, sent THINK_S seconds after the reply before it (None: single requests).
-    scheduling: the rule
+    max_concurrency: the client's limit on requests in flight under a poisson, gamma or trace workload (``vllm bench
+    serve --request-rate QPS --max-concurrency C``; None: none). scheduling: the rule
     that builds each step (``vllm``, ``prefill-first``, or one registered with
     ``dsdsim.serve.scheduler.register_rule``; None: the engine's). executor: ``local`` (this process, the default
     here), ``processes`` or a Dask scheduler address. replicas, router: N copies of the server behind a router
@@ -95,5 +96,5 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     job = checked(Simulation(setup, workload, policies, requests=requests, input_len=input_len,
                              output_len=output_len, acceptance=acceptance, scheduler=SchedulerConfig(**limits),
                              slo=slo, seed=seed, replicas=replicas, router=router, shared_prefix=shared_prefix,
-                             multi_turn=multi_turn))
+                             multi_turn=multi_turn, max_concurrency=max_concurrency))
     return SimulationReport.of(simulate_many(job, [job.workload], executor=executor, progress=progress)[0])

@@ -65,6 +65,8 @@ def test_a_trace_case_whose_file_is_missing_is_refused_in_one_line(tmp_path):
     ({"workload": "poisson:4"}, "'trace' exactly when the workload is a trace"),
     ({"workload": "trace:/etc/x.csv"}, "trace:traces/NAME.csv"),
     ({"workload": "trace:traces/../x.csv"}, "trace:traces/NAME.csv"),
+    ({"workload": "closed:8", "input_len": "512", "output_len": "64", "max_concurrency": 8},
+     "max_concurrency is the limit of an open loop or a trace"),
 ])
 def test_a_trace_workload_is_a_file_of_the_corpus_and_carries_the_lengths(tmp_path, change, fragment):
     from dsdsim.errors import SpecError

@@ -21,7 +21,8 @@ POLICY_KEYS = {"name", "output_tokens_per_s", "requests_per_s", "ttft_ms", "tpot
                "batch_seconds", "preemptions", "duration_s",
                "steps", "kv_cache_tokens", "kv_cache_source", "kv_cache_rule", "kv_cache_memory_share"}
 STATS = {"mean", "p50", "p90", "p99"}
-CSV_COLUMNS = (["model", "hardware", "tp", "ep", "drafter", "engine", "expert_overlap", "workload", "requests", "seed",
+CSV_COLUMNS = (["model", "hardware", "tp", "ep", "drafter", "engine", "expert_overlap", "workload", "max_concurrency",
+                "requests", "seed",
                 "replicas", "router", "policy", "output_tokens_per_s", "requests_per_s"]
                + [f"{lat}_{s}" for lat in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms") for s in ("mean", "p50", "p90",
                                                                                                 "p99")]
@@ -201,6 +202,28 @@ def test_a_sweep_of_two_loads_gives_two_rows_per_policy(cli):
     assert set(d["loads"][0]) == {"load", "workload", "requests", "seed", "policies"} and "setup" in d
 
 
+def test_a_max_concurrency_holds_an_open_loop_and_its_sweep(cli, tmp_path):
+    """--max-concurrency C with poisson (vllm bench serve --request-rate QPS --max-concurrency C): in the JSON, the
+    CSV and the table's header, at every load of a sweep; refused in one line, nothing written, where the workload
+    or the sweep is a closed loop."""
+    small = ("--requests", "16", "--input-len", "128", "--output-len", "32", "--executor", "local", "--policies",
+             "none")
+    code, out, err = cli("simulate", *small, "--workload", "poisson:20", "--max-concurrency", "2", "-f", "json")
+    assert code == 0, err
+    assert (json.loads(out)["workload"], json.loads(out)["max_concurrency"]) == ("poisson:20", 2)
+    code, out, _ = cli("simulate", *small, "--sweep", "poisson:5,20", "--max-concurrency", "2", "-f", "csv")
+    assert code == 0
+    assert [(r["workload"], r["max_concurrency"]) for r in csv.DictReader(io.StringIO(out))] == [
+        ("poisson:5", "2"), ("poisson:20", "2")]
+    code, out, _ = cli("simulate", *small, "--workload", "poisson:20", "--max-concurrency", "2")
+    assert "Poisson arrivals at 20 requests/s, at most 2 in flight" in " ".join(out.split())
+    for args in (("--workload", "closed:8"), ("--sweep", "closed:2,4")):
+        target = tmp_path / "never.json"
+        code, _, err = cli("simulate", *small, *args, "--max-concurrency", "2", "-o", str(target))
+        assert code == 2 and "a closed loop is its own limit" in err and len(err.strip().splitlines()) == 1
+        assert not target.exists()
+
+
 def test_the_sweep_table_has_a_row_per_load_and_policy(cli):
     code, out, _ = cli("simulate", "--requests", "16", "--input-len", "128", "--output-len", "32", "--executor",
                        "local", "--sweep", "closed:2,4", "--policies", "none,dsd")
@@ -367,6 +390,9 @@ def test_plan_without_simulate_is_unchanged_and_refuses_serving_options(cli):
 def test_plan_simulate_needs_a_load_to_search(cli):
     code, _, err = cli(*PLAN, "--simulate", "--workload", "rollout", "--requests", "8")
     assert code != 0 and "has no load to vary" in err
+    # a client limit caps the load the search raises: every rate would pass (the search ran to 3.3e4 requests/s)
+    code, out, err = cli(*PLAN, "--simulate", "--workload", "poisson:8", "--max-concurrency", "16", "--requests", "8")
+    assert code == 2 and "--max-concurrency caps the load" in err and out == ""
 
 
 # --- plots ----------------------------------------------------------------------------------------------------------

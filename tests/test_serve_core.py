@@ -452,6 +452,53 @@ def test_arrival_processes():
     assert parse_workload("closed:8").concurrency == 8 and parse_workload("rollout").concurrency is None
 
 
+def _most_in_flight(policy) -> int:
+    """The most requests a run had sent and not yet finished at once (a send at the instant another finishes takes
+    that request's slot)."""
+    events = sorted([(t, 1) for t in policy.sent_s] + [(t, -1) for t in policy.finish_s], key=lambda e: (e[0], e[1]))
+    return int(np.max(np.cumsum([d for _, d in events])))
+
+
+def test_an_open_loop_under_a_max_concurrency(tmp_path):
+    """vllm bench serve --request-rate QPS --max-concurrency C: never more than C in flight; a request goes at its
+    arrival or when a slot frees, whichever is later; a limit that never binds changes nothing; and requests all
+    due at t = 0 under a limit of C are the closed loop of C exactly."""
+    kw = dict(requests=120, input_len="128", output_len="64")
+    capped = run("poisson:40", "none,fixed:3", max_concurrency=4, **kw)
+    free = run("poisson:40", "none,fixed:3", **kw)
+    arrival = np.array([r.arrival_s for r in capped.requests])
+    for p, q in zip(capped.policies, free.policies):
+        assert _most_in_flight(q) > 4                               # the open loop alone would exceed the limit
+        assert _most_in_flight(p) == 4
+        assert np.all(p.sent_s >= arrival - 1e-12)
+        late = p.sent_s > arrival + 1e-9                            # held back: sent the moment a request finished
+        assert late.any() and np.all(np.isin(p.sent_s[late], p.finish_s))
+    never = run("poisson:40", "none,fixed:3", max_concurrency=10_000, **kw)
+    assert never.to_dict()["policies"] == free.to_dict()["policies"]
+    at_once = tmp_path / "at_once.csv"
+    at_once.write_text("arrival_s,input_len,output_len\n" + "0,128,64\n" * 120)
+    limited = run(f"trace:{at_once}", "none,fixed:3", max_concurrency=6)
+    closed = run("closed:6", "none,fixed:3", **kw)
+    assert limited.to_dict()["policies"] == closed.to_dict()["policies"]
+    assert _most_in_flight(closed.policies[0]) == 6
+    d = capped.to_dict()
+    assert (d["workload"], d["max_concurrency"]) == ("poisson:40", 4)
+    assert "max_concurrency" not in free.to_dict() and "max_concurrency" not in closed.to_dict()
+    assert capped.workload.describe() == "Poisson arrivals at 40 requests/s, at most 4 in flight"
+
+
+@pytest.mark.parametrize("workload, limit, match", [
+    ("closed:8", 4, "a closed loop is its own limit"),
+    ("rollout", 4, "write the workload closed:4"),
+    ("poisson:4", 0, r"max concurrency must be in 1\.\.1048576, got 0"),
+    ("poisson:4", 2.5, "max concurrency must be a whole number"),
+])
+def test_a_max_concurrency_where_it_means_nothing_is_refused(workload, limit, match):
+    with pytest.raises(DsdsimError, match=match) as err:
+        run(workload, "none", requests=10, max_concurrency=limit)
+    assert "\n" not in str(err.value)
+
+
 def test_a_tree_is_drawn_with_its_mean_length():
     from dsdsim.policy.acceptance import TreeAcceptance
 

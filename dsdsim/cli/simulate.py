@@ -54,6 +54,11 @@ class ServeArgs:
     """What is served and how the server schedules it: the options simulate and plan --simulate share."""
 
     workload: Annotated[str, Option("--workload", metavar="KIND[:ARGS]", help=WORKLOAD_HELP)] = DEFAULT_WORKLOAD
+    max_concurrency: Annotated[Optional[int], Option(
+        "--max-concurrency", metavar="C",
+        help="The client's limit on requests in flight under poisson, gamma or a trace, as vllm bench serve "
+             "--request-rate QPS --max-concurrency C runs: a request whose time has come waits for one to finish, "
+             "and its latencies count from when it is sent (closed:C is C in flight already)")] = None
     requests: Annotated[Optional[int], Option("--requests", metavar="N",
                                               help=f"Requests to simulate (default {DEFAULT_REQUESTS}; a trace: "
                                                    f"all its rows)")] = None
@@ -134,7 +139,8 @@ class ServeArgs:
                          output_len=self.output_len, acceptance=acceptance,
                          scheduler=self.scheduler(memory_utilization), slo=slo if slo is not None else self.slo,
                          seed=self.seed, replicas=self.replicas, router=self.router,
-                         shared_prefix=self.shared_prefix, multi_turn=self.multi_turn)
+                         shared_prefix=self.shared_prefix, multi_turn=self.multi_turn,
+                         max_concurrency=self.max_concurrency)
         return checked(sim, tree)
 
     def scheduler(self, memory_utilization: float):
@@ -230,6 +236,7 @@ def simulate(
         from dsdsim.serve.sweep import parse_loads
 
         loads = parse_loads(sweep)
+        serve = replace(serve, workload=loads.workloads[0])    # the sweep's kind is checked with the other options
     _check_router(ctx, serve.replicas)
     setup = resolve(sim.model, sim.hardware, deploy.deployment(), sim.drafter_spec(), sim.engine)
     serve = _default_policies(ctx, serve, setup.drafter)
@@ -470,6 +477,10 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
             raise DsdsimError("plan --simulate needs --itl-slo-ms MS or a tpot in --slo (e.g. --slo ttft=200,tpot=15): "
                               "the operating points are chosen under that inter-token latency")
     _check_router(ctx, serve.replicas, fleet_qps)
+    if serve.max_concurrency is not None:
+        raise DsdsimError("plan --simulate searches the load at which the SLO holds, and --max-concurrency caps the "
+                          "load the server sees, so every request rate would pass: search the concurrency with "
+                          "--workload closed:C, or drop --max-concurrency")
     check_writable(output)
     fmt = output_format(ctx, fmt, output)
     sim, deploy, options = (_group(SimulatedArgs, grouped), _group(DeploymentArgs, grouped),

@@ -112,7 +112,8 @@ class Serving(_Frozen):
     the requests simulated, and the input and output lengths (``dsdsim.serve.lengths`` forms: a number,
     uniform:A:B, normal:MEAN:STD, lognormal:MEAN:STD, or a preset such as sharegpt; a trace carries its own); the
     scheduler's limits and the KV pool where the source states them (``kv_cache_tokens``: vLLM's logged "GPU KV cache
-    size"; None: sized as the engine sizes it)."""
+    size"; None: sized as the engine sizes it), and the client's limit on an open loop (``max_concurrency``: a run
+    with both --request-rate and --max-concurrency)."""
 
     workload: str
     requests: int = Field(ge=1, le=100_000)
@@ -121,6 +122,7 @@ class Serving(_Frozen):
     max_num_seqs: Optional[int] = Field(default=None, ge=1)
     max_num_batched_tokens: Optional[int] = Field(default=None, ge=1)
     kv_cache_tokens: Optional[int] = Field(default=None, ge=1)   # the KV pool the run's log states (None: sized)
+    max_concurrency: Optional[int] = Field(default=None, ge=1)   # the client's limit on a poisson / gamma workload
     note: str = Field(min_length=1)          # where the settings come from (stated, the client's defaults, assumed)
 
     @model_validator(mode="after")
@@ -132,6 +134,9 @@ class Serving(_Frozen):
         if traced != (self.input_len == "trace") or traced != (self.output_len == "trace"):
             raise ValueError("serving.input_len and output_len are 'trace' exactly when the workload is a trace "
                              "(a trace carries each request's lengths)")
+        if self.max_concurrency is not None and not self.workload.startswith(("poisson:", "gamma:", "trace:")):
+            raise ValueError(f"serving.max_concurrency is the limit of an open loop or a trace; {self.workload!r} "
+                             "has none (closed:C is its own limit): drop it")
         return self
 
 

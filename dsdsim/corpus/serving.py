@@ -106,7 +106,7 @@ def _serving_run(c, acceptance: Optional[tuple[str, float]], engine, workload: s
         sched = replace(sched, **limits)
     lengths = {} if workload.startswith("trace:") else {"input_len": sv.input_len, "output_len": sv.output_len}
     run = simulate(serving_setup_of(c, engine), workload, policy, requests=sv.requests, acceptance=acc,
-                   scheduler=sched, seed=0, **lengths).policies[0]
+                   scheduler=sched, seed=0, max_concurrency=sv.max_concurrency, **lengths).policies[0]
     return {Quantity.e2e_latency_ms.value: float(run.e2e_ms.mean),
             Quantity.run_tokens_per_s.value: float(run.output_tokens_per_s),
             Quantity.tpot_p50_ms.value: float(run.tpot_ms.p50),

@@ -91,11 +91,12 @@ def policy_row(policy: Mapping[str, Any]) -> dict:
 
 
 def simulation_rows(setup, result, load: Optional[float] = None) -> list[dict]:
-    """The CSV rows of one simulation: the setup, workload and fleet (replicas, and the router when more than one)
-    on every row, then the policy's columns (the fleet's figures)."""
+    """The CSV rows of one simulation: the setup, workload (and the client's limit on an open loop or a trace) and
+    fleet (replicas, and the router when more than one) on every row, then the policy's columns (the fleet's
+    figures)."""
     d = result.to_dict()
     head = {**setup_dict(setup), **({"load": load} if load is not None else {}), "workload": d["workload"],
-            "requests": d["requests"], "seed": d["seed"], "replicas": d.get("replicas", 1), "router": d.get("router")}
+            "max_concurrency": d.get("max_concurrency"), "requests": d["requests"], "seed": d["seed"], "replicas": d.get("replicas", 1), "router": d.get("router")}
     return [{**head, **policy_row(p)} for p in d["policies"]]
 
 

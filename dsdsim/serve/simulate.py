@@ -43,7 +43,7 @@ from dsdsim.serve.prefix import MultiTurn, Prompts, SharedPrefix, parse_multi_tu
 from dsdsim.serve.requests import RequestAcceptance, draw_acceptance
 from dsdsim.serve.scheduler import Scheduler, SchedulerConfig
 from dsdsim.serve.step import ScheduledStep
-from dsdsim.serve.workload import Request, Workload, build_requests, parse_workload
+from dsdsim.serve.workload import Request, Workload, build_requests, limit_concurrency, parse_workload
 
 MAX_REQUESTS = 1_000_000
 _EMPTY = np.zeros(0)
@@ -83,7 +83,9 @@ class SimulationResult:
         policies = [p.to_dict() for p in self.policies]
         for d, vs in zip(policies, self.versus_measured()):
             d["vs_measured"] = vs
-        return {"workload": self.workload.text, "requests": len(self.requests), "seed": self.seed, **shared, **fleet,
+        wl = self.workload
+        limit = {"max_concurrency": wl.concurrency} if wl.kind != "closed" and wl.concurrency else {}
+        return {"workload": wl.text, **limit, "requests": len(self.requests), "seed": self.seed, **shared, **fleet,
                 "policies": policies}
 
     def versus_measured(self) -> list[dict]:
@@ -134,7 +136,8 @@ def parse_slo(text) -> Slo:
 def simulate(setup, workload, policies, *, requests: Optional[int] = None, input_len="512", output_len="256",
              acceptance=None, scheduler: Optional[SchedulerConfig] = None, slo=None, seed: int = 0, pricer=None,
              progress: Optional[Callable[[float], None]] = None, replicas: int = 1,
-             router: str = DEFAULT_ROUTER, shared_prefix=None, multi_turn=None) -> SimulationResult:
+             router: str = DEFAULT_ROUTER, shared_prefix=None, multi_turn=None,
+             max_concurrency: Optional[int] = None) -> SimulationResult:
     """Serve ``requests`` requests of ``workload`` once per policy and report each.
 
     setup: a resolved ``dsdsim.specs.setup.Setup`` (None only with a ``pricer`` and policies that need no setup).
@@ -153,6 +156,8 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     multi_turn: ``TURNS[:THINK_S]`` or a MultiTurn: the requests are conversations of TURNS turns, each turn's prompt
         the conversation so far and a new message of ``input_len`` tokens, sent THINK_S seconds after the reply to
         the turn before; the workload's arrivals (``closed:C``: C conversations at a time) start conversations.
+    max_concurrency: the client's limit on requests in flight under a ``poisson``, ``gamma`` or ``trace`` workload
+        (``vllm bench serve --max-concurrency``; ``limit_concurrency``). None: no limit (a trace: its own, if any).
     """
     if scheduler is None:          # vLLM's defaults, at the deployment's GPU memory share
         mu = getattr(getattr(setup, "deployment", None), "memory_utilization", None)
@@ -166,7 +171,7 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     seed = whole_number(seed, "seed")
     replicas = check_replicas(replicas)
     router_named(router)                        # checked even for one replica: a typo is a typo
-    wl = parse_workload(workload)
+    wl = limit_concurrency(parse_workload(workload), max_concurrency)
     pols = parse_policies(policies) if not (isinstance(policies, (list, tuple))
                                             and all(isinstance(p, Policy) for p in policies)) else list(policies)
     if not pols:

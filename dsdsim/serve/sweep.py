@@ -156,6 +156,7 @@ class Simulation:
     router: str = "round-robin"
     shared_prefix: Optional[str] = None   # TOKENS:GROUPS: the prompts' shared prefixes (dsdsim.serve.prefix)
     multi_turn: Optional[str] = None      # TURNS[:THINK_S]: conversations (dsdsim.serve.prefix)
+    max_concurrency: Optional[int] = None  # the client's limit on an open loop or a trace (vllm --max-concurrency)
 
     def at(self, workload: str, policies: Optional[str] = None, setup=None) -> "Simulation":
         """The same simulation at another workload (and policies, setup)."""
@@ -173,9 +174,9 @@ def checked(sim: Simulation, tree=None) -> Simulation:
     from dsdsim.serve.policies import parse_policies
     from dsdsim.serve.prefix import parse_multi_turn, parse_shared_prefix
     from dsdsim.serve.simulate import check_tree_policies, parse_slo
-    from dsdsim.serve.workload import parse_workload
+    from dsdsim.serve.workload import limit_concurrency, parse_workload
 
-    parse_workload(sim.workload)
+    limit_concurrency(parse_workload(sim.workload), sim.max_concurrency)
     policies = parse_policies(sim.policies)
     drafter = getattr(sim.setup, "drafter", None)
     tree = drafter.tree if drafter is not None else tree     # a setup's tree, else the one given (plan's base job)
@@ -221,7 +222,7 @@ def run_simulation(sim: Simulation, progress: Optional[Callable[[float], None]] 
     return simulate(sim.setup, sim.workload, sim.policies, requests=sim.requests, input_len=sim.input_len,
                     output_len=sim.output_len, acceptance=sim.acceptance, scheduler=sim.scheduler,
                     slo=sim.slo or None, seed=sim.seed, progress=progress, replicas=sim.replicas, router=sim.router,
-                    shared_prefix=sim.shared_prefix, multi_turn=sim.multi_turn)
+                    shared_prefix=sim.shared_prefix, multi_turn=sim.multi_turn, max_concurrency=sim.max_concurrency)
 
 
 def simulate_many(base: Simulation, workloads: Sequence[str], *, executor=None, progress: Progress = None) -> list:

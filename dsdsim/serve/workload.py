@@ -13,6 +13,10 @@ back a request until one in flight finishes; a request's latencies are measured 
                     batch drains as requests finish (an RL rollout's generation phase);
 * ``trace:FILE``    per-request arrival times and lengths from a file (``read_trace``).
 
+An open loop or a trace may also hold at most C requests in flight (``limit_concurrency``: ``vllm bench serve
+--request-rate QPS --max-concurrency C``, SGLang's ``bench_serving`` alike): a request whose time has come waits for
+one in flight to finish, and its latencies count from when it is sent, as the clients measure them.
+
 Unlike vLLM's sender, the gamma / Poisson arrivals are not rescaled so that their total equals n / QPS exactly.
 """
 from __future__ import annotations
@@ -22,13 +26,13 @@ import io
 import json
 import math
 import re
-from dataclasses import field
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from dsdsim.errors import DsdsimError, kind_of
+from dsdsim.errors import DsdsimError, kind_of, whole_number
 from dsdsim.records import frozen
 from dsdsim.serve.lengths import NUMBER, LengthDist
 from dsdsim.serve.prefix import MultiTurn, SharedPrefix, assign_groups
@@ -86,13 +90,13 @@ class Workload:
     def describe(self) -> str:
         if self.kind == "closed":
             return f"closed loop, {self.concurrency} requests in flight"
+        limit = f", at most {self.concurrency} in flight" if self.concurrency else ""     # the client's limit
         if self.kind == "poisson":
-            return f"Poisson arrivals at {self.qps:g} requests/s"
+            return f"Poisson arrivals at {self.qps:g} requests/s{limit}"
         if self.kind == "gamma":
-            return f"gamma arrivals at {self.qps:g} requests/s, CV {self.cv:g}"
+            return f"gamma arrivals at {self.qps:g} requests/s, CV {self.cv:g}{limit}"
         if self.kind == "rollout":
             return "rollout: every request at t = 0, the batch drains"
-        limit = f", {self.concurrency} in flight" if self.concurrency else ""
         rate = f", arrivals drawn at the run's {self.trace.rate:g} requests/s" if self.trace.rate is not None else ""
         return f"trace {self.trace.source} ({self.trace.input_len.size} requests{limit}{rate})"
 
@@ -149,6 +153,26 @@ def parse_workload(text) -> Workload:
             raise DsdsimError(f"workload {raw!r}: the coefficient of variation CV must be > 0, got {parts[1]}")
         return Workload(kind, raw, qps=qps, cv=None if kind == "poisson" else cv)
     raise DsdsimError(f"unknown workload {raw!r}; use one of: {', '.join(WORKLOAD_FORMS)}")
+
+
+def limit_concurrency(workload: Workload, max_concurrency) -> Workload:
+    """``workload`` with its client holding at most ``max_concurrency`` requests in flight (``vllm bench serve
+    --max-concurrency``): an open loop's or a trace's arrivals wait for a free slot (a trace's own recorded limit is
+    replaced). None: ``workload`` as it is. A closed loop is its own limit, and a rollout with one is a closed loop:
+    both are refused with the form to write instead."""
+    if max_concurrency is None:
+        return workload
+    c = whole_number(max_concurrency, "max concurrency", allow_negative=True)
+    if not 1 <= c <= MAX_CONCURRENCY:
+        raise DsdsimError(f"max concurrency must be in 1..{MAX_CONCURRENCY}, got {c}")
+    if workload.kind == "closed":
+        raise DsdsimError(f"a closed loop is its own limit on requests in flight (workload {workload.text!r}); a max "
+                          "concurrency is for poisson, gamma and trace workloads (vllm bench serve --request-rate "
+                          "QPS --max-concurrency C): drop it")
+    if workload.kind == "rollout":
+        raise DsdsimError(f"a rollout sends every request at t = 0, and with at most {c} in flight that is "
+                          f"closed:{c}: write the workload closed:{c}")
+    return replace(workload, concurrency=c)
 
 
 def build_requests(workload: Workload, n: Optional[int], input_len: LengthDist, output_len: LengthDist,
