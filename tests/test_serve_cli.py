@@ -217,6 +217,8 @@ def test_a_max_concurrency_holds_an_open_loop_and_its_sweep(cli, tmp_path):
         ("poisson:5", "2"), ("poisson:20", "2")]
     code, out, _ = cli("simulate", *small, "--workload", "poisson:20", "--max-concurrency", "2")
     assert "Poisson arrivals at 20 requests/s, at most 2 in flight" in " ".join(out.split())
+    code, out, _ = cli("simulate", *small, "--sweep", "poisson:5,20", "--max-concurrency", "2")
+    assert "workloads poisson:5, poisson:20 (at most 2 in flight)" in " ".join(out.split())
     for args in (("--workload", "closed:8"), ("--sweep", "closed:2,4")):
         target = tmp_path / "never.json"
         code, _, err = cli("simulate", *small, *args, "--max-concurrency", "2", "-o", str(target))

@@ -268,7 +268,8 @@ def _sweep(job, loads, setup, executor, fmt, output: Optional[Path], plot: Optio
     if plot is not None:
         from dsdsim.export.serve_plots import SweepDisplay, plot_title
 
-        what = (f"{loads.text} (one run per load), {_requests_text(job.requests)} "
+        limit = f", at most {job.max_concurrency} in flight" if job.max_concurrency else ""
+        what = (f"{loads.text} (one run per load{limit}), {_requests_text(job.requests)} "
                 f"each, input {_input_text(job)}, output {job.output_len} tokens")
         _save_plot(SweepDisplay.from_sweep(result, plot_title(views.setup_line(setup), what)), plot)
     _write(fmt, output, lambda: views.sweep_dict(setup, result), lambda: views.sweep_csv(setup, result),
@@ -346,7 +347,8 @@ def _lengths_text(job) -> Optional[str]:
 
 
 def _workload_text(job) -> str:
-    return f"{job.workload}, {_requests_text(job.requests)}, {_lengths_text(job) or TRACE_LENGTHS + ' lengths'}"
+    limit = f" (at most {job.max_concurrency} in flight)" if job.max_concurrency else ""
+    return f"{job.workload}{limit}, {_requests_text(job.requests)}, {_lengths_text(job) or TRACE_LENGTHS + ' lengths'}"
 
 
 def _notes(job) -> list[str]:

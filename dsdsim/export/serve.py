@@ -259,6 +259,8 @@ def sweep_view(setup, sweep, notes: Sequence[str] = ()):
                       end_section=j == len(policies) - 1 and i < len(points) - 1)
     kinds = ", ".join(pt.workload for pt in points)
     fleet = f"; {first['replicas']} replicas behind a {first['router']} router" if first.get("replicas", 1) > 1 else ""
+    if first.get("max_concurrency"):
+        kinds += f" (at most {first['max_concurrency']} in flight)"
     every = [p for pt in points for p in pt.result.to_dict()["policies"]]
     return Group(f"{setup_line(setup)}{fleet}; workloads {kinds}", t,
                  *_footer(every, first.get("shared_prefix"), first.get("multi_turn")), *notes)
