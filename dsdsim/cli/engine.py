@@ -70,9 +70,18 @@ def term_range_text(t) -> str:
 
 def prefill_text(spec) -> str:
     """How the serving simulation mixes prompts into steps on this engine (``EngineSpec.mixed_prefill``,
-    ``mla_chunked_prefill``): 'chunks mixed into decode steps' or 'prefill-first batches', and the MLA rule."""
+    ``chunked_prefill``, ``mla_chunked_prefill``): 'chunks mixed into decode steps' or 'prefill-first batches', the
+    MLA rule, and where the spec states them the admission rule and the step's default limits."""
     mixed = spec.mixed_prefill is None or spec.mixed_prefill.value
-    text = "chunks mixed into decode steps" if mixed else "prefill-first batches apart from decode steps"
+    whole = spec.chunked_prefill is not None and not spec.chunked_prefill.value
+    text = (("whole prompts mixed into decode steps, the queue stopping at one that does not fit" if whole
+             else "chunks mixed into decode steps") if mixed else "prefill-first batches apart from decode steps")
+    if spec.reserve_to_completion is not None and spec.reserve_to_completion.value:
+        text += "; a request admitted with its whole sequence's blocks (never preempted)"
+    if spec.max_running_requests is not None or spec.max_batched_tokens is not None:
+        limits = [f"{lim.value:,} {what}" for lim, what in ((spec.max_running_requests, "requests"),
+                                                            (spec.max_batched_tokens, "tokens")) if lim is not None]
+        text += f"; at most {' and '.join(limits)} a step by default"
     mla = spec.mla_chunked_prefill
     if mla is not None and not mla.value:
         upto = f" through {mla.through}" if mla.through else ""

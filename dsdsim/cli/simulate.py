@@ -68,11 +68,13 @@ class ServeArgs:
                                       help=f"Output tokens per request: {LENGTH_HELP}")] = DEFAULT_OUTPUT_LEN
     policies: Annotated[str, Option("--policies", metavar="LIST", help=POLICIES_HELP)] = DEFAULT_POLICIES
     max_num_seqs: Annotated[Optional[int], Option(
-        "--max-num-seqs", help="Most requests in one step (vLLM's max_num_seqs; default 256)")] = None
+        "--max-num-seqs", help="Most requests in one step (vLLM's max_num_seqs; default 256; SGLang with a drafter 48, "
+                               "TensorRT-LLM 2048: their own)")] = None
     max_num_batched_tokens: Annotated[Optional[int], Option(
         "--max-num-batched-tokens", help="Most tokens in one step, prefill chunks and drafts included (vLLM's "
                                          "max_num_batched_tokens; default: the engine's for the GPU, vLLM 8192 on "
-                                         ">= 70 GiB but the A100, else 2048; SGLang its chunked_prefill_size)")] = None
+                                         ">= 70 GiB but the A100, else 2048; SGLang its chunked_prefill_size; "
+                                         "TensorRT-LLM 8192, its max_num_tokens)")] = None
     kv_cache_tokens: Annotated[Optional[int], Option(
         "--kv-cache-tokens", metavar="N",
         help="The KV cache in tokens, as your server reports it (vLLM's log: 'GPU KV cache size: N tokens'); "
@@ -378,8 +380,9 @@ def _speculative_cap_note(job) -> list[str]:
 
 
 def _scheduling_note(job) -> list[str]:
-    """A line where the engine version serves this model without chunked prefill (vLLM 0.7.1-0.7.3 and MLA), else
-    none: such a server's TTFT grows with the concurrency and a reader should know why."""
+    """A line where the engine version serves this model without chunked prefill (vLLM 0.7.1-0.7.3 and MLA) or
+    schedules as vLLM does not (TensorRT-LLM: whole prompts, admission that reserves a whole sequence), else none:
+    such a server's TTFT grows with the concurrency and a reader should know why."""
     from dsdsim.serve.scheduler import SchedulerConfig
     from dsdsim.serve.simulate import engine_prefill_rule
 
@@ -387,6 +390,18 @@ def _scheduling_note(job) -> list[str]:
     if given.mixed_prefill is not None:
         return []
     cfg = engine_prefill_rule(given, job.setup)
+    if cfg.mixed_prefill and (not cfg.chunked_prefill or cfg.reserve_to_completion):   # TensorRT-LLM's defaults
+        server = cfg.for_server(job.setup.engine, False, job.setup.hardware, job.setup.deployment.tp)
+        parts = []
+        if not cfg.chunked_prefill:
+            parts.append(f"prompts enter a step whole beside the decodes (no chunked prefill), first come first "
+                         f"served: the queue waits at a prompt that does not fit the tokens left of "
+                         f"{server.max_num_batched_tokens:,}")
+        if cfg.reserve_to_completion:
+            parts.append("a request is admitted only while the blocks of its whole sequence are free, so none is "
+                         "preempted (GUARANTEED_NO_EVICT)")
+        return [f"scheduling ({job.setup.engine.name}'s defaults): {'; '.join(parts)}; at most "
+                f"{server.max_num_seqs:,} requests a step"]
     if cfg.chunked_prefill:
         return []
     return [f"scheduling: whole prompts in prefill-first steps of up to {cfg.max_num_batched_tokens:,} tokens, decodes "

@@ -394,7 +394,9 @@ class MixedPricer:
         ``non_torch_memory``, 0.2-3.6 GiB in its logs) is not modelled.
         SGLang: ``mem_fraction_static`` (given, else the release's default) of that memory less the weights, over one
         token's cell (``dsdsim.cost.kvpool``); ``max_num_seqs`` and ``lookahead`` size the headroom of releases up to
-        0.5.6. Every layer counts every token (a sliding window's layers too: what a cache without a hybrid
+        0.5.6. An engine whose spec says ``kv_cache_of_free_memory`` (TensorRT-LLM's free_gpu_memory_fraction):
+        ``memory_utilization`` of what the weights, the drafter and a warm-up forward over ``max_num_batched_tokens``
+        leave. Every layer counts every token (a sliding window's layers too: what a cache without a hybrid
         allocator holds)."""
         if not 0 < memory_utilization <= 1:
             raise DsdsimError(f"memory utilization must be in (0, 1], got {memory_utilization!r}")
@@ -418,6 +420,16 @@ class MixedPricer:
         if mem_fraction_static is not None:
             raise DsdsimError("--mem-fraction-static is SGLang's; this engine sizes its cache from "
                               "--memory-utilization (vLLM's gpu_memory_utilization)")
+        of_free = getattr(s.engine, "kv_cache_of_free_memory", None)
+        if of_free is not None and of_free.value:
+            # TensorRT-LLM: its share of what the weights and the warm-up forward over max_num_tokens leave (the
+            # warm-up's dummy requests are few, so their logits are counted for one)
+            left = (memory - target_weights - draft_weights
+                    - profile_peak_bytes(figures, s.model.vocab_size, max_num_batched_tokens, 1))
+            per_token = cell + draft_cell
+            tokens = 0 if left <= 0 or per_token <= 0 else int(memory_utilization * left // per_token)
+            return KvPool(tokens, memory_utilization, f"{s.engine.name}: that share (free_gpu_memory_fraction) of the "
+                          "memory the weights, the drafter and the warm-up's peak leave")
         free = (memory * memory_utilization - target_weights - draft_weights
                 - profile_peak_bytes(figures, s.model.vocab_size, max_num_batched_tokens, max_num_seqs))
         per_token = cell + draft_cell

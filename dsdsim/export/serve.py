@@ -364,7 +364,7 @@ def kv_cache_line(policies: Sequence[Mapping[str, Any]]) -> list[str]:
     else:
         why = ("; ".join(rules) or "sized from --memory-utilization of the GPU's memory") + (
             "; --kv-cache-tokens N takes your server's own: vLLM's log line 'GPU KV cache size', SGLang's "
-            "'KV Cache is allocated. #tokens'")
+            "'KV Cache is allocated. #tokens', TensorRT-LLM's 'Allocated ... for max tokens in paged KV cache (N)'")
     return [f"KV cache: {sizes}" + (f" at {share:g}" if share is not None else "") + f" ({why})"]
 
 

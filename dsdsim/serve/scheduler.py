@@ -85,6 +85,13 @@ class SchedulerConfig:
     mixed_prefill: a step runs prefill chunks and decodes together (vLLM V1); False: a step is a prefill batch or a
         decode batch, prefills first whenever one can be formed (SGLang without ``--enable-mixed-chunk``). None: what
         the engine spec says (``EngineSpec.mixed_prefill``; mixed where it says nothing).
+    stop_at_unfit_prompt: without chunked prefill, the waiting queue stops at the first prompt that does not fit the
+        tokens left (TensorRT-LLM's micro-batch scheduler: ``break``); False: that prompt is skipped this step and the
+        next one tried (vLLM).
+    reserve_to_completion: a request is admitted only while the free blocks hold its whole sequence (prompt, output
+        and twice the drafts' lookahead), which it holds from then on, so none is ever preempted (TensorRT-LLM's
+        ``GUARANTEED_NO_EVICT``: admission counts what every running request still needs to finish). The engine spec
+        sets both (``EngineSpec.chunked_prefill``, ``reserve_to_completion``; ``engine_prefill_rule``).
     rule: the name of the ``SchedulingRule`` that builds each step (``RULES``); None: ``prefill-first`` where
         ``mixed_prefill`` is False, else ``vllm``.
     prefix_cache_hit: the share of each prompt the server finds in its prefix cache when it admits the request
@@ -107,6 +114,8 @@ class SchedulerConfig:
     mixed_prefill: Optional[bool] = None
     rule: Optional[str] = None
     prefix_cache_hit: float = 0.0
+    stop_at_unfit_prompt: bool = False
+    reserve_to_completion: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_tokens"):
@@ -134,15 +143,18 @@ class SchedulerConfig:
                               f"[0, 1), got {h!r}; 0.5 means half of every prompt is served from the cache")
 
     def for_server(self, engine, speculative: bool, hardware=None, tp: int = 1) -> "SchedulerConfig":
-        """These limits settled for one server: max_num_seqs as given, else the engine's limit for a speculative
-        server where its spec states one, else DEFAULT_MAX_NUM_SEQS; max_num_batched_tokens as given, else the
-        engine's default on ``hardware`` (``default_batched_tokens``)."""
+        """These limits settled for one server: max_num_seqs as given, else the engine's own default where its spec
+        states one (TensorRT-LLM's max_batch_size), else DEFAULT_MAX_NUM_SEQS, capped by the engine's limit for a
+        speculative server where its spec states one; max_num_batched_tokens as given, else the engine's default on
+        ``hardware`` (``default_batched_tokens``)."""
         if self.max_num_seqs is not None and self.max_num_batched_tokens is not None:
             return self
         seqs = self.max_num_seqs
         if seqs is None:
+            own = getattr(engine, "max_running_requests", None)       # the engine's own default (TensorRT-LLM)
+            seqs = own.value if own is not None else DEFAULT_MAX_NUM_SEQS
             limit = getattr(engine, "speculative_max_requests", None) if speculative else None
-            seqs = min(DEFAULT_MAX_NUM_SEQS, limit.value) if limit is not None else DEFAULT_MAX_NUM_SEQS
+            seqs = min(seqs, limit.value) if limit is not None else seqs
         tokens = self.max_num_batched_tokens
         if tokens is None:
             tokens = max(default_batched_tokens(engine, hardware, tp), seqs)
@@ -193,7 +205,11 @@ def default_batched_tokens(engine, hardware, tp: int = 1) -> int:
     use the largest defaults", as a reading of v0.28.0's arg_utils.py quotes it; that release not read here). SGLang: its
     ``chunked_prefill_size`` (``server_args.py``): up to 0.4.9 2048 below 25,000 MiB, else 8192; 0.4.10-0.5.2 2048
     below 35 GiB, 8192 below 160, else 16384; from 0.5.3 ``dsdsim.cost.kvpool.sglang_defaults``. The GPU's memory is
-    the driver's total (``HardwareSpec.engine_memory_bytes``)."""
+    the driver's total (``HardwareSpec.engine_memory_bytes``). An engine whose spec states one default for every GPU
+    (``EngineSpec.max_batched_tokens``: TensorRT-LLM's max_num_tokens 8192) has that."""
+    own = getattr(engine, "max_batched_tokens", None)
+    if own is not None:
+        return own.value
     if hardware is None:
         return DEFAULT_BATCHED_TOKENS
     from dsdsim.cost.kvpool import sglang_defaults
@@ -548,10 +564,15 @@ class Scheduler:
             hit, prefix, context, pinned = self._cached(r)   # a new or preempted request: its cached tokens
             pending = int(self.in_len[r] + self.generated[r]) - hit
             if not cfg.chunked_prefill and pending > left:
+                if cfg.stop_at_unfit_prompt:                 # TensorRT-LLM stops at it
+                    break
                 skipped.append(self.waiting.popleft())      # vLLM skips it this step and tries the next
                 continue
             c = min(pending, left)
             need = _ceil_div(hit + c, bs)
+            if cfg.reserve_to_completion:   # its whole sequence's blocks, held from now on (with the drafts a step
+                # past its last token may verify, as the cache's check of the longest request counts them)
+                need = max(need, _ceil_div(int(self.in_len[r] + self.out_len[r]) + 2 * self.kv_lookahead, bs))
             if need - prefix - context + pinned > self.free:
                 break
             if prefix or context:                   # it takes what it found: its prefix shared, its context its own

@@ -247,7 +247,9 @@ V0_MIN_BATCHED_TOKENS = 2048   # vLLM V0 SchedulerConfig without chunked prefill
 
 def engine_prefill_rule(cfg: SchedulerConfig, setup, prefix_caching: bool = False) -> SchedulerConfig:
     """``cfg`` with the engine version's way of mixing prefills and decodes (``cfg.mixed_prefill`` None): mixed
-    unless its spec says not (``EngineSpec.mixed_prefill``). Where the spec says a release serves MLA models without
+    unless its spec says not (``EngineSpec.mixed_prefill``); whole prompts where its spec says so
+    (``EngineSpec.chunked_prefill`` false: TensorRT-LLM's default), and admission that reserves a request's whole
+    sequence (``EngineSpec.reserve_to_completion``). Where the spec says a release serves MLA models without
     chunked prefill (``EngineSpec.mla_chunked_prefill`` false, vLLM 0.7.1-0.7.3) and the model has MLA layers:
     whole prompts in prefill-first steps of up to max(max_model_len, 2048) tokens (the model's
     max_position_embeddings, vLLM's default max_model_len, where the server is given no token budget). Such a server
@@ -267,7 +269,13 @@ def engine_prefill_rule(cfg: SchedulerConfig, setup, prefix_caching: bool = Fals
             tokens = max(model.max_position_embeddings or 0, V0_MIN_BATCHED_TOKENS)
         return replace(cfg, chunked_prefill=False, mixed_prefill=False, max_num_batched_tokens=tokens)
     flag = getattr(engine, "mixed_prefill", None)
-    return replace(cfg, mixed_prefill=True if flag is None else bool(flag.value))
+    cfg = replace(cfg, mixed_prefill=True if flag is None else bool(flag.value))
+    chunked, reserve = getattr(engine, "chunked_prefill", None), getattr(engine, "reserve_to_completion", None)
+    if chunked is not None and not chunked.value:      # whole prompts, and the queue stops at one that does not fit
+        cfg = replace(cfg, chunked_prefill=False, stop_at_unfit_prompt=True)
+    if reserve is not None and reserve.value:
+        cfg = replace(cfg, reserve_to_completion=True)
+    return cfg
 
 
 def _run_fleet(policies: list[Policy], pricer, arrivals, ins, outs, concurrency, cfg: SchedulerConfig,
@@ -459,8 +467,14 @@ def _cache(policy: Policy, pricer, ins, outs, cfg: SchedulerConfig,
                           f"needs {worst} KV blocks but the cache holds {blocks} ({blocks * cfg.block_size} tokens "
                           f"{held}); shorten the lengths or "
                           + ("give a larger cache" if given else "add memory"))
+    if not cfg.chunked_prefill and cfg.reserve_to_completion and int(ins.max()) > cfg.max_num_batched_tokens:
+        # nothing is preempted, so nothing is recomputed: the longest prompt must fit one step
+        raise DsdsimError(f"without chunked prefill a prompt enters one step whole, and max_num_batched_tokens "
+                          f"({cfg.max_num_batched_tokens}; TensorRT-LLM's max_num_tokens) holds fewer tokens than the "
+                          f"longest prompt ({int(ins.max())}): raise --max-num-batched-tokens to at least "
+                          f"{int(ins.max())} or shorten the prompts")
     longest = int((ins + outs).max())
-    if not cfg.chunked_prefill and longest > cfg.max_num_batched_tokens:
+    if not cfg.chunked_prefill and not cfg.reserve_to_completion and longest > cfg.max_num_batched_tokens:
         raise DsdsimError(f"without chunked prefill max_num_batched_tokens ({cfg.max_num_batched_tokens}) must hold "
                           f"a whole prompt and a preempted request's recompute ({longest} tokens here): raise it to at "
                           f"least {longest}")

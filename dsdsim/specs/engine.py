@@ -472,6 +472,19 @@ class EngineSpec(FrozenSpec):
     mla_chunked_prefill: Optional[ReleaseFlag] = None
     # the most requests a speculative server runs at once unless told otherwise (SGLang: max_running_requests 48)
     speculative_max_requests: Optional[EngineLimit] = None
+    # the server's scheduling defaults where they are not vLLM's (None: vLLM's; dsdsim.serve.scheduler reads them):
+    # the requests and tokens one step may run (TensorRT-LLM: max_batch_size 2048, max_num_tokens 8192)
+    max_running_requests: Optional[EngineLimit] = None
+    max_batched_tokens: Optional[EngineLimit] = None
+    # false: prompts enter a step whole, first come first served, and the queue stops at the first that does not fit
+    # the tokens left (TensorRT-LLM without enable_chunked_prefill); None: chunked (vLLM V1, SGLang)
+    chunked_prefill: Optional[EngineFlag] = None
+    # true: a request is admitted only while the blocks of its whole sequence (prompt and output) are free beside
+    # what the running requests still need to finish, so none is ever preempted (TensorRT-LLM GUARANTEED_NO_EVICT)
+    reserve_to_completion: Optional[EngineFlag] = None
+    # true: the KV cache is its share (--memory-utilization) of the memory left after the weights and the warm-up's
+    # peak (TensorRT-LLM free_gpu_memory_fraction), not of the whole memory less them (vLLM)
+    kv_cache_of_free_memory: Optional[EngineFlag] = None
     cuda_graphs: CudaGraphs
     moe_kernels: Optional[MoEKernels] = None
     draft_shape: DraftShape = DraftShape.chain
