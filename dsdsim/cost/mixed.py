@@ -197,9 +197,15 @@ def _requests(q: np.ndarray, c: np.ndarray) -> PassPoint:
     return PassPoint(np.ones(q.size), q, c)
 
 
+# where each engine's server reports the KV cache it sized, by the name a pool rule's text begins with
+KV_LOG_LINES = {"vLLM": "vLLM's log line 'GPU KV cache size'", "SGLang": "SGLang's 'KV Cache is allocated. #tokens'",
+                "TensorRT-LLM": "TensorRT-LLM's 'Allocated ... for max tokens in paged KV cache (N)'"}
+
+
 @frozen
 class KvPool:
-    """A server's KV cache: its tokens, the share of the GPU's memory that sized it, and the rule in words."""
+    """A server's KV cache: its tokens, the share of the GPU's memory that sized it, and the rule in words (beginning
+    with the engine's name as ``KV_LOG_LINES`` knows it)."""
 
     tokens: int
     fraction: float
@@ -428,7 +434,7 @@ class MixedPricer:
                     - profile_peak_bytes(figures, s.model.vocab_size, max_num_batched_tokens, 1))
             per_token = cell + draft_cell
             tokens = 0 if left <= 0 or per_token <= 0 else int(memory_utilization * left // per_token)
-            return KvPool(tokens, memory_utilization, f"{s.engine.name}: that share (free_gpu_memory_fraction) of the "
+            return KvPool(tokens, memory_utilization, "TensorRT-LLM: that share (free_gpu_memory_fraction) of the "
                           "memory the weights, the drafter and the warm-up's peak leave")
         free = (memory * memory_utilization - target_weights - draft_weights
                 - profile_peak_bytes(figures, s.model.vocab_size, max_num_batched_tokens, max_num_seqs))

@@ -362,9 +362,13 @@ def kv_cache_line(policies: Sequence[Mapping[str, Any]]) -> list[str]:
     if given:
         why = "as given"
     else:
+        from dsdsim.cost.mixed import KV_LOG_LINES
+
+        named = [KV_LOG_LINES[r.split(":")[0].split()[0]] for r in rules
+                 if r.split(":")[0].split()[0] in KV_LOG_LINES] if rules else []
+        logs = ", ".join(dict.fromkeys(named)) or ", ".join(KV_LOG_LINES.values())   # the engine's own, else all
         why = ("; ".join(rules) or "sized from --memory-utilization of the GPU's memory") + (
-            "; --kv-cache-tokens N takes your server's own: vLLM's log line 'GPU KV cache size', SGLang's "
-            "'KV Cache is allocated. #tokens', TensorRT-LLM's 'Allocated ... for max tokens in paged KV cache (N)'")
+            f"; --kv-cache-tokens N takes your server's own: {logs}")
     return [f"KV cache: {sizes}" + (f" at {share:g}" if share is not None else "") + f" ({why})"]
 
 
