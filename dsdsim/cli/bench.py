@@ -141,23 +141,18 @@ def validate(
     _print_validation(rep)
 
 
-def _pct(x) -> str:
-    """A figure already in percent (the validation report's *_pct_error)."""
-    from dsdsim.units import format_percent
-
-    return format_percent(None if x is None else x / 100, missing="n/a")
-
-
 def _print_validation(rep) -> None:
+    from dsdsim.export.validation import points_percent as pct
+
     s = rep.summary
     for e, label in ((s.uncalibrated, "uncalibrated (all points)"), (s.calibrated, "calibrated (held-out half)")):
-        show(f"{label}: n={e.n}, median |error| {_pct(e.median_abs_pct_error)}, MAPE {_pct(e.mape)}, "
-             f"max {_pct(e.max_abs_pct_error)}")
+        show(f"{label}: n={e.n}, median |error| {pct(e.median_abs_pct_error)}, MAPE {pct(e.mape)}, "
+             f"max {pct(e.max_abs_pct_error)}")
     whole = s.by_measurement.get("spec_step")
     if whole is not None:
         u, c = whole.uncalibrated, whole.calibrated_test
-        show(f"whole speculative steps: n={u.n}, median |error| {_pct(u.median_abs_pct_error)} uncalibrated, "
-             f"{_pct(c.median_abs_pct_error)} calibrated held-out (max {_pct(c.max_abs_pct_error)})")
+        show(f"whole speculative steps: n={u.n}, median |error| {pct(u.median_abs_pct_error)} uncalibrated, "
+             f"{pct(c.median_abs_pct_error)} calibrated held-out (max {pct(c.max_abs_pct_error)})")
     tc = rep.table_check
     if tc.per_batch or tc.contexts:
         from dsdsim.units import format_percent
@@ -410,9 +405,11 @@ def calibrate(
     for line in implausible_figures(spec):     # one line each; the written figure says the same
         echo(f"warning: {line}", err=True)
     echo(f"wrote {output}", err=True)
+    from dsdsim.export.validation import points_percent as pct
+
     for key, e in (("uncalibrated", summary.uncalibrated), ("calibrated", summary.calibrated)):
         if e.n:
-            show(f"{key}: n={e.n}, median |error| {_pct(e.median_abs_pct_error)}, MAPE {_pct(e.mape)}")
+            show(f"{key}: n={e.n}, median |error| {pct(e.median_abs_pct_error)}, MAPE {pct(e.mape)}")
     show("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in summary.fitted.items() if isinstance(v, (int, float))))
 
 

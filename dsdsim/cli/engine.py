@@ -13,7 +13,7 @@ from dsdsim.cli.output import (check_fixed_format, check_writable, emit, show, w
                                write_atomic)
 from dsdsim.errors import DsdsimError
 from dsdsim.export.render import kv_table, to_json
-from dsdsim.units import median_abs
+from dsdsim.units import format_percent, median_abs
 
 
 def term_value_text(t, value=None) -> str:
@@ -198,7 +198,7 @@ def show_engine(name: str = Argument(..., help="An engine (vllm: its current rel
         f = summary["fit"]
         head["fit"] = (f"{f['date']}: {f['cases']} train case{'' if f['cases'] == 1 else 's'} on this range, "
                        f"median |residual| "
-                       f"{100 * f['median_abs_residual']:.1f}%, max {100 * f['max_abs_residual']:.1f}%")
+                       f"{format_percent(f['median_abs_residual'])}, max {format_percent(f['max_abs_residual'])}")
     lists = ("capture_sizes", "speculative_capture_sizes")
     head["cuda_graphs"] = ", ".join(f"{k} {v}" for k, v in summary["cuda_graphs"].items() if k not in lists)
     sizes = summary["cuda_graphs"]["capture_sizes"]
@@ -237,7 +237,7 @@ def figure_text(unit: str, value: float) -> str:
 
 
 def _spread(sigma: float) -> str:
-    return f"+-{100 * (math.exp(sigma) - 1):.0f}%"
+    return f"+-{format_percent(math.exp(sigma) - 1, 0)}"
 
 
 def _resolved(model: str, hardware: str, deployment, drafter: str, engine: str):
@@ -296,8 +296,9 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
         show(_replay_table(fit))
     loo = [abs(x) for x in cal.loo_error_]
     prior = [abs(f / p.itl_ms - 1) for f, p in zip(cal.prior_ms_, cal.points_)]
-    show(f"leave-one-out |error|: median {100 * median_abs(loo):.1f}%, max {100 * max(loo):.1f}% (the shipped "
-         f"figures: median {100 * median_abs(prior):.1f}%, max {100 * max(prior):.1f}%): expect the leave-one-out "
+    show(f"leave-one-out |error|: median {format_percent(median_abs(loo))}, max {format_percent(max(loo))} "
+         f"(the shipped figures: median {format_percent(median_abs(prior))}, max {format_percent(max(prior))}): "
+         f"expect the leave-one-out "
          "error at the (batch, K) points you did not measure" +
          (" (the steady model, against the replay-corrected targets)" if corrected else ""))
     for f in cal.figures_:
@@ -319,7 +320,8 @@ def _figures_table(cal, n: int):
         t.add_column(col, **kw)
     for f in cal.figures_:
         u = f.kind.unit
-        change = f"{100 * (f.factor - 1):+.1f}%" + (f", ON ITS {f.on_bound.upper()} BOUND" if f.on_bound else "")
+        change = format_percent(f.factor - 1, signed=True) + (f", ON ITS {f.on_bound.upper()} BOUND"
+                                                               if f.on_bound else "")
         pinned = (f"{_spread(f.posterior_sigma)} (prior {_spread(f.kind.sigma)})" if f.seen else
                   "not seen by these points: stays at its prior")
         t.add_row(f.kind.label, figure_text(u, f.prior), figure_text(u, f.value),
@@ -341,8 +343,8 @@ def _replay_table(fit):
     first, last = fit.rounds[0], fit.final
     for run, s0, s1, e0, e1 in zip(fit.runs, first.simulated_ms, last.simulated_ms, fit.errors(0), fit.errors()):
         p = run.point
-        t.add_row(run.name, str(p.batch), str(p.k), f"{p.itl_ms:.3f}", f"{s0:.3f}", f"{100 * e0:+.1f}%",
-                  f"{s1:.3f}", f"{100 * e1:+.1f}%")
+        t.add_row(run.name, str(p.batch), str(p.k), f"{p.itl_ms:.3f}", f"{s0:.3f}", format_percent(e0, signed=True),
+                  f"{s1:.3f}", format_percent(e1, signed=True))
     return t
 
 
@@ -359,7 +361,8 @@ def _points_table(cal, name: str, setup, replayed: bool = False):
         t.add_column(col, justify="right")
     for p, f0, f, loo in zip(cal.points_, cal.prior_ms_, cal.fitted_ms_, cal.loo_error_):
         t.add_row(str(p.batch), str(p.k), str(p.context), f"{p.acceptance_length:.2f}", f"{p.itl_ms:.3f}",
-                  f"{f0:.3f}", f"{f:.3f}", f"{100 * (f / p.itl_ms - 1):+.1f}%", f"{100 * loo:+.1f}%")
+                  f"{f0:.3f}", f"{f:.3f}", format_percent(f / p.itl_ms - 1, signed=True),
+                  format_percent(loo, signed=True))
     return t
 
 

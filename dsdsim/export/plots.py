@@ -21,6 +21,7 @@ import numpy as np
 
 from dsdsim.errors import DsdsimError
 from dsdsim.records import frozen
+from dsdsim.units import format_percent
 
 
 def _plt():
@@ -586,7 +587,7 @@ class AccuracyDisplay(_Display):
                                          tuple(c.predicted for c in pts), _SPLIT_COLORS[split],
                                          _QUANTITY_MARKERS.get(q, "x")))
         parts = [f"{k.replace('_e2e', ' end to end').replace('_step', ' per step')} n={v.n} median |err| "
-                 f"{100 * v.median_abs_rel_error:.0f}%" for k, v in report.summary.items() if v.n]
+                 f"{format_percent(v.median_abs_rel_error, 0)}" for k, v in report.summary.items() if v.n]
         errs = "\n".join(", ".join(parts[i:i + 2]) for i in range(0, len(parts), 2))
         return cls(tuple(series), title=f"Accuracy against public measurements\n{errs}",
                    xlabel="measured (public source)", ylabel="predicted by dsdsim (shipped defaults)")

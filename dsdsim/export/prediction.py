@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Optional
 from dsdsim.defaults import CAP_RESOLUTION, RANGE_LOSS_CAP
 from dsdsim.errors import DsdsimError
 from dsdsim.records import frozen
+from dsdsim.units import format_percent
 
 _OMIT_NONE = {"omit_none": True}
 
@@ -282,7 +283,7 @@ def _count(n: int, what: str) -> str:
 
 
 def _percent(x: float) -> str:
-    return "0%" if x <= 0 else ("<0.01%" if x < 1e-4 else f"{100 * x:.2f}%")
+    return "0%" if x <= 0 else ("<0.01%" if x < 1e-4 else format_percent(x, 2))
 
 
 def prediction_server(p: "Prediction") -> str:

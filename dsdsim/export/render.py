@@ -10,6 +10,7 @@ import json
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from dsdsim.files import to_json  # noqa: F401 - the one JSON writer (dsdsim.files), where the views import it
+from dsdsim.units import format_percent
 
 if TYPE_CHECKING:
     from dsdsim.policy.predict import Prediction
@@ -162,7 +163,7 @@ def explain_view(data: "ExplainView"):
             ai, bw = r.intensity_flop_per_byte, r.bandwidth_fraction
             t.add_row(r.name, f"{r.count:g}", format_si(r.flops), format_si(r.bytes + r.comm_bytes, "B"),
                       "-" if ai is None else f"{ai:.1f}", format_si(r.time_s, "s"), format_si(r.overhead_s, "s"),
-                      "-" if not bw or r.comm_bytes else f"{100 * bw:.0f}", r.bound, f"{100 * r.share:.1f}%")
+                      "-" if not bw or r.comm_bytes else f"{100 * bw:.0f}", r.bound, format_percent(r.share))
         parts.append(t)
     if eng.rows:
         t = Table(title=f"engine {engine_text(eng)} ({format_si(eng.time_s, 's')})")
@@ -282,7 +283,8 @@ def prediction_view(p: "Prediction"):
 
     iv = intervals_view(p)
     if iv is not None:
-        parts.append(f"({100 * iv.coverage:.0f}%: low-high) intervals from the held-out errors of comparable corpus "
+        parts.append(f"({format_percent(iv.coverage, 0)}: low-high) intervals from the held-out errors of comparable "
+                     "corpus "
                      f"cases: {', '.join(iv.strata)}; 'vs K=0' compares with a server without speculation")
     ranges = p.ranges()
     fmt = engine_format(p)
@@ -303,8 +305,8 @@ def prediction_view(p: "Prediction"):
     r = robust_view(p)
     if r is not None:
         parts.append(f"robust K over acceptance band {r.band[0]} .. {r.band[1]}: worst regret at the low edge "
-                     f"{100 * (r.regret_low_edge_max or 0):.1f}%, high edge "
-                     f"{100 * (r.regret_high_edge_max or 0):.1f}%")
+                     f"{format_percent(r.regret_low_edge_max or 0)}, high edge "
+                     f"{format_percent(r.regret_high_edge_max or 0)}")
     for note in p.notes:
         if not note.startswith("acceptance:"):   # already in the header
             parts.append(f"note: {note}")
@@ -344,7 +346,7 @@ def budget_table(b):
         inside = [f"{s}-{e}: K={k}" if s != e else f"{s}: K={k}" for s, e, k in r.exact_ranges]
         merged = ", ".join(inside) if len(inside) <= 6 else ", ".join(inside[:5]) + f", ... ({len(inside)} ranges)"
         t.add_row(f"{r.start}-{r.end}", str(r.k), merged if len(inside) > 1 else "the same",
-                  "0%" if r.max_goodput_loss <= 0 else f"{100 * r.max_goodput_loss:.2f}% at {r.worst_batch}")
+                  "0%" if r.max_goodput_loss <= 0 else f"{format_percent(r.max_goodput_loss, 2)} at {r.worst_batch}")
     return t
 
 
@@ -368,7 +370,8 @@ def margin_table(p: "Prediction", margins):
 
     extra = p.intervals.extra_time
     robust = any(m.point_k is not None for m in margins)
-    t = Table(title=f"K table ranges and their margins ({100 * p.intervals.coverage:.0f}% intervals: the extra time "
+    t = Table(title=f"K table ranges and their margins ({format_percent(p.intervals.coverage, 0)} intervals: the "
+                    "extra time "
                     f"of a speculative step x{extra[0]:.2f}-x{extra[1]:.2f}, held-out T(K)/T(0) pairs, n {extra[2]})")
     cols = ["range", "K", "gain vs none at start", "runner-up", "margin"] + (["chosen by"] if robust else [])
     for col in cols:
@@ -485,8 +488,6 @@ def plan_table(title: str, rows: Sequence) -> "object":
 
 
 def _pct(x: Optional[float]) -> str:
-    from dsdsim.units import format_percent
-
     return format_percent(x, signed=True)
 
 
@@ -516,8 +517,8 @@ def accuracy_view(report):
 
     def row(split: str, group: str, s) -> None:
         if s.n:
-            g.add_row(split, group, str(s.n), f"{100 * s.median_abs_rel_error:.1f}%",
-                      f"{100 * s.max_abs_rel_error:.1f}%")
+            g.add_row(split, group, str(s.n), format_percent(s.median_abs_rel_error),
+                      format_percent(s.max_abs_rel_error))
 
     for split, s in report.summary.items():
         row(split, "all", s)
@@ -541,25 +542,28 @@ def checks_lines(chk) -> list[str]:
     s = chk.step_ratio_summary()
     if s["n"]:
         out.append(f"T(K)/T(0), modern engines (async scheduling with speculation), batch 8-256: n {s['n']}, median "
-                   f"|error| {100 * s['median_abs_rel_error']:.1f}%, max {100 * s['max_abs_rel_error']:.1f}%")
+                   f"|error| {format_percent(s['median_abs_rel_error'])}, max {format_percent(s['max_abs_rel_error'])}")
     a = chk.step_ratio_summary(modern_only=False)
     if a["n"]:
-        out.append(f"T(K)/T(0), every measured pair: n {a['n']}, median |error| {100 * a['median_abs_rel_error']:.1f}%, "
-                   f"max {100 * a['max_abs_rel_error']:.1f}%")
+        out.append(f"T(K)/T(0), every measured pair: n {a['n']}, median |error| "
+                   f"{format_percent(a['median_abs_rel_error'])}, "
+                   f"max {format_percent(a['max_abs_rel_error'])}")
     lb = chk.large_batch_summary()
     if lb["n"]:
         out.append(f"T(K)/T(0) at batch >= 32 (target median <= 8%): n {lb['n']}, median |error| "
-                   f"{100 * lb['median_abs_rel_error']:.1f}%, max {100 * lb['max_abs_rel_error']:.1f}%")
+                   f"{format_percent(lb['median_abs_rel_error'])}, max {format_percent(lb['max_abs_rel_error'])}")
     by_source = chk.regret_by_source()
     if by_source:
         worst = max(by_source.items(), key=lambda kv: kv[1]["max_regret"])
         out.append(f"K choice per source (target: no source above 5%): worst {worst[0]} max "
-                   f"{100 * worst[1]['max_regret']:.1f}% (mean {100 * worst[1]['mean_regret']:.1f}%, n {worst[1]['n']})")
+                   f"{format_percent(worst[1]['max_regret'])} (mean {format_percent(worst[1]['mean_regret'])}, "
+                   f"n {worst[1]['n']})")
     for split in ("train", "test"):
         r = chk.regret_summary(split)
         if r["n"]:
             out.append(f"K choice where a source measured several K ({split}): {r['best_k_matches']} of {r['n']} best K "
-                       f"matched; goodput given up mean {100 * r['mean_regret']:.1f}%, max {100 * r['max_regret']:.1f}%")
+                       f"matched; goodput given up mean {format_percent(r['mean_regret'])}, "
+                       f"max {format_percent(r['max_regret'])}")
     return out
 
 
@@ -571,7 +575,7 @@ def points_cv_table(cv):
     t = Table(title=f"Calibrated on {cv.n} points of each source grid (the points `dsdsim calibrate --plan {cv.n}` "
                     "picks), the other points scored")
 
-    from dsdsim.units import format_percent as pct
+    pct = format_percent
     for col in ("source grid", "split", "points", "median |err|", "max |err|", "shipped median", "regret mean / max",
                 "shipped regret mean / max"):
         t.add_column(col, justify="left" if col in ("source grid", "split") else "right")
@@ -595,17 +599,17 @@ def cv_table(cv):
     for s in rows:
         if s.n:
             note = f" ({s.acceptance_fitted} with acceptance fitted)" if s.acceptance_fitted else ""
-            t.add_row(s.source + note, s.split, str(s.n), f"{100 * s.median_abs_rel_error:.1f}%",
-                      f"{100 * s.max_abs_rel_error:.1f}%")
+            t.add_row(s.source + note, s.split, str(s.n), format_percent(s.median_abs_rel_error),
+                      format_percent(s.max_abs_rel_error))
     lines = [t]
     med = cv.median_of_source_medians
     if med is not None:
         worst = cv.worst_source
-        lines.append(f"median of per-source medians {100 * med:.1f}%; worst source {worst.source} "
-                     f"{100 * worst.median_abs_rel_error:.1f}%")
+        lines.append(f"median of per-source medians {format_percent(med)}; worst source {worst.source} "
+                     f"{format_percent(worst.median_abs_rel_error)}")
     for split in ("train", "test"):
         o = cv.overall(split)
         if o["n"]:
             lines.append(f"{split}, every case held out with its source: n {o['n']}, median "
-                         f"{100 * o['median_abs_rel_error']:.1f}%, max {100 * o['max_abs_rel_error']:.1f}%")
+                         f"{format_percent(o['median_abs_rel_error'])}, max {format_percent(o['max_abs_rel_error'])}")
     return Group(*lines)

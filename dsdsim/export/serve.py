@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
+from dsdsim.units import format_percent
+
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")          # each {mean, p50, p90, p99} in PolicyResult.to_dict
 STATS = ("mean", "p50", "p90", "p99")
 LATENCY_LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "e2e"}
@@ -325,8 +327,8 @@ def prefix_cache_line(policies: Sequence[Mapping[str, Any]], shared: Optional[Ma
     hits = [p["prefix_cache_hit"] for p in policies if p.get("prefix_cache_hit") is not None]
     if not hits:
         return []
-    share = f"{100 * min(hits):.1f}%" if max(hits) - min(hits) < 5e-4 else \
-        f"{100 * min(hits):.1f}-{100 * max(hits):.1f}%"
+    share = format_percent(min(hits)) if max(hits) - min(hits) < 5e-4 else \
+        f"{100 * min(hits):.1f}-{format_percent(max(hits))}"
     if shared or turns:
         what = [f"{shared['groups']:,} shared prefixes of {shared['tokens']:,} tokens" if shared else "",
                 f"conversations of {turns['turns']} turns, each finding the turns before it" if turns else ""]

@@ -259,13 +259,14 @@ def family_table(p: "TreeFamilyPrediction"):
                   f(r.vs_best_single, ".2f", "x"), f(r.vs_plain, ".2f", "x"), "yes" if r.fits else "[red]no[/red]")
     parts.append(t)
     if view.intervals is not None:
-        parts.append(f"({100 * view.intervals.coverage:.0f}%: low-high) intervals from the held-out errors of "
+        parts.append(f"({format_percent(view.intervals.coverage, 0)}: low-high) intervals from the held-out errors of "
                      f"comparable corpus cases: {', '.join(view.intervals.strata)}")
     if view.ranges:
         parts.append("ranges (start, end, choice): " + json.dumps([list(r) for r in view.ranges]))
         bs = view.best_single
         lo, hi = int(p.batch_sizes[0]), int(p.batch_sizes[-1])
-        parts.append(f"best single tree over batch {lo}-{hi}: {bs.tree} (mean {100 * bs.mean_relative_goodput:.1f}% "
+        parts.append(f"best single tree over batch {lo}-{hi}: {bs.tree} "
+                     f"(mean {format_percent(bs.mean_relative_goodput)} "
                      f"of the best choice's goodput); the best choice per batch size gains {_pct(bs.gain_mean)} "
                      f"mean, {_pct(bs.gain_max)} max over it")
         parts.append(f"For SGLang: {SGLANG_ONE_TREE}; {sglang_advice(p)}")

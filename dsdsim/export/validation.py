@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsdsim.fit.summary import TableCheck, ValidationSummary
+from dsdsim.units import format_percent
 
 if TYPE_CHECKING:
     from dsdsim.fit.validation import ValidationReport
@@ -41,10 +42,8 @@ def _frac(x) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def _pct(x) -> str:
-    """A figure already in percent (the validation report's *_pct_error)."""
-    from dsdsim.units import format_percent
-
+def points_percent(x) -> str:
+    """A figure already in percent (the validation report's *_pct_error): 4.2 -> '4.2%', None -> 'n/a'."""
     return format_percent(None if x is None else x / 100, missing="n/a")
 
 
@@ -81,22 +80,22 @@ def summary_markdown(data: dict) -> str:
     for label, key in (("uncalibrated, all points", "uncalibrated"), ("uncalibrated, held-out half", "uncalibrated_test"),
                        ("calibrated, train half", "calibrated_train"), ("calibrated, held-out half", "calibrated")):
         e = getattr(s, key)
-        lines.append(f"| {label} | {e.n} | {_pct(e.median_abs_pct_error)} | {_pct(e.mape)} | "
-                     f"{_pct(e.max_abs_pct_error)} |")
+        lines.append(f"| {label} | {e.n} | {points_percent(e.median_abs_pct_error)} | {points_percent(e.mape)} | "
+                     f"{points_percent(e.max_abs_pct_error)} |")
     lines += ["", "By kind:", "", "| kind | n | uncalibrated median | calibrated held-out median | median pred/meas (uncal.) |",
               "| --- | ---: | ---: | ---: | ---: |"]
     for kind, e in s.by_kind.items():
         u, c = e.uncalibrated, e.calibrated_test
         ratio = u.median_ratio_pred_over_meas
-        lines.append(f"| {kind} | {u.n} | {_pct(u.median_abs_pct_error)} | {_pct(c.median_abs_pct_error)} | "
+        lines.append(f"| {kind} | {u.n} | {points_percent(u.median_abs_pct_error)} | {points_percent(c.median_abs_pct_error)} | "
                      f"{float('nan') if ratio is None else ratio:.2f} |")
     lines += ["", "By how it was measured (an operator alone, one whole forward pass, or a whole speculative step):", "",
               "| measured as | n | uncalibrated median | uncalibrated max | calibrated held-out median | "
               "calibrated held-out max |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for how, e in s.by_measurement.items():
         u, c = e.uncalibrated, e.calibrated_test
-        lines.append(f"| {how} | {u.n} | {_pct(u.median_abs_pct_error)} | {_pct(u.max_abs_pct_error)} | "
-                     f"{_pct(c.median_abs_pct_error)} | {_pct(c.max_abs_pct_error)} |")
+        lines.append(f"| {how} | {u.n} | {points_percent(u.median_abs_pct_error)} | {points_percent(u.max_abs_pct_error)} | "
+                     f"{points_percent(c.median_abs_pct_error)} | {points_percent(c.max_abs_pct_error)} |")
     so = cal.get("step_overhead_s")
     if "compute_efficiency" not in cal:
         lines += ["", "## Calibration", "", f"- not calibrated: {cal.get('error')}"]
@@ -113,8 +112,6 @@ def summary_markdown(data: dict) -> str:
                 if cal.get("kernels") else []),
               "", "## K table check", "",
               f"Acceptance {tc.acceptance}; measured step = {tc.measured_from}.", ""]
-
-    from dsdsim.units import format_percent
 
     def num(x) -> str:              # regret: goodput given up, as a percentage like every figure beside it
         return format_percent(x, 2, missing="n/a")

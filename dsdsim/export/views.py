@@ -11,7 +11,7 @@ import numpy as np
 from dsdsim.cost.experts import routing_overlap
 from dsdsim.export.deployment import DeploymentView, deployment_view
 from dsdsim.records import frozen
-from dsdsim.units import DType
+from dsdsim.units import DType, format_percent
 
 if TYPE_CHECKING:       # the export layer imports the views at start-up; the cost model stays unloaded until used
     from dsdsim.cost.step import PassCost, StepCost
@@ -286,7 +286,7 @@ def explain_step(step: StepCost, setup=None) -> ExplainView:
                           feasible=bool(np.asarray(mem.feasible).reshape(-1)[0]),
                           state_bytes=_scalar(mem.state_bytes)),
         step_time_low_s=total * iv.low if iv else None, step_time_high_s=total * iv.high if iv else None,
-        interval=f"{100 * iv.coverage:.0f}%, {iv.stratum} (n {iv.n})" if iv else None,
+        interval=f"{format_percent(iv.coverage, 0)}, {iv.stratum} (n {iv.n})" if iv else None,
         stage_times_s=tuple(_scalar(t) for t in step.stage_times_s) if step.stage_ops else None,
         microbatches=int(step.microbatches) if step.stage_ops else None,
         server=step_server(step),

@@ -17,6 +17,7 @@ import numpy as np
 
 from dsdsim.errors import DsdsimError, finite_number, whole_number
 from dsdsim.records import frozen
+from dsdsim.units import format_percent
 
 CSV_HEADER = ("batch_size", "k", "context", "itl_ms", "acceptance_length")
 CSV_OPTIONAL = ("input_len", "output_len")   # a serving benchmark's mean prompt and output (its prefills priced)
@@ -207,7 +208,7 @@ def merge_points(rows: list[tuple[MeasuredPoint, str]]) -> list[MeasuredPoint]:
         if max(steps) > (1 + AGREE) * min(steps):
             raise DsdsimError(f"{members[0][1]} and {members[-1][1]}: contradictory rows for batch {b}, K {k} "
                               f"(step times {min(steps):.3g} and {max(steps):.3g} ms differ by more than "
-                              f"{100 * AGREE:.0f}%)")
+                              f"{format_percent(AGREE, 0)})")
         itl = float(np.mean([m.itl_ms for m, _ in members]))
         al = float(np.mean([m.acceptance_length for m, _ in members]))
         ins = [m.input_len for m, _ in members if m.input_len is not None]

@@ -41,6 +41,7 @@ from dsdsim.specs.drafter import MAX_K, DraftTree
 from dsdsim.defaults import (CAP_RESOLUTION, RANGE_LOSS_CAP, DEFAULT_BATCH_SIZES, DEFAULT_DRAFTER, DEFAULT_ENGINE, DEFAULT_FIXED_K, DEFAULT_HARDWARE,
                              DEFAULT_MAX_K, DEFAULT_MODEL)
 from dsdsim.records import frozen
+from dsdsim.units import format_percent
 
 MAX_BATCH = 65536
 # The most (batch, K, context) points one call evaluates: one table of MAX_BATCH batch sizes over every K a
@@ -564,7 +565,7 @@ def off_tier_notes(batch: np.ndarray, off_tier_s: np.ndarray, plain_s: np.ndarra
         return [f"K = 0 rows are the table's off tier ({engine.name} {engine.version_label}): priced as a server "
                 f"without speculation (its spec charges the off tier nothing)"]
     return [f"K = 0 rows are the table's off tier ({engine.name} {engine.version_label}: {what}speculative bookkeeping "
-            f"continues): {100 * lo:.1f}% to {100 * hi:.1f}% slower than a server without speculation over "
+            f"continues): {format_percent(lo)} to {format_percent(hi)} slower than a server without speculation over "
             f"batch {int(batch[ok][0])}-{int(batch[ok][-1])}; 'vs K=0' compares with that server, which is the better "
             "choice where the table would sit at K = 0"]
 
