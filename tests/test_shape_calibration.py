@@ -292,3 +292,30 @@ def test_calibrate_plan_prints_and_writes_the_command_lines(cli, tmp_path):
     assert "sglang.bench_serving" in stdout and "--speculative-num-steps" in stdout
     code, _, err = cli("calibrate", "--plan", "0")
     assert code == 2 and "at least 1 point" in err
+
+
+def test_calibrate_plan_writes_tensorrt_llm_servers_and_their_speculative_config(cli, tmp_path):
+    """-e trtllm: trtllm-serve with the speculative_config in a YAML file the script writes before the server
+    (decoding_type and draft length as TensorRT-LLM's llm_args.py names them), TensorRT-LLM's benchmark_serving as
+    the client, the file name carrying K; never vllm serve."""
+    out = tmp_path / "plan.json"
+    code, stdout, err = cli("calibrate", "--plan", "4", "-e", "trtllm", "-o", out)
+    assert code == 0, err
+    assert "vllm serve" not in stdout and "trtllm-serve meta-llama/Llama-3.1-8B --backend pytorch" in stdout
+    plan = json.loads(out.read_text())
+    for srv in plan["servers"]:
+        if srv["k"] == 0:
+            assert "config_file" not in srv and "--extra_llm_api_options" not in srv["server"]
+            continue
+        name, text = srv["config_file"]["name"], srv["config_file"]["text"]
+        assert srv["server"].endswith(f"--extra_llm_api_options {name}") and name == f"dsdsim-k{srv['k']}.yml"
+        assert text == (f"speculative_config:\n  decoding_type: Eagle3\n  max_draft_len: {srv['k']}\n"
+                        "  speculative_model: DRAFT_MODEL\n")
+        assert f"cat > {name} <<'EOF'" in stdout
+        for run in srv["runs"]:
+            assert run.startswith("python -m tensorrt_llm.serve.scripts.benchmark_serving")
+            assert f"-k{srv['k']}.json" in run and "--ignore-eos" in run
+    code, stdout, err = cli("calibrate", "--plan", "3", "-e", "trtllm", "-m", "deepseek-v3", "-g", "h200-sxm",
+                            "--tp", "8", "-d", "mtp")
+    assert code == 0, err
+    assert "decoding_type: MTP" in stdout and "num_nextn_predict_layers:" in stdout and "--tp_size 8" in stdout

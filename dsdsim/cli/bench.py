@@ -334,7 +334,8 @@ def calibrate(
       fitted figures and the fit's targets are corrected by measured / replayed, two rounds (about a second a run
       a round); the figures kept are the round's whose replays have the smallest median error.
     --plan N: the N points that pin those figures best (greedy D-optimal design over the feasible batch x K grid)
-      and the vllm bench serve (or SGLang bench_serving, with --engine sglang) command lines that measure them.
+      and the vllm bench serve (SGLang bench_serving with --engine sglang, TensorRT-LLM's benchmark_serving with
+      --engine trtllm) command lines that measure them.
     --report: efficiencies (compute; memory for GEMMs, attention and vector kernels), launch and step overhead and
       the GEMM tile of the hardware spec -g; a report is fitted on its train half and scored on the held-out half.
       A warning names each fitted figure past its bound (an efficiency above 1 is written as 1; a step overhead

@@ -381,7 +381,7 @@ def calibrate_plan(n: int, model: str, hardware: str, deployment, drafter: str, 
     setup = _resolved(model, hardware, deployment, drafter, engine)
     family = setup.engine.name if setup.engine is not None else "vllm"
     family = setup.engine.calibration.base_engine if setup.engine is not None and setup.engine.calibration else family
-    target = "sglang" if family.startswith("sglang") else "vllm"
+    target = "sglang" if family.startswith("sglang") else "trtllm" if family.startswith("trtllm") else "vllm"
     max_k = min(8, setup.drafter.max_k) if setup.drafter is not None else 0
     import numpy as np
 
@@ -414,6 +414,8 @@ def calibrate_plan(n: int, model: str, hardware: str, deployment, drafter: str, 
     script = []
     for srv in servers:
         script.append(f"# server {'without speculation' if srv.k == 0 else f'with K = {srv.k}'}")
+        if srv.config is not None:                     # the file the server reads, written first
+            script += [f"cat > {srv.config[0]} <<'EOF'", srv.config[1].rstrip("\n"), "EOF"]
         script.append(srv.server)
         script += [r.command for r in srv.runs]
     calib = (f"dsdsim calibrate --measurements {' '.join(r.result_file for s in servers for r in s.runs)} "
@@ -428,7 +430,9 @@ def calibrate_plan(n: int, model: str, hardware: str, deployment, drafter: str, 
                     "points": [{"batch": p.batch, "k": p.k, "context": p.context, "step_ms": p.step_ms,
                                 "pins": p.informs, "num_prompts": runs[(p.batch, p.k)].num_prompts,
                                 "result_file": runs[(p.batch, p.k)].result_file} for p in plan.points],
-                    "servers": [{"k": s.k, "server": s.server, "runs": [r.command for r in s.runs]} for s in servers],
+                    "servers": [{"k": s.k, "server": s.server, "runs": [r.command for r in s.runs],
+                                 **({"config_file": {"name": s.config[0], "text": s.config[1]}} if s.config else {})}
+                                for s in servers],
                     "prior_sigma": plan.prior_sigma, "posterior_sigma": plan.posterior_sigma, "then": calib}
             write_atomic(output, to_json(data) + "\n")
         else:

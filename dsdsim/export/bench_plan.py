@@ -14,6 +14,13 @@ context is the plan's (prompt + half the output) and ``--ignore-eos`` keeps ever
              --speculative-eagle-topk 1 --speculative-num-draft-tokens K+1
              python -m sglang.bench_serving --max-concurrency B --num-prompts P --output-file ...-kK.jsonl
              (bench_serving does not record K: the file name carries it, ``dsdsim.fit.points``)
+    TRT-LLM  trtllm-serve MODEL --backend pytorch --max_batch_size B --extra_llm_api_options dsdsim-kK.yml, the file
+             holding the speculative_config (decoding_type Eagle3 / Eagle / MTP / NGram / Draft_Target and the
+             draft length: tensorrt_llm/llmapi/llm_args.py, the *DecodingConfig classes), written by the script
+             python -m tensorrt_llm.serve.scripts.benchmark_serving --backend openai --dataset-name random --random-ids
+             --ignore-eos --max-concurrency B --num-prompts P --save-result --result-filename ...-kK.json (TensorRT-LLM's
+             own client, vLLM's benchmark_serving ported: its result JSON is vLLM's; the file name carries K, as it
+             records none)
 
 P is chosen so a run lasts about ``RUN_SECONDS`` at the shipped figures (at least ``MIN_WAVES`` waves of B
 requests, so the batch is held at B between the first and the last wave).
@@ -49,6 +56,7 @@ class ServerRuns:
     k: int
     server: str                   # the server launch
     runs: list[PointRun]
+    config: Optional[tuple[str, str]] = None   # (file name, YAML text) the server reads (TensorRT-LLM), written first
 
 
 def hf_repo(model) -> str:
@@ -103,8 +111,39 @@ def _sglang_spec_args(setup, k: int) -> list[str]:
                    "--speculative-num-draft-tokens", str(k + 1)]
 
 
+# the TensorRT-LLM speculative_config decoding_type of each drafter method (tensorrt_llm/llmapi/llm_args.py: Eagle3DecodingConfig
+# "Eagle3", EagleDecodingConfig "Eagle", MTPDecodingConfig "MTP", NGramDecodingConfig "NGram", DraftTargetDecodingConfig
+# "Draft_Target"); None: a draft model, which the drafter spec names no method for
+TRTLLM_DECODING_TYPES = {"eagle3": "Eagle3", "eagle": "Eagle", "mtp": "MTP", "ngram": "NGram", None: "Draft_Target"}
+
+
+def _trtllm_spec_yaml(setup, k: int) -> Optional[str]:
+    """The extra_llm_api_options YAML of a TensorRT-LLM server speculating K tokens (None at K = 0)."""
+    d = setup.drafter
+    if k == 0 or d is None:
+        return None
+    run = d.info.on("trtllm")
+    if run.refusal:
+        raise DsdsimError(run.refusal)
+    kind = TRTLLM_DECODING_TYPES.get(run.method)
+    if kind is None:
+        raise DsdsimError(f"dsdsim writes no TensorRT-LLM speculative_config for {d.label}; measure with -e vllm")
+    lines = ["speculative_config:", f"  decoding_type: {kind}"]
+    if kind == "MTP":
+        lines.append(f"  num_nextn_predict_layers: {int(k)}")
+    else:
+        lines.append(f"  max_draft_len: {int(k)}")
+    if kind not in ("MTP", "NGram"):
+        path = (hf_repo(setup.draft_model) if setup.draft_model is not None
+                else (d.model if d.info.loads_model and d.model else DRAFT_PLACEHOLDER))
+        lines.append(f"  speculative_model: {path}")
+    return "\n".join(lines) + "\n"
+
+
 def _parallel(setup, engine: str) -> list[str]:
     dep = setup.deployment
+    if engine == "trtllm":
+        return (["--tp_size", str(dep.tp)] if dep.tp > 1 else []) + (["--ep_size", str(dep.ep)] if dep.ep > 1 else [])
     if engine == "sglang":
         return (["--tp", str(dep.tp)] if dep.tp > 1 else []) + (["--ep-size", str(dep.ep)] if dep.ep > 1 else [])
     out = ["--tensor-parallel-size", str(dep.tp)] if dep.tp > 1 else []
@@ -113,15 +152,23 @@ def _parallel(setup, engine: str) -> list[str]:
 
 def bench_runs(setup, points, tau_of, engine: str, output_len: int = 256) -> list[ServerRuns]:
     """The servers and benchmark runs measuring ``points`` (``dsdsim.fit.shape.PlannedPoint``) on ``engine``
-    (vllm or sglang); ``tau_of(K)``: the tokens a step emits, for the run's length."""
-    if engine not in ("vllm", "sglang"):
-        raise DsdsimError(f"calibrate --plan writes vllm or sglang command lines, not {engine}")
+    (vllm, sglang or trtllm); ``tau_of(K)``: the tokens a step emits, for the run's length."""
+    if engine not in ("vllm", "sglang", "trtllm"):
+        raise DsdsimError(f"calibrate --plan writes vllm, sglang or trtllm command lines, not {engine}")
     model = hf_repo(setup.model)
     out = []
     for k in sorted({p.k for p in points}):
         mine = [p for p in points if p.k == k]
         top = max(p.batch for p in mine)
-        if engine == "vllm":
+        spec_file = None
+        if engine == "trtllm":
+            server = ["trtllm-serve", model, "--backend", "pytorch", *_parallel(setup, engine), "--max_batch_size",
+                      str(max(top, 1))]
+            text = _trtllm_spec_yaml(setup, k)
+            if text is not None:
+                spec_file = (f"dsdsim-k{k}.yml", text)
+                server += ["--extra_llm_api_options", spec_file[0]]
+        elif engine == "vllm":
             server = ["vllm", "serve", model, *_parallel(setup, engine), "--max-num-seqs", str(max(top, 1))]
             config = _vllm_spec_config(setup, k)
             if config is not None:
@@ -143,6 +190,13 @@ def bench_runs(setup, points, tau_of, engine: str, output_len: int = 256) -> lis
                           "--save-detailed", "--result-filename", f"{stem}.json",
                           "--metadata", f"num_speculative_tokens={k}"]
                 result = f"{stem}.json"
+            elif engine == "trtllm":
+                client = ["python", "-m", "tensorrt_llm.serve.scripts.benchmark_serving", "--model", model,
+                          "--backend", "openai", "--dataset-name", "random", "--random-input-len", str(inp),
+                          "--random-output-len", str(output_len), "--random-prefix-len", "0", "--random-ids",
+                          "--ignore-eos", "--max-concurrency", str(p.batch), "--num-prompts", str(n),
+                          "--save-result", "--result-filename", f"{stem}.json"]
+                result = f"{stem}.json"
             else:
                 client = ["python", "-m", "sglang.bench_serving", "--backend", "sglang", "--dataset-name", "random",
                           "--random-input-len", str(inp), "--random-output-len", str(output_len),
@@ -150,5 +204,5 @@ def bench_runs(setup, points, tau_of, engine: str, output_len: int = 256) -> lis
                           "--output-file", f"{stem}.jsonl"]
                 result = f"{stem}.jsonl"
             runs.append(PointRun(p.batch, k, n, seconds, shlex.join(client), result))
-        out.append(ServerRuns(k, shlex.join(server), runs))
+        out.append(ServerRuns(k, shlex.join(server), runs, spec_file))
     return out
