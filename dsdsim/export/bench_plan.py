@@ -77,13 +77,23 @@ def num_prompts(batch: int, step_s: float, tau: float, output_len: int) -> tuple
     return batch * waves, waves * wave_s
 
 
-def _vllm_spec_config(setup, k: int) -> Optional[dict]:
+def _drafter_run(setup, k: int, engine: str):
+    """(the drafter, how ``engine`` runs it) for a server speculating K tokens; None at K = 0 or without a drafter;
+    the drafter's refusal on that engine, raised."""
     d = setup.drafter
     if k == 0 or d is None:
         return None
-    run = d.info.on("vllm")
+    run = d.info.on(engine)
     if run.refusal:
         raise DsdsimError(run.refusal)
+    return d, run
+
+
+def _vllm_spec_config(setup, k: int) -> Optional[dict]:
+    found = _drafter_run(setup, k, "vllm")
+    if found is None:
+        return None
+    d, run = found
     config: dict = {"method": run.method}
     if d.info.loads_model:
         config["model"] = hf_repo(setup.draft_model) if setup.draft_model is not None else d.model
@@ -95,12 +105,12 @@ def _vllm_spec_config(setup, k: int) -> Optional[dict]:
 
 
 def _sglang_spec_args(setup, k: int) -> list[str]:
-    d = setup.drafter
-    if k == 0 or d is None:
+    found = _drafter_run(setup, k, "sglang")
+    if found is None:
         return []
-    run = d.info.on("sglang")
-    if run.refusal or not run.method:
-        raise DsdsimError(run.refusal or f"SGLang runs no {d.label} drafter")
+    d, run = found
+    if not run.method:
+        raise DsdsimError(f"SGLang runs no {d.label} drafter")
     args = ["--speculative-algorithm", run.method]
     if d.info.loads_model:
         args += ["--speculative-draft-model-path",
@@ -119,12 +129,10 @@ TRTLLM_DECODING_TYPES = {"eagle3": "Eagle3", "eagle": "Eagle", "mtp": "MTP", "ng
 
 def _trtllm_spec_yaml(setup, k: int) -> Optional[str]:
     """The extra_llm_api_options YAML of a TensorRT-LLM server speculating K tokens (None at K = 0)."""
-    d = setup.drafter
-    if k == 0 or d is None:
+    found = _drafter_run(setup, k, "trtllm")
+    if found is None:
         return None
-    run = d.info.on("trtllm")
-    if run.refusal:
-        raise DsdsimError(run.refusal)
+    d, run = found
     kind = TRTLLM_DECODING_TYPES.get(run.method)
     if kind is None:
         raise DsdsimError(f"dsdsim writes no TensorRT-LLM speculative_config for {d.label}; measure with -e vllm")
