@@ -9,8 +9,9 @@ import math
 import numpy as np
 import pytest
 
+from dsdsim.errors import DsdsimError
 from dsdsim.fit import shape
-from dsdsim.fit.points import MeasuredPoint, read_measurements
+from dsdsim.fit.points import MeasuredPoint, point_from_result, read_measurements
 from dsdsim.specs.catalog import load_hardware, load_engine
 from dsdsim.specs.setup import resolve
 
@@ -158,6 +159,14 @@ def test_readers_take_vllm_json_sglang_jsonl_and_csv_with_their_lengths(tmp_path
     assert pts[64, 3].step_ms == pytest.approx(22.5)
     assert pts[16, 2].k == 2 and pts[16, 2].context == 550 and pts[16, 2].acceptance_length == 2.1
     assert pts[1, 0].input_len == 800 and pts[1, 0].context == 900
+    # TensorRT-LLM's benchmark_serving: its acceptance length, and K from the file name
+    trt = tmp_path / "dsdsim-b8-k3.json"
+    p = point_from_result(trt, {"max_concurrency": 8, "mean_tpot_ms": 4.0, "mean_avg_decoded_tokens_per_iter": 2.6},
+                          1024)
+    assert (p.k, p.acceptance_length) == (3, 2.6) and p.step_ms == pytest.approx(10.4)
+    # a speculative run without one is refused, where it had been read as 1 token a step
+    with pytest.raises(DsdsimError, match="at K = 3 reports no acceptance length"):
+        point_from_result(trt, {"max_concurrency": 8, "mean_tpot_ms": 4.0}, 1024)
 
 
 def test_a_benchmark_point_pays_the_prefills_of_the_requests_that_replace_finished_ones():

@@ -106,18 +106,29 @@ def _k_of(rec: dict, where: str, has_acceptance: bool, name_k: Optional[int] = N
     return 0
 
 
+# where each client writes a run's mean acceptance length (tokens a request gains per step): vllm bench serve, SGLang
+# bench_serving, TensorRT-LLM's benchmark_serving
+ACCEPTANCE_KEYS = ("spec_decode_acceptance_length", "accept_length", "mean_avg_decoded_tokens_per_iter")
+
+
 def _from_result(rec: dict, where: str, context: int, name_k: Optional[int] = None) -> MeasuredPoint:
-    """One benchmark result: vLLM (mean_tpot_ms, spec_decode_acceptance_length, max_concurrency) or SGLang
-    bench_serving (mean_tpot_ms, accept_length, max_concurrency)."""
+    """One benchmark result: vLLM (mean_tpot_ms, spec_decode_acceptance_length, max_concurrency), SGLang
+    bench_serving (mean_tpot_ms, accept_length, max_concurrency) or TensorRT-LLM's benchmark_serving (its
+    acceptance length: mean_avg_decoded_tokens_per_iter, the tokens a request gains per step). A speculative run
+    (K > 0) that reports no acceptance length is refused: its TPOT is a step time over that length."""
     if "mean_tpot_ms" not in rec:
         raise DsdsimError(f"{where}: no mean_tpot_ms; expected a vllm bench serve --save-result JSON or an SGLang "
                           "bench_serving JSON line")
     batch = rec.get("max_concurrency")
     if batch is None:
         raise DsdsimError(f"{where}: no max_concurrency; run the benchmark with --max-concurrency B (the batch)")
-    al = rec.get("spec_decode_acceptance_length", rec.get("accept_length"))
+    al = next((rec[key] for key in ACCEPTANCE_KEYS if rec.get(key) is not None), None)
     has_al = al is not None and finite_number(al, f"{where}: acceptance length") > 1.0
     k = _k_of(rec, where, has_al, name_k)
+    if k > 0 and al is None:
+        raise DsdsimError(f"{where}: a run at K = {k} reports no acceptance length, and its TPOT is a step time over "
+                          f"it; add \"spec_decode_acceptance_length\": AL to the result (the server's own: vLLM's "
+                          f"/metrics, SGLang's accept_length, TensorRT-LLM's avg_decoded_tokens_per_iter)")
     acceptance = finite_number(al, f"{where}: acceptance length") if (al is not None and k > 0) else 1.0
     lengths = _run_lengths(rec, where)
     ctx = context if lengths is None else int(round(lengths[0] + lengths[1] / 2))
