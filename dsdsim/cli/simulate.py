@@ -366,17 +366,20 @@ def _notes(job) -> list[str]:
 def _speculative_cap_note(job) -> list[str]:
     """A line where the engine caps a speculative server's running requests below the scheduler's default and
     --max-num-seqs was not given: the speculative policies ran under that cap, which their batch and TTFT show."""
-    from dsdsim.serve.scheduler import DEFAULT_MAX_NUM_SEQS
+    from dsdsim.serve.policies import parse_policies
+    from dsdsim.serve.scheduler import SchedulerConfig
+    from dsdsim.serve.simulate import server_kind
 
     engine = job.setup.engine
     limit = getattr(engine, "speculative_max_requests", None)
     given = job.scheduler.max_num_seqs if job.scheduler is not None else None
-    if limit is None or limit.value >= DEFAULT_MAX_NUM_SEQS or given is not None:
+    plain = SchedulerConfig().for_server(engine, False).max_num_seqs      # the engine's limit without speculation
+    if limit is None or limit.value >= plain or given is not None:
         return []
-    if all(p.strip() == "none" for p in str(job.policies).split(",")):
+    if all(server_kind(p) == "plain" for p in parse_policies(job.policies)):
         return []
     return [f"{engine.speculative_cap_text}: the speculative servers here run at most {limit.value}, a server without "
-            f"speculation {DEFAULT_MAX_NUM_SEQS}; --max-num-seqs N simulates servers started with N"]
+            f"speculation {plain}; --max-num-seqs N simulates servers started with N"]
 
 
 def _scheduling_note(job) -> list[str]:
