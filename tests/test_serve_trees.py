@@ -59,6 +59,11 @@ def test_the_command_simulates_a_tree(cli):
     assert code == 0, err
     text = " ".join(out.split())
     assert "drafter eagle3 (tree 3,2,8)" in text and "fixed:3" in text
+    assert "drafts chains" not in text                    # SGLang runs trees
+    code, out, err = cli("simulate", "--requests", "20", "--workload", "closed:4", "-e", "trtllm", "--draft-tree",
+                         "3,2,8", "-a", "al=2.6@tree", "--executor", "local")
+    assert code == 0, err                                 # as predict says it: a chain engine's terms price the tree
+    assert "draft tree: the trtllm >=0.20 spec drafts chains" in " ".join(out.split())
     code, out, err = cli("simulate", "--requests", "10", "-e", "sglang", "--draft-tree", "3,2,8")
     assert code != 0 and "needs the mean acceptance length measured with it" in err
 

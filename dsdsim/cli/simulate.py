@@ -360,7 +360,10 @@ def _notes(job) -> list[str]:
                      "and a new message of that input length")
     if job.slo:
         lines.append(f"SLO: {job.slo} (milliseconds)")
-    return lines + _scheduling_note(job) + _speculative_cap_note(job)
+    from dsdsim.policy.predict import chain_engine_tree_note
+
+    tree = chain_engine_tree_note(job.setup) if job.setup is not None else None
+    return lines + _scheduling_note(job) + _speculative_cap_note(job) + ([tree] if tree else [])
 
 
 def _speculative_cap_note(job) -> list[str]:

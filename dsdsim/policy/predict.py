@@ -385,11 +385,9 @@ def predict(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment: Optional
 
     if o.robust:
         notes.append(f"K table chosen by {ROBUST_RULE}; its losses are against the point estimate's best K")
-    eng = setup.engine
-    if setup.drafter.tree is not None and eng is not None and eng.draft_shape.value == "chain" and eng.name != "ideal":
-        notes.append(f"draft tree: the {eng.name} {eng.version_label} spec drafts chains ({eng.draft_shape_source or 'its draft_shape'}); "
-                     f"the tree is priced with that release's chain terms, which no measurement of a tree there "
-                     f"checks: -e sglang prices a release that runs trees")
+    tree_note = chain_engine_tree_note(setup)
+    if tree_note is not None:
+        notes.append(tree_note)
     if weights is not None and table.max_ranges is None:
         notes.append(f"batch weights: unused, the {100 * tolerance:g}% tolerance already gives {table.n_ranges} "
                      f"range{'' if table.n_ranges == 1 else 's'}, within the budget of {max_ranges}"
@@ -551,6 +549,18 @@ def eager_rise_note(batch: np.ndarray, k_table: np.ndarray, k0_graphed: np.ndarr
     return (f"K rises from {before} to {after} past batch {int(batch[last])}: there even a step without speculation "
             f"passes the engine's largest CUDA graph and runs eagerly, as a speculative step of B x (K + 1) tokens "
             f"already did from a smaller batch, so the draft tokens share the eager launches again")
+
+
+def chain_engine_tree_note(setup: Setup) -> Optional[str]:
+    """A line where a draft tree is priced on an engine release whose spec drafts chains (vLLM, TensorRT-LLM): the
+    tree takes that release's chain terms, which no measurement of a tree there checks; None otherwise."""
+    eng = setup.engine
+    if setup.drafter is None or setup.drafter.tree is None or eng is None or eng.draft_shape.value != "chain" \
+            or eng.name == "ideal":
+        return None
+    return (f"draft tree: the {eng.name} {eng.version_label} spec drafts chains "
+            f"({eng.draft_shape_source or 'its draft_shape'}); the tree is priced with that release's chain terms, "
+            "which no measurement of a tree there checks: -e sglang prices a release that runs trees")
 
 
 def off_tier_notes(batch: np.ndarray, off_tier_s: np.ndarray, plain_s: np.ndarray, fits: np.ndarray, engine) -> list:
