@@ -17,10 +17,10 @@ context is the plan's (prompt + half the output) and ``--ignore-eos`` keeps ever
     TRT-LLM  trtllm-serve MODEL --backend pytorch --max_batch_size B --extra_llm_api_options dsdsim-kK.yml, the file
              holding the speculative_config (decoding_type Eagle3 / Eagle / MTP / NGram / Draft_Target and the
              draft length: tensorrt_llm/llmapi/llm_args.py, the *DecodingConfig classes), written by the script
-             python -m tensorrt_llm.serve.scripts.benchmark_serving --backend openai --dataset-name random --random-ids
-             --ignore-eos --max-concurrency B --num-prompts P --save-result --result-filename ...-kK.json (TensorRT-LLM's
-             own client, vLLM's benchmark_serving ported: its result JSON is vLLM's; the file name carries K, as it
-             records none)
+             python -m tensorrt_llm.serve.scripts.benchmark_serving --backend openai --dataset-name random
+             --random-ids --ignore-eos --max-concurrency B --num-prompts P --save-result --result-filename
+             ...-kK.json (TensorRT-LLM's own client, vLLM's benchmark_serving ported: its result JSON is vLLM's,
+             its acceptance length mean_avg_decoded_tokens_per_iter; the file name carries K, as it records none)
 
 P is chosen so a run lasts about ``RUN_SECONDS`` at the shipped figures (at least ``MIN_WAVES`` waves of B
 requests, so the batch is held at B between the first and the last wave).
@@ -121,9 +121,9 @@ def _sglang_spec_args(setup, k: int) -> list[str]:
                    "--speculative-num-draft-tokens", str(k + 1)]
 
 
-# the TensorRT-LLM speculative_config decoding_type of each drafter method (tensorrt_llm/llmapi/llm_args.py: Eagle3DecodingConfig
-# "Eagle3", EagleDecodingConfig "Eagle", MTPDecodingConfig "MTP", NGramDecodingConfig "NGram", DraftTargetDecodingConfig
-# "Draft_Target"); None: a draft model, which the drafter spec names no method for
+# the TensorRT-LLM speculative_config decoding_type of each drafter method (tensorrt_llm/llmapi/llm_args.py:
+# Eagle3DecodingConfig "Eagle3", EagleDecodingConfig "Eagle", MTPDecodingConfig "MTP", NGramDecodingConfig "NGram",
+# DraftTargetDecodingConfig "Draft_Target"); None: a draft model, which the drafter spec names no method for
 TRTLLM_DECODING_TYPES = {"eagle3": "Eagle3", "eagle": "Eagle", "mtp": "MTP", "ngram": "NGram", None: "Draft_Target"}
 
 

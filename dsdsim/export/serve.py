@@ -98,7 +98,8 @@ def simulation_rows(setup, result, load: Optional[float] = None) -> list[dict]:
     figures)."""
     d = result.to_dict()
     head = {**setup_dict(setup), **({"load": load} if load is not None else {}), "workload": d["workload"],
-            "max_concurrency": d.get("max_concurrency"), "requests": d["requests"], "seed": d["seed"], "replicas": d.get("replicas", 1), "router": d.get("router")}
+            "max_concurrency": d.get("max_concurrency"), "requests": d["requests"], "seed": d["seed"],
+            "replicas": d.get("replicas", 1), "router": d.get("router")}
     return [{**head, **policy_row(p)} for p in d["policies"]]
 
 
@@ -366,8 +367,8 @@ def kv_cache_line(policies: Sequence[Mapping[str, Any]]) -> list[str]:
     else:
         from dsdsim.cost.mixed import KV_LOG_LINES
 
-        named = [KV_LOG_LINES[r.split(":")[0].split()[0]] for r in rules
-                 if r.split(":")[0].split()[0] in KV_LOG_LINES] if rules else []
+        engines = (r.split(":")[0].split()[0] for r in rules)         # the name each rule begins with
+        named = [KV_LOG_LINES[e] for e in engines if e in KV_LOG_LINES]
         logs = ", ".join(dict.fromkeys(named)) or ", ".join(KV_LOG_LINES.values())   # the engine's own, else all
         why = ("; ".join(rules) or "sized from --memory-utilization of the GPU's memory") + (
             f"; --kv-cache-tokens N takes your server's own: {logs}")
