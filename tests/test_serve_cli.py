@@ -122,6 +122,20 @@ def test_the_kv_cache_is_sized_from_memory_or_given(cli):
     assert code == 0 and "KV cache: none, fixed:3, dsd 640 tokens (as given)" in " ".join(out.split())
 
 
+
+def test_vllms_flag_name_sets_the_memory_share(cli):
+    """--gpu-memory-utilization (vLLM's own name) is --memory-utilization: the same cache, larger than the default
+    share's; out of (0, 1] it is refused in one line naming both."""
+    def tokens(*flags):
+        code, out, _ = cli("simulate", *SMALL, *flags, "--format", "json")
+        assert code == 0
+        return {p["name"]: p["kv_cache_tokens"] for p in json.loads(out)["policies"]}
+
+    theirs = tokens("--gpu-memory-utilization", "0.95")
+    assert theirs == tokens("--memory-utilization", "0.95")
+    assert all(theirs[name] > given for name, given in tokens().items())
+    code, out, err = cli("simulate", *SMALL, "--gpu-memory-utilization", "1.5")
+    assert code == 2 and out == "" and "--gpu-memory-utilization" in err and len(err.strip().splitlines()) == 1
 def test_an_sglang_server_sizes_its_cache_by_mem_fraction_static(cli):
     """SGLang's share is its own default for the release unless --mem-fraction-static gives it; the JSON and the
     footer say which share and rule sized each server's cache."""

@@ -58,7 +58,9 @@ ExpertOverlap = Annotated[Optional[float], Option(
                              "chance (default 0.354: the locality behind the 38% reuse Cohere measured on a "
                              "128-expert top-8 model; 0 = independent routing)")]
 Eager = Annotated[bool, Option("--eager", help="No CUDA graphs: eager per-kernel launch cost")]
-MemoryUtilization = Annotated[float, Option("--memory-utilization", help="Usable share of GPU memory")]
+MemoryUtilization = Annotated[float, Option(
+    "--memory-utilization", "--gpu-memory-utilization",
+    help="Usable share of GPU memory (vLLM's --gpu-memory-utilization; TensorRT-LLM's free_gpu_memory_fraction)")]
 Drafter = Annotated[str, Option("--drafter", "-d", help=DRAFTER_HELP)]
 OptionalDrafter = Annotated[Optional[str], Option("--drafter", "-d", help=DRAFTER_HELP)]
 Acceptance = Annotated[Optional[str], Option("--acceptance", "-a", help=ACCEPTANCE_HELP)]
@@ -214,7 +216,7 @@ def deployment_from_options(tp: int, ep: int, dtype: Optional[str], kv_dtype: st
     if expert_overlap is not None and not 0.0 <= expert_overlap < 1.0:
         raise DsdsimError(f"--expert-overlap must be in [0, 1), got {expert_overlap}")
     if not 0.0 < memory_utilization <= 1.0:
-        raise DsdsimError(f"--memory-utilization must be in (0, 1], got {memory_utilization}")
+        raise DsdsimError(f"--memory-utilization (vLLM's --gpu-memory-utilization) must be in (0, 1], got {memory_utilization}")
     w_dtype, c_dtype = (parse_dtype(dtype) if dtype else None), parse_dtype(kv_dtype)
     try:
         return Deployment(tp=tp, ep=ep, dtype=w_dtype, kv_dtype=c_dtype, expert_overlap=expert_overlap,

@@ -462,10 +462,11 @@ def _cache(policy: Policy, pricer, ins, outs, cfg: SchedulerConfig,
     if worst > blocks:
         i = int(np.argmax(ins + outs))
         given = cfg.kv_cache_tokens is not None
-        held = "given by --kv-cache-tokens" if given else f"at a memory share of {kv_share:g}"
+        held = (f"{cfg.kv_cache_tokens:,} token{'s' if cfg.kv_cache_tokens != 1 else ''} given, in whole blocks of "
+                f"{cfg.block_size}" if given
+                else f"{blocks * cfg.block_size} tokens at a memory share of {kv_share:g}")
         raise DsdsimError(f"policy {policy.name}: request {i} ({int(ins[i])} input + {int(outs[i])} output tokens) "
-                          f"needs {worst} KV blocks but the cache holds {blocks} ({blocks * cfg.block_size} tokens "
-                          f"{held}); shorten the lengths or "
+                          f"needs {worst} KV blocks but the cache holds {blocks} ({held}); shorten the lengths or "
                           + ("give a larger cache" if given else "add memory"))
     if not cfg.chunked_prefill and cfg.reserve_to_completion and int(ins.max()) > cfg.max_num_batched_tokens:
         # nothing is preempted, so nothing is recomputed: the longest prompt must fit one step
