@@ -46,7 +46,8 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
              scheduling: Optional[str] = None, prefix_cache_hit: float = 0.0, slo: Optional[str] = None,
              seed: int = DEFAULT_SEED, replicas: int = 1, router: str = "round-robin", executor: Optional[str] = "local",
              shared_prefix: Optional[str] = None, multi_turn: Optional[str] = None,
-             max_concurrency: Optional[int] = None, progress: Optional[Callable[[int, int], None]] = None):
+             max_concurrency: Optional[int] = None, request_overhead_ms: Optional[float] = None,
+             progress: Optional[Callable[[int, int], None]] = None):
     """Serve ``requests`` requests of ``workload`` once per policy on one server; a SimulationReport (a
     SimulationResult whose ``to_json()`` is the command's JSON).
 
@@ -63,7 +64,9 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     multi_turn: ``TURNS[:THINK_S]``, the requests conversations of TURNS turns, each turn's prompt the conversation so
     far and a new message, sent THINK_S seconds after the reply before it (None: single requests).
     max_concurrency: the client's limit on requests in flight under a poisson, gamma or trace workload (``vllm bench
-    serve --request-rate QPS --max-concurrency C``; None: none). scheduling: the rule
+    serve --request-rate QPS --max-concurrency C``; None: none). request_overhead_ms: the time a request spends
+    outside the GPU steps before its first token (``SchedulerConfig.request_overhead_s``; None: the calibrated
+    engine spec's, else 0). scheduling: the rule
     that builds each step (``vllm``, ``prefill-first``, or one registered with
     ``dsdsim.serve.scheduler.register_rule``; None: the engine's). executor: ``local`` (this process, the default
     here), ``processes`` or a Dask scheduler address. replicas, router: N copies of the server behind a router
@@ -92,6 +95,11 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
         limits["mem_fraction_static"] = mem_fraction_static
     if prefix_cache_hit:
         limits["prefix_cache_hit"] = prefix_cache_hit
+    if request_overhead_ms is not None:
+        ms = request_overhead_ms
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms < 3.6e6:
+            raise DsdsimError(f"request_overhead_ms must be a number of milliseconds >= 0, got {ms!r}")
+        limits["request_overhead_s"] = ms / 1e3
     check_executor(executor)
     job = checked(Simulation(setup, workload, policies, requests=requests, input_len=input_len,
                              output_len=output_len, acceptance=acceptance, scheduler=SchedulerConfig(**limits),

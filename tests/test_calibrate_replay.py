@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from dsdsim.fit.points import read_measurements
-from dsdsim.fit.replay import fit_through_replay, replayable_runs, simulated_itl_ms
+from dsdsim.fit.replay import fit_request_overhead, fit_through_replay, replayable_runs, simulated_itl_ms
 from dsdsim.fit.shape import ShapeCalibration, StepModel
+from dsdsim.serve.scheduler import SchedulerConfig
 from dsdsim.serve.simulate import simulate
 from dsdsim.specs.deployment import Deployment
 from dsdsim.specs.setup import resolve
@@ -31,13 +32,15 @@ def _setup():
     return resolve("llama-3.1-8b", "h100-sxm", Deployment(tp=1), "eagle3", ENGINE)
 
 
-def _write_run(path, setup, b: int, k: int) -> None:
-    """One closed-loop run of the 'real' server (TRUE figures), saved as vllm bench serve saves it."""
+def _write_run(path, setup, b: int, k: int, overhead_s: float = 0.0) -> None:
+    """One closed-loop run of the 'real' server (TRUE figures; each request reaching it ``overhead_s`` after it is
+    sent), saved as vllm bench serve saves it."""
     model = StepModel(setup)
     server = model._at(setup if k else model.plain, TRUE)
     n = max(2 * b, 24)
     res = simulate(server, f"closed:{b}", "none" if k == 0 else f"fixed:{k}", requests=n,
-                   input_len="uniform:200:1000", output_len="uniform:60:200", acceptance=0.7, seed=b * 10 + k)
+                   input_len="uniform:200:1000", output_len="uniform:60:200", acceptance=0.7, seed=b * 10 + k,
+                   scheduler=SchedulerConfig(request_overhead_s=overhead_s))
     p = res.policies[0]
     ins = [r.input_len for r in res.requests]
     outs = [r.output_len for r in res.requests]
@@ -52,16 +55,19 @@ def _write_run(path, setup, b: int, k: int) -> None:
     path.write_text(json.dumps(obj))
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    d = tmp_path_factory.mktemp("runs")
+def _write_runs(d, points, overhead_s: float = 0.0) -> list:
     setup = _setup()
     files = []
-    for b, k in RUNS:
+    for b, k in points:
         f = d / f"run-b{b}-k{k}.json"
-        _write_run(f, setup, b, k)
+        _write_run(f, setup, b, k, overhead_s)
         files.append(f)
     return files
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return _write_runs(tmp_path_factory.mktemp("runs"), RUNS)
 
 
 def test_a_run_replayed_at_its_own_figures_gives_its_tpot_back(runs):
@@ -113,3 +119,49 @@ def test_replay_needs_runs_saved_with_their_requests(cli, tmp_path):
     assert not (tmp_path / "x.yaml").exists()
     code, _, err = cli("calibrate", "--replay", "--plan", "4")
     assert code == 2 and "--replay fits through the simulator the runs given with --measurements" in err
+
+
+OVERHEAD_S = 0.04
+SLOW = [(1, 0), (8, 3), (32, 0)]
+
+
+@pytest.fixture(scope="module")
+def slow_runs(tmp_path_factory):
+    """Runs of a server whose requests reach the scheduler 40 ms after they are sent (its API server's time)."""
+    return _write_runs(tmp_path_factory.mktemp("slow"), SLOW, OVERHEAD_S)
+
+
+def test_the_request_overhead_is_fitted_from_the_runs_ttft(slow_runs, runs):
+    """At the server's own figures the runs' TTFT p50 give its 40 ms back, and replayed with it each plain run's TTFT
+    p50 is the measured one (a speculative run's replay draws its acceptance from another seed: near it); runs
+    without one give none (the fit never goes below 0)."""
+    setup = _setup()
+    model = StepModel(setup)
+    true = (model._at(setup, TRUE), model._at(model.plain, TRUE))
+    timed = replayable_runs(slow_runs, 1024)
+    assert all(r.ttft_p50_ms is not None for r in timed)
+    fit = fit_request_overhead(true, timed)
+    assert fit.overhead_ms == pytest.approx(1e3 * OVERHEAD_S, abs=1.0)
+    text = " ".join((Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8").split())
+    assert f"at the server's own figures reads {fit.overhead_ms:.1f} ms" in text, "the README quotes this fit"
+    for run, without, with_ in zip(fit.runs, fit.without_ms, fit.with_ms):
+        assert with_ == pytest.approx(run.ttft_p50_ms, rel=2e-3 if run.point.k == 0 else 0.15)
+        assert without < run.ttft_p50_ms - 30            # without it, every replay is the 40 ms short
+    plain = fit_request_overhead(true, replayable_runs(runs[:3], 1024))
+    assert plain.overhead_ms < 1.0
+
+
+def test_calibrate_writes_the_request_overhead_and_simulate_prices_it(cli, slow_runs, tmp_path):
+    out = tmp_path / "slow.yaml"
+    code, stdout, err = cli("calibrate", "--measurements", *slow_runs, "--replay", "-e", ENGINE, "--name", "slow",
+                            "-o", out)
+    assert code == 0, err
+    assert "request overhead" in stdout
+    fitted = yaml.safe_load(out.read_text())["calibration"]["request_overhead_ms"]
+    assert fitted == pytest.approx(1e3 * OVERHEAD_S, abs=5.0)      # at the calibrated figures, not the true ones
+    text = " ".join((Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8").split())
+    assert f"at the calibrated figures {fitted:.1f} ms" in text, "the README quotes this fit"
+    code, stdout, err = cli("simulate", "-e", out, "--workload", "closed:1", "--requests", "8", "--policies", "none",
+                            "--format", "json")
+    assert code == 0, err
+    assert json.loads(stdout)["request_overhead_ms"] == pytest.approx(fitted)

@@ -97,6 +97,25 @@ def test_itl_is_counted_per_emission_event():
     assert decode_steps == p.k_histogram[3]
 
 
+def test_a_request_overhead_adds_to_ttft_and_latency_not_tpot():
+    """Each request reaches the scheduler the overhead after it is sent: one at a time, every TTFT and latency is
+    exactly that much longer, every TPOT the same, and the client's cycle (the run's length) grows by it per request;
+    a fleet's router hands each over as late. Bad values are refused in one line."""
+    ov = 0.025
+    for replicas in (1, 2):
+        base, slow = (run("closed:1", "fixed:3", requests=12, input_len="7", output_len="30", replicas=replicas,
+                          scheduler=SchedulerConfig(request_overhead_s=s)).policies[0] for s in (0.0, ov))
+        np.testing.assert_allclose(slow.ttft_s, base.ttft_s + ov, rtol=1e-12)
+        np.testing.assert_allclose(slow.e2e_s, base.e2e_s + ov, rtol=1e-12)
+        tpot = [(p.e2e_s - p.ttft_s) for p in (base, slow)]               # (e2e - TTFT) per request
+        np.testing.assert_allclose(tpot[1], tpot[0], rtol=1e-9)
+        assert slow.tpot_ms.to_dict() == pytest.approx(base.tpot_ms.to_dict(), rel=1e-9)
+        assert slow.duration_s == pytest.approx(base.duration_s + 12 * ov, rel=1e-9)
+    for bad in (-0.001, float("nan"), float("inf"), True, "0.1"):
+        with pytest.raises(DsdsimError, match="request_overhead_s"):
+            SchedulerConfig(request_overhead_s=bad)
+
+
 def test_littles_law_in_closed_loop():
     """Closed loop with C in flight: throughput x mean latency = C. Tails excluded: the window opens when 10% of the
     requests have finished (warm-up) and closes when the last request is sent (after it fewer than C are in flight);

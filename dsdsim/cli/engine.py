@@ -120,7 +120,30 @@ def engine_summary(spec, source: Optional[str]) -> dict:
         out["fit"] = {"date": spec.fit.date, "cases": len(spec.fit.cases),
                       "median_abs_residual": spec.fit.median_abs_residual,
                       "max_abs_residual": spec.fit.max_abs_residual}
+    cal = spec.calibration
+    if cal is not None:
+        out["calibration"] = {"model": cal.model, "hardware": cal.hardware, "tp": cal.tp, "ep": cal.ep,
+                              "drafter": cal.drafter, "base_engine": cal.base_engine, "points": len(cal.points),
+                              "bandwidth_scale": cal.bandwidth_scale, "compute_scale": cal.compute_scale,
+                              "launch_scale": cal.launch_scale, "engine_step_scale": cal.engine_step_scale,
+                              "engine_token_scale": cal.engine_token_scale,
+                              "loo_median_abs_error": cal.loo_median_abs_error,
+                              "request_overhead_ms": cal.request_overhead_ms, "date": cal.date}
     return out
+
+
+def calibration_text(c: dict) -> str:
+    """A calibrated spec's one line: the deployment, its points and factors, the request overhead."""
+    drafter = f", {c['drafter']}" if c["drafter"] else ""
+    text = (f"{c['model']} on {c['hardware']} (tp {c['tp']}{drafter}) from {c['points']} points of "
+            f"{c['base_engine']}, {c['date']}: bandwidth x{c['bandwidth_scale']:.3g}, compute x{c['compute_scale']:.3g}, "
+            f"launch x{c['launch_scale']:.3g}, engine terms x{c['engine_step_scale']:.3g} per step and "
+            f"x{c['engine_token_scale']:.3g} per token")
+    if c["loo_median_abs_error"] is not None:
+        text += f"; leave-one-out median {format_percent(c['loo_median_abs_error'])}"
+    if c["request_overhead_ms"] is not None:
+        text += f"; request overhead {c['request_overhead_ms']:.3g} ms"
+    return text
 
 
 @list_app.command("engines")
@@ -186,7 +209,8 @@ def show_engine(name: str = Argument(..., help="An engine (vllm: its current rel
         for term, row in zip(data.get("terms", []), summary["terms"]):
             term["on_bound"] = row["on_bound"]
         return emit(to_json(data), None)
-    head = {k: v for k, v in summary.items() if k not in ("terms", "cuda_graphs", "moe_kernels", "fit")}
+    head = {k: v for k, v in summary.items() if k not in ("terms", "cuda_graphs", "moe_kernels", "fit",
+                                                          "calibration")}
     if not summary["overlap_speculative"]:     # the drafters async scheduling would cover, were it on
         head.pop("overlap_speculative_drafters", None)
     if "moe_kernels" in summary:
@@ -194,10 +218,13 @@ def show_engine(name: str = Argument(..., help="An engine (vllm: its current rel
         head["moe_kernels"] = ", ".join([f"{fam} on {gen}" for gen, fam in mk["by_generation"].items()]
                                         + [f"{mk['default']} elsewhere" if mk["by_generation"] else
                                            f"{mk['default']} on every GPU"])
+    if "calibration" in summary:
+        head["calibration"] = calibration_text(summary["calibration"])
     if "fit" in summary:
         f = summary["fit"]
-        head["fit"] = (f"{f['date']}: {f['cases']} train case{'' if f['cases'] == 1 else 's'} on this range, "
-                       f"median |residual| "
+        what = "measured point" if "calibration" in summary else "train case"
+        head["fit"] = (f"{f['date']}: {f['cases']} {what}{'' if f['cases'] == 1 else 's'}"
+                       f"{'' if 'calibration' in summary else ' on this range'}, median |residual| "
                        f"{format_percent(f['median_abs_residual'])}, max {format_percent(f['max_abs_residual'])}")
     lists = ("capture_sizes", "speculative_capture_sizes")
     head["cuda_graphs"] = ", ".join(f"{k} {v}" for k, v in summary["cuda_graphs"].items() if k not in lists)
@@ -281,19 +308,35 @@ def calibrate_measurements(measurements: Sequence[Path], model: str, hardware: s
         raise DsdsimError("the points include K > 0 but --drafter is none: name the drafter they were measured with")
     cal = with_status(f"fitting 5 figures to {len(points)} points (and {len(points)} leave-one-out fits)",
                       lambda: ShapeCalibration(setup).fit(points))
-    fit = None
+    fit = overhead = None
     if runs:
-        from dsdsim.fit.replay import ITERATIONS, fit_through_replay
+        from dsdsim.fit.replay import ITERATIONS, fit_request_overhead, fit_through_replay
 
+        timed = sum(r.ttft_p50_ms is not None for r in runs)
+
+        def request_overhead(c):     # the runs' TTFT outside the steps, at calibration c's figures (or None)
+            return with_status(f"replaying {timed} runs for their TTFT", lambda: fit_request_overhead(
+                c.fitted_setups(), runs))
+
+        first = request_overhead(cal) if timed else None   # the TPOT replays' clients wait for it too
+        ov = first.overhead_ms / 1e3 if first is not None else 0.0
         fit = with_progress(f"replaying {len(runs)} runs x {ITERATIONS + 1} rounds",
-                            lambda progress: fit_through_replay(cal, points, runs, progress=progress))
+                            lambda progress: fit_through_replay(cal, points, runs, progress=progress,
+                                                                request_overhead_s=ov))
         cal = fit.calibration
+        overhead = request_overhead(cal) if timed else None     # again, at the figures kept
     files = [Path(m).name for m in measurements]
     corrected = fit is not None and fit.kept > 0          # the figures kept were fitted to corrected targets
-    spec = cal.engine_spec(name, files, date or dt.date.today().isoformat(), replayed=corrected)
+    spec = cal.engine_spec(name, files, date or dt.date.today().isoformat(), replayed=corrected,
+                           request_overhead_ms=overhead.overhead_ms if overhead is not None else None)
     show(Group(_figures_table(cal, len(points)), _points_table(cal, name, setup, replayed=corrected)))
     if fit is not None:
         show(_replay_table(fit))
+    if overhead is not None:
+        show(_overhead_table(overhead))
+    elif runs:
+        echo("warning: no replayed run reports a TTFT (median_ttft_ms or ttfts): the spec prices no request overhead",
+             err=True)
     loo = [abs(x) for x in cal.loo_error_]
     prior = [abs(f / p.itl_ms - 1) for f, p in zip(cal.prior_ms_, cal.points_)]
     show(f"leave-one-out |error|: median {format_percent(median_abs(loo))}, max {format_percent(max(loo))} "
@@ -346,6 +389,26 @@ def _replay_table(fit):
         t.add_row(run.name, str(p.batch), str(p.k), f"{p.itl_ms:.3f}", f"{s0:.3f}", format_percent(e0, signed=True),
                   f"{s1:.3f}", format_percent(e1, signed=True))
     return t
+
+
+def _overhead_table(fit):
+    from dsdsim.export.text import Table
+
+    from dsdsim.export.text import Group
+    from dsdsim.fit.replay import OVERHEAD_RULE
+
+    t = Table(title=f"request overhead {fit.overhead_ms:.3g} ms, written to the spec: TTFT p50, measured vs "
+                    "replayed without it and with it")
+    for col in ("run", "batch", "K", "measured ms", "without ms", "error", "with ms", "error", "read"):
+        t.add_column(col, justify="left" if col == "run" else "right")
+    for run, s0, s1, read in zip(fit.runs, fit.without_ms, fit.with_ms, fit.read_from):
+        m = run.ttft_p50_ms
+        t.add_row(run.name, str(run.point.batch), str(run.point.k), f"{m:.2f}", f"{s0:.2f}",
+                  format_percent(s0 / m - 1, signed=True) if m else "-", f"{s1:.2f}",
+                  format_percent(s1 / m - 1, signed=True) if m else "-", "yes" if read else "")
+    return Group(t, f"request overhead: the time a request spends outside the GPU steps (API server, tokenisation, "
+                    f"hand-over, streaming), which the simulation adds to its way to the scheduler; read as "
+                    f"{OVERHEAD_RULE}")
 
 
 def _points_table(cal, name: str, setup, replayed: bool = False):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Annotated, Optional
@@ -104,6 +105,12 @@ class ServeArgs:
              "THINK_S seconds (default 0) after the reply to the turn before (vLLM's multi-turn benchmark); "
              "the workload's arrivals start conversations (closed:C holds C at a time). Later turns find the "
              "earlier ones in the prefix cache")] = None
+    request_overhead_ms: Annotated[Optional[float], Option(
+        "--request-overhead-ms", metavar="MS",
+        help="Time a request spends outside the GPU steps before its first token reaches the client (API server, "
+             "tokenisation, hand-over, streaming): each request reaches the scheduler MS after it is sent, so TTFT "
+             "and latency grow by it and TPOT does not. Default: what `calibrate --measurements --replay` fitted "
+             "into the engine spec (-e FILE.yaml), else 0; the shipped specs price none")] = None
     scheduling: Annotated[Optional[str], Option(
         "--scheduling", metavar="RULE",
         help="How each step is built: vllm (running requests, then waiting ones mixed in: vLLM V1) or "
@@ -172,6 +179,11 @@ class ServeArgs:
             values["prefix_cache_hit"] = self.prefix_cache_hit
         if "num_gpu_blocks" in values:
             values["kv_cache_tokens"] = values.pop("num_gpu_blocks") * SchedulerConfig.block_size
+        if self.request_overhead_ms is not None:
+            ms = self.request_overhead_ms
+            if not (math.isfinite(ms) and 0 <= ms < 3.6e6):
+                raise DsdsimError(f"--request-overhead-ms must be a number of milliseconds >= 0, got {ms:g}")
+            values["request_overhead_s"] = ms / 1e3
         return SchedulerConfig(**values)
 
 

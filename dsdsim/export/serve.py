@@ -205,7 +205,17 @@ def simulation_view(setup, result, notes: Sequence[str] = ()):
     fleet = f"; {d['replicas']} replicas behind a {d['router']} router" if d.get("replicas", 1) > 1 else ""
     measured = [versus_table(policies)] if any("vs_measured" in p for p in policies) else []
     return Group(f"{setup_line(setup)}{fleet}; workload {d['workload']} ({_describe(result)})", t, *measured,
-                 *_footer(policies, d.get("shared_prefix"), d.get("multi_turn")), *notes)
+                 *_footer(policies, d.get("shared_prefix"), d.get("multi_turn")),
+                 *request_overhead_line(d.get("request_overhead_ms")), *notes)
+
+
+def request_overhead_line(ms: Optional[float]) -> list[str]:
+    """['request overhead: 45 ms ...'] where the run priced one (``SchedulerConfig.request_overhead_s``), else []."""
+    if not ms:
+        return []
+    return [f"request overhead: {ms:.3g} ms a request, outside the GPU steps (API server, tokenisation, hand-over, "
+            "streaming): each reaches the scheduler that long after it is sent, in its TTFT and latency, not its "
+            "TPOT (--request-overhead-ms, or the calibrated engine spec's)"]
 
 
 def versus_table(policies: Sequence[Mapping[str, Any]]):

@@ -18,6 +18,7 @@ five figures cannot always meet the corrected targets together).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
@@ -34,10 +35,12 @@ ITERATIONS = 2       # replay rounds after the steady fit (the ratio S / M is th
 
 @frozen
 class ReplayedRun:
-    """One measured run that can be replayed: its file, the point it measures, its mean TPOT (ms)."""
+    """One measured run that can be replayed: its file, the point it measures (its mean TPOT, ms) and its TTFT p50
+    (ms; None where the result holds neither ``median_ttft_ms`` nor ``ttfts``)."""
 
     path: str
     point: MeasuredPoint
+    ttft_p50_ms: Optional[float] = None
 
     @property
     def name(self) -> str:
@@ -58,20 +61,90 @@ def replayable_runs(paths: Sequence[str | Path], context: int) -> list[ReplayedR
             continue
         if isinstance(obj, dict) and isinstance(obj.get("input_lens"), list) and isinstance(obj.get("output_lens"),
                                                                                                list):
-            out.append(ReplayedRun(str(path), point_from_result(path, obj, context)))
+            out.append(ReplayedRun(str(path), point_from_result(path, obj, context), _ttft_p50_ms(obj)))
     return out
 
 
-def simulated_itl_ms(setup, run: ReplayedRun, seed: int = 0) -> float:
-    """The mean TPOT (ms, as vllm bench serve counts it) of ``run`` replayed on ``setup``: its requests, client
-    limit and arrivals, at its K (``none`` at K = 0) with its measured acceptance length."""
+def _ttft_p50_ms(obj: dict) -> Optional[float]:
+    """A result's TTFT p50 in ms: ``median_ttft_ms`` (vllm bench serve), else the median of ``ttfts`` (seconds, per
+    request, --save-detailed); None where neither is a finite number."""
+    v = obj.get("median_ttft_ms")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
+        return float(v)
+    t = obj.get("ttfts")
+    if isinstance(t, list) and t and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                                         for x in t):
+        return 1e3 * float(np.median(t))
+    return None
+
+
+def replayed(setup, run: ReplayedRun, seed: int = 0, request_overhead_s: float = 0.0):
+    """``run`` replayed on ``setup`` (its ``PolicyResult``): its requests, client limit and arrivals, at its K
+    (``none`` at K = 0) with its measured acceptance length, each request reaching the scheduler
+    ``request_overhead_s`` after it is sent."""
+    from dsdsim.serve.scheduler import SchedulerConfig
     from dsdsim.serve.simulate import simulate
 
     p = run.point
     acceptance = f"al={p.acceptance_length:g}@{p.k}" if p.k > 0 else None
+    mu = getattr(getattr(setup, "deployment", None), "memory_utilization", None)
+    scheduler = SchedulerConfig(request_overhead_s=request_overhead_s,
+                                **({} if mu is None else {"memory_utilization": float(mu)}))
     res = simulate(setup, f"trace:{run.path}", "none" if p.k == 0 else f"fixed:{p.k}", requests=None,
-                   acceptance=acceptance, seed=seed)
-    return float(res.policies[0].tpot_ms.mean)
+                   acceptance=acceptance, seed=seed, scheduler=scheduler)
+    return res.policies[0]
+
+
+def simulated_itl_ms(setup, run: ReplayedRun, seed: int = 0, request_overhead_s: float = 0.0) -> float:
+    """The mean TPOT (ms, as vllm bench serve counts it) of ``run`` replayed on ``setup`` (``replayed``)."""
+    return float(replayed(setup, run, seed, request_overhead_s).tpot_ms.mean)
+
+
+OVERHEAD_ROUNDS = 2   # the request overhead: estimated at none, then again at the first estimate (module docstring)
+
+
+@frozen
+class RequestOverheadFit:
+    """The request overhead (``SchedulerConfig.request_overhead_s``) the runs' TTFT p50 imply, read at the lightest
+    load they measured (``OVERHEAD_RULE``); each run's measured TTFT p50 and its replays' without and with the
+    overhead (ms), and which runs it was read from."""
+
+    overhead_ms: float
+    runs: tuple[ReplayedRun, ...]
+    without_ms: tuple[float, ...]
+    with_ms: tuple[float, ...]
+    read_from: tuple[bool, ...]
+
+
+OVERHEAD_RULE = ("the median, over the runs at the lowest client concurrency, of measured minus replayed TTFT p50, "
+                 "re-estimated once replayed with it; 0 where the replays are already slower (a light load's TTFT is "
+                 "the overhead and one prefill: under load it also holds queueing, which the step figures, fitted "
+                 "to decode steps, price less surely)")
+
+
+def fit_request_overhead(setups: tuple, runs: Sequence[ReplayedRun], rounds: int = OVERHEAD_ROUNDS
+                         ) -> Optional[RequestOverheadFit]:
+    """``RequestOverheadFit`` (``OVERHEAD_RULE``) over the runs that report a TTFT, replayed on ``setups`` (the
+    speculative setup for K > 0 runs, the plain one for K = 0: ``ShapeCalibration.fitted_setups``); the second round
+    replays at the first estimate (a closed loop's client waits that much longer between requests, so the load
+    moves a little). None where no run reports a TTFT."""
+    timed = sorted((r for r in runs if r.ttft_p50_ms is not None), key=lambda r: r.point.batch)
+    if not timed:
+        return None
+    lightest = [r.point.batch == timed[0].point.batch for r in timed]
+
+    def ttfts(overhead_s: float, which: Sequence[bool]) -> list[Optional[float]]:
+        return [float(replayed(setups[0] if r.point.k > 0 else setups[1], r, request_overhead_s=overhead_s)
+                      .ttft_ms.p50) if w else None for r, w in zip(timed, which)]
+
+    overhead_s, first = 0.0, None
+    for _ in range(rounds):
+        sim = ttfts(overhead_s, lightest if first is not None else [True] * len(timed))
+        first = sim if first is None else first
+        gap_ms = float(np.median([r.ttft_p50_ms - s for r, s, w in zip(timed, sim, lightest) if w]))
+        overhead_s = max(0.0, overhead_s + gap_ms / 1e3)
+    return RequestOverheadFit(round(1e3 * overhead_s, 3), tuple(timed), tuple(first),
+                              tuple(ttfts(overhead_s, [True] * len(timed))), tuple(lightest))
 
 
 @frozen
@@ -108,10 +181,11 @@ KEEP_RULE = "the round whose replays have the smallest median |error| against th
 
 
 def fit_through_replay(cal, points: Sequence[MeasuredPoint], runs: Sequence[ReplayedRun],
-                       iterations: int = ITERATIONS, progress=None) -> ReplayFit:
+                       iterations: int = ITERATIONS, progress=None, request_overhead_s: float = 0.0) -> ReplayFit:
     """Refit ``cal`` (a fitted ``ShapeCalibration``) with the targets of the runs it can replay corrected by their
     replays (module docstring). ``points``: every point fitted (the runs' among them, matched by batch, K and
-    context). Returns the rounds and the final calibration."""
+    context); ``request_overhead_s``: the runs' request overhead, replayed with them (a closed loop's server holds
+    fewer requests while its clients' requests are on their way). Returns the rounds and the final calibration."""
     from dsdsim.fit.shape import ShapeCalibration
 
     if not runs:
@@ -130,7 +204,8 @@ def fit_through_replay(cal, points: Sequence[MeasuredPoint], runs: Sequence[Repl
         for j, r in enumerate(runs):
             if progress is not None:
                 progress(n * len(runs) + j, total * len(runs))
-            sim.append(simulated_itl_ms(setups[0] if r.point.k > 0 else setups[1], r))
+            sim.append(simulated_itl_ms(setups[0] if r.point.k > 0 else setups[1], r,
+                                        request_overhead_s=request_overhead_s))
         steady = [float(v) for v in current.predict_ms([r.point for r in runs])]
         rounds.append(ReplayRound(tuple(float(v) for v in current.factors_), tuple(sim), tuple(steady)))
         if n == total - 1:

@@ -312,11 +312,13 @@ class ShapeCalibration:
     def errors_(self) -> list[float]:
         return [f / p.itl_ms - 1.0 for f, p in zip(self.fitted_ms_, self.points_)]
 
-    def engine_spec(self, name: str, source_files: Sequence[str], date: str, replayed: bool = False):
+    def engine_spec(self, name: str, source_files: Sequence[str], date: str, replayed: bool = False,
+                    request_overhead_ms: Optional[float] = None):
         """The base engine spec with this calibration (``EngineCalibration``: the hardware and term factors resolve
         applies, each figure with its prior and bounds), named ``name``; provenance naming the points. ``replayed``:
         the points' targets were corrected by replaying their runs (``dsdsim.fit.replay``), and the provenance says
-        so (the residuals are against those targets)."""
+        so (the residuals are against those targets). ``request_overhead_ms``: the runs' TTFT outside the steps
+        (``dsdsim.fit.replay.fit_request_overhead``), which the serving simulation then prices."""
         from dsdsim.specs.engine import CalibratedFigure, EngineCalibration, FitProvenance
 
         s = self.setup
@@ -338,7 +340,7 @@ class ShapeCalibration:
                                 engine_step_scale=fa[3], engine_token_scale=fa[4], figures=figs, points=ids,
                                 loo_median_abs_error=round(float(np.median(loo)), 4) if loo else None,
                                 loo_max_abs_error=round(float(max(loo)), 4) if loo else None,
-                                source=source, date=date)
+                                request_overhead_ms=request_overhead_ms, source=source, date=date)
         method = ("dsdsim calibrate --measurements: maximum a posteriori (each figure's shipped value its prior, "
                   "log-normal, bounded), soft-L1 on log step time")
         if replayed:

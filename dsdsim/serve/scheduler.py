@@ -102,6 +102,14 @@ class SchedulerConfig:
         most ``num_tokens - 1``); a preempted request finds the same share again. The blocks found are held by the
         request as its own (vLLM shares them by reference count with the requests that wrote them: for prompts
         shared by requests running together the cache's use is an upper bound). 0: no hits (random prompts).
+    request_overhead_s: the time a request spends outside the GPU steps between the client sending it and its
+        first token reaching the client, less its queueing and prefill: the API server's request handling (chat
+        template, tokenisation), the hand-over to the scheduler, detokenisation and streaming. A request reaches the
+        scheduler that long after it is sent (its TTFT and latency grow by it, its TPOT does not; a closed loop's
+        client waits that much longer between requests). None: the figure ``dsdsim calibrate --measurements
+        --replay`` fitted into the engine spec (``EngineCalibration.request_overhead_ms``), else 0: the shipped
+        specs price none (no source the fits may read measures it; the corpus's test runs below saturation read
+        23-208 ms of TTFT that their steps do not account for).
     """
 
     max_num_seqs: Optional[int] = None
@@ -116,6 +124,7 @@ class SchedulerConfig:
     prefix_cache_hit: float = 0.0
     stop_at_unfit_prompt: bool = False
     reserve_to_completion: bool = False
+    request_overhead_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_tokens"):
@@ -137,6 +146,10 @@ class SchedulerConfig:
                               f"({self.max_num_seqs}), as vLLM requires")
         if self.rule is not None:
             rule_named(self.rule)
+        ov = self.request_overhead_s
+        if ov is not None and (isinstance(ov, bool) or not isinstance(ov, (int, float)) or not 0 <= ov < 3600):
+            raise DsdsimError(f"request_overhead_s (the time a request spends outside the GPU steps) must be a number "
+                              f"of seconds in [0, 3600), got {ov!r}")
         h = self.prefix_cache_hit
         if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h < 1:
             raise DsdsimError(f"prefix_cache_hit (the share of each prompt found in the prefix cache) must be in "
@@ -310,6 +323,7 @@ class Scheduler:
         self.out_len = np.asarray(output_len, dtype=np.int64)
         n = self.n = self.in_len.size
         self.lookahead = int(lookahead)
+        self.overhead_s = float(self.cfg.request_overhead_s or 0.0)   # send -> scheduler (SchedulerConfig)
         # draft tokens a decoding request verifies at each K (0..lookahead): K for a chain; a draft tree's tokens at
         # any K > 0 (SGLang allocates and verifies the tree's num_draft_tokens). The KV lookahead is the most of them.
         self.chain = draft_tokens is None
@@ -371,21 +385,21 @@ class Scheduler:
     # ------------------------------------------------------------------------------------------- the client
 
     def release(self, now: float) -> None:
-        """Send every request that has arrived by ``now`` and has a free slot under the client's limit, and every
-        conversation's next turn due by ``now`` (its client holds the slot between turns), in the order they are
-        sent."""
-        order, slots, follow = self.order, self._slots, self._follow
+        """Queue every request the client has sent (its arrival come, a slot free under its limit) that has reached
+        the scheduler by ``now`` (``request_overhead_s`` after it was sent), and every conversation's next turn
+        likewise (its client holds the slot between turns), in the order they were sent."""
+        order, slots, follow, ov = self.order, self._slots, self._follow, self.overhead_s
         while True:
             a = math.inf
             if self._next < order.size and (slots is None or slots):
                 r = int(order[self._next])
                 a = float(self.arrival[r]) if slots is None else max(float(self.arrival[r]), slots[0])
-            if follow and follow[0][0] <= min(a, now):
+            if follow and follow[0][0] <= a and follow[0][0] + ov <= now:
                 t, nxt = heapq.heappop(follow)
                 self.send_t[nxt] = t
                 self.waiting.append(nxt)
                 continue
-            if a > now:
+            if a + ov > now:
                 return
             if slots is not None:
                 heapq.heappop(slots)
@@ -394,19 +408,23 @@ class Scheduler:
             self._next += 1
 
     def send(self, r: int, t: float) -> None:
-        """Request ``r``, sent at ``t`` by someone other than this server's own client (a fleet's router): it
-        waits for the next step. A server fed this way is built with every arrival at infinity."""
+        """Request ``r``, sent at ``t`` by someone other than this server's own client (a fleet's router), now at the
+        scheduler (the router hands it over ``request_overhead_s`` after ``t``): it waits for the next step. A server
+        fed this way is built with every arrival at infinity."""
         self.send_t[r] = t
         self.waiting.append(r)
 
     def next_arrival(self) -> Optional[float]:
-        """When the next unsent request arrives, or a conversation's next turn is sent (None: all sent, or the client
-        waits for a slot)."""
-        follow = self._follow[0][0] if self._follow else None
+        """When the next unsent request, or a conversation's next turn, reaches the scheduler (``request_overhead_s``
+        after it is sent; None: all sent, or the client waits for a slot)."""
+        ov = self.overhead_s
+        follow = self._follow[0][0] + ov if self._follow else None
         if self._next >= self.order.size or (self._slots is not None and not self._slots):
             return follow
         a = float(self.arrival[int(self.order[self._next])])
-        return a if follow is None else min(a, follow)
+        if self._slots is not None:                 # sent when a slot is free (a closed loop's last reply)
+            a = max(a, self._slots[0])
+        return a + ov if follow is None else min(a + ov, follow)
 
     @property
     def caches_prefixes(self) -> bool:

@@ -72,6 +72,7 @@ class SimulationResult:
     router: Optional[str] = None           # ... and the router's name (None: one server)
     shared_prefix: Optional[SharedPrefix] = None   # the prompts' shared prefixes (None: none)
     multi_turn: Optional[MultiTurn] = None         # conversations (None: single requests)
+    request_overhead_s: float = 0.0                # send -> scheduler, outside the steps (SchedulerConfig)
 
     def to_dict(self) -> dict:
         """The run without its setup (a sweep writes the setup once, above its loads). A trace that carries its
@@ -85,6 +86,8 @@ class SimulationResult:
             d["vs_measured"] = vs
         wl = self.workload
         limit = {"max_concurrency": wl.concurrency} if wl.kind != "closed" and wl.concurrency else {}
+        if self.request_overhead_s:
+            limit["request_overhead_ms"] = 1e3 * self.request_overhead_s
         return {"workload": wl.text, **limit, "requests": len(self.requests), "seed": self.seed, **shared, **fleet,
                 "policies": policies}
 
@@ -165,6 +168,8 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     cfg = scheduler
     if not isinstance(cfg, SchedulerConfig):
         raise DsdsimError("scheduler must be a SchedulerConfig")
+    if cfg.request_overhead_s is None:   # the engine spec's calibrated figure, else none
+        cfg = replace(cfg, request_overhead_s=calibrated_request_overhead_s(setup))
     if cfg.mixed_prefill is None:   # the engine version's: mixed prefill and decode steps unless its spec says not
         cfg = engine_prefill_rule(cfg, setup, prefix_caching=cfg.prefix_cache_hit > 0 or shared_prefix is not None
                                   or multi_turn is not None)
@@ -239,7 +244,17 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     if progress is not None:
         progress(1.0)
     return SimulationResult(results, setup, wl, reqs, seed, context, replicas,
-                            str(router).strip().lower() if replicas > 1 else None, shared, turns)
+                            str(router).strip().lower() if replicas > 1 else None, shared, turns,
+                            float(cfg.request_overhead_s))
+
+
+def calibrated_request_overhead_s(setup) -> float:
+    """The request overhead (``SchedulerConfig.request_overhead_s``) an engine spec's calibration fitted from its
+    runs' TTFT (``EngineCalibration.request_overhead_ms``, ``dsdsim calibrate --measurements --replay``); 0 where
+    none was fitted (the shipped specs)."""
+    cal = getattr(getattr(setup, "engine", None), "calibration", None)
+    ms = getattr(cal, "request_overhead_ms", None)
+    return 0.0 if ms is None else float(ms) / 1e3
 
 
 V0_MIN_BATCHED_TOKENS = 2048   # vLLM V0 SchedulerConfig without chunked prefill: max(max_model_len, 2048) a step
@@ -298,6 +313,7 @@ def _run_fleet(policies: list[Policy], pricer, arrivals, ins, outs, concurrency,
                                0 if prompts is None else prompts.prefix_tokens, count,
                                None if prompts is None or prompts.after is None else prompts.roots(n)))
     successor, think = servers[0].sch.successor, servers[0].sch.think_s     # a conversation's next turn
+    ov = servers[0].sch.overhead_s                       # a request reaches its replica this long after it is sent
     clocks = [0.0] * count
     owner = np.full(n, -1, dtype=np.int64)
     firsts = np.arange(n) if prompts is None or prompts.after is None else np.flatnonzero(prompts.after < 0)
@@ -316,7 +332,7 @@ def _run_fleet(policies: list[Policy], pricer, arrivals, ins, outs, concurrency,
             due = follow[0][0]
         busy = [i for i in range(count) if not servers[i].sch.idle]
         first = min(busy, key=lambda i: clocks[i]) if busy else None
-        if due <= (clocks[first] if first is not None else math.inf):
+        if due + ov <= (clocks[first] if first is not None else math.inf):
             if due == math.inf:
                 raise AssertionError("no request left to send while some are unfinished")
             if turn:
@@ -330,7 +346,7 @@ def _run_fleet(policies: list[Policy], pricer, arrivals, ins, outs, concurrency,
             if not 0 <= i < count:
                 raise DsdsimError(f"router picked replica {i}; there are {count} (0..{count - 1})")
             if servers[i].sch.idle:
-                clocks[i] = max(clocks[i], t)
+                clocks[i] = max(clocks[i], t + ov)
             servers[i].sch.send(r, t)
             owner[r] = i
             continue

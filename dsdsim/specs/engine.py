@@ -423,6 +423,10 @@ class EngineCalibration(FrozenSpec):
     points: tuple[str, ...] = ()             # the measured points, b{B}-k{K}-c{context}
     loo_median_abs_error: Optional[float] = None
     loo_max_abs_error: Optional[float] = None
+    # the TTFT a request spends outside the GPU steps (API server, tokenisation, hand-over, streaming): the median
+    # over the replayed runs of measured minus replayed TTFT p50 (dsdsim.fit.replay); None: not fitted (no runs with
+    # their requests and TTFTs). The serving simulation delays each request's arrival at the scheduler by it.
+    request_overhead_ms: Optional[float] = Field(default=None, ge=0, lt=3.6e6)
     source: str = Field(min_length=1)
     date: str = Field(min_length=1)
 
