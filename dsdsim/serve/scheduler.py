@@ -109,7 +109,7 @@ class SchedulerConfig:
         client waits that much longer between requests). None: the figure ``dsdsim calibrate --measurements
         --replay`` fitted into the engine spec (``EngineCalibration.request_overhead_ms``), else 0: the shipped
         specs price none (no source the fits may read measures it; the corpus's test runs below saturation read
-        23-208 ms of TTFT that their steps do not account for).
+        16-208 ms of TTFT that their steps do not account for).
     """
 
     max_num_seqs: Optional[int] = None
