@@ -91,3 +91,20 @@ def test_the_command_prints_simulated_against_measured(cli, tmp_path):
     vs = json.loads(out)["policies"][0]["vs_measured"]
     assert set(vs) == {"ttft_ms", "tpot_ms", "e2e_ms"}
     assert set(vs["e2e_ms"]) == {"measured", "simulated", "rel_error", "per_request_median_abs_rel_error"}
+
+
+def test_a_replay_names_a_ttft_gap_and_the_request_overhead_that_closes_it(tmp_path):
+    """A run whose requests reached its server 30 ms after they were sent (one at a time): replayed without that,
+    the report names the TTFT gap and how to price it; replayed with it, the gap is gone and so is the line."""
+    from dsdsim.export.serve import ttft_gap_line
+    from dsdsim.serve.scheduler import SchedulerConfig
+
+    run = sim("closed:1", requests=20, output_len="24", input_len="64",
+              scheduler=SchedulerConfig(request_overhead_s=0.03))
+    wl = _result_file(tmp_path / "run.json", run, times=False, max_concurrency=1)     # a closed loop of one
+    plain = sim(wl, requests=None).to_dict()["policies"]
+    line = ttft_gap_line(plain)
+    assert len(line) == 1 and "fixed:3 30 ms" in line[0] and "--request-overhead-ms" in line[0]
+    priced = sim(wl, requests=None, scheduler=SchedulerConfig(request_overhead_s=0.03)).to_dict()["policies"]
+    assert abs(priced[0]["vs_measured"]["ttft_ms"]["rel_error"]["p50"]) < 1e-6
+    assert ttft_gap_line(priced) == []

@@ -203,7 +203,7 @@ def simulation_view(setup, result, notes: Sequence[str] = ()):
     for p in policies:
         t.add_row(*_cells(p, with_goodput))
     fleet = f"; {d['replicas']} replicas behind a {d['router']} router" if d.get("replicas", 1) > 1 else ""
-    measured = [versus_table(policies)] if any("vs_measured" in p for p in policies) else []
+    measured = [versus_table(policies), *ttft_gap_line(policies)] if any("vs_measured" in p for p in policies) else []
     return Group(f"{setup_line(setup)}{fleet}; workload {d['workload']} ({_describe(result)})", t, *measured,
                  *_footer(policies, d.get("shared_prefix"), d.get("multi_turn")),
                  *request_overhead_line(d.get("request_overhead_ms")), *notes)
@@ -236,6 +236,25 @@ def versus_table(policies: Sequence[Mapping[str, Any]]):
         per = vs["e2e_ms"]["per_request_median_abs_rel_error"]
         t.add_row(p["name"], *cells, "-" if per is None else f"{per:.1%}")
     return t
+
+
+def ttft_gap_line(policies: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where a replayed run's measured TTFT p50 is well above the simulated one (by 5 ms and 10% or more): a line
+    naming the gap and the request overhead that explains it at light load (``SchedulerConfig.request_overhead_s``)."""
+    gaps = []
+    for p in policies:
+        vs = p.get("vs_measured")
+        if not vs:
+            continue
+        measured, simulated = vs["ttft_ms"]["measured"]["p50"], vs["ttft_ms"]["simulated"]["p50"]
+        if measured - simulated >= max(5.0, 0.1 * measured):
+            gaps.append(f"{p['name']} {measured - simulated:.3g} ms")
+    if not gaps:
+        return []
+    return [f"the run's TTFT p50 is above the simulated one ({', '.join(gaps)}): at light load that is time outside "
+            "the GPU steps (API server, tokenisation, hand-over, streaming), which `dsdsim calibrate --measurements "
+            "RUN.json --replay` fits into the engine spec and --request-overhead-ms MS sets; under load it may be "
+            "queueing the steps price too fast"]
 
 
 _UNITS = ("latencies in ms (p50/p99); batch: mean requests per step; K: share of the steps with a decoding request "
