@@ -392,9 +392,7 @@ def _replay_table(fit):
 
 
 def _overhead_table(fit):
-    from dsdsim.export.text import Table
-
-    from dsdsim.export.text import Group
+    from dsdsim.export.text import Group, Table
     from dsdsim.fit.replay import OVERHEAD_RULE
 
     t = Table(title=f"request overhead {fit.overhead_ms:.3g} ms, written to the spec: TTFT p50, measured vs "

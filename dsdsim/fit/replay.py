@@ -14,6 +14,10 @@ the ratio S / M moves less than the figures do (it is the run's shape: ramp, dra
 model can meet every corrected target. ``ITERATIONS`` such rounds; each round's replays are reported
 (``ReplayFit.rounds``), and the figures kept are those of ``KEEP_RULE`` (the steady fit's where no round beats it:
 five figures cannot always meet the corrected targets together).
+
+Where the runs report their TTFT, the same replays give the request overhead (``fit_request_overhead``): the time a
+request spends outside the GPU steps, which the simulation adds to its way to the scheduler
+(``SchedulerConfig.request_overhead_s``), read at the runs of the lowest client concurrency (``OVERHEAD_RULE``).
 """
 from __future__ import annotations
 
@@ -82,16 +86,13 @@ def replayed(setup, run: ReplayedRun, seed: int = 0, request_overhead_s: float =
     """``run`` replayed on ``setup`` (its ``PolicyResult``): its requests, client limit and arrivals, at its K
     (``none`` at K = 0) with its measured acceptance length, each request reaching the scheduler
     ``request_overhead_s`` after it is sent."""
-    from dsdsim.serve.scheduler import SchedulerConfig
-    from dsdsim.serve.simulate import simulate
+    from dsdsim.serve.simulate import default_scheduler, simulate
 
     p = run.point
     acceptance = f"al={p.acceptance_length:g}@{p.k}" if p.k > 0 else None
-    mu = getattr(getattr(setup, "deployment", None), "memory_utilization", None)
-    scheduler = SchedulerConfig(request_overhead_s=request_overhead_s,
-                                **({} if mu is None else {"memory_utilization": float(mu)}))
     res = simulate(setup, f"trace:{run.path}", "none" if p.k == 0 else f"fixed:{p.k}", requests=None,
-                   acceptance=acceptance, seed=seed, scheduler=scheduler)
+                   acceptance=acceptance, seed=seed,
+                   scheduler=default_scheduler(setup, request_overhead_s=request_overhead_s))
     return res.policies[0]
 
 
@@ -100,7 +101,7 @@ def simulated_itl_ms(setup, run: ReplayedRun, seed: int = 0, request_overhead_s:
     return float(replayed(setup, run, seed, request_overhead_s).tpot_ms.mean)
 
 
-OVERHEAD_ROUNDS = 2   # the request overhead: estimated at none, then again at the first estimate (module docstring)
+OVERHEAD_ROUNDS = 2   # the request overhead: estimated at none, then again at the first estimate
 
 
 @frozen

@@ -162,10 +162,7 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     max_concurrency: the client's limit on requests in flight under a ``poisson``, ``gamma`` or ``trace`` workload
         (``vllm bench serve --max-concurrency``; ``limit_concurrency``). None: no limit (a trace: its own, if any).
     """
-    if scheduler is None:          # vLLM's defaults, at the deployment's GPU memory share
-        mu = getattr(getattr(setup, "deployment", None), "memory_utilization", None)
-        scheduler = SchedulerConfig() if mu is None else SchedulerConfig(memory_utilization=float(mu))
-    cfg = scheduler
+    cfg = default_scheduler(setup) if scheduler is None else scheduler
     if not isinstance(cfg, SchedulerConfig):
         raise DsdsimError("scheduler must be a SchedulerConfig")
     if cfg.request_overhead_s is None:   # the engine spec's calibrated figure, else none
@@ -246,6 +243,12 @@ def simulate(setup, workload, policies, *, requests: Optional[int] = None, input
     return SimulationResult(results, setup, wl, reqs, seed, context, replicas,
                             str(router).strip().lower() if replicas > 1 else None, shared, turns,
                             float(cfg.request_overhead_s))
+
+
+def default_scheduler(setup, **limits) -> SchedulerConfig:
+    """vLLM's scheduler defaults at the deployment's GPU memory share, with ``limits`` (SchedulerConfig fields)."""
+    mu = getattr(getattr(setup, "deployment", None), "memory_utilization", None)
+    return SchedulerConfig(**limits) if mu is None else SchedulerConfig(memory_utilization=float(mu), **limits)
 
 
 def calibrated_request_overhead_s(setup) -> float:
