@@ -207,3 +207,20 @@ def test_plan_simulate_takes_the_itl_target_from_the_slos_tpot(cli):
     code, out_given, err = cli(*argv, "--itl-slo-ms", "15")
     assert code == 0, err
     assert json.loads(out) == json.loads(out_given) and json.loads(out)["itl_slo_ms"] == 15
+
+
+def test_plan_simulate_prices_and_says_a_request_overhead(cli):
+    """plan --simulate --request-overhead-ms: its searches price it (a TTFT target is met at a lower rate, or no
+    higher) and the note and the JSON say so; without it the JSON reads 0."""
+    argv = ("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--itl-slo-ms", "30", "--simulate", "--workload",
+            "poisson:8", "--policies", "none", "--executor", "local", "--requests", "60", "--slo", "ttft=60,tpot=15")
+    loads = {}
+    for ms in ("0", "40"):
+        code, out, err = cli(*argv, "--request-overhead-ms", ms, "-f", "json")
+        assert code == 0, err
+        sim = json.loads(out)["simulation"]
+        assert sim["request_overhead_ms"] == float(ms)
+        loads[ms] = sim["searches"][0]["max_load"] or 0.0
+    assert loads["40"] < loads["0"]
+    code, out, err = cli(*argv, "--request-overhead-ms", "40")
+    assert code == 0 and "each reaching the scheduler 40 ms after it is sent" in " ".join(out.split())

@@ -559,9 +559,11 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
     recs = plan_fleet_records(plan_load_records([r.to_dict() for r in rows], names, largest), names, fleets)
     kind = base.workload.split(":", 1)[0]
     fleet = f" of {base.replicas} replicas behind a {base.router} router" if base.replicas > 1 else ""
+    overhead_ms = _request_overhead_ms(base, setups[0][1] if setups else None)     # the candidates share an engine
+    priced = f", each reaching the scheduler {overhead_ms:.3g} ms after it is sent" if overhead_ms else ""
     what = (f"load at which {100 * ATTAINMENT:g}% of requests meet {slo} ({kind} arrivals{fleet}, the search starting "
-            f"at {base.workload}; {_requests_text(base.requests)}, input {_input_text(base)}, output {base.output_len} "
-            "tokens)")
+            f"at {base.workload}; {_requests_text(base.requests)}{priced}, input {_input_text(base)}, output "
+            f"{base.output_len} tokens)")
     if fmt is TableFormat.json:
         from dsdsim.export.render import to_json
 
@@ -571,6 +573,7 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
                                             "replicas": base.replicas, "router": base.router,
                                             "input_len": base.input_len, "output_len": base.output_len,
                                             "slo": slo, "attainment": ATTAINMENT, "seed": base.seed,
+                                            "request_overhead_ms": overhead_ms,
                                             "columns": [load_column(x.policy, x.unit) for x in largest[:len(policies)]],
                                             "searches": [x.to_dict() for x in largest],
                                             **({"fleet_qps": fleet_qps,
@@ -591,6 +594,15 @@ def _plan_simulated(serve: ServeArgs, *, ctx, model: str, candidates: str, itl_s
 
 
 _extend_plan()
+
+
+def _request_overhead_ms(job, setup) -> float:
+    """The request overhead a job's simulations on ``setup`` price (ms): its scheduler's, else the calibrated one of
+    the setup's engine spec."""
+    from dsdsim.serve.simulate import calibrated_request_overhead_s
+
+    given = job.scheduler.request_overhead_s if job.scheduler is not None else None
+    return 1e3 * (given if given is not None else calibrated_request_overhead_s(setup))
 
 
 def _requests_text(n) -> str:
