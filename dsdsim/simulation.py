@@ -73,7 +73,7 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     (``round-robin``, ``least-loaded``, ``prefix-aware``; ``dsdsim.serve.fleet``), the workload the fleet's; each
     policy's result is the fleet's, with each replica's under ``replicas``.
     progress(done, total): called as the run goes."""
-    from dsdsim.serve.scheduler import SchedulerConfig
+    from dsdsim.serve.scheduler import SchedulerConfig, overhead_seconds
     from dsdsim.serve.sweep import Simulation, check_executor, checked, simulate_many
     from dsdsim.specs.setup import resolve
 
@@ -96,10 +96,7 @@ def simulate(model=DEFAULT_MODEL, hardware=DEFAULT_HARDWARE, deployment=None, dr
     if prefix_cache_hit:
         limits["prefix_cache_hit"] = prefix_cache_hit
     if request_overhead_ms is not None:
-        ms = request_overhead_ms
-        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms < 3.6e6:
-            raise DsdsimError(f"request_overhead_ms must be a number of milliseconds >= 0, got {ms!r}")
-        limits["request_overhead_s"] = ms / 1e3
+        limits["request_overhead_s"] = overhead_seconds(request_overhead_ms)
     check_executor(executor)
     job = checked(Simulation(setup, workload, policies, requests=requests, input_len=input_len,
                              output_len=output_len, acceptance=acceptance, scheduler=SchedulerConfig(**limits),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Annotated, Optional
@@ -154,7 +153,7 @@ class ServeArgs:
 
     def scheduler(self, memory_utilization: float):
         """The SchedulerConfig: the scheduler's defaults where an option is not given."""
-        from dsdsim.serve.scheduler import SchedulerConfig
+        from dsdsim.serve.scheduler import SchedulerConfig, overhead_seconds
 
         values = {"memory_utilization": memory_utilization}
         if self.scheduling is not None:
@@ -180,10 +179,7 @@ class ServeArgs:
         if "num_gpu_blocks" in values:
             values["kv_cache_tokens"] = values.pop("num_gpu_blocks") * SchedulerConfig.block_size
         if self.request_overhead_ms is not None:
-            ms = self.request_overhead_ms
-            if not (math.isfinite(ms) and 0 <= ms < 3.6e6):
-                raise DsdsimError(f"--request-overhead-ms must be a number of milliseconds >= 0, got {ms:g}")
-            values["request_overhead_s"] = ms / 1e3
+            values["request_overhead_s"] = overhead_seconds(self.request_overhead_ms, "--request-overhead-ms")
         return SchedulerConfig(**values)
 
 

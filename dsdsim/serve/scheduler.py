@@ -246,6 +246,14 @@ def default_batched_tokens(engine, hardware, tp: int = 1) -> int:
     return 2048
 
 
+def overhead_seconds(ms, what: str = "request_overhead_ms") -> float:
+    """A request overhead given in milliseconds (``--request-overhead-ms``, ``dsdsim.simulate``), checked, in the
+    seconds ``SchedulerConfig.request_overhead_s`` takes."""
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms < 3.6e6:
+        raise DsdsimError(f"{what} must be a number of milliseconds >= 0, got {ms!r}")
+    return ms / 1e3
+
+
 class SchedulingRule(Protocol):
     """How one step is built from the server's state: which requests run and how many tokens each (a ``Plan``)."""
 
