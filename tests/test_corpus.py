@@ -468,3 +468,28 @@ def test_the_readme_leave_one_source_out_table_is_what_accuracy_prints():
         assert (split, int(n)) == (s.split, s.n), name
         assert (med, mx) == (f"{100 * s.median_abs_rel_error:.1f}%", f"{100 * s.max_abs_rel_error:.1f}%"), name
     assert f"Median of the per-source medians **{100 * cv.median_of_source_medians:.1f}%**" in section
+
+
+def test_the_readme_quotes_the_recipe_cookbook_and_inferencemax_runs_as_accuracy_gives_them(report):
+    """The README's section on the serving runs of SGLang's cookbook, vLLM's recipes, GPUStack and InferenceMAX: its
+    summary sentence is the report's, and every error its two tables print is one of those cases' errors."""
+    import re
+    import statistics
+
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("#### Recipe, cookbook and InferenceMAX runs")[1].split("#### ")[0]
+    new = [c for c in report.cases if c.rel_error is not None and c.id.startswith(
+        ("sglang-cookbook-", "vllm-recipes-", "gpustack-", "inferencemax-"))]
+
+    def med(cases) -> str:
+        return f"{100 * statistics.median(abs(c.rel_error) for c in cases):.1f}%"
+
+    by = {q: [c for c in new if getattr(c.quantity, "value", c.quantity) == q] for q in ("tpot_p50_ms", "e2e_latency_ms",
+                                                                  "run_tokens_per_s", "ttft_p50_ms")}
+    said = (f"Over the {len(new)} cases the median error is {med(new)} (TPOT p50 {med(by['tpot_p50_ms'])}, mean "
+            f"latency {med(by['e2e_latency_ms'])}, throughput {med(by['run_tokens_per_s'])}, TTFT p50 "
+            f"{med(by['ttft_p50_ms'])}).")
+    assert said in " ".join(section.split())
+    errors = {f"{100 * c.rel_error:+.0f}%" for c in new}
+    shown = re.findall(r"\(([+-]\d+%)\)", "\n".join(ln for ln in section.splitlines() if ln.startswith("|")))
+    assert shown and set(shown) <= errors, sorted(set(shown) - errors)
